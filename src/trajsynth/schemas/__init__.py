@@ -1,0 +1,89 @@
+"""Data contracts: the pydantic models that cross every boundary between stages."""
+
+from trajsynth.schemas._base import JsonValue, Record, canonical_json, content_id, stable_hash
+from trajsynth.schemas.blueprint import (
+    ArgBinding,
+    Blueprint,
+    BlueprintAttempt,
+    Cell,
+    Difficulty,
+    GoldCall,
+    GoldRun,
+    LiteralArg,
+    PathShape,
+    PlannedCall,
+    ReasoningMode,
+    RefArg,
+    SlotArg,
+)
+from trajsynth.schemas.config import Budgets, LLMConfig, RolloutMode, RunConfig
+from trajsynth.schemas.constraints import (
+    AnswerContains,
+    AnswerMatches,
+    CallPattern,
+    CodeTestsPass,
+    Constraint,
+    ConstraintKind,
+    FinalState,
+    MaxCalls,
+    Order,
+    ToolCalled,
+    ToolNotCalled,
+)
+from trajsynth.schemas.datasets import RLRow, SFTRow
+from trajsynth.schemas.env import EnvSpec, EnvState
+from trajsynth.schemas.failures import (
+    FailureClass,
+    InfraError,
+    InputError,
+    LLMError,
+    MCPServerError,
+    ModelOutputError,
+    SandboxError,
+    SandboxTimeout,
+    SimulatorError,
+    TrajsynthError,
+    counts_against_policy,
+)
+from trajsynth.schemas.messages import FunctionCall, Message, MessageRole, ToolCall
+from trajsynth.schemas.rollout import (
+    AgentRole,
+    LLMUsage,
+    Node,
+    ObsClass,
+    RolloutTree,
+    Termination,
+    ToolCallRecord,
+    Trajectory,
+    UsageTotals,
+)
+from trajsynth.schemas.sandbox import ExecResult, SandboxKind, SandboxLimits, SnapshotHandle
+from trajsynth.schemas.scores import Scores
+from trajsynth.schemas.signals import Signals
+from trajsynth.schemas.tools import (
+    Domain,
+    EdgeOrigin,
+    ServerKind,
+    ServerSpec,
+    ToolAccess,
+    ToolCluster,
+    ToolEdge,
+    ToolSpec,
+)
+from trajsynth.schemas.verdict import ConstraintResult, Verdict
+
+__all__ = [
+    "AgentRole", "AnswerContains", "AnswerMatches", "ArgBinding", "Blueprint", "BlueprintAttempt",
+    "Budgets", "CallPattern", "Cell", "CodeTestsPass", "Constraint", "ConstraintKind",
+    "ConstraintResult", "Difficulty", "Domain", "EdgeOrigin", "EnvSpec", "EnvState",
+    "ExecResult", "FailureClass", "FinalState", "FunctionCall", "GoldCall", "GoldRun",
+    "InfraError", "InputError", "JsonValue", "LLMConfig", "LLMError", "LLMUsage", "LiteralArg",
+    "MCPServerError", "MaxCalls", "Message", "MessageRole", "ModelOutputError", "Node",
+    "ObsClass", "Order", "PathShape", "PlannedCall", "RLRow", "ReasoningMode", "Record",
+    "RefArg", "RolloutMode", "RolloutTree", "RunConfig", "SFTRow", "SandboxError",
+    "SandboxKind", "SandboxLimits", "SandboxTimeout", "Scores", "ServerKind", "ServerSpec",
+    "Signals", "SimulatorError", "SlotArg", "SnapshotHandle", "Termination", "ToolAccess",
+    "ToolCall", "ToolCallRecord", "ToolCalled", "ToolCluster", "ToolEdge", "ToolNotCalled",
+    "ToolSpec", "Trajectory", "TrajsynthError", "UsageTotals", "Verdict", "canonical_json",
+    "content_id", "counts_against_policy", "stable_hash",
+]

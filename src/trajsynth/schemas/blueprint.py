@@ -1,0 +1,137 @@
+"""Blueprints: a task before anyone acts it out (METHODS.md §3)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from trajsynth.schemas._base import JsonValue, Record
+from trajsynth.schemas.constraints import Constraint
+from trajsynth.schemas.env import EnvState
+
+__all__ = [
+    "ArgBinding",
+    "Blueprint",
+    "BlueprintAttempt",
+    "Cell",
+    "Difficulty",
+    "GoldCall",
+    "GoldRun",
+    "LiteralArg",
+    "PathShape",
+    "PlannedCall",
+    "ReasoningMode",
+    "RefArg",
+    "SlotArg",
+]
+
+
+class PathShape(StrEnum):
+    SINGLE = "single"
+    CHAIN = "chain"
+    FAN_OUT = "fan_out"
+    FAN_IN = "fan_in"
+    DIAMOND = "diamond"
+
+
+class Difficulty(StrEnum):
+    EASY = "easy"
+    MEDIUM = "medium"
+    HARD = "hard"
+
+
+class ReasoningMode(StrEnum):
+    """Rule labels of METHODS.md §5.2, also the planner's target modes."""
+
+    CLARIFY_FIRST = "clarify_first"
+    RECOVER_AFTER_ERROR = "recover_after_error"
+    CODE_COMPUTE = "code_compute"
+    VERIFY_AFTER_WRITE = "verify_after_write"
+    EXPLORE_THEN_COMMIT = "explore_then_commit"
+    PARALLEL_FANOUT = "parallel_fanout"
+    DIRECT_EXECUTE = "direct_execute"
+
+
+class Cell(Record):
+    """The unit evolution puts weights on (METHODS.md §6)."""
+
+    cluster_id: str
+    path_shape: PathShape
+    target_mode: ReasoningMode
+    difficulty: Difficulty
+
+
+class LiteralArg(Record):
+    kind: Literal["literal"] = "literal"
+    value: JsonValue
+
+
+class RefArg(Record):
+    """The value of ``field`` (a dotted path) in the observation of planned step ``step``."""
+
+    kind: Literal["ref"] = "ref"
+    step: int = Field(ge=0)
+    field: str
+
+
+class SlotArg(Record):
+    """A value the user knows (stated in the goal or in hidden_info)."""
+
+    kind: Literal["slot"] = "slot"
+    name: str
+
+
+ArgBinding = Annotated[LiteralArg | RefArg | SlotArg, Field(discriminator="kind")]
+
+
+class PlannedCall(Record):
+    tool: str
+    args: dict[str, ArgBinding] = Field(default_factory=dict)
+
+
+class GoldCall(Record):
+    tool: str
+    arguments: dict[str, JsonValue]
+    observation: JsonValue = None
+    is_error: bool = False
+
+
+class GoldRun(Record):
+    calls: list[GoldCall]
+    final_state: EnvState
+    initial_state_hash: str
+
+
+class Blueprint(Record):
+    blueprint_id: str
+    cluster_id: str
+    domain: str
+    cell: Cell
+    initial_state_id: str
+    tool_path: list[PlannedCall]
+    slots: dict[str, JsonValue] = Field(default_factory=dict)
+    persona: str
+    goal: str
+    hidden_info: dict[str, JsonValue] = Field(default_factory=dict)
+    uses_code_tool: bool = False
+    n_writes: int = 0
+    gold_run: GoldRun
+    constraints: list[Constraint]
+    max_turns: int = Field(default=8, ge=1)
+    seed: int
+    round: int = 0
+
+
+class BlueprintAttempt(Record):
+    """A planned path that was rejected, with why; the validity rate of §6 counts these."""
+
+    attempt_id: str
+    cluster_id: str
+    cell: Cell
+    seed: int
+    round: int = 0
+    accepted: bool
+    reason: str = ""
+    detail: str = ""

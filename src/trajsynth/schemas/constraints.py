@@ -1,0 +1,116 @@
+"""Constraints: the explicit, model-free success conditions of a task (METHODS.md §4).
+
+A constraint is data. ``curation.verify`` checks each kind against a trajectory and the final
+environment state; the same code computes GRPO rewards.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from trajsynth.schemas._base import JsonValue, Record
+
+__all__ = [
+    "AnswerContains",
+    "AnswerMatches",
+    "CallPattern",
+    "CodeTestsPass",
+    "Constraint",
+    "ConstraintKind",
+    "FinalState",
+    "MaxCalls",
+    "Order",
+    "ToolCalled",
+    "ToolNotCalled",
+]
+
+
+class CallPattern(Record):
+    """A tool call whose listed argument fields equal the given values (after canonicalising)."""
+
+    tool: str
+    matchers: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class _Constraint(Record):
+    hard: bool = True
+    derived_from: str = Field(default="gold_run", description="what in the blueprint made it")
+
+
+class FinalState(_Constraint):
+    """The canonical state hash after the trajectory equals the gold run's."""
+
+    kind: Literal["final_state"] = "final_state"
+    gold_hash: str
+    # tables the gold run changed, for a readable diff when the hash differs
+    gold_tables: dict[str, list[dict[str, JsonValue]]] = Field(default_factory=dict)
+
+
+class ToolCalled(_Constraint):
+    kind: Literal["tool_called"] = "tool_called"
+    call: CallPattern
+    min_count: int = Field(default=1, ge=1)
+
+
+class ToolNotCalled(_Constraint):
+    kind: Literal["tool_not_called"] = "tool_not_called"
+    call: CallPattern
+
+
+class Order(_Constraint):
+    """The first call matching ``first`` comes before the first call matching ``then``."""
+
+    kind: Literal["order"] = "order"
+    first: CallPattern
+    then: CallPattern
+
+
+class AnswerContains(_Constraint):
+    """The final assistant message contains every value (numbers: rel. tol. 1e-6)."""
+
+    kind: Literal["answer_contains"] = "answer_contains"
+    values: list[str | int | float] = Field(min_length=1)
+
+
+class AnswerMatches(_Constraint):
+    kind: Literal["answer_matches"] = "answer_matches"
+    pattern: str
+
+
+class MaxCalls(_Constraint):
+    kind: Literal["max_calls"] = "max_calls"
+    n: int = Field(ge=0)
+
+
+class CodeTestsPass(_Constraint):
+    """A check run in the sandbox after the rollout passes; its result is in EnvState.checks."""
+
+    kind: Literal["code_tests_pass"] = "code_tests_pass"
+    check_id: str
+    test_source: str = Field(description="python run in the sandbox work directory; exit 0 = pass")
+
+
+Constraint = Annotated[
+    FinalState
+    | ToolCalled
+    | ToolNotCalled
+    | Order
+    | AnswerContains
+    | AnswerMatches
+    | MaxCalls
+    | CodeTestsPass,
+    Field(discriminator="kind"),
+]
+
+ConstraintKind = Literal[
+    "final_state",
+    "tool_called",
+    "tool_not_called",
+    "order",
+    "answer_contains",
+    "answer_matches",
+    "max_calls",
+    "code_tests_pass",
+]

@@ -1,0 +1,80 @@
+"""One failure taxonomy for the whole pipeline (DESIGN.md, "Rules that hold everywhere").
+
+A *model-facing* failure (``tool``, ``model``) is recorded and counts against the policy.
+An *infrastructure* failure is raised, retried, then excluded: never in pass rates, never a
+zero reward. A ``simulator`` failure (the user simulator broke its role) is excluded too.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "FailureClass",
+    "InfraError",
+    "InputError",
+    "LLMError",
+    "MCPServerError",
+    "ModelOutputError",
+    "SandboxError",
+    "SandboxTimeout",
+    "SimulatorError",
+    "TrajsynthError",
+    "counts_against_policy",
+]
+
+
+class FailureClass(StrEnum):
+    INFRA = "infra"
+    SIMULATOR = "simulator"
+    TOOL = "tool"
+    MODEL = "model"
+
+
+def counts_against_policy(failure: FailureClass | None) -> bool:
+    """Whether a failure of this class may lower a pass rate or a reward."""
+    return failure in (FailureClass.TOOL, FailureClass.MODEL)
+
+
+class TrajsynthError(Exception):
+    """Root of every error trajsynth raises on purpose."""
+
+    failure_class: FailureClass | None = None
+
+
+class InputError(TrajsynthError):
+    """Bad user input (config, cluster spec): the message names the file, field or tool."""
+
+
+class InfraError(TrajsynthError):
+    """Raised, never shown to a model; retried, then excluded."""
+
+    failure_class = FailureClass.INFRA
+
+
+class SandboxError(InfraError):
+    """The sandbox could not start, died, or an operation on it failed."""
+
+
+class SandboxTimeout(SandboxError):
+    """A command in the sandbox ran past its wall-clock limit and was killed."""
+
+
+class MCPServerError(InfraError):
+    """The MCP server did not start, hung, died, or its transport broke."""
+
+
+class LLMError(InfraError):
+    """The LLM server is unreachable, answered 5xx or timed out after retries."""
+
+
+class SimulatorError(TrajsynthError):
+    """The user simulator left its role (spoke as the assistant, leaked hidden facts)."""
+
+    failure_class = FailureClass.SIMULATOR
+
+
+class ModelOutputError(TrajsynthError):
+    """The policy's output could not be used (bad JSON, unknown tool, schema violation)."""
+
+    failure_class = FailureClass.MODEL

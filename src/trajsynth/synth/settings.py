@@ -1,0 +1,225 @@
+"""Settings: one TOML file plus ``SYNTH_...`` environment overrides.
+
+This is the only module that reads the environment. The CLI builds ``Settings``, then a
+``RunConfig`` (a plain schema stored with the run), and passes typed values down.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from trajsynth.schemas import (
+    Budgets,
+    InputError,
+    LLMConfig,
+    RolloutMode,
+    RunConfig,
+    SandboxKind,
+    SandboxLimits,
+)
+
+__all__ = ["DEFAULT_CONFIG_FILE", "Settings", "default_toml", "load_settings"]
+
+DEFAULT_CONFIG_FILE = Path("synth.toml")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LLMSettings(_Section):
+    base_url: str | None = Field(
+        default=None, description="OpenAI-compatible endpoint; empty starts the embedded server"
+    )
+    model: str = "SmolLM2-135M-Instruct"
+    # Read from SYNTH_LLM__API_KEY (or OPENAI_API_KEY through the CLI); never stored or logged.
+    api_key: SecretStr | None = None
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=256, ge=1)
+    logprobs: bool = True
+    max_concurrency: int = Field(default=2, ge=1)
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    cache: bool = True
+    embedded_ctx: int = Field(default=4096, ge=512)
+
+
+class RunSettings(_Section):
+    tasks: int = Field(default=12, ge=1)
+    clusters: list[str] = Field(default_factory=list)
+    seed: int = 0
+    rounds: int = Field(default=1, ge=1)
+    samples: int = Field(default=1, ge=1)
+    rollout: RolloutMode = RolloutMode.LINEAR
+    max_turns: int = Field(default=6, ge=1)
+    max_tool_calls: int = Field(default=12, ge=0)
+    max_tokens: int = Field(default=6000, ge=1)
+    tool_timeout_s: float = Field(default=20.0, gt=0)
+    planner_retries: int = Field(default=2, ge=0)
+
+
+class SandboxSettings(_Section):
+    kind: SandboxKind = SandboxKind.AUTO
+    memory_mb: int = Field(default=512, ge=32)
+    pids: int = Field(default=128, ge=8)
+    cpus: float = Field(default=1.0, gt=0)
+    timeout_s: float = Field(default=30.0, gt=0)
+
+
+class Settings(BaseSettings):
+    """Every setting, with its default. ``synth init`` writes these as a commented TOML file."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SYNTH_", env_nested_delimiter="__", extra="forbid", toml_file=None
+    )
+
+    store_path: Path = Path("data/synth.duckdb")
+    clusters_dir: Path = Path("data/clusters")
+    cache_dir: Path = Path("data/cache")
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    run: RunSettings = Field(default_factory=RunSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls)
+        return (init_settings, env_settings, toml)
+
+    def run_config(self, **overrides: Any) -> RunConfig:
+        """The RunConfig for a run: these settings plus command-line overrides."""
+        run = self.run.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+        llm = LLMConfig(
+            base_url=self.llm.base_url,
+            model=self.llm.model,
+            temperature=self.llm.temperature,
+            max_tokens=self.llm.max_tokens,
+            logprobs=self.llm.logprobs,
+            max_concurrency=self.llm.max_concurrency,
+            requests_per_minute=self.llm.requests_per_minute,
+            tokens_per_minute=self.llm.tokens_per_minute,
+            timeout_s=self.llm.timeout_s,
+            max_retries=self.llm.max_retries,
+        )
+        return RunConfig(
+            tasks=run.tasks,
+            clusters=list(run.clusters),
+            seed=run.seed,
+            rounds=run.rounds,
+            samples=run.samples,
+            rollout_mode=run.rollout,
+            llm=llm,
+            budgets=Budgets(
+                max_turns=run.max_turns,
+                max_tool_calls=run.max_tool_calls,
+                max_tokens=run.max_tokens,
+                tool_timeout_s=run.tool_timeout_s,
+            ),
+            sandbox=self.sandbox.kind,
+            sandbox_limits=SandboxLimits(
+                memory_mb=self.sandbox.memory_mb,
+                pids=self.sandbox.pids,
+                cpus=self.sandbox.cpus,
+                timeout_s=self.sandbox.timeout_s,
+            ),
+            planner_retries=run.planner_retries,
+        )
+
+
+def _describe_error(err: dict[str, Any], source: str) -> str:
+    key = ".".join(str(p) for p in err["loc"])
+    value = err.get("input")
+    if err["type"] == "extra_forbidden":
+        return f"{source}: unknown setting '{key}' (value {value!r}); see `synth init` for all keys"
+    return f"{source}: invalid value {value!r} for '{key}': {err['msg']}"
+
+
+def load_settings(config_path: Path | None = None, **init: Any) -> Settings:
+    """Read ``config_path`` (or ``./synth.toml`` when present) and the environment.
+
+    Raises ``InputError`` with one line naming the file, the key, the value and what is allowed.
+    """
+    path = config_path if config_path is not None else DEFAULT_CONFIG_FILE
+    if config_path is not None and not path.is_file():
+        raise InputError(f"config file {path} does not exist (write one with `synth init`)")
+    source = str(path) if path.is_file() else "environment"
+    if path.is_file():
+        try:
+            tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"{path}: not valid TOML: {exc}") from exc
+
+    class _FileSettings(Settings):
+        model_config = SettingsConfigDict(toml_file=path if path.is_file() else None)
+
+    try:
+        loaded = _FileSettings(**init)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(_describe_error(first, source)) from None
+    return loaded
+
+
+def default_toml() -> str:
+    """The commented default ``synth.toml`` that ``synth init`` writes."""
+    return """\
+# trajsynth settings. Every key is optional; environment variables override them:
+# SYNTH_STORE_PATH, SYNTH_LLM__BASE_URL, SYNTH_RUN__TASKS, SYNTH_SANDBOX__KIND, ...
+# Secrets (SYNTH_LLM__API_KEY) belong in the environment, never in this file.
+
+store_path = "data/synth.duckdb"   # the DuckDB store
+clusters_dir = "data/clusters"     # outside MCP servers added with `synth clusters add`
+cache_dir = "data/cache"           # LLM response cache (a re-run costs nothing)
+
+[llm]
+# base_url = "http://127.0.0.1:8000/v1"   # any OpenAI-compatible server (vLLM, hosted);
+                                           # unset: start the embedded llama.cpp server
+model = "SmolLM2-135M-Instruct"
+temperature = 0.7
+max_tokens = 256
+logprobs = true              # request top-k logprobs (token entropy for tree branching)
+max_concurrency = 2          # requests in flight at once
+# requests_per_minute = 60
+# tokens_per_minute = 100000
+timeout_s = 120.0
+max_retries = 3              # openai client retries on 429, 5xx and timeouts (honours Retry-After)
+cache = true
+
+[run]
+tasks = 12                   # blueprints per round
+clusters = []                # empty: every registered cluster
+seed = 0
+rounds = 1
+samples = 1                  # rollouts per task
+rollout = "linear"           # linear | tree
+max_turns = 6                # assistant turns per rollout
+max_tool_calls = 12
+max_tokens = 6000            # generated tokens per rollout
+tool_timeout_s = 20.0
+planner_retries = 2
+
+[sandbox]
+kind = "auto"                # docker | local | auto (docker when the engine and image are there)
+memory_mb = 512
+pids = 128
+cpus = 1.0
+timeout_s = 30.0
+"""

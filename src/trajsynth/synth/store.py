@@ -1,0 +1,471 @@
+"""The DuckDB store: every record the pipeline makes, queryable in SQL.
+
+Layout for concurrent readers: DuckDB lets one process hold a file for writing and, while it
+does, no other process may open it at all. So no process keeps the file open: every write is
+one short transaction (open, insert a batch, commit, close) and every read opens read-only for
+one query. A run therefore holds the lock for milliseconds per batch, and ``synth query`` or the
+dashboard get in between. Lock conflicts on either side are retried with backoff (tenacity).
+
+Writes are ``INSERT ... ON CONFLICT DO NOTHING`` on content-derived primary keys, so rerunning
+anything is safe and a crashed run resumes without duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+from trajsynth.schemas import InputError
+
+__all__ = ["SCHEMA_VERSION", "TABLES", "Store", "StoreLockedError"]
+
+log = logging.getLogger(__name__)
+
+
+class StoreLockedError(InputError):
+    """Another process held the store for longer than we were willing to wait."""
+
+
+# table -> (primary key, {column: duckdb type}). JSON columns hold nested fields; SQL reaches
+# into them with ->, ->> and json_extract.
+TABLES: dict[str, tuple[str, dict[str, str]]] = {
+    "runs": (
+        "run_id",
+        {
+            "run_id": "VARCHAR",
+            "created_at": "TIMESTAMP",
+            "updated_at": "TIMESTAMP",
+            "state": "VARCHAR",
+            "config": "JSON",
+            "manifest": "JSON",
+            "summary": "JSON",
+        },
+    ),
+    "clusters": (
+        "cluster_id",
+        {
+            "cluster_id": "VARCHAR",
+            "domain": "VARCHAR",
+            "description": "VARCHAR",
+            "source": "VARCHAR",
+            "server": "JSON",
+            "state_readable": "BOOLEAN",
+            "n_tools": "INTEGER",
+            "n_edges": "INTEGER",
+        },
+    ),
+    "tools": (
+        "tool_key",
+        {
+            "tool_key": "VARCHAR",
+            "cluster_id": "VARCHAR",
+            "name": "VARCHAR",
+            "access": "VARCHAR",
+            "description": "VARCHAR",
+            "input_schema": "JSON",
+            "output_schema": "JSON",
+        },
+    ),
+    "edges": (
+        "edge_key",
+        {
+            "edge_key": "VARCHAR",
+            "cluster_id": "VARCHAR",
+            "source": "VARCHAR",
+            "target": "VARCHAR",
+            "out_field": "VARCHAR",
+            "in_param": "VARCHAR",
+            "score": "DOUBLE",
+            "origin": "VARCHAR",
+            "verified": "BOOLEAN",
+        },
+    ),
+    "blueprints": (
+        "blueprint_id",
+        {
+            "blueprint_id": "VARCHAR",
+            "run_id": "VARCHAR",
+            "round": "INTEGER",
+            "cluster_id": "VARCHAR",
+            "domain": "VARCHAR",
+            "cell": "JSON",
+            "difficulty": "VARCHAR",
+            "path_shape": "VARCHAR",
+            "target_mode": "VARCHAR",
+            "initial_state_id": "VARCHAR",
+            "tool_path": "JSON",
+            "slots": "JSON",
+            "persona": "VARCHAR",
+            "goal": "VARCHAR",
+            "hidden_info": "JSON",
+            "uses_code_tool": "BOOLEAN",
+            "n_writes": "INTEGER",
+            "gold_run": "JSON",
+            "constraints": "JSON",
+            "max_turns": "INTEGER",
+            "seed": "BIGINT",
+            "words_source": "VARCHAR",
+        },
+    ),
+    "blueprint_attempts": (
+        "attempt_id",
+        {
+            "attempt_id": "VARCHAR",
+            "run_id": "VARCHAR",
+            "round": "INTEGER",
+            "cluster_id": "VARCHAR",
+            "cell": "JSON",
+            "seed": "BIGINT",
+            "accepted": "BOOLEAN",
+            "reason": "VARCHAR",
+            "detail": "VARCHAR",
+        },
+    ),
+    "trees": (
+        "tree_id",
+        {
+            "tree_id": "VARCHAR",
+            "run_id": "VARCHAR",
+            "blueprint_id": "VARCHAR",
+            "round": "INTEGER",
+            "rollout_mode": "VARCHAR",
+            "n_nodes": "INTEGER",
+            "n_leaves": "INTEGER",
+            "pass_rate": "DOUBLE",
+            "total_tokens": "BIGINT",
+            "wall_s": "DOUBLE",
+        },
+    ),
+    "nodes": (
+        "node_id",
+        {
+            "node_id": "VARCHAR",
+            "tree_id": "VARCHAR",
+            "parent_id": "VARCHAR",
+            "depth": "INTEGER",
+            "messages": "JSON",
+            "calls": "JSON",
+            "usage": "JSON",
+            "step_entropy": "DOUBLE",
+            "confidence": "DOUBLE",
+            "branch_probability": "DOUBLE",
+            "n_children": "INTEGER",
+            "snapshot_id": "VARCHAR",
+            "prune_reason": "VARCHAR",
+            "value": "DOUBLE",
+            "advantage": "DOUBLE",
+        },
+    ),
+    "trajectories": (
+        "trajectory_id",
+        {
+            "trajectory_id": "VARCHAR",
+            "run_id": "VARCHAR",
+            "blueprint_id": "VARCHAR",
+            "tree_id": "VARCHAR",
+            "leaf_node_id": "VARCHAR",
+            "cluster_id": "VARCHAR",
+            "round": "INTEGER",
+            "seed": "BIGINT",
+            "node_ids": "JSON",
+            "messages": "JSON",
+            "tools": "JSON",
+            "calls": "JSON",
+            "final_answer": "VARCHAR",
+            "termination": "VARCHAR",
+            "failure_class": "VARCHAR",
+            "failure_detail": "VARCHAR",
+            "attempts": "INTEGER",
+            "usage": "JSON",
+            "n_turns": "INTEGER",
+            "n_calls": "INTEGER",
+            "total_tokens": "BIGINT",
+            "final_state_hash": "VARCHAR",
+            "wall_s": "DOUBLE",
+        },
+    ),
+    "verdicts": (
+        "verdict_id",
+        {
+            "verdict_id": "VARCHAR",
+            "trajectory_id": "VARCHAR",
+            "results": "JSON",
+            "passed": "BOOLEAN",
+            "score": "DOUBLE",
+            "state_hash": "VARCHAR",
+            "state_diff": "JSON",
+            "excluded": "BOOLEAN",
+        },
+    ),
+    "scores": (
+        "trajectory_id",
+        {
+            "trajectory_id": "VARCHAR",
+            "mode": "VARCHAR",
+            "mode_codebook": "VARCHAR",
+            "cac": "DOUBLE",
+            "n_steps": "INTEGER",
+            "n_distinct_tools": "INTEGER",
+            "max_dep_depth": "INTEGER",
+            "n_bound_args": "INTEGER",
+            "n_conditional": "INTEGER",
+            "signature": "VARCHAR",
+            "recovered": "BOOLEAN",
+            "efficiency": "DOUBLE",
+            "sft_score": "DOUBLE",
+            "duplicate_of": "VARCHAR",
+        },
+    ),
+    "llm_calls": (
+        "call_key",
+        {
+            "call_key": "VARCHAR",
+            "run_id": "VARCHAR",
+            "trajectory_id": "VARCHAR",
+            "role": "VARCHAR",
+            "model": "VARCHAR",
+            "prompt_tokens": "INTEGER",
+            "completion_tokens": "INTEGER",
+            "latency_s": "DOUBLE",
+            "cached": "BOOLEAN",
+        },
+    ),
+    "work_units": (
+        "unit_id",
+        {
+            "unit_id": "VARCHAR",
+            "run_id": "VARCHAR",
+            "kind": "VARCHAR",
+            "done_at": "TIMESTAMP",
+        },
+    ),
+}
+
+# Each migration takes the store from version i to i+1. Append, never edit.
+MIGRATIONS: list[list[str]] = [
+    [
+        f"CREATE TABLE IF NOT EXISTS {name} ("
+        + ", ".join(f"{col} {typ}" for col, typ in cols.items())
+        + f", PRIMARY KEY ({pk}))"
+        for name, (pk, cols) in TABLES.items()
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+
+
+_retry_on_lock = retry(
+    retry=retry_if_exception(_is_lock_error),
+    wait=wait_exponential_jitter(multiplier=0.02, max=0.5),
+    stop=stop_after_delay(30),
+    reraise=True,
+)
+
+
+def _to_cell(value: Any, typ: str) -> Any:
+    if typ == "JSON":
+        return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+    return value
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Store:
+    """A DuckDB file. Cheap to construct; holds no connection between calls."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._migrated = False
+
+    def _ensure_migrated(self) -> None:
+        if not self._migrated:
+            self.migrate()
+
+    # --- connections -----------------------------------------------------------------
+    @contextmanager
+    def _connect(self, *, read_only: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        if read_only and not self.path.exists():
+            raise InputError(f"no store at {self.path} (run `synth run` first)")
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        con = _retry_on_lock(duckdb.connect)(str(self.path), read_only=read_only)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def migrate(self) -> int:
+        """Create or upgrade the tables; returns the schema version."""
+        with self._connect(read_only=False) as con:
+            con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)")
+            row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+            current = row[0] if row and row[0] is not None else 0
+            if current > SCHEMA_VERSION:
+                raise InputError(
+                    f"{self.path} has schema version {current}, newer than this trajsynth "
+                    f"({SCHEMA_VERSION}); upgrade trajsynth"
+                )
+            for version in range(current, SCHEMA_VERSION):
+                con.execute("BEGIN")
+                for stmt in MIGRATIONS[version]:
+                    con.execute(stmt)
+                con.execute("INSERT INTO schema_version VALUES (?)", [version + 1])
+                con.execute("COMMIT")
+        self._migrated = True
+        return SCHEMA_VERSION
+
+    # --- writes ----------------------------------------------------------------------
+    def insert(self, table: str, rows: Iterable[BaseModel | dict[str, Any]]) -> int:
+        """Insert rows (records or dicts), skipping ids already present. One transaction."""
+        return self.insert_many({table: rows})
+
+    @_retry_on_lock
+    def insert_many(self, batches: dict[str, Iterable[BaseModel | dict[str, Any]]]) -> int:
+        """Insert into several tables in ONE transaction: all of it commits or none does.
+
+        Returns the number of new rows.
+        """
+        prepared: list[tuple[str, list[str], list[list[Any]]]] = []
+        for table, rows in batches.items():
+            if table not in TABLES:
+                raise KeyError(f"unknown table {table!r}")
+            _, cols = TABLES[table]
+            names = list(cols)
+            values = []
+            for row in rows:
+                data = row.model_dump(mode="json") if isinstance(row, BaseModel) else dict(row)
+                values.append([_to_cell(data.get(c), cols[c]) for c in names])
+            if values:
+                prepared.append((table, names, values))
+        if not prepared:
+            return 0
+        self._ensure_migrated()
+        with self._connect(read_only=False) as con:
+            con.execute("BEGIN")
+            try:
+                before = {t: _count(con, t) for t, _, _ in prepared}
+                for table, names, values in prepared:
+                    placeholders = ", ".join("?" for _ in names)
+                    con.executemany(
+                        f"INSERT INTO {table} ({', '.join(names)}) VALUES ({placeholders}) "
+                        "ON CONFLICT DO NOTHING",
+                        values,
+                    )
+                added = sum(_count(con, t) - before[t] for t, _, _ in prepared)
+                con.execute("COMMIT")
+            except duckdb.Error:
+                con.execute("ROLLBACK")
+                raise
+        return added
+
+    @_retry_on_lock
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one write statement (updates of run state and the like)."""
+        self._ensure_migrated()
+        with self._connect(read_only=False) as con:
+            con.execute(sql, list(params))
+
+    # --- runs --------------------------------------------------------------------------
+    def start_run(self, run_id: str, config: dict[str, Any], manifest: dict[str, Any]) -> bool:
+        """Record a run (or find it again on resume). True when it was new."""
+        self.migrate()
+        now = _now()
+        added = self.insert(
+            "runs",
+            [
+                {
+                    "run_id": run_id,
+                    "created_at": now,
+                    "updated_at": now,
+                    "state": "running",
+                    "config": config,
+                    "manifest": manifest,
+                    "summary": None,
+                }
+            ],
+        )
+        if not added:
+            self.execute(
+                "UPDATE runs SET state = 'running', updated_at = ? WHERE run_id = ?", [now, run_id]
+            )
+        return bool(added)
+
+    def finish_run(self, run_id: str, state: str, summary: dict[str, Any]) -> None:
+        self.execute(
+            "UPDATE runs SET state = ?, updated_at = ?, summary = ? WHERE run_id = ?",
+            [state, _now(), json.dumps(summary, default=str), run_id],
+        )
+
+    def done_units(self, run_id: str, kind: str) -> set[str]:
+        if not self.path.exists():
+            return set()
+        rows = self.query(
+            "SELECT unit_id FROM work_units WHERE run_id = ? AND kind = ?", [run_id, kind]
+        )
+        return {r["unit_id"] for r in rows}
+
+    # --- reads -------------------------------------------------------------------------
+    @_retry_on_lock
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Run one read-only query; rows as dicts."""
+        with self._connect(read_only=True) as con:
+            try:
+                cur = con.execute(sql, list(params))
+            except duckdb.CatalogException as exc:
+                if "schema_version" not in _tables(con):
+                    return []
+                raise InputError(str(exc).splitlines()[0]) from None
+            cols = [d[0] for d in cur.description] if cur.description else []
+            return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    @_retry_on_lock
+    def query_table(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run a user's SQL read-only; columns and rows (for ``synth query``)."""
+        with self._connect(read_only=True) as con:
+            try:
+                cur = con.execute(sql)
+            except duckdb.Error as exc:
+                raise InputError(f"SQL error: {str(exc).splitlines()[0]}") from None
+            cols = [d[0] for d in cur.description] if cur.description else []
+            return cols, cur.fetchall()
+
+    def get(self, table: str, key: str) -> dict[str, Any] | None:
+        if table not in TABLES:
+            raise InputError(f"unknown kind {table!r}; one of: {', '.join(TABLES)}")
+        pk, _ = TABLES[table]
+        rows = self.query(f"SELECT * FROM {table} WHERE {pk} = ? OR {pk} LIKE ?", [key, key + "%"])
+        if len(rows) > 1:
+            raise InputError(f"{key!r} matches {len(rows)} {table}; give more of the id")
+        return rows[0] if rows else None
+
+    def counts(self) -> dict[str, int]:
+        if not self.path.exists():
+            return {}
+        out = {}
+        for table in TABLES:
+            rows = self.query(f"SELECT count(*) AS n FROM {table}")
+            out[table] = rows[0]["n"] if rows else 0
+        return out
+
+
+def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    row = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}

@@ -1,0 +1,89 @@
+"""Schema round trips, id stability and validation errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from trajsynth.schemas import (
+    AnswerContains,
+    Constraint,
+    FailureClass,
+    FinalState,
+    FunctionCall,
+    Message,
+    MessageRole,
+    RunConfig,
+    ToolCall,
+    ToolCalled,
+    CallPattern,
+    ToolSpec,
+    content_id,
+    counts_against_policy,
+)
+
+CONSTRAINTS = TypeAdapter(list[Constraint])
+
+
+def test_constraint_union_round_trips_by_kind() -> None:
+    items = [
+        FinalState(gold_hash="abc"),
+        ToolCalled(call=CallPattern(tool="return_items", matchers={"order_id": "#W1"})),
+        AnswerContains(values=["54.20"], hard=False),
+    ]
+    dumped = CONSTRAINTS.dump_json(items)
+    back = CONSTRAINTS.validate_json(dumped)
+    assert back == items
+    assert [c.kind for c in back] == ["final_state", "tool_called", "answer_contains"]
+
+
+def test_unknown_constraint_kind_names_the_tag() -> None:
+    with pytest.raises(ValidationError, match="does_not_exist"):
+        CONSTRAINTS.validate_python([{"kind": "does_not_exist"}])
+
+
+def test_records_are_frozen_and_reject_typos() -> None:
+    spec = ToolSpec(name="get_order")
+    with pytest.raises(ValidationError):
+        spec.name = "x"  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="descripton"):
+        ToolSpec(name="get_order", descripton="typo")  # type: ignore[call-arg]
+
+
+def test_message_openai_format_keeps_arguments_as_string() -> None:
+    msg = Message(
+        role=MessageRole.ASSISTANT,
+        tool_calls=[ToolCall(id="c1", function=FunctionCall(name="f", arguments='{"a": 1'))],
+    )
+    wire = msg.to_openai()
+    assert wire == {
+        "role": "assistant",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1'}}],
+    }
+    with pytest.raises(ValueError):
+        msg.tool_calls[0].function.parsed_arguments()  # type: ignore[index]
+    assert Message.model_validate(json.loads(json.dumps(wire))) == msg
+
+
+def test_content_id_is_stable_and_ignores_volatile_fields() -> None:
+    a = {"goal": "x", "seed": 1, "wall_s": 0.5}
+    b = {"seed": 1, "goal": "x", "wall_s": 9.0}
+    vol = frozenset({"wall_s"})
+    assert content_id("bp", a, volatile=vol) == content_id("bp", b, volatile=vol)
+    assert content_id("bp", a, volatile=vol) != content_id("bp", {**a, "seed": 2}, volatile=vol)
+    assert content_id("bp", a, volatile=vol).startswith("bp_")
+
+
+def test_run_config_hash_changes_with_meaning() -> None:
+    assert RunConfig().config_hash() == RunConfig().config_hash()
+    assert RunConfig(seed=1).config_hash() != RunConfig(seed=2).config_hash()
+
+
+def test_only_tool_and_model_failures_count_against_the_policy() -> None:
+    assert counts_against_policy(FailureClass.TOOL)
+    assert counts_against_policy(FailureClass.MODEL)
+    assert not counts_against_policy(FailureClass.INFRA)
+    assert not counts_against_policy(FailureClass.SIMULATOR)
+    assert not counts_against_policy(None)
