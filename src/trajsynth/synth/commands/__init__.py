@@ -1,0 +1,1 @@
+"""CLI sub-apps, one module per command group."""
