@@ -25,6 +25,11 @@ class Assistant(BaseModel):
     )
     temperature: float | None = Field(default=None, description="None: the run's LLM setting")
     max_tokens: int | None = None
+    tool_choice_after_user: str = Field(
+        default="auto",
+        description="tool_choice when the last message is the user's ('auto' or 'required'); "
+        "after a tool result the choice is always 'auto'",
+    )
 
     def system_message(self, cluster: ToolCluster) -> Message:
         text = self.system_prompt.format(

@@ -150,6 +150,11 @@ async def run_episode(
                 temperature=assistant.temperature,
                 max_tokens=assistant.max_tokens,
                 seed=blueprint.seed + 7919 * sample + turn_index,
+                tool_choice=(
+                    assistant.tool_choice_after_user
+                    if messages[-1].role is MessageRole.USER
+                    else "auto"
+                ),
             )
         except InfraError as exc:
             termination, failure, detail = Termination.INFRA_ERROR, FailureClass.INFRA, str(exc)

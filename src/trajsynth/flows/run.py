@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.cells import sample_cells
 from trajsynth.agents.llm import LLMClient, open_llm_client
-from trajsynth.agents.planner import Planner, plan_blueprint
+from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.agents.rollout import EpisodeResult, run_episode
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
@@ -47,6 +47,12 @@ from trajsynth.synth.summary import RunSummary, summarize_run
 __all__ = ["run_id_for", "synth_run"]
 
 log = logging.getLogger(__name__)
+
+
+def _tool_choice(config: RunConfig) -> str:
+    if config.assistant_tool_choice is not None:
+        return config.assistant_tool_choice
+    return "required" if config.llm.base_url is None else "auto"
 
 
 def run_id_for(config: RunConfig) -> str:
@@ -134,14 +140,13 @@ async def plan_task(
     seed = config.seed * 1_000_003 + round_index * 10_007 + task_index
     planner = Planner(retries=config.planner_retries)
 
-    def env_factory():
-        return open_environment(
-            cluster,
-            sandbox_kind=config.sandbox,
-            limits=config.sandbox_limits,
-            seed=seed,
-            tool_timeout_s=config.budgets.tool_timeout_s,
-        )
+    env_factory = environment_factory(
+        cluster,
+        sandbox_kind=config.sandbox,
+        limits=config.sandbox_limits,
+        seed=seed,
+        tool_timeout_s=config.budgets.tool_timeout_s,
+    )
 
     outcome = await plan_blueprint(
         planner, llm, env_factory, cluster, cell, seed=seed, round=round_index
@@ -219,7 +224,7 @@ async def rollout_task(
             blueprint=blueprint,
             env=env,
             llm=llm,
-            assistant=Assistant(),
+            assistant=Assistant(tool_choice_after_user=_tool_choice(config)),
             user_sim=UserSimulator(),
             budgets=config.budgets,
             run_id=run_id,
@@ -277,10 +282,11 @@ async def synth_run(
     started = time.perf_counter()
     store = Store(Path(store_path))
     run_id = run_id_for(config)
+    outside_dir = Path(clusters_dir) if clusters_dir else None
     clusters = (
-        [get_cluster(name, clusters_dir=clusters_dir) for name in config.clusters]
+        [get_cluster(name, clusters_dir=outside_dir) for name in config.clusters]
         if config.clusters
-        else list_clusters(clusters_dir=clusters_dir)
+        else list_clusters(clusters_dir=outside_dir)
     )
     by_id = {c.cluster_id: c for c in clusters}
     store.start_run(

@@ -30,7 +30,33 @@ from trajsynth.schemas.constraints import (
     ToolCalled,
     ToolNotCalled,
 )
+from trajsynth.schemas.curation import (
+    RLSelectConfig,
+    Selection,
+    SelectionKind,
+    SFTSelectConfig,
+    TaskTopology,
+    TrajectoryTopology,
+)
 from trajsynth.schemas.datasets import RLRow, SFTRow
+from trajsynth.schemas.diversity import (
+    CACBreakdown,
+    CACStep,
+    CACWeights,
+    CellCatalog,
+    DiversityReport,
+    DuplicateMark,
+    EntropyStats,
+    EvolutionParams,
+    ModeAssignment,
+    ModeCodebookRecord,
+    ModeInfo,
+    OptionStats,
+    RolloutOutcome,
+    RoundWeights,
+    WeightChange,
+    WeightReason,
+)
 from trajsynth.schemas.env import EnvSpec, EnvState
 from trajsynth.schemas.failures import (
     FailureClass,
@@ -73,17 +99,22 @@ from trajsynth.schemas.tools import (
 from trajsynth.schemas.verdict import ConstraintResult, Verdict
 
 __all__ = [
-    "AgentRole", "AnswerContains", "AnswerMatches", "ArgBinding", "Blueprint", "BlueprintAttempt",
-    "Budgets", "CallPattern", "Cell", "CodeTestsPass", "Constraint", "ConstraintKind",
-    "ConstraintResult", "Difficulty", "Domain", "EdgeOrigin", "EnvSpec", "EnvState",
-    "ExecResult", "FailureClass", "FinalState", "FunctionCall", "GoldCall", "GoldRun",
-    "InfraError", "InputError", "JsonValue", "LLMConfig", "LLMError", "LLMUsage", "LiteralArg",
-    "MCPServerError", "MaxCalls", "Message", "MessageRole", "ModelOutputError", "Node",
-    "ObsClass", "Order", "PathShape", "PlannedCall", "RLRow", "ReasoningMode", "Record",
-    "RefArg", "RolloutMode", "RolloutTree", "RunConfig", "SFTRow", "SandboxError",
-    "SandboxKind", "SandboxLimits", "SandboxTimeout", "Scores", "ServerKind", "ServerSpec",
-    "Signals", "SimulatorError", "SlotArg", "SnapshotHandle", "Termination", "ToolAccess",
+    "AgentRole", "AnswerContains", "AnswerMatches", "ArgBinding", "Blueprint",
+    "BlueprintAttempt", "Budgets", "CallPattern", "Cell", "CodeTestsPass", "Constraint",
+    "ConstraintKind", "ConstraintResult", "Difficulty", "Domain", "EdgeOrigin", "EnvSpec",
+    "EnvState", "ExecResult", "FailureClass", "FinalState", "FunctionCall", "GoldCall",
+    "GoldRun", "InfraError", "InputError", "JsonValue", "LLMConfig", "LLMError", "LLMUsage",
+    "LiteralArg", "MCPServerError", "MaxCalls", "Message", "MessageRole", "ModelOutputError",
+    "Node", "ObsClass", "Order", "PathShape", "PlannedCall", "RLRow", "RLSelectConfig",
+    "ReasoningMode", "Record", "RefArg", "RolloutMode", "RolloutTree", "RunConfig", "SFTRow",
+    "SFTSelectConfig", "SandboxError", "SandboxKind", "SandboxLimits", "SandboxTimeout",
+    "Scores", "Selection", "SelectionKind", "ServerKind", "ServerSpec", "Signals",
+    "SimulatorError", "SlotArg", "SnapshotHandle", "TaskTopology", "Termination", "ToolAccess",
     "ToolCall", "ToolCallRecord", "ToolCalled", "ToolCluster", "ToolEdge", "ToolNotCalled",
-    "ToolSpec", "Trajectory", "TrajsynthError", "UsageTotals", "Verdict", "canonical_json",
-    "content_id", "counts_against_policy", "stable_hash",
-]
+    "ToolSpec", "Trajectory", "TrajectoryTopology", "TrajsynthError", "UsageTotals", "Verdict",
+    "canonical_json", "content_id", "counts_against_policy", "stable_hash",
+    # diversity and evolution (METHODS.md §5, §6)
+    "CACBreakdown", "CACStep", "CACWeights", "CellCatalog", "DiversityReport", "DuplicateMark",
+    "EntropyStats", "EvolutionParams", "ModeAssignment", "ModeCodebookRecord", "ModeInfo",
+    "OptionStats", "RolloutOutcome", "RoundWeights", "WeightChange", "WeightReason",
+]  # fmt: skip

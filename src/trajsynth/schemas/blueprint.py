@@ -10,6 +10,7 @@ from pydantic import Field
 from trajsynth.schemas._base import JsonValue, Record
 from trajsynth.schemas.constraints import Constraint
 from trajsynth.schemas.env import EnvState
+from trajsynth.schemas.rollout import LLMUsage
 
 __all__ = [
     "ArgBinding",
@@ -122,6 +123,13 @@ class Blueprint(Record):
     max_turns: int = Field(default=8, ge=1)
     seed: int
     round: int = 0
+    # added by the planner (agents/planner): where the words came from ("llm", or the
+    # deterministic "template" after the LLM's drafts failed), how many LLM drafts were tried,
+    # WRIT's reads before each write (§14), and the planner's LLM calls (cost by role).
+    words_source: Literal["llm", "template"] = "llm"
+    words_attempts: int = Field(default=0, ge=0)
+    reads_before_write: list[int] = Field(default_factory=list)
+    usage: list[LLMUsage] = Field(default_factory=list)
 
 
 class BlueprintAttempt(Record):
@@ -135,3 +143,7 @@ class BlueprintAttempt(Record):
     accepted: bool
     reason: str = ""
     detail: str = ""
+    # added by the planner: the accepted blueprint, the words' origin, the LLM calls spent
+    blueprint_id: str | None = None
+    words_source: Literal["llm", "template"] | None = None
+    usage: list[LLMUsage] = Field(default_factory=list)

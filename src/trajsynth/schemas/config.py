@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field
 
@@ -53,6 +54,13 @@ class RunConfig(Record):
     sandbox: SandboxKind = SandboxKind.AUTO
     sandbox_limits: SandboxLimits = Field(default_factory=SandboxLimits)
     planner_retries: int = Field(default=2, ge=0)
+    assistant_tool_choice: Literal["auto", "required"] | None = Field(
+        default=None,
+        description=(
+            "tool_choice on assistant turns that follow a user message; None: 'required' for "
+            "the embedded SmolLM2 (it almost never calls a tool under 'auto'), else 'auto'"
+        ),
+    )
 
     def config_hash(self) -> str:
         return stable_hash(self.model_dump(mode="json"), length=16)

@@ -21,6 +21,7 @@ from trajsynth import schemas
 from trajsynth.schemas import InputError, TrajsynthError
 from trajsynth.synth.commands import clusters as clusters_cmd
 from trajsynth.synth.commands import sandbox as sandbox_cmd
+from trajsynth.synth.commands import topo as topo_cmd
 from trajsynth.synth.settings import DEFAULT_CONFIG_FILE, Settings, default_toml, load_settings
 from trajsynth.synth.store import TABLES, Store
 
@@ -39,6 +40,7 @@ app.add_typer(
     clusters_cmd.app, name="clusters", help="Tool clusters (bundled and outside MCP servers)."
 )
 app.add_typer(sandbox_cmd.app, name="sandbox", help="The Docker sandbox image.")
+app.command("topo")(topo_cmd.topo)
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="settings file (default ./synth.toml)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import (
@@ -67,7 +67,8 @@ class RunSettings(_Section):
     max_tool_calls: int = Field(default=12, ge=0)
     max_tokens: int = Field(default=6000, ge=1)
     tool_timeout_s: float = Field(default=20.0, gt=0)
-    planner_retries: int = Field(default=2, ge=0)
+    planner_retries: int = Field(default=1, ge=0)
+    assistant_tool_choice: Literal["auto", "required"] | None = None
 
 
 class SandboxSettings(_Section):
@@ -141,6 +142,7 @@ class Settings(BaseSettings):
                 timeout_s=self.sandbox.timeout_s,
             ),
             planner_retries=run.planner_retries,
+            assistant_tool_choice=run.assistant_tool_choice,
         )
 
 
@@ -214,7 +216,9 @@ max_turns = 6                # assistant turns per rollout
 max_tool_calls = 12
 max_tokens = 6000            # generated tokens per rollout
 tool_timeout_s = 20.0
-planner_retries = 2
+planner_retries = 1           # LLM drafts of the words after the first; then a template
+# assistant_tool_choice = "auto"   # after a user message: auto | required; unset: required for
+                                   # the embedded SmolLM2 (it rarely calls tools under auto)
 
 [sandbox]
 kind = "auto"                # docker | local | auto (docker when the engine and image are there)

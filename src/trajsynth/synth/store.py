@@ -421,7 +421,7 @@ class Store:
     # --- reads -------------------------------------------------------------------------
     @_retry_on_lock
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Run one read-only query; rows as dicts."""
+        """Run one read-only query; rows as dicts, JSON columns decoded."""
         with self._connect(read_only=True) as con:
             try:
                 cur = con.execute(sql, list(params))
@@ -429,8 +429,17 @@ class Store:
                 if "schema_version" not in _tables(con):
                     return []
                 raise InputError(str(exc).splitlines()[0]) from None
-            cols = [d[0] for d in cur.description] if cur.description else []
-            return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+            desc = cur.description or []
+            cols = [d[0] for d in desc]
+            json_cols = {d[0] for d in desc if str(d[1]) == "JSON"}
+            out = []
+            for row in cur.fetchall():
+                item = dict(zip(cols, row, strict=True))
+                for col in json_cols:
+                    if item[col] is not None:
+                        item[col] = json.loads(item[col])
+                out.append(item)
+            return out
 
     @_retry_on_lock
     def query_table(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -468,4 +477,6 @@ def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    return {
+        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    }

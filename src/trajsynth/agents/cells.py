@@ -1,0 +1,189 @@
+"""Drawing the cells a round plans blueprints for (METHODS.md §6, hierarchical sampling).
+
+A cell is (cluster, path shape, target mode, difficulty). Cells are drawn level by level —
+domain, cluster within the domain, shape among the shapes the cluster's graph supports, target
+mode, difficulty — so a sparse catalog never needs the full product. Round 0 is uniform at
+every level except difficulty, which favours easy tasks (``DIFFICULTY_MIX``) so that even a
+small model passes some. Later rounds pass ``weights`` from ``curation/evolution``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+
+import networkx as nx
+
+from trajsynth.mcp_servers.graph import dependency_graph
+from trajsynth.schemas import Cell, Difficulty, PathShape, ReasoningMode, ToolAccess, ToolCluster
+
+__all__ = [
+    "DIFFICULTY_MIX",
+    "LEVELS",
+    "SHAPE_MIX",
+    "allowed_difficulties",
+    "allowed_modes",
+    "has_code_tool",
+    "sample_cells",
+    "supported_shapes",
+]
+
+# Round-0 difficulty mix: half the tasks easy (one or two calls).
+DIFFICULTY_MIX: dict[Difficulty, float] = {
+    Difficulty.EASY: 0.5,
+    Difficulty.MEDIUM: 0.3,
+    Difficulty.HARD: 0.2,
+}
+# Round-0 shape mix: one-call and chain tasks twice as likely as the branching shapes, which
+# are never easy (three or more calls); with DIFFICULTY_MIX about 40% of cells come out easy.
+SHAPE_MIX: dict[PathShape, float] = {
+    PathShape.SINGLE: 2.0,
+    PathShape.CHAIN: 2.0,
+    PathShape.FAN_OUT: 1.0,
+    PathShape.FAN_IN: 1.0,
+    PathShape.DIAMOND: 1.0,
+}
+LEVELS = ("domain", "cluster", "path_shape", "target_mode", "difficulty")
+_CODE_TOOL_WORDS = ("python", "run_code", "execute_code", "exec_code")
+
+
+def has_code_tool(cluster: ToolCluster) -> bool:
+    """Whether the cluster offers a sandboxed code tool (for ``code_compute``, §3 step 6)."""
+    return any(word in t.name.lower() for t in cluster.tools for word in _CODE_TOOL_WORDS)
+
+
+def supported_shapes(cluster: ToolCluster, graph: nx.DiGraph | None = None) -> list[PathShape]:
+    """The path shapes the cluster's dependency graph can hold (§3 step 3), in enum order.
+
+    >>> from trajsynth.schemas import ServerSpec, ServerKind, ToolSpec, ToolEdge, Domain
+    >>> c = ToolCluster(cluster_id="c", domain=Domain.OTHER,
+    ...     server=ServerSpec(kind=ServerKind.BUNDLED),
+    ...     tools=[ToolSpec(name="a"), ToolSpec(name="b")],
+    ...     edges=[ToolEdge(source="a", target="b", out_field="x", in_param="x", score=1.0)])
+    >>> [s.value for s in supported_shapes(c)]
+    ['single', 'chain']
+    """
+    g = graph if graph is not None else dependency_graph(cluster)
+    g = nx.DiGraph((u, v) for u, v in g.edges if u != v)
+    shapes = [PathShape.SINGLE] if cluster.tools else []
+    if g.number_of_edges():
+        shapes.append(PathShape.CHAIN)
+    if any(g.out_degree(u) >= 2 for u in g):
+        shapes.append(PathShape.FAN_OUT)
+    if any(g.in_degree(v) >= 2 for v in g):
+        shapes.append(PathShape.FAN_IN)
+    for a in g:
+        succ = sorted(g.successors(a))
+        if any(
+            set(g.successors(b)) & set(g.successors(c)) - {a, b, c}
+            for i, b in enumerate(succ)
+            for c in succ[i + 1 :]
+        ):
+            shapes.append(PathShape.DIAMOND)
+            break
+    return shapes
+
+
+def allowed_modes(cluster: ToolCluster, shape: PathShape) -> list[ReasoningMode]:
+    """Target modes a blueprint of this shape on this cluster can realise (§3, target modes)."""
+    writes = any(t.access is ToolAccess.WRITE for t in cluster.tools)
+    modes = []
+    for mode in ReasoningMode:
+        if mode is ReasoningMode.PARALLEL_FANOUT and shape is not PathShape.FAN_OUT:
+            continue
+        if mode is ReasoningMode.CODE_COMPUTE and not has_code_tool(cluster):
+            continue
+        if mode is ReasoningMode.EXPLORE_THEN_COMMIT and (shape is PathShape.SINGLE or not writes):
+            continue
+        if mode is ReasoningMode.VERIFY_AFTER_WRITE and not writes:
+            continue
+        modes.append(mode)
+    return modes
+
+
+def allowed_difficulties(shape: PathShape, mode: ReasoningMode) -> list[Difficulty]:
+    """Bins whose call count the shape can have (§3 step 1: easy 1-2, medium 3-4, hard 5-7)."""
+    if shape is PathShape.SINGLE:
+        return [Difficulty.EASY]
+    if shape is not PathShape.CHAIN or mode is ReasoningMode.EXPLORE_THEN_COMMIT:
+        return [Difficulty.MEDIUM, Difficulty.HARD]  # three or more calls
+    return list(Difficulty)
+
+
+def _draw(
+    rng: random.Random,
+    options: Sequence[str],
+    level: str,
+    weights: Mapping[str, Mapping[str, float]] | None,
+    default: Mapping[str, float] | None = None,
+) -> str:
+    given = (weights or {}).get(level)
+    ws = []
+    for option in options:
+        if given is not None:
+            ws.append(max(0.0, float(given.get(option, 0.0))))
+        elif default is not None:
+            ws.append(default.get(option, 0.0))
+        else:
+            ws.append(1.0)
+    total = sum(ws)
+    if total <= 0:
+        ws, total = [1.0] * len(options), float(len(options))
+    x = rng.random() * total
+    for option, w in zip(options, ws, strict=True):
+        x -= w
+        if x < 0:
+            return option
+    return options[-1]
+
+
+def sample_cells(
+    clusters: Sequence[ToolCluster],
+    n: int,
+    rng: random.Random,
+    weights: Mapping[str, Mapping[str, float]] | None = None,
+) -> list[Cell]:
+    """Draw ``n`` cells level by level: domain → cluster → shape → mode → difficulty (§6).
+
+    ``weights`` maps a level name (``LEVELS``) to option → weight; a level without weights
+    is uniform over its feasible options, except shape (``SHAPE_MIX``) and difficulty
+    (``DIFFICULTY_MIX``), which favour short tasks so that even a small model passes some.
+    Options that a cluster cannot realise (a diamond without one in the graph,
+    ``parallel_fanout`` off the fan-out shape) are never drawn. Deterministic for a seeded
+    ``rng``.
+    """
+    if n <= 0 or not clusters:
+        return []
+    by_domain: dict[str, list[ToolCluster]] = {}
+    for cluster in sorted(clusters, key=lambda c: c.cluster_id):
+        if cluster.tools:
+            by_domain.setdefault(str(cluster.domain), []).append(cluster)
+    if not by_domain:
+        return []
+    shapes = {c.cluster_id: supported_shapes(c) for cs in by_domain.values() for c in cs}
+    cells: list[Cell] = []
+    domains = sorted(by_domain)
+    default_mix = {str(k): v for k, v in DIFFICULTY_MIX.items()}
+    shape_mix = {str(k): v for k, v in SHAPE_MIX.items()}
+    for _ in range(n):
+        domain = _draw(rng, domains, "domain", weights)
+        members = {c.cluster_id: c for c in by_domain[domain]}
+        cluster = members[_draw(rng, sorted(members), "cluster", weights)]
+        shape = PathShape(
+            _draw(
+                rng, [s.value for s in shapes[cluster.cluster_id]], "path_shape", weights, shape_mix
+            )
+        )
+        modes = allowed_modes(cluster, shape) or [ReasoningMode.DIRECT_EXECUTE]
+        mode = ReasoningMode(_draw(rng, [m.value for m in modes], "target_mode", weights))
+        bins = [d.value for d in allowed_difficulties(shape, mode)]
+        difficulty = Difficulty(_draw(rng, bins, "difficulty", weights, default_mix))
+        cells.append(
+            Cell(
+                cluster_id=cluster.cluster_id,
+                path_shape=shape,
+                target_mode=mode,
+                difficulty=difficulty,
+            )
+        )
+    return cells

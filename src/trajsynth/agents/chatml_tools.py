@@ -1,0 +1,535 @@
+"""The llama.cpp chat handler the embedded server uses for tool calling, and its launcher.
+
+Run as ``python -m trajsynth.agents.chatml_tools <llama_cpp.server options>``: it registers
+the handler under ``CHAT_FORMAT`` and starts ``llama_cpp.server`` with the same options.
+
+Why not llama-cpp-python's own ``chatml-function-calling`` (read in 0.3.36):
+
+* its template has no case for ``tool`` messages, so the model never sees a tool result;
+* with ``tool_choice="auto"`` a plain-text answer is decoded under the grammar meant for
+  "another call or end", so every text answer comes back empty;
+* ``"required"`` fails an assertion (HTTP 500), tools are ignored when ``tool_choice`` is
+  absent, ``seed`` is dropped, and tool-call turns carry no logprobs.
+
+This handler keeps the prompt idea (ChatML, the tools listed in the system message, a call
+written as ``functions.<name>:`` and a JSON object) and changes the rest:
+
+* tool results are rendered (``functions.<name> returned:``);
+* under ``"auto"`` the model's own first-token distribution decides: the turn is a call
+  with probability ``P(first token begins "functions.")`` (at the request's temperature,
+  before top-k/top-p/min-p truncation, optionally shifted by ``--call_bias``), drawn from
+  the request's seed; otherwise a text answer is sampled freely. Constraining the first
+  token to ``message:`` or ``functions.<name>:``, as the stock handler does, lets
+  tokenisation decide instead ("functions" is one token, "message" four), so it nearly
+  always calls.
+
+  Measured with SmolLM2-135M-Instruct (system prompt "You are a helpful assistant.", two
+  tools): P(call) is 0.000 for "What is the weather in Paris?", 0.003 for "Find me a red
+  mug in the shop.", 0.000 for "Hi! How are you today?", 0.004 for "Thanks, that's all!"
+  and 0.058 right after a get_weather result. The model does not tell when a call helps,
+  so with ``"auto"`` it almost always answers in words. What works: ``"required"`` (or a
+  named tool) when the turn must act, then ``"auto"`` after the tool result, where it
+  answers from the result ("The weather in Paris is sunny."); or ``--call_bias``;
+* the tool's name is then chosen under a grammar of the tool names, the arguments under a
+  grammar from its JSON schema, so they parse unless ``max_tokens`` cuts them off (then
+  they are returned as they are, and the client keeps them raw);
+* ``"required"``, ``"none"`` and a named tool work; the seed is honoured;
+* every turn returns the logprobs of the tokens it generated (``LogprobRecorder``).
+
+Only the standard library and llama_cpp are imported at module level, and llama_cpp only
+inside functions, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["CHAT_FORMAT", "MAX_PARALLEL_CALLS", "chatml_tools_handler", "main", "render_prompt"]
+
+CHAT_FORMAT = "trajsynth-chatml-tools"
+MAX_PARALLEL_CALLS = 4
+"""The most tool calls one turn may hold (``--max_parallel_calls`` lowers it)."""
+_limits: dict[str, Any] = {"max_parallel_calls": MAX_PARALLEL_CALLS, "call_bias": 0.0}
+_END = "<|im_end|>"
+_MIN_LOGPROB = -9999.0  # JSON has no -inf
+
+
+def _text(content: Any) -> str:
+    """Message content as text (OpenAI content parts are joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def _tools_text(tools: Sequence[dict[str, Any]]) -> str:
+    lines = ["", "", "You have access to the following functions:"]
+    for tool in tools:
+        fn = tool["function"]
+        desc = fn.get("description") or ""
+        lines.append("")
+        lines.append(f"functions.{fn['name']}:" + (f" {desc}" if desc else ""))
+        lines.append(json.dumps(fn.get("parameters") or {"type": "object"}))
+    lines += [
+        "",
+        "To answer in words, just write your answer.",
+        "To call a function instead, write its name after 'functions.' and a colon on one "
+        "line, then its arguments as a JSON object on the next, for example:",
+        "functions.<function_name>:",
+        '{"arg1": "value1", "arg2": "value2"}',
+    ]
+    return "\n".join(lines)
+
+
+def render_prompt(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> str:
+    """The ChatML prompt, with the tool list in the system message and tool results shown.
+
+    >>> p = render_prompt([{"role": "user", "content": "hi"},
+    ...                    {"role": "assistant", "content": None, "tool_calls": [
+    ...                        {"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+    ...                    {"role": "tool", "tool_call_id": "c1", "content": "42"}], [])
+    >>> print(p)
+    <|im_start|>user
+    hi<|im_end|>
+    <|im_start|>assistant
+    functions.f:
+    {}<|im_end|>
+    <|im_start|>tool
+    functions.f returned:
+    42<|im_end|>
+    <|im_start|>assistant
+    <BLANKLINE>
+    """
+    tool_text = _tools_text(tools) if tools else ""
+    call_names: dict[str, str] = {}
+    parts: list[str] = []
+    if tool_text and not (messages and messages[0].get("role") == "system"):
+        parts.append(f"<|im_start|>system\n{tool_text.lstrip()}{_END}\n")
+    for i, msg in enumerate(messages):
+        role = msg.get("role", "user")
+        content = _text(msg.get("content"))
+        if role == "system":
+            body = content + (tool_text if i == 0 else "")
+        elif role == "assistant":
+            chunks = []
+            if content:
+                chunks.append(content)
+            for call in msg.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                call_names[call.get("id", "")] = fn.get("name", "")
+                chunks.append(f"functions.{fn.get('name', '')}:\n{fn.get('arguments', '')}")
+            body = "\n".join(chunks)
+        elif role == "tool":
+            name = msg.get("name") or call_names.get(msg.get("tool_call_id") or "", "")
+            body = (f"functions.{name} returned:\n" if name else "") + content
+        else:
+            body = content
+        parts.append(f"<|im_start|>{role}\n{body}{_END}\n")
+    parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
+
+
+def _literal(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _choice_grammar(names: Sequence[str], *, end: bool) -> Any:
+    """``functions.<name>:`` for one of the tools; with ``end``, or nothing.
+
+    "Or nothing" makes the grammar accept at once, which lets the model end its turn with
+    its own end-of-turn token (spelling ``<|im_end|>`` out in characters, as the stock
+    handler asks, is so unlikely that its follow-up almost always invents another call).
+    """
+    from llama_cpp import llama_grammar
+
+    rule = " | ".join(_literal(f"functions.{n}:") for n in names)
+    root = f"root ::= ({rule})?\n" if end else f"root ::= {rule}\n"
+    return llama_grammar.LlamaGrammar.from_string(root, verbose=False)
+
+
+def _starts_call(text: str) -> bool:
+    """Whether a first generated token begins ``functions.``.
+
+    >>> [_starts_call(t) for t in ("functions", " func", "fun", "Functions", "The")]
+    [True, True, False, False, False]
+    """
+    word = text.strip()
+    return len(word) >= 4 and ("functions.".startswith(word) or word.startswith("functions"))
+
+
+_call_tokens: dict[int, Any] = {}
+
+
+def _call_token_ids(llama: Any) -> Any:
+    """Ids of the vocabulary's tokens that begin ``functions.`` (scanned once per model)."""
+    import numpy as np
+
+    key = id(llama)
+    if key not in _call_tokens:
+        ids = [
+            t
+            for t in range(llama.n_vocab())
+            if _starts_call(llama.detokenize([t]).decode("utf-8", errors="replace"))
+        ]
+        _call_tokens[key] = np.array(ids, dtype=np.int64)
+    return _call_tokens[key]
+
+
+class _LastLogits:
+    """A logits processor that keeps the raw logits of the (last) step it saw."""
+
+    row: Any = None
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import numpy as np
+
+        self.row = np.array(scores, dtype=np.float64)
+        return scores
+
+
+def call_probability(logits: Any, call_ids: Any, temperature: float, call_bias: float) -> float:
+    """P(the first token begins a call) from raw logits, at ``temperature``, shifted.
+
+    ``call_bias`` is added to the log-odds; ``temperature`` 0 gives 0 or 1 (greedy).
+
+    >>> import numpy as np
+    >>> logits = np.log(np.array([0.25, 0.75]))
+    >>> round(call_probability(logits, np.array([0]), 1.0, 0.0), 4)
+    0.25
+    >>> round(call_probability(logits, np.array([0]), 1.0, float(np.log(3))), 4)  # odds x3
+    0.5
+    >>> call_probability(logits, np.array([0]), 0.0, 0.0)
+    0.0
+    """
+    import numpy as np
+
+    if len(call_ids) == 0:
+        return 0.0
+    scaled = logits / max(temperature, 1e-6)
+    probs = np.exp(scaled - scaled.max())
+    probs /= probs.sum()
+    p = float(probs[call_ids].sum())
+    if temperature <= 0.0:
+        p = 1.0 if p > 0.5 else 0.0
+    if p <= 0.0 or p >= 1.0 or call_bias == 0.0:
+        return p
+    odds = math.log(p) - math.log1p(-p) + call_bias
+    return 1.0 / (1.0 + math.exp(-odds))
+
+
+class LogprobRecorder:
+    """A llama_cpp logits processor that records each step's logprobs, cheaply.
+
+    llama-cpp-python computes logprobs after the fact by sorting the whole vocabulary in
+    Python for every generated token (about three times the cost of generating without
+    them, measured). This sees the raw logits at each sampling step instead (before the
+    grammar, like the stock logprobs), keeps the top ``k`` by ``argpartition``, and reads
+    which token was sampled from the next step's input. The last sampled token of a
+    completion is never fed back, so it gets no entry: when the completion ended on the
+    model's end-of-turn token that token is the unrecorded one, otherwise (a stop string,
+    ``max_tokens``) the last text token is.
+    """
+
+    def __init__(self, llama: Any, k: int) -> None:
+        self.llama = llama
+        self.k = max(1, k)
+        self.entries: list[dict[str, Any]] = []
+        self._pending: tuple[Any, Any] | None = None
+
+    def _piece(self, token: int) -> str:
+        return self.llama.detokenize([token]).decode("utf-8", errors="replace")
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import numpy as np
+
+        if self._pending is not None and len(input_ids):
+            logprobs, top = self._pending
+            token = int(input_ids[-1])
+            self.entries.append(
+                {
+                    "token": self._piece(token),
+                    "logprob": max(float(logprobs[token]), _MIN_LOGPROB),
+                    "bytes": None,
+                    "top_logprobs": [
+                        {
+                            "token": self._piece(int(t)),
+                            "logprob": max(float(logprobs[t]), _MIN_LOGPROB),
+                            "bytes": None,
+                        }
+                        for t in top
+                    ],
+                }
+            )
+        logits = np.array(scores, dtype=np.float64)
+        peak = logits.max()
+        logprobs = logits - (peak + np.log(np.exp(logits - peak).sum()))
+        k = min(self.k, logprobs.shape[0] - 1)
+        top = np.argpartition(-logprobs, k)[:k]
+        top = top[np.argsort(-logprobs[top])]
+        self._pending = (logprobs, top)
+        return scores
+
+
+@functools.lru_cache(maxsize=256)
+def _args_grammar(schema_json: str) -> Any:
+    from llama_cpp import llama_grammar
+
+    try:
+        return llama_grammar.LlamaGrammar.from_json_schema(schema_json, verbose=False)
+    except Exception:  # noqa: BLE001 - any schema the converter cannot take: plain JSON
+        return llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
+
+
+def chatml_tools_handler(
+    llama: Any,
+    messages: list[dict[str, Any]],
+    functions: list[dict[str, Any]] | None = None,
+    function_call: Any = None,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    temperature: float = 0.2,
+    top_p: float = 0.95,
+    top_k: int = 40,
+    min_p: float = 0.05,
+    typical_p: float = 1.0,
+    stream: bool = False,
+    stop: str | list[str] | None = None,
+    seed: int | None = None,
+    max_tokens: int | None = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    repeat_penalty: float = 1.0,
+    model: str | None = None,
+    logits_processor: Any = None,
+    logprobs: bool | None = None,
+    top_logprobs: int | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """A ``llama_cpp`` chat completion handler: ChatML with tool calls (see module doc)."""
+    if stream:
+        raise ValueError(f"{CHAT_FORMAT} does not stream")
+    if functions and not tools:
+        tools = [{"type": "function", "function": f} for f in functions]
+    if function_call is not None and tool_choice is None:
+        tool_choice = (
+            function_call
+            if isinstance(function_call, str)
+            else {
+                "type": "function",
+                "function": function_call,
+            }
+        )
+    tools = list(tools or [])
+    if tools and tool_choice is None:
+        tool_choice = "auto"  # the OpenAI default when tools are given
+    if tool_choice == "none":
+        tools = []
+    by_name = {t["function"]["name"]: t for t in tools}
+
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    stops.append(_END)
+    want_logprobs = bool(logprobs)
+    if seed is None:  # one seed for all the completions of this turn (see the probe below)
+        seed = random.randrange(2**31)
+    common = {
+        "top_p": top_p,
+        "top_k": top_k,
+        "min_p": min_p,
+        "typical_p": typical_p,
+        "presence_penalty": presence_penalty,
+        "frequency_penalty": frequency_penalty,
+        "repeat_penalty": repeat_penalty,
+        "model": model,
+        "seed": seed,
+    }
+    prompt = render_prompt(messages, tools)
+    completions: list[dict[str, Any]] = []
+
+    recorded: list[dict[str, Any]] = []
+    from llama_cpp import LogitsProcessorList
+
+    def complete(text: str, **kw: Any) -> dict[str, Any]:
+        processors = list(logits_processor or [])
+        recorder = None
+        if want_logprobs:
+            recorder = LogprobRecorder(llama, top_logprobs or 1)
+            processors.insert(0, recorder)
+        result = llama.create_completion(
+            prompt=text,
+            stream=False,
+            logits_processor=LogitsProcessorList(processors) if processors else None,
+            **{**common, **kw},
+        )
+        completions.append(result)
+        if recorder is not None:
+            for entry in recorder.entries:
+                if not top_logprobs:
+                    entry["top_logprobs"] = []
+                recorded.append(entry)
+        return result
+
+    content: str | None = None
+    calls: list[tuple[str, str]] = []
+    finish_reason = "stop"
+    if not tools:
+        out = complete(prompt, temperature=temperature, stop=stops, max_tokens=max_tokens)
+        content, finish_reason = out["choices"][0]["text"], out["choices"][0]["finish_reason"]
+    else:
+        calling = tool_choice != "auto"
+        if isinstance(tool_choice, dict):
+            name = tool_choice.get("function", {}).get("name")
+            if name not in by_name:
+                raise ValueError(f"tool_choice names {name!r}, which is not in tools")
+        elif tool_choice == "auto":
+            # The model's own first-token distribution decides (module doc).
+            probe = _LastLogits()
+            llama.create_completion(
+                prompt=prompt, max_tokens=1, logits_processor=LogitsProcessorList([probe]), **common
+            )
+            p_call = call_probability(
+                probe.row, _call_token_ids(llama), temperature, _limits["call_bias"]
+            )
+            calling = random.Random(seed).random() < p_call
+        if not calling:
+            out = complete(prompt, temperature=temperature, stop=stops, max_tokens=max_tokens)
+            content = out["choices"][0]["text"]
+            content = content.removeprefix("message:").lstrip("\n")
+            finish_reason = out["choices"][0]["finish_reason"]
+        elif not isinstance(tool_choice, dict):
+            out = complete(
+                prompt,
+                temperature=temperature,
+                stop=[":"],
+                max_tokens=32,
+                grammar=_choice_grammar(list(by_name), end=False),
+            )
+            name = out["choices"][0]["text"].strip().removeprefix("functions.")
+        if calling:
+            while name in by_name and len(calls) < _limits["max_parallel_calls"]:
+                prompt += f"functions.{name}:\n"
+                params = by_name[name]["function"].get("parameters") or {"type": "object"}
+                out = complete(
+                    prompt,
+                    temperature=temperature,
+                    stop=stops,
+                    max_tokens=max_tokens,
+                    grammar=_args_grammar(json.dumps(params, sort_keys=True)),
+                )
+                arguments = out["choices"][0]["text"]
+                calls.append((name, arguments))
+                if (
+                    out["choices"][0]["finish_reason"] == "length"
+                    or isinstance(tool_choice, dict)
+                    or len(calls) >= _limits["max_parallel_calls"]
+                ):
+                    break
+                prompt += arguments + "\n"
+                follow = complete(
+                    prompt,
+                    temperature=temperature,
+                    stop=[":", _END],
+                    max_tokens=32,
+                    grammar=_choice_grammar(list(by_name), end=True),
+                )
+                name = follow["choices"][0]["text"].strip().removeprefix("functions.")
+            finish_reason = "tool_calls" if calls else "stop"
+            if calls and completions[-1]["choices"][0]["finish_reason"] == "length":
+                finish_reason = "length"
+
+    first = completions[0]
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{i}_{first['id']}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+            for i, (name, arguments) in enumerate(calls)
+        ]
+    usage = {
+        "prompt_tokens": first["usage"]["prompt_tokens"],
+        "completion_tokens": sum(c["usage"]["completion_tokens"] for c in completions),
+    }
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return {
+        "id": "chat" + first["id"],
+        "object": "chat.completion",
+        "created": first.get("created", int(time.time())),
+        "model": first["model"],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": {"content": recorded, "refusal": None} if want_logprobs else None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": usage,
+    }
+
+
+def register() -> None:
+    """Register the handler with llama_cpp under ``CHAT_FORMAT`` (idempotent)."""
+    from llama_cpp import llama_chat_format
+
+    llama_chat_format.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(
+        CHAT_FORMAT, chatml_tools_handler, overwrite=True
+    )
+
+
+def _scrub_server_env() -> None:
+    """Drop environment variables llama_cpp.server's settings would read over the argv."""
+    from llama_cpp.server.settings import Settings
+
+    names = {n.lower() for n in Settings.model_fields} | {"config_file", "host", "port"}
+    for key in list(os.environ):
+        if key.lower() in names:
+            del os.environ[key]
+
+
+def _take_option(argv: list[str], name: str) -> str | None:
+    """Remove ``--name value`` from argv and return the value (llama_cpp would refuse it)."""
+    if name not in argv:
+        return None
+    i = argv.index(name)
+    value = argv[i + 1]
+    del argv[i : i + 2]
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Start ``llama_cpp.server`` with this handler registered.
+
+    Takes llama_cpp.server's options, plus ``--max_parallel_calls N`` (default
+    ``MAX_PARALLEL_CALLS``) and ``--call_bias B`` (nats added to the log-odds of calling
+    under ``tool_choice="auto"``; default 0, the model's own probability).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    value = _take_option(args, "--max_parallel_calls")
+    if value is not None:
+        _limits["max_parallel_calls"] = max(1, int(value))
+    value = _take_option(args, "--call_bias")
+    if value is not None:
+        _limits["call_bias"] = float(value)
+    sys.argv = [sys.argv[0], *args]
+    _scrub_server_env()
+    register()
+    from llama_cpp.server.__main__ import main as server_main
+
+    server_main()
+
+
+if __name__ == "__main__":
+    main()

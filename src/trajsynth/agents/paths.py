@@ -1,0 +1,816 @@
+"""Tool-path sampling on a cluster's dependency graph (METHODS.md §3, path sampling steps 1-6).
+
+Pure code, no LLM and no I/O: given a cell, the cluster's dependency graph and the canonical
+state of a fresh environment, draw a walk of a given shape and bind every argument it needs, so
+the path can be run once for its ground truth. The same inputs and the same seeded ``rng`` always
+give the same path.
+
+Binding order for a parameter (§3 step 4): an upstream output on the path (``RefArg``), else a
+slot whose value is drawn from a real row of the environment state (``SlotArg``: an email of a
+real user, a real sku, a real flight date; CoVe's deterministic sampling), else a schema
+default/const (``LiteralArg``). Enum choices and small counts are things a user states (§3 step
+2), so they become slots too: a value the user must say belongs in the goal or hidden_info.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+from pydantic import Field
+
+from trajsynth.mcp_servers.graph import entry_tools as graph_entry_tools
+from trajsynth.mcp_servers.graph import normalize_name, output_fields
+from trajsynth.schemas import (
+    Cell,
+    Difficulty,
+    EnvState,
+    JsonValue,
+    LiteralArg,
+    PathShape,
+    PlannedCall,
+    Record,
+    RefArg,
+    SlotArg,
+    ToolAccess,
+    ToolCluster,
+    ToolSpec,
+)
+
+__all__ = [
+    "LENGTHS",
+    "PlannedPath",
+    "Rejection",
+    "entry_tools",
+    "sample_path",
+    "slot_candidates",
+]
+
+log = logging.getLogger(__name__)
+
+# §3 step 1: calls per difficulty bin.
+LENGTHS: dict[Difficulty, tuple[int, int]] = {
+    Difficulty.EASY: (1, 2),
+    Difficulty.MEDIUM: (3, 4),
+    Difficulty.HARD: (5, 7),
+}
+
+_ID_SUFFIXES = ("_id", "_ids")
+_FREE_TEXT_PARAMS = frozenset(
+    {"query", "q", "search", "keyword", "keywords", "text", "term", "name", "title"}
+)
+_LABEL_COLUMNS = ("name", "title", "subject", "summary", "label")
+_COUNT_WORDS = frozenset(
+    {
+        "qty",
+        "quantity",
+        "count",
+        "number",
+        "nights",
+        "seats",
+        "passengers",
+        "guests",
+        "people",
+        "units",
+        "copies",
+    }
+)
+_CONFIRM_WORDS = frozenset({"confirm", "confirmed", "agree", "accept", "acknowledge"})
+
+
+class PlannedPath(Record):
+    """A sampled, fully bound tool path: what the gold run executes (METHODS.md §3)."""
+
+    cluster_id: str
+    shape: PathShape
+    difficulty: Difficulty
+    steps: list[PlannedCall]
+    # shape edges on the path, (producer step, consumer step): the data flow the shape promises
+    links: list[tuple[int, int]] = Field(default_factory=list)
+    slots: dict[str, JsonValue] = Field(default_factory=dict)
+    # where each slot's value came from: "table.column", "enum", "range" or "choice"
+    slot_sources: dict[str, str] = Field(default_factory=dict)
+    n_writes: int = 0
+    reads_before_write: list[int] = Field(default_factory=list)  # WRIT's read evidence (§14)
+    uses_code_tool: bool = False
+
+    @property
+    def tools(self) -> list[str]:
+        return [step.tool for step in self.steps]
+
+
+class Rejection(Record):
+    """Why no path could be drawn for a cell; counted in the cell's validity rate (§6)."""
+
+    reason: str
+    detail: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# names and schemas
+
+
+def _tokens(name: str) -> list[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    return [t for t in re.split(r"[^a-zA-Z0-9]+", spaced.lower()) if t]
+
+
+def _singular(word: str) -> str:
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "ches", "shes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
+        return word[:-1]
+    return word
+
+
+def _is_id_like(param: str) -> bool:
+    return param in ("id", "ids", "sku") or param.endswith(_ID_SUFFIXES)
+
+
+def _schema_types(schema: Mapping[str, JsonValue]) -> set[str]:
+    kinds: set[str] = set()
+    raw = schema.get("type")
+    if isinstance(raw, str):
+        kinds.add(raw)
+    elif isinstance(raw, list):
+        kinds.update(str(k) for k in raw)
+    for key in ("anyOf", "oneOf"):
+        for option in schema.get(key) or []:
+            if isinstance(option, dict):
+                kinds |= _schema_types(option)
+    kinds.discard("null")
+    return kinds
+
+
+def _schema_enum(schema: Mapping[str, JsonValue]) -> list[JsonValue] | None:
+    if isinstance(schema.get("enum"), list):
+        return [v for v in schema["enum"] if v is not None]
+    for key in ("anyOf", "oneOf"):
+        for option in schema.get(key) or []:
+            if isinstance(option, dict) and (found := _schema_enum(option)):
+                return found
+    return None
+
+
+def _items_schema(schema: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
+    items = schema.get("items")
+    if isinstance(items, dict):
+        return items
+    for key in ("anyOf", "oneOf"):
+        for option in schema.get(key) or []:
+            if isinstance(option, dict) and isinstance(option.get("items"), dict):
+                return option["items"]
+    return {}
+
+
+def _compatible(value: JsonValue, kinds: set[str]) -> bool:
+    if value is None:
+        return False
+    if not kinds:
+        return not isinstance(value, dict | list)
+    if isinstance(value, bool):
+        return "boolean" in kinds
+    if isinstance(value, int):
+        return bool(kinds & {"integer", "number"})
+    if isinstance(value, float):
+        return "number" in kinds
+    if isinstance(value, str):
+        return "string" in kinds
+    return False
+
+
+def _properties(spec: ToolSpec) -> dict[str, Mapping[str, JsonValue]]:
+    props = spec.input_schema.get("properties") or {}
+    return {k: v if isinstance(v, dict) else {} for k, v in props.items()}
+
+
+def _required(spec: ToolSpec) -> list[str]:
+    required = spec.input_schema.get("required") or []
+    return [str(p) for p in required]
+
+
+# ---------------------------------------------------------------------------------------------
+# the environment state as a source of slot values
+
+
+@dataclass
+class _Tables:
+    """The state tables with the first-seen JSON type of every column."""
+
+    rows: dict[str, list[dict[str, JsonValue]]]
+    columns: dict[str, dict[str, JsonValue]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, state: EnvState) -> _Tables:
+        rows = {name: [r for r in t if isinstance(r, dict)] for name, t in state.tables.items()}
+        columns: dict[str, dict[str, JsonValue]] = {}
+        for name in sorted(rows):
+            sample: dict[str, JsonValue] = {}
+            for row in rows[name]:
+                for col, value in row.items():
+                    if col not in sample and value is not None:
+                        sample[col] = value
+            columns[name] = sample
+        return cls(rows=rows, columns=columns)
+
+
+def slot_candidates(
+    param: str, schema: Mapping[str, JsonValue], tool: str, state: EnvState
+) -> list[tuple[str, str]]:
+    """The (table, column) pairs of ``state`` that can supply ``param`` of ``tool``, best first.
+
+    >>> s = EnvState(state_hash="h", tables={"users": [{"id": "u1", "email": "a@x.io"}]})
+    >>> slot_candidates("email", {"type": "string"}, "find_user", s)
+    [('users', 'email')]
+    >>> slot_candidates("user_id", {"type": "string"}, "get_user", s)
+    [('users', 'id')]
+    """
+    return [(t, c) for _, t, c in _rank_columns(param, schema, tool, _Tables.of(state))]
+
+
+def _rank_columns(
+    param: str, schema: Mapping[str, JsonValue], tool: str, tables: _Tables
+) -> list[tuple[float, str, str]]:
+    hint = schema.get("x-slot") or schema.get("x-trajsynth-slot")
+    if isinstance(hint, str) and "." in hint:
+        table, column = hint.split(".", 1)
+        if column in tables.columns.get(table, {}):
+            return [(10.0, table, column)]
+    kinds = _schema_types(schema)
+    array = "array" in kinds
+    if array:
+        kinds = _schema_types(_items_schema(schema))
+    p = param.lower()
+    p_single = p[:-1] if p.endswith("_ids") else p  # item_ids -> item_id
+    tool_nouns = {_singular(t) for t in _tokens(tool)}
+    ranked: list[tuple[float, str, str]] = []
+    for table in sorted(tables.columns):
+        noun = _singular(table.lower())
+        table_bonus = 1.0 if noun in tool_nouns else 0.0
+        for column, sample in sorted(tables.columns[table].items()):
+            if not _compatible(sample, kinds):
+                continue
+            c = column.lower()
+            score = 0.0
+            if c in (p_single, p):
+                score = 3.0
+            elif f"{noun}_{c}" in (p, p_single):
+                score = 3.5
+            elif p in _FREE_TEXT_PARAMS and c in _LABEL_COLUMNS:
+                score = 2.0 if table_bonus else 0.5
+            elif c not in ("id", *_LABEL_COLUMNS) and (p.endswith("_" + c) or c.endswith("_" + p)):
+                score = 1.5  # departure_date <-> date
+            if score > 0:
+                ranked.append((score + table_bonus, table, column))
+    ranked.sort(key=lambda x: (-x[0], x[1], x[2]))
+    return ranked
+
+
+# ---------------------------------------------------------------------------------------------
+# graph access
+
+
+def _edge_bindings(
+    cluster: ToolCluster, graph: nx.DiGraph, u: str, v: str
+) -> list[tuple[str, str, float]]:
+    """(in_param, out_field, score) for every known way an output of u feeds v, best first.
+
+    Read from the graph's edge attributes (and the cluster's ``ToolEdge`` list for that pair);
+    parameters with an enum are left out.
+    """
+    found: dict[str, tuple[str, float]] = {}
+    if graph.has_edge(u, v):
+        attrs = graph.edges[u, v]
+        entries: list[Mapping[str, JsonValue]] = [attrs]
+        for key in ("edges", "bindings"):
+            extra = attrs.get(key)
+            if isinstance(extra, list):
+                entries += [e if isinstance(e, dict) else e.model_dump() for e in extra]
+        for entry in entries:
+            param, out = entry.get("in_param"), entry.get("out_field")
+            if isinstance(param, str) and isinstance(out, str) and param and out:
+                score = float(entry.get("score", attrs.get("score", 1.0)) or 0.0)
+                if param not in found or found[param][1] < score:
+                    found[param] = (out, score)
+        for edge in cluster.edges:
+            if not (edge.source == u and edge.target == v and edge.in_param):
+                continue
+            if edge.in_param not in found or found[edge.in_param][1] < edge.score:
+                found[edge.in_param] = (edge.out_field, edge.score)
+    # an output rarely holds one of an enum's exact values: such params are user choices
+    props = _properties(cluster.tool(v)) if v in cluster.tool_names else {}
+    ranked = [(p, out, s) for p, (out, s) in found.items() if not _schema_enum(props.get(p, {}))]
+    ranked.sort(key=lambda x: (-x[2], x[0]))
+    return ranked
+
+
+def _edge_score(graph: nx.DiGraph, u: str, v: str) -> float:
+    score = graph.edges[u, v].get("score", 1.0)
+    return float(score) if isinstance(score, int | float) else 1.0
+
+
+def _successors(graph: nx.DiGraph, u: str, tools: set[str]) -> list[str]:
+    return sorted(v for v in graph.successors(u) if v != u and v in tools)
+
+
+def _predecessors(graph: nx.DiGraph, v: str, tools: set[str]) -> list[str]:
+    return sorted(u for u in graph.predecessors(v) if u != v and u in tools)
+
+
+def _choice(rng: random.Random, items: Sequence[str], weights: Sequence[float]) -> str:
+    total = sum(weights)
+    if total <= 0:
+        return items[rng.randrange(len(items))]
+    x = rng.random() * total
+    for item, w in zip(items, weights, strict=True):
+        x -= w
+        if x < 0:
+            return item
+    return items[-1]
+
+
+def _rarity(uses: Mapping[str, int], tool: str) -> float:
+    return 1.0 / (uses.get(tool, 0) + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# entry tools (§3 step 2)
+
+
+def _slot_bindable(spec: ToolSpec, tables: _Tables) -> bool:
+    props = _properties(spec)
+    return all(
+        _literal_or_choice_possible(param, props.get(param, {}))
+        or _rank_columns(param, props.get(param, {}), spec.name, tables)
+        for param in _required(spec)
+    )
+
+
+def entry_tools(cluster: ToolCluster, graph: nx.DiGraph, state: EnvState) -> list[str]:
+    """Tools whose required params the user can state (§3 step 2), sorted by name.
+
+    A tool is an entry when every required param can be bound without an upstream call (a
+    value from ``state``, an enum choice, a count) and none is an id another tool of the
+    cluster produces (``mcp_servers.graph.entry_tools``). When that leaves no entry at all,
+    the second rule is dropped.
+    """
+    tables = _Tables.of(state)
+    names = [t for t in sorted(cluster.tool_names) if t in graph or not graph.number_of_nodes()]
+    bindable = [t for t in names if _slot_bindable(cluster.tool(t), tables)]
+    user_known = set(graph_entry_tools(cluster))
+    return [t for t in bindable if t in user_known] or bindable
+
+
+def _literal_or_choice_possible(param: str, schema: Mapping[str, JsonValue]) -> bool:
+    if "default" in schema or "const" in schema or _schema_enum(schema):
+        return True
+    kinds = _schema_types(schema)
+    words = set(_tokens(param))
+    if kinds & {"integer", "number"} and (words & _COUNT_WORDS or "minimum" in schema):
+        return True
+    return "boolean" in kinds
+
+
+# ---------------------------------------------------------------------------------------------
+# binding (§3 step 4)
+
+
+class _Unbindable(Exception):
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+@dataclass
+class _Binder:
+    cluster: ToolCluster
+    graph: nx.DiGraph
+    tables: _Tables
+    rng: random.Random
+    slots: dict[str, JsonValue] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    rows: dict[str, dict[str, JsonValue]] = field(default_factory=dict)  # chosen row per table
+
+    def bind(self, tools: list[str], links: list[tuple[int, int]]) -> list[PlannedCall]:
+        steps: list[PlannedCall] = []
+        for i, tool in enumerate(tools):
+            spec = self.cluster.tool(tool)
+            props = _properties(spec)
+            args: dict[str, LiteralArg | RefArg | SlotArg] = {}
+            # data flow promised by the shape: the consumer takes at least one param per link
+            producers = [j for j, k in links if k == i]
+            for j in producers:
+                bindings = _edge_bindings(self.cluster, self.graph, tools[j], tool)
+                for param, out_field, _ in bindings:
+                    if param not in args and (param in props or param in _required(spec)):
+                        args[param] = RefArg(step=j, field=_ref_path(out_field))
+                        break
+            for param in _required(spec):
+                if param in args:
+                    continue
+                ref = self._ref_from_path(tools, i, param)
+                args[param] = ref or self._slot_or_literal(tool, param, props.get(param, {}))
+            if not args and props:
+                self._bind_one_optional(tools, i, props, args)
+            steps.append(PlannedCall(tool=tool, args=args))
+        return steps
+
+    def _bind_one_optional(
+        self,
+        tools: list[str],
+        i: int,
+        props: Mapping[str, Mapping[str, JsonValue]],
+        args: dict[str, LiteralArg | RefArg | SlotArg],
+    ) -> None:
+        """A tool with no required params but some optional ones ("give a user or an order")
+        gets one of them: from the path if it can, else from the state."""
+        for param in props:
+            ref = self._ref_from_path(tools, i, param)
+            if ref is not None:
+                args[param] = ref
+                return
+        for param, schema in props.items():
+            if _rank_columns(param, schema, tools[i], self.tables):
+                try:
+                    args[param] = self._slot_or_literal(tools[i], param, schema, defaults=False)
+                except _Unbindable:
+                    continue
+                return
+
+    def _ref_from_path(self, tools: list[str], i: int, param: str) -> RefArg | None:
+        best: tuple[float, int, str] | None = None
+        for j in range(i):
+            for in_param, out_field, score in _edge_bindings(
+                self.cluster, self.graph, tools[j], tools[i]
+            ):
+                if in_param == param and (best is None or score > best[0]):
+                    best = (score, j, out_field)
+        if best is None:
+            return self._ref_by_name(tools, i, param)
+        return RefArg(step=best[1], field=_ref_path(best[2]))
+
+    def _ref_by_name(self, tools: list[str], i: int, param: str) -> RefArg | None:
+        """An earlier call's output field with the id parameter's canonical name (§2 step 1),
+        the nearest call first and single fields before list items: the edge inference keeps
+        one edge per tool pair, but a call can feed several ids of a later one."""
+        schema = _properties(self.cluster.tool(tools[i])).get(param, {})
+        if _schema_enum(schema) or not (_is_id_like(param) or param.endswith("email")):
+            return None  # free text (a title, a subject) is the user's to say, not copied
+        want = normalize_name(param[:-1] if param.endswith("_ids") else param)
+        for j in reversed(range(i)):
+            spec = self.cluster.tool(tools[j])
+            fields = [
+                f
+                for f in output_fields(spec.name, spec.output_schema)
+                if normalize_name(f.name) == want and f.json_type not in ("object", "array")
+            ]
+            fields.sort(key=lambda f: (f.many, f.path.count("."), f.path))
+            if fields:
+                return RefArg(step=j, field=_ref_path(fields[0].path))
+        return None
+
+    def _slot_or_literal(
+        self, tool: str, param: str, schema: Mapping[str, JsonValue], *, defaults: bool = True
+    ) -> LiteralArg | SlotArg:
+        if "const" in schema:
+            return LiteralArg(value=schema["const"])
+        if defaults and "default" in schema:
+            return LiteralArg(value=schema["default"])
+        enum = _schema_enum(schema)
+        ranked = _rank_columns(param, schema, tool, self.tables)
+        for _, table, column in ranked:
+            row = self._row(table, column, enum)
+            if row is None:
+                continue
+            value = row[column]
+            if "array" in _schema_types(schema):
+                value = [value]
+            return self._slot(param, value, f"{table}.{column}")
+        if enum:
+            if len(enum) == 1:
+                return LiteralArg(value=enum[0])
+            return self._slot(param, enum[self.rng.randrange(len(enum))], "enum")
+        kinds = _schema_types(schema)
+        words = set(_tokens(param))
+        if "boolean" in kinds:
+            if words & _CONFIRM_WORDS:
+                return LiteralArg(value=True)
+            return self._slot(param, self.rng.random() < 0.5, "choice")
+        if kinds & {"integer", "number"} and (words & _COUNT_WORDS or "minimum" in schema):
+            low = max(1, int(schema.get("minimum", 1) or 1))
+            high = low + 2
+            if isinstance(schema.get("maximum"), int | float):
+                high = max(low, min(high, int(schema["maximum"])))
+            return self._slot(param, self.rng.randint(low, high), "range")
+        raise _Unbindable(f"{tool}.{param}")
+
+    def _slot(self, param: str, value: JsonValue, source: str) -> SlotArg:
+        name = param
+        k = 2
+        while name in self.slots and self.slots[name] != value:
+            name = f"{param}_{k}"
+            k += 1
+        self.slots[name] = value
+        self.sources.setdefault(name, source)
+        return SlotArg(name=name)
+
+    def _row(
+        self, table: str, column: str, enum: list[JsonValue] | None = None
+    ) -> dict[str, JsonValue] | None:
+        def fits(row: Mapping[str, JsonValue]) -> bool:
+            value = row.get(column)
+            return value is not None and (not enum or value in enum)
+
+        chosen = self.rows.get(table)
+        if chosen is not None and fits(chosen):
+            return chosen
+        rows = [r for r in self.tables.rows.get(table, []) if fits(r)]
+        if not rows:
+            return None
+        linked = [r for r in rows if self._linked(table, r)]
+        pool = linked or rows
+        row = pool[self.rng.randrange(len(pool))]
+        self.rows.setdefault(table, row)
+        return row
+
+    def _linked(self, table: str, row: Mapping[str, JsonValue]) -> bool:
+        """Whether ``row`` belongs with the rows already chosen (an order of the chosen user)."""
+        checks = 0
+        for other, chosen in self.rows.items():
+            if other == table:
+                continue
+            noun = _singular(other.lower())
+            for column, value in row.items():
+                if value is None:
+                    continue
+                if column == f"{noun}_id" and "id" in chosen:
+                    checks += 1
+                    if value != chosen["id"]:
+                        return False
+                elif column != "id" and column in chosen and _is_key_column(column):
+                    checks += 1
+                    if value != chosen[column]:
+                        return False
+        return checks > 0
+
+
+def _is_key_column(column: str) -> bool:
+    return _is_id_like(column) or column in ("email", "username", "user", "owner")
+
+
+def _ref_path(out_field: str) -> str:
+    """``flights[].id`` -> ``flights[0].id``: the planned reference takes the first item."""
+    return out_field.replace("[]", "[0]").lstrip(".")
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes (§3 steps 1 and 3)
+
+
+@dataclass
+class _Draft:
+    tools: list[str]
+    links: list[tuple[int, int]]
+
+
+def _walk(
+    graph: nx.DiGraph,
+    weight: Callable[[str, str], float],
+    start: list[str],
+    links: list[tuple[int, int]],
+    length: int,
+    names: set[str],
+    uses: Mapping[str, int],
+    rng: random.Random,
+) -> _Draft:
+    """Extend a path from its last tool by a rarity-weighted walk; no tool repeats."""
+    tools = list(start)
+    links = list(links)
+    while len(tools) < length:
+        u = tools[-1]
+        options = [v for v in _successors(graph, u, names) if v not in tools]
+        if not options:
+            break
+        weights = [weight(u, v) * _rarity(uses, v) for v in options]
+        v = _choice(rng, options, weights)
+        links.append((len(tools) - 1, len(tools)))
+        tools.append(v)
+    return _Draft(tools, links)
+
+
+def _pick_entry(entries: list[str], uses: Mapping[str, int], rng: random.Random) -> str:
+    return _choice(rng, entries, [_rarity(uses, t) for t in entries])
+
+
+def _draft_shape(
+    shape: PathShape,
+    length: int,
+    graph: nx.DiGraph,
+    weight: Callable[[str, str], float],
+    entries: list[str],
+    names: set[str],
+    uses: Mapping[str, int],
+    rng: random.Random,
+) -> _Draft | str:
+    """One draft of ``shape`` with about ``length`` calls, or the reason none exists."""
+    if shape is PathShape.SINGLE:
+        return _Draft([_pick_entry(entries, uses, rng)], [])
+    if shape is PathShape.CHAIN:
+        return _walk(graph, weight, [_pick_entry(entries, uses, rng)], [], length, names, uses, rng)
+    if shape is PathShape.FAN_OUT:
+        producers = [t for t in entries if len(_successors(graph, t, names)) >= 2]
+        if not producers:
+            return "no tool with two successors"
+        root = _pick_entry(producers, uses, rng)
+        options = _successors(graph, root, names)
+        k = max(2, min(3, length - 1, len(options)))
+        chosen: list[str] = []
+        while len(chosen) < k:
+            rest = [v for v in options if v not in chosen]
+            weights = [weight(root, v) * _rarity(uses, v) for v in rest]
+            chosen.append(_choice(rng, rest, weights))
+        tools = [root, *chosen]
+        links = [(0, i) for i in range(1, len(tools))]
+        return _walk(graph, weight, tools, links, length, names, uses, rng)
+    if shape is PathShape.FAN_IN:
+        consumers = []
+        for c in sorted(names):
+            preds = [u for u in _predecessors(graph, c, names) if u in entries]
+            if len(preds) >= 2:
+                consumers.append(c)
+        if not consumers:
+            return "no tool with two entry predecessors"
+        c = _pick_entry(consumers, uses, rng)
+        preds = [u for u in _predecessors(graph, c, names) if u in entries]
+        k = max(2, min(3, length - 1, len(preds)))
+        chosen = []
+        while len(chosen) < k:
+            rest = [u for u in preds if u not in chosen]
+            weights = [weight(u, c) * _rarity(uses, u) for u in rest]
+            chosen.append(_choice(rng, rest, weights))
+        tools = [*sorted(chosen), c]
+        links = [(i, len(chosen)) for i in range(len(chosen))]
+        return _walk(graph, weight, tools, links, length, names, uses, rng)
+    # diamond: a -> {b, c} -> d
+    diamonds: list[tuple[str, str, str, str]] = []
+    for a in entries:
+        succ = _successors(graph, a, names)
+        for i, b in enumerate(succ):
+            for c in succ[i + 1 :]:
+                joins = set(_successors(graph, b, names)) & set(_successors(graph, c, names))
+                diamonds += [(a, b, c, d) for d in sorted(joins - {a, b, c})]
+    if not diamonds:
+        return "no diamond in the graph"
+    weights = [sum(_rarity(uses, t) for t in dia) for dia in diamonds]
+    index = _choice(rng, [str(i) for i in range(len(diamonds))], weights)
+    a, b, c, d = diamonds[int(index)]
+    return _walk(
+        graph, weight, [a, b, c, d], [(0, 1), (0, 2), (1, 3), (2, 3)], length, names, uses, rng
+    )
+
+
+def _fan_in_joined(steps: list[PlannedCall]) -> bool:
+    """Whether some call takes bound values from two different earlier calls (a real join)."""
+    for step in steps:
+        producers = {a.step for a in step.args.values() if isinstance(a, RefArg)}
+        if len(producers) >= 2:
+            return True
+    return False
+
+
+def _writes(cluster: ToolCluster, tools: Iterable[str]) -> list[bool]:
+    return [cluster.tool(t).access is ToolAccess.WRITE for t in tools]
+
+
+def _reads_before_writes(flags: list[bool]) -> list[int]:
+    out, reads = [], 0
+    for is_write in flags:
+        if is_write:
+            out.append(reads)
+        else:
+            reads += 1
+    return out
+
+
+def sample_path(
+    cluster: ToolCluster,
+    graph: nx.DiGraph,
+    cell: Cell,
+    state: EnvState,
+    rng: random.Random,
+    uses: Mapping[str, int] | None = None,
+    *,
+    tries: int = 8,
+) -> PlannedPath | Rejection:
+    """Draw and bind one tool path for ``cell`` (METHODS.md §3, path sampling steps 1-6).
+
+    Shape from the cell; length L drawn from the difficulty bin (easy 1-2, medium 3-4, hard 5-7
+    calls), capped by what the graph supports. The walk starts at an entry tool and picks the
+    successor v of u with probability ∝ score(u,v)·(uses(v)+1)^-1. Every required parameter is
+    bound (ref, then slot from ``state``, then literal); medium and hard need >= 1 write.
+    Up to ``tries`` drafts are drawn from ``rng``; the best valid one wins (closest to L, with
+    the target mode realised where the path decides it). Pure: same inputs, same result.
+
+    >>> from trajsynth.schemas import ServerSpec, ServerKind, ToolSpec, Domain
+    >>> spec = ToolSpec(name="find_user", access="read", input_schema={"type": "object",
+    ...     "properties": {"email": {"type": "string"}}, "required": ["email"]})
+    >>> c = ToolCluster(cluster_id="c", domain=Domain.OTHER, tools=[spec],
+    ...     server=ServerSpec(kind=ServerKind.BUNDLED))
+    >>> g = nx.DiGraph(); g.add_node("find_user")
+    >>> s = EnvState(state_hash="h", tables={"users": [{"email": "a@x.io"}]})
+    >>> cell = Cell(cluster_id="c", path_shape="single", target_mode="direct_execute",
+    ...     difficulty="easy")
+    >>> p = sample_path(c, g, cell, s, random.Random(0))
+    >>> p.tools, p.slots
+    (['find_user'], {'email': 'a@x.io'})
+    """
+    uses = uses or {}
+    names = {t for t in cluster.tool_names if t in graph} or set(cluster.tool_names)
+    entries = entry_tools(cluster, graph, state)
+    if not entries:
+        return Rejection(reason="no_entry_tool", detail="no tool's required params are providable")
+    low, high = LENGTHS[cell.difficulty]
+    shape = cell.path_shape
+    if shape is PathShape.SINGLE:
+        low = high = 1
+    elif shape in (PathShape.FAN_OUT, PathShape.FAN_IN):
+        low, high = max(low, 3), max(high, 3)
+    elif shape is PathShape.DIAMOND:
+        low, high = max(low, 4), max(high, 4)
+    elif shape is PathShape.CHAIN:
+        low = max(low, 2)
+        high = max(high, 2)
+    need_write = cell.difficulty in (Difficulty.MEDIUM, Difficulty.HARD)
+    tables = _Tables.of(state)
+
+    @functools.cache
+    def weight(u: str, v: str) -> float:
+        # an edge that feeds a required parameter carries the data the call needs; one that
+        # only feeds an optional filter is a weaker reason to call v next
+        required = set(_required(cluster.tool(v)))
+        feeds = any(p in required for p, _, _ in _edge_bindings(cluster, graph, u, v))
+        return _edge_score(graph, u, v) * (1.0 if feeds else 0.25)
+
+    best: tuple[tuple[int, ...], PlannedPath] | None = None
+    reasons: list[Rejection] = []
+    for _ in range(max(1, tries)):
+        length = rng.randint(low, high)
+        draft = _draft_shape(shape, length, graph, weight, entries, names, uses, rng)
+        if isinstance(draft, str):
+            return Rejection(reason="shape_unsupported", detail=f"{shape}: {draft}")
+        flags = _writes(cluster, draft.tools)
+        if len(draft.tools) < 2 <= low:
+            reasons.append(Rejection(reason="path_too_short", detail="->".join(draft.tools)))
+            continue
+        if need_write and not any(flags):
+            reasons.append(Rejection(reason="no_write", detail="->".join(draft.tools)))
+            continue
+        binder = _Binder(cluster, graph, tables, rng)
+        try:
+            steps = binder.bind(draft.tools, draft.links)
+        except _Unbindable as exc:
+            reasons.append(Rejection(reason="unbindable_param", detail=exc.detail))
+            continue
+        if shape is PathShape.FAN_IN and not _fan_in_joined(steps):
+            reasons.append(Rejection(reason="shape_unsupported", detail="fan_in without join"))
+            continue
+        path = PlannedPath(
+            cluster_id=cluster.cluster_id,
+            shape=shape,
+            difficulty=cell.difficulty,
+            steps=steps,
+            links=draft.links,
+            slots=binder.slots,
+            slot_sources=binder.sources,
+            n_writes=sum(flags),
+            reads_before_write=_reads_before_writes(flags),
+        )
+        rank = (_mode_realised(cell, path), -abs(len(steps) - length))
+        if best is None or rank > best[0]:
+            best = (rank, path)
+        if rank == (1, 0):
+            break
+    if best is not None:
+        if len(best[1].steps) < low:
+            log.debug("cell %s capped at %d calls by the graph", cell, len(best[1].steps))
+        return best[1]
+    top = Counter(r.reason for r in reasons).most_common(1)[0][0]  # ties: the first seen
+    return next(r for r in reasons if r.reason == top)
+
+
+def _mode_realised(cell: Cell, path: PlannedPath) -> int:
+    """1 when the path already has what the target mode needs from it (§3, target modes)."""
+    mode = cell.target_mode.value
+    if mode == "explore_then_commit":
+        return int(bool(path.reads_before_write) and path.reads_before_write[0] >= 3)
+    if mode == "verify_after_write":
+        return int(path.n_writes >= 1)
+    return 1

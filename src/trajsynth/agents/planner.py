@@ -1,0 +1,375 @@
+"""The planner: from a cell to a blueprint whose success can be checked without a model.
+
+METHODS.md §3 (blueprints), steps 1-10, and §4 (constraints derived from the gold run). The
+tool path is sampled in code (``agents.paths``), run once in a fresh environment to record the
+ground truth (``agents.gold``), the constraints are derived from that run
+(``agents.constraints``) and linted against the initial state (``curation.constraint_lint``);
+only then does the planner LLM write persona, goal and hidden info (``agents.words``). A draft
+that fails its checks is retried with a fresh seed; after ``retries`` the words come from a
+deterministic template, and the blueprint records which. A path that cannot be bound, whose
+gold run fails or whose constraints do not lint is returned as a ``BlueprintAttempt`` with the
+reason — the validity rate of §6 is computed from those rows.
+
+``Planner`` is configuration only (prompts, sampling, retries); ``plan_blueprint`` runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field
+
+from trajsynth.agents.constraints import derive_constraints
+from trajsynth.agents.gold import GoldFailure, GoldResult, run_gold_path
+from trajsynth.agents.llm import LLMClient
+from trajsynth.agents.paths import PlannedPath, Rejection, sample_path
+from trajsynth.agents.words import (
+    Answer,
+    Words,
+    WordsSpec,
+    build_messages,
+    check_words,
+    parse_words,
+    pick_answer,
+    template_words,
+    words_spec,
+)
+from trajsynth.curation.constraint_lint import lint_constraints
+from trajsynth.mcp_servers.environment import open_environment
+from trajsynth.mcp_servers.graph import dependency_graph
+from trajsynth.schemas import (
+    AgentRole,
+    Blueprint,
+    BlueprintAttempt,
+    Cell,
+    Constraint,
+    EnvState,
+    LLMUsage,
+    Record,
+    SandboxKind,
+    SandboxLimits,
+    SnapshotHandle,
+    ToolCluster,
+    content_id,
+    stable_hash,
+)
+
+__all__ = [
+    "DEFAULT_PROMPT",
+    "DEFAULT_SYSTEM_PROMPT",
+    "EnvFactory",
+    "Planner",
+    "accepted_attempt",
+    "environment_factory",
+    "plan_blueprint",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You write realistic requests that a user sends to a customer-service assistant. "
+    "Reply with one JSON object and nothing else."
+)
+DEFAULT_PROMPT = """Service: {description}
+What the assistant will have to do (it works out the steps itself):
+{steps}
+Facts the user knows:
+{facts}
+{question}{mode}
+Write the user's side. Reply with JSON only:
+{{"persona": "who the user is, in one sentence", "goal": "what the user asks for, in their own \
+words, one or two sentences", "hidden_info": {{"<fact name>": "<value>"}}}}
+Rules: never name a tool or function; never mention ids the user would not know; every fact \
+must appear word for word in the goal or be listed in hidden_info."""
+
+
+class PlannerEnvironment(Protocol):
+    """What the planner needs of ``mcp_servers.environment.Environment``."""
+
+    async def call_tool(self, name: str, arguments: dict) -> Any: ...
+
+    async def state(self) -> EnvState: ...
+
+    async def snapshot(self) -> SnapshotHandle: ...
+
+    async def restore(self, handle: SnapshotHandle) -> None: ...
+
+
+EnvFactory = Callable[[], AbstractAsyncContextManager[PlannerEnvironment]]
+"""Opens a fresh environment of the cluster in its initial state (``async with``)."""
+
+
+class Planner(BaseModel):
+    """How the planner writes blueprints: prompts, sampling and retries (configuration only)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    prompt_template: str = Field(
+        default=DEFAULT_PROMPT,
+        description="str.format template: {description} {steps} {facts} {question} {mode}",
+    )
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=256, ge=16)
+    retries: int = Field(default=2, ge=0, description="LLM drafts after the first, then template")
+    use_llm: bool = Field(default=True, description="False: template words only, no LLM call")
+    path_tries: int = Field(default=8, ge=1, description="drafts of the path per sampling")
+    gold_retries: int = Field(
+        default=6, ge=0, description="new paths after a failed gold run (environment restored)"
+    )
+    min_turns: int = Field(default=4, ge=1)
+
+
+def _rng(cluster: ToolCluster, cell: Cell, seed: int, round_: int) -> random.Random:
+    return random.Random(
+        stable_hash([cluster.cluster_id, cell.model_dump(mode="json"), seed, round_])
+    )
+
+
+def _attempt(
+    cluster: ToolCluster,
+    cell: Cell,
+    seed: int,
+    round_: int,
+    reason: str,
+    detail: str = "",
+    usage: list[LLMUsage] | None = None,
+) -> BlueprintAttempt:
+    key = {"cluster_id": cluster.cluster_id, "cell": cell.model_dump(mode="json"), "seed": seed}
+    key["round"] = round_
+    log.debug("blueprint rejected for %s seed %d: %s %s", cell, seed, reason, detail[:200])
+    return BlueprintAttempt(
+        attempt_id=content_id("bpa", key),
+        cluster_id=cluster.cluster_id,
+        cell=cell,
+        seed=seed,
+        round=round_,
+        accepted=False,
+        reason=reason,
+        detail=detail,
+        usage=usage or [],
+    )
+
+
+def accepted_attempt(blueprint: Blueprint) -> BlueprintAttempt:
+    """The ``blueprint_attempt`` row of an accepted blueprint (for the validity rate, §6)."""
+    key = {
+        "cluster_id": blueprint.cluster_id,
+        "cell": blueprint.cell.model_dump(mode="json"),
+        "seed": blueprint.seed,
+        "round": blueprint.round,
+    }
+    return BlueprintAttempt(
+        attempt_id=content_id("bpa", key),
+        cluster_id=blueprint.cluster_id,
+        cell=blueprint.cell,
+        seed=blueprint.seed,
+        round=blueprint.round,
+        accepted=True,
+        blueprint_id=blueprint.blueprint_id,
+        words_source=blueprint.words_source,
+        usage=blueprint.usage,
+    )
+
+
+async def _write_words(
+    planner: Planner, llm: LLMClient | None, spec: WordsSpec, seed: int
+) -> tuple[Words, str, int, list[LLMUsage], list[str]]:
+    """LLM drafts until one passes the checks, else the template (METHODS.md §3 steps 9-10).
+
+    Returns the words, their source, the number of LLM drafts, the LLM usage and the problems
+    of the last rejected draft.
+    """
+    usage: list[LLMUsage] = []
+    problems: list[str] = []
+    drafts = 0
+    if planner.use_llm and llm is not None:
+        messages = build_messages(planner.system_prompt, planner.prompt_template, spec)
+        for k in range(planner.retries + 1):
+            drafts += 1
+            result = await llm.chat(
+                messages,
+                role=AgentRole.PLANNER,
+                temperature=planner.temperature,
+                max_tokens=planner.max_tokens,
+                seed=(seed * 1009 + k) % 2**31,
+            )
+            usage.append(result.usage)
+            words = parse_words(result.message.content, spec)
+            if words is None:
+                problems = ["parse: no JSON object with a goal in the reply"]
+                continue
+            problems = check_words(words, spec)
+            if not problems:
+                return words, "llm", drafts, usage, []
+            log.debug("planner draft %d rejected: %s", k, problems)
+    return template_words(spec), "template", drafts, usage, problems
+
+
+class _Truth(Record):
+    """A path whose gold run succeeded and whose derived constraints lint clean."""
+
+    path: PlannedPath
+    gold: GoldResult
+    answer: Answer | None
+    constraints: list[Constraint]
+
+
+async def _ground_truth(
+    env: PlannerEnvironment, cluster: ToolCluster, path: PlannedPath, initial: EnvState
+) -> _Truth | tuple[str, str]:
+    """Run the path (§3 step 7), derive its constraints (§4) and lint them; or why not."""
+    outcome = await run_gold_path(env, cluster, path.steps, path.slots, initial)
+    route = " -> ".join(path.tools)
+    if isinstance(outcome, GoldFailure):
+        return "gold_run_error", f"{route}: step {outcome.step} ({outcome.tool}): {outcome.detail}"
+    answer = None
+    if path.n_writes == 0:
+        last = cluster.tool(outcome.steps[-1].tool).input_schema.get("properties") or {}
+        answer = pick_answer(outcome.run.calls, path.slots, inputs=list(last))
+    constraints = derive_constraints(
+        outcome.run.calls,
+        outcome.run.final_state,
+        cluster,
+        [answer.value] if answer is not None else [],
+        initial_state=initial,
+    )
+    issues = lint_constraints(constraints, initial, cluster.tools)
+    if issues:
+        return "constraint_lint", f"{route}: " + "; ".join(issues)
+    return _Truth(path=path, gold=outcome, answer=answer, constraints=constraints)
+
+
+async def plan_blueprint(
+    planner: Planner,
+    llm: LLMClient | None,
+    env_factory: EnvFactory,
+    cluster: ToolCluster,
+    cell: Cell,
+    seed: int,
+    round: int = 0,  # noqa: A002 - the pipeline's name for it
+    *,
+    graph: nx.DiGraph | None = None,
+    uses: Mapping[str, int] | None = None,
+) -> Blueprint | BlueprintAttempt:
+    """Plan one blueprint for ``cell`` (METHODS.md §3 steps 1-10, §4), or say why not.
+
+    Seeded by (cluster, cell, seed, round): the same inputs sample the same path. Steps: open
+    a fresh environment, sample and bind a path from its initial state, run it (a failed gold
+    run restores the environment and samples again, ``gold_retries`` times), derive the
+    constraints and lint them against the initial state, then write the words. Rejections:
+    ``unbindable_param``, ``no_write``, ``path_too_short``, ``shape_unsupported``,
+    ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``constraint_lint`` (the last
+    of the paths tried; the detail lists every try), ``words_check``. Infrastructure faults
+    (``InfraError``: sandbox, MCP server, LLM) are raised for the caller to retry.
+    """
+    rng = _rng(cluster, cell, seed, round)
+    graph = graph if graph is not None else dependency_graph(cluster)
+    async with env_factory() as env:
+        initial = await env.state()
+        handle = await env.snapshot() if planner.gold_retries else None
+        failures: list[tuple[str, str]] = []
+        truth: _Truth | None = None
+        for attempt in range(planner.gold_retries + 1):
+            sampled = sample_path(
+                cluster, graph, cell, initial, rng, uses, tries=planner.path_tries
+            )
+            if isinstance(sampled, Rejection):
+                if failures:  # earlier paths failed their gold run or lint; report those
+                    break
+                return _attempt(cluster, cell, seed, round, sampled.reason, sampled.detail)
+            outcome = await _ground_truth(env, cluster, sampled, initial)
+            if isinstance(outcome, _Truth):
+                truth = outcome
+                break
+            failures.append(outcome)
+            if handle is None or attempt == planner.gold_retries:
+                break
+            await env.restore(handle)
+        if truth is None:
+            reason = failures[-1][0]
+            detail = " | ".join(f"[{r}] {d}" for r, d in failures)
+            return _attempt(cluster, cell, seed, round, reason, detail)
+    path, gold, answer, constraints = truth.path, truth.gold, truth.answer, truth.constraints
+
+    spec = words_spec(
+        cluster,
+        cell.target_mode,
+        gold.steps,
+        path.slots,
+        gold.run.calls,
+        answer,
+        initial_state=initial,
+        slot_sources=path.slot_sources,
+    )
+    words, source, drafts, usage, problems = await _write_words(planner, llm, spec, seed)
+    if source == "template":
+        final_problems = check_words(words, spec)
+        if final_problems:
+            detail = "; ".join(final_problems + [f"last draft: {p}" for p in problems])
+            return _attempt(cluster, cell, seed, round, "words_check", detail, usage)
+
+    extra_turns = 1 if spec.hidden_slot or spec.stale else 0
+    meaning = {
+        "cluster_id": cluster.cluster_id,
+        "cell": cell.model_dump(mode="json"),
+        "tool_path": [s.model_dump(mode="json") for s in gold.steps],
+        "slots": path.slots,
+        "seed": seed,
+        "gold_hash": gold.run.final_state.state_hash,
+    }
+    return Blueprint(
+        blueprint_id=content_id("bp", meaning),
+        cluster_id=cluster.cluster_id,
+        domain=str(cluster.domain),
+        cell=cell,
+        initial_state_id=initial.state_hash,
+        tool_path=gold.steps,
+        slots=path.slots,
+        persona=words.persona,
+        goal=words.goal,
+        hidden_info=words.hidden_info,
+        uses_code_tool=path.uses_code_tool,
+        n_writes=path.n_writes,
+        gold_run=gold.run,
+        constraints=constraints,
+        max_turns=max(planner.min_turns, len(gold.steps) + 2 + extra_turns),
+        seed=seed,
+        round=round,
+        words_source=source,
+        words_attempts=drafts,
+        reads_before_write=path.reads_before_write,
+        usage=usage,
+    )
+
+
+def environment_factory(
+    cluster: ToolCluster,
+    *,
+    sandbox_kind: SandboxKind = SandboxKind.AUTO,
+    limits: SandboxLimits | None = None,
+    seed: int = 0,
+    tool_timeout_s: float = 20.0,
+) -> EnvFactory:
+    """An ``EnvFactory`` that opens a fresh sandboxed environment of ``cluster`` each time."""
+
+    @asynccontextmanager
+    async def open_fresh() -> AsyncIterator[PlannerEnvironment]:
+        env = await open_environment(
+            cluster,
+            sandbox_kind=sandbox_kind,
+            limits=limits,
+            seed=seed,
+            tool_timeout_s=tool_timeout_s,
+        )
+        try:
+            yield env
+        finally:
+            await env.close()
+
+    return open_fresh

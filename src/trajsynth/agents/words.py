@@ -1,0 +1,731 @@
+"""The words of a blueprint: persona, goal and hidden info (METHODS.md §3 steps 9-10).
+
+The planner LLM writes them from the path and its slots (EnvFactory's calibrated refinement,
+CoVe's fuzzification); its draft is parsed leniently (the first JSON object in the reply) and
+checked without a model. When no draft passes, ``template_words`` writes short, explicit words
+deterministically from the path, the slots and the question — the small default model often
+cannot write valid JSON, and an explicit goal ("What is the price of the Vortex 600 Blender?")
+is what a small policy can act on.
+
+Target modes are realised here where the words decide them: ``clarify_first`` keeps one
+slot out of the goal (it sits only in hidden_info); ``recover_after_error`` has the user first
+give a stale value, the correct one in hidden_info.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from pydantic import Field
+
+from trajsynth.agents.gold import resolve_field
+from trajsynth.curation.canon import is_identifier, parse_json_maybe
+from trajsynth.mcp_servers.graph import singular
+from trajsynth.mcp_servers.tags import READ_VERBS, WRITE_VERBS, name_tokens
+from trajsynth.schemas import (
+    EnvState,
+    GoldCall,
+    JsonValue,
+    Message,
+    MessageRole,
+    PlannedCall,
+    ReasoningMode,
+    Record,
+    RefArg,
+    SlotArg,
+    ToolAccess,
+    ToolCluster,
+)
+
+__all__ = [
+    "Answer",
+    "Words",
+    "WordsSpec",
+    "build_messages",
+    "check_words",
+    "parse_words",
+    "pick_answer",
+    "template_words",
+    "words_spec",
+]
+
+# Observation fields a question most likely asks for, most telling first.
+_SALIENT = (
+    "total",
+    "amount",
+    "price",
+    "balance",
+    "cost",
+    "fare",
+    "fee",
+    "stock",
+    "count",
+    "quantity",
+    "status",
+    "seats",
+    "duration",
+    "time",
+    "date",
+    "address",
+    "result",
+    "answer",
+    "value",
+)
+_LABELS = ("name", "title", "label", "subject", "summary")
+_STOP = frozenset({"by", "for", "to", "from", "of", "all", "my", "a", "an", "the", "in", "on"})
+_IDENTITY = frozenset(
+    {"email", "user_email", "customer_email", "username", "user_name", "phone", "account"}
+)
+_PERSONAS = {
+    "retail": "A shopper at an online store.",
+    "travel": "A traveller planning a trip.",
+    "finance": "A bank customer managing their money.",
+    "productivity": "A busy professional keeping their schedule in order.",
+    "devtools": "A developer working on a small project.",
+    "data_sql": "An analyst who needs numbers from a database.",
+    "filesystem": "Someone tidying up their files.",
+    "code": "A developer working on a small project.",
+}
+_MODE_SUFFIX = {
+    ReasoningMode.VERIFY_AFTER_WRITE: " Please confirm that it went through.",
+    ReasoningMode.EXPLORE_THEN_COMMIT: " Please look at what I have first.",
+}
+
+
+class Answer(Record):
+    """What a read-only task asks for: a field of the final observation and its gold value."""
+
+    field: str
+    value: str | int | float
+    subject: str | None = None
+
+
+class Words(Record):
+    persona: str
+    goal: str
+    hidden_info: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class WordsSpec(Record):
+    """Everything the words must convey or avoid, derived from the path and its gold run."""
+
+    domain: str
+    description: str = ""
+    mode: ReasoningMode
+    steps: list[str]  # what each call does, in plain words (tool descriptions)
+    actions: list[str] = Field(default_factory=list)  # each write, as an imperative
+    # what the user knows: the path's slots, plus the entities the path picks from a list
+    # (the product in the cart it removes), named so the user can say which one
+    slots: dict[str, JsonValue]
+    labels: dict[str, str] = Field(default_factory=dict)  # how the user names a slot
+    hidden_slot: str | None = None  # clarify_first: stated only in hidden_info
+    stale: dict[str, JsonValue] = Field(default_factory=dict)  # recover_after_error
+    answer: Answer | None = None
+    tool_names: list[str]
+    noun: str | None = None  # what the last call is about ("cart"), for "the total of my cart"
+    known_ids: list[str] = Field(default_factory=list)  # ids the user does not hold
+
+
+# ---------------------------------------------------------------------------------------------
+# what the task asks
+
+
+def _scalar(value: JsonValue) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def _flat(values: Iterable[JsonValue]) -> list[JsonValue]:
+    out: list[JsonValue] = []
+    for v in values:
+        out.extend(_flat(v) if isinstance(v, list) else [v])
+    return out
+
+
+def _text(value: JsonValue) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _informative(
+    entity: Mapping[str, JsonValue], given: set[str], inputs: frozenset[str]
+) -> list[str]:
+    """Scalar fields that tell the user something: not ids, not echoes of the inputs."""
+    return [
+        k
+        for k, v in entity.items()
+        if _scalar(v)
+        and not is_identifier(k)
+        and k not in inputs
+        and _text(v).casefold() not in given
+        and not (isinstance(v, str) and not v.strip())
+    ]
+
+
+def _salient_key(key: str) -> int | None:
+    name = "_".join(name_tokens(key))
+    for rank, word in enumerate(_SALIENT):
+        if (name == word or name.endswith("_" + word)) and not is_identifier(name):
+            return rank
+    return None
+
+
+def _aggregate(
+    items: list[Mapping[str, JsonValue]], given: set[str], noun: str | None
+) -> Answer | None:
+    """A question over several results: the lowest of a telling number, else how many."""
+    numeric = [
+        k
+        for k, v in items[0].items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and not is_identifier(k)
+    ]
+    shared = [k for k in numeric if all(isinstance(it.get(k), int | float) for it in items)]
+    ranked = sorted((r, k) for k in shared if (r := _salient_key(k)) is not None)
+    if ranked:
+        key = ranked[0][1]
+        low = min(float(it[key]) for it in items)  # type: ignore[arg-type]
+        value: int | float = (
+            int(low) if low.is_integer() and isinstance(items[0][key], int) else low
+        )
+        return Answer(field=f"lowest {_words(key)}", value=value)
+    if str(len(items)) in given:
+        return None
+    return Answer(field=f"number of {noun}s" if noun else "number of results", value=len(items))
+
+
+def pick_answer(
+    calls: Sequence[GoldCall],
+    slots: Mapping[str, JsonValue],
+    inputs: Iterable[str] = (),
+) -> Answer | None:
+    """The question a read-only task asks about its last observation (METHODS.md §4,
+    ``answer_contains``: "the value(s) the question asks for").
+
+    The observation's entity is the object itself, or — when the object only wraps one list
+    (search results) — the list item that matches a slot; the answer is its most telling field
+    (total, price, status...) that is neither an id nor an echo of the inputs (``inputs``: the
+    tool's parameter names). Several results that no slot singles out give "the lowest price"
+    (or how many there are).
+
+    >>> call = GoldCall(tool="search_products", arguments={"query": "Aurora lamp"},
+    ...     observation={"products": [{"product_id": "P1", "name": "Aurora lamp", "price": 39.5}]})
+    >>> pick_answer([call], {"query": "Aurora lamp"})
+    Answer(field='price', value=39.5, subject='Aurora lamp')
+    """
+    if not calls:
+        return None
+    last = calls[-1]
+    names = frozenset(inputs)
+    given = {_text(v).casefold() for v in _flat([*slots.values(), *last.arguments.values()])}
+    value = parse_json_maybe(last.observation)
+    entity: Mapping[str, JsonValue] | None = None
+    items: list[Mapping[str, JsonValue]] | None = None
+    if isinstance(value, Mapping):
+        lists = [v for v in value.values() if isinstance(v, list) and v and isinstance(v[0], dict)]
+        if len(lists) == 1 and not _informative(value, given, names):
+            items = [v for v in lists[0] if isinstance(v, Mapping)]
+        else:
+            entity = value
+    elif isinstance(value, list):
+        items = [v for v in value if isinstance(v, Mapping)]
+    if items is not None:
+        hits = [
+            it
+            for it in items
+            if any(isinstance(v, str) and v.casefold() in given for v in it.values())
+        ]
+        if hits or len(items) == 1:
+            entity = (hits or items)[0]
+        elif items:
+            return _aggregate(list(items), given, _tool_noun(last.tool))
+    if entity is None:
+        return None
+    subject = next(
+        (str(entity[k]) for k in _LABELS if isinstance(entity.get(k), str) and entity[k]), None
+    )
+    candidates: list[tuple[int, int, str]] = []
+    for order, key in enumerate(_informative(entity, given, names)):
+        v = entity[key]
+        in_subject = (
+            bool(subject) and key not in _LABELS and str(v).casefold() in str(subject).casefold()
+        )
+        if isinstance(v, str) and (len(v) > 60 or in_subject):
+            continue
+        rank = _salient_key(key)
+        if rank is None:
+            rank = len(_SALIENT) + (1 if key in _LABELS else 0)  # a name only as a last resort
+        candidates.append((rank, order, key))
+    if not candidates:
+        return None
+    _, _, key = min(candidates)
+    answer = entity[key]
+    assert _scalar(answer)
+    if key in _LABELS:
+        subject = None  # the question asks for the name itself
+    return Answer(field=key, value=answer, subject=subject)  # type: ignore[arg-type]
+
+
+def _first_clause(description: str) -> str:
+    clause = re.split(r"[.;:\n]", description.strip(), maxsplit=1)[0].strip()
+    return clause
+
+
+def _as_user(text: str) -> str:
+    """A tool description in the user's voice: "the customer's cart" -> "my cart"."""
+    out = text[:1].lower() + text[1:]
+    for old, new in (
+        ("the customer's", "my"),
+        ("a customer's", "my"),
+        ("the user's", "my"),
+        ("the customer", "me"),
+        ("a customer", "me"),
+    ):
+        out = out.replace(old, new)
+    return out
+
+
+def _id_values(value: JsonValue, key: str | None = None) -> list[str]:
+    if isinstance(value, Mapping):
+        return [s for k, v in value.items() for s in _id_values(v, str(k))]
+    if isinstance(value, list):
+        return [s for v in value for s in _id_values(v, key)]
+    if _scalar(value) and key is not None and is_identifier(key):
+        return [str(value)]
+    return []
+
+
+def stale_value(value: JsonValue, taken: set[str]) -> JsonValue | None:
+    """A plausible outdated value the user might first give: a nearby number that is not a
+    real value (``taken``), an old email domain; None when nothing plausible exists.
+
+    >>> stale_value("#W1005", {"#W1005", "#W1004"})
+    '#W1006'
+    >>> stale_value("mia.k@example.com", set())
+    'mia.k@old-example.com'
+    """
+    if isinstance(value, str):
+        if "@" in value:
+            local, _, domain = value.partition("@")
+            return f"{local}@old-{domain}"
+        match = re.search(r"(\d+)(\D*)$", value)
+        if match:
+            digits, tail = match.group(1), match.group(2)
+            head = value[: match.start(1)]
+            for step in (1, -1, 2, -2, 3, -3, 10, -10, 100):
+                n = int(digits) + step
+                if n < 0:
+                    continue
+                candidate = f"{head}{str(n).zfill(len(digits))}{tail}"
+                if candidate not in taken:
+                    return candidate
+    return None
+
+
+def _column_values(state: EnvState, source: str | None) -> set[str]:
+    if not source or "." not in source:
+        return set()
+    table, column = source.split(".", 1)
+    return {str(r.get(column)) for r in state.tables.get(table, []) if r.get(column) is not None}
+
+
+def words_spec(
+    cluster: ToolCluster,
+    mode: ReasoningMode,
+    steps: Sequence[PlannedCall],
+    slots: Mapping[str, JsonValue],
+    calls: Sequence[GoldCall],
+    answer: Answer | None,
+    *,
+    initial_state: EnvState | None = None,
+    slot_sources: Mapping[str, str] | None = None,
+) -> WordsSpec:
+    """What the words of this blueprint must say and avoid (METHODS.md §3 steps 9-10)."""
+    specs = {t.name: t for t in cluster.tools}
+    described = []
+    for step in steps:
+        clause = _first_clause(specs[step.tool].description) or " ".join(name_tokens(step.tool))
+        described.append(_as_user(clause))
+    actions: list[str] = []
+    for step in steps:
+        if specs[step.tool].access is not ToolAccess.WRITE:
+            continue
+        clause = _first_clause(specs[step.tool].description)
+        if not clause or _tool_names_in(clause, cluster.tool_names):
+            clause = " ".join(name_tokens(step.tool))
+        if _as_user(clause) not in actions:
+            actions.append(_as_user(clause))
+    writes = {i for i, s in enumerate(steps) if specs[s.tool].access is ToolAccess.WRITE}
+    relevant = _relevant_steps(steps, writes)
+    facts, fact_labels, raw = _selection_facts(steps, calls, slots, relevant)
+    known = {**dict(slots), **facts}
+    labels = {name: _slot_label(name, steps, cluster) for name in slots} | fact_labels
+    slot_values = {_text(v) for v in _flat(known.values())}
+    ids = {
+        s
+        for call in calls
+        for s in _id_values(call.observation) + _id_values(call.arguments)
+        if len(s) >= 3 and s not in slot_values and s not in raw
+    }
+    hidden = stale_slot = None
+    stale: dict[str, JsonValue] = {}
+    if slots and mode is ReasoningMode.CLARIFY_FIRST:
+        hidden = _pick_slot(slots)
+    if slots and mode is ReasoningMode.RECOVER_AFTER_ERROR:
+        stale_slot = _pick_slot(slots, prefer_ids=True)
+        taken = _column_values(initial_state, (slot_sources or {}).get(stale_slot))
+        taken |= {_text(slots[stale_slot])}
+        old = stale_value(slots[stale_slot], taken)
+        if old is not None:
+            stale[stale_slot] = old
+    return WordsSpec(
+        domain=str(cluster.domain),
+        description=cluster.description,
+        mode=mode,
+        steps=described,
+        actions=actions,
+        slots=known,
+        labels=labels,
+        hidden_slot=hidden,
+        stale=stale,
+        answer=answer,
+        tool_names=cluster.tool_names,
+        noun=_owned_noun(steps[-1].tool) if steps else None,
+        known_ids=sorted(ids),
+    )
+
+
+_FREE_TEXT = frozenset({"query", "q", "search", "keyword", "keywords", "text", "term"})
+
+
+def _tool_noun(tool: str) -> str | None:
+    nouns = [t for t in name_tokens(tool) if t not in READ_VERBS | WRITE_VERBS | _STOP]
+    return singular(nouns[-1]) if nouns else None
+
+
+def _owned_noun(tool: str) -> str:
+    noun = _tool_noun(tool)
+    return "account" if noun in (None, "user", "customer", "email", "account") else noun
+
+
+def _slot_label(name: str, steps: Sequence[PlannedCall], cluster: ToolCluster) -> str:
+    """How the user names a slot: a search text by what it searches ("product")."""
+    if name in _FREE_TEXT:
+        for step in steps:
+            bound = [a for a in step.args.values() if isinstance(a, SlotArg) and a.name == name]
+            if bound and (noun := _tool_noun(step.tool)):
+                return noun
+    return _words(name)
+
+
+def _relevant_steps(steps: Sequence[PlannedCall], writes: set[int]) -> set[int]:
+    """The writes (or, with none, the last call) and every call they take values from."""
+    todo = sorted(writes) if writes else [len(steps) - 1]
+    seen: set[int] = set()
+    while todo:
+        i = todo.pop()
+        if i in seen or not 0 <= i < len(steps):
+            continue
+        seen.add(i)
+        todo += [a.step for a in steps[i].args.values() if isinstance(a, RefArg)]
+    return seen
+
+
+def _selection_facts(
+    steps: Sequence[PlannedCall],
+    calls: Sequence[GoldCall],
+    slots: Mapping[str, JsonValue],
+    relevant: set[int],
+) -> tuple[dict[str, JsonValue], dict[str, str], set[str]]:
+    """Entities the path picks from a list (``items[0].product_id``), as facts the user knows.
+
+    An entity with a name is known by it ("product: Red Ceramic Mug"); one without is known by
+    the value itself (the user knows their order id), which is then no leak. Returns the facts,
+    their labels and the raw values."""
+    facts: dict[str, JsonValue] = {}
+    labels: dict[str, str] = {}
+    raw: set[str] = set()
+    known = {_text(v).casefold() for v in _flat(slots.values())}
+    for i, step in enumerate(steps):
+        if i not in relevant:
+            continue
+        for arg, binding in step.args.items():
+            if not isinstance(binding, RefArg) or "[" not in binding.field:
+                continue
+            if binding.step >= len(calls):
+                continue
+            observation = parse_json_maybe(calls[binding.step].observation)
+            parent = binding.field.rsplit(".", 1)[0] if "." in binding.field else ""
+            try:
+                value = resolve_field(observation, binding.field)
+                entity = resolve_field(observation, parent) if parent else None
+            except KeyError:
+                continue
+            label = None
+            if isinstance(entity, Mapping) and is_identifier(arg):
+                label = next((entity[k] for k in _LABELS if isinstance(entity.get(k), str)), None)
+            base = arg[:-4] if arg.endswith("_ids") else arg[:-3] if arg.endswith("_id") else arg
+            if label is not None:
+                if str(label).casefold() in known:
+                    continue
+                key, fact = base or arg, label
+            else:
+                if _text(value).casefold() in known:
+                    continue
+                key, fact = arg, value
+                raw.update(_text(v) for v in _flat([value]))
+            while key in slots or key in facts:
+                key += "_"
+            facts[key] = fact
+            labels[key] = _words(base or arg)
+            known.add(_text(fact).casefold())
+    return facts, labels, raw
+
+
+def _pick_slot(slots: Mapping[str, JsonValue], *, prefer_ids: bool = False) -> str:
+    names = list(slots)
+    scalar = [n for n in names if _scalar(slots[n])]
+    identity = [n for n in scalar if n in _IDENTITY]
+    ids = [n for n in scalar if is_identifier(n)]
+    order = (ids + identity) if prefer_ids else (identity + ids)
+    return (order or scalar or names)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# the LLM's draft
+
+
+def build_messages(system_prompt: str, prompt_template: str, spec: WordsSpec) -> list[Message]:
+    """The planner's request. ``prompt_template`` takes ``{description}``, ``{steps}``,
+    ``{facts}``, ``{question}`` and ``{mode}`` (str.format fields)."""
+    facts = "\n".join(
+        f"- {name} ({spec.labels.get(name, _words(name))}): {_text(value)}"
+        for name, value in spec.slots.items()
+    )
+    question = ""
+    if spec.answer is not None:
+        about = f" of {spec.answer.subject}" if spec.answer.subject else ""
+        question = f"The user wants to know the {_words(spec.answer.field)}{about}.\n"
+    mode = ""
+    if spec.hidden_slot:
+        mode = (
+            f"Leave {spec.hidden_slot} out of the goal; put it only in hidden_info "
+            "(the user says it when asked).\n"
+        )
+    for name, old in spec.stale.items():
+        mode += (
+            f"In the goal the user first gives an outdated {name}: {_text(old)}. "
+            f"Put the correct {name} in hidden_info.\n"
+        )
+    if spec.mode is ReasoningMode.VERIFY_AFTER_WRITE:
+        mode += "The user wants the assistant to confirm the change.\n"
+    user = prompt_template.format(
+        description=spec.description or spec.domain,
+        steps="\n".join(f"- {s}" for s in spec.steps),
+        facts=facts or "- (none)",
+        question=question,
+        mode=mode,
+    )
+    return [
+        Message(role=MessageRole.SYSTEM, content=system_prompt),
+        Message(role=MessageRole.USER, content=user),
+    ]
+
+
+def _first_object(text: str) -> dict | None:
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def parse_words(text: str | None, spec: WordsSpec) -> Words | None:
+    """The first JSON object in the reply as words, or None when there is none with a goal.
+
+    Keys are matched case-insensitively. ``hidden_info`` entries are kept only for slots
+    (matched by name or by value) and always carry the slot's true value; a missing persona
+    gets the domain's default.
+
+    >>> s = WordsSpec(domain="retail", mode="direct_execute", steps=[], slots={"email": "a@x.io"},
+    ...     tool_names=[])
+    >>> parse_words('Sure! {"goal": "Help", "hidden_info": {"Email": "a@x.io"}} done', s)
+    Words(persona='A shopper at an online store.', goal='Help', hidden_info={'email': 'a@x.io'})
+    """
+    data = _first_object(text or "")
+    if data is None:
+        return None
+    fields = {str(k).strip().lower().replace(" ", "_"): v for k, v in data.items()}
+    goal = fields.get("goal")
+    if not isinstance(goal, str) or not goal.strip():
+        return None
+    persona = fields.get("persona")
+    if not isinstance(persona, str) or not persona.strip():
+        persona = _PERSONAS.get(spec.domain, "A user of the service.")
+    raw_hidden = fields.get("hidden_info", fields.get("hidden", {}))
+    hidden: dict[str, JsonValue] = {}
+    if isinstance(raw_hidden, Mapping):
+        by_value = {_text(v).casefold(): k for k, v in spec.slots.items()}
+        for key, value in raw_hidden.items():
+            name = str(key).strip()
+            slot = next((s for s in spec.slots if s.lower() == name.lower()), None)
+            if slot is None and value is not None:
+                slot = by_value.get(_text(value).casefold())
+            if slot is not None:
+                hidden[slot] = spec.slots[slot]
+    return Words(persona=persona.strip(), goal=goal.strip(), hidden_info=hidden)
+
+
+# ---------------------------------------------------------------------------------------------
+# checks (no LLM)
+
+
+def _words(name: str) -> str:
+    return " ".join(name_tokens(name))
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.split(r"[^a-z0-9@#.\-]+", text.casefold())).strip()
+
+
+def _tool_names_in(text: str, tool_names: Iterable[str]) -> list[str]:
+    """Tool identifiers written as such (``add_to_cart``, ``addToCart``) in ``text``."""
+    found = []
+    for name in tool_names:
+        if len(name_tokens(name)) < 2:
+            continue  # a one-word name ("search") is an ordinary word
+        if re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text, re.I):
+            found.append(name)
+    return found
+
+
+def _states(text: str, value: JsonValue) -> bool:
+    """Whether ``text`` states ``value`` (every item of a list; numbers formatting-insensitive)."""
+    if isinstance(value, list):
+        return bool(value) and all(_states(text, v) for v in value)
+    if isinstance(value, bool):
+        return True  # a yes/no choice is phrased, not quoted
+    if isinstance(value, int | float):
+        numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", text.replace(",", ""))]
+        return any(abs(n - float(value)) <= 1e-6 * max(1.0, abs(float(value))) for n in numbers)
+    return _norm(str(value)) in _norm(text) if str(value).strip() else True
+
+
+def _answer_given(goal: str, value: str | int | float, slots: Mapping[str, JsonValue]) -> bool:
+    """Whether the goal states the answer; small integers and slot values do not count."""
+    if any(_text(v).casefold() == _text(value).casefold() for v in _flat(slots.values())):
+        return False
+    if isinstance(value, str):
+        return len(value.strip()) >= 3 and _states(goal, value)
+    if isinstance(value, int) and abs(value) < 10:
+        return False
+    return _states(goal, value)
+
+
+def check_words(words: Words, spec: WordsSpec) -> list[str]:
+    """Problems with the words, as ``code: detail`` (METHODS.md §3 step 10); empty = fit.
+
+    - ``tool_name``: the goal or persona names a tool;
+    - ``leakage``: it quotes an id the user would not know (not a slot), or the answer itself;
+    - ``over_specification``: it names two or more tools' actions (a step list, not a request);
+    - ``unsolvable``: a slot is neither stated in the goal nor in hidden_info;
+    - ``mode``: the target mode is not realised (clarify_first: the held-back slot is in the
+      goal or missing from hidden_info; recover_after_error: the stale value is not given).
+    """
+    text = f"{words.goal}\n{words.persona}"
+    issues: list[str] = []
+    if len(words.goal.strip()) < 8:
+        issues.append("unsolvable: the goal is empty")
+    issues += [f"tool_name: {n}" for n in _tool_names_in(text, spec.tool_names)]
+    for value in spec.known_ids:
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])", text):
+            issues.append(f"leakage: id {value}")
+    if spec.answer is not None and _answer_given(words.goal, spec.answer.value, spec.slots):
+        issues.append(f"leakage: the goal gives away the answer {spec.answer.value!r}")
+    phrases = [n for n in spec.tool_names if len(name_tokens(n)) >= 2]
+    named = [n for n in phrases if f" {_words(n)} " in f" {_norm(words.goal)} "]
+    if len(named) >= 2:
+        issues.append(f"over_specification: names {', '.join(named)}")
+    for name, value in spec.slots.items():
+        if name == spec.hidden_slot or name in spec.stale:
+            continue
+        if not _states(words.goal, value) and name not in words.hidden_info:
+            issues.append(f"unsolvable: {name} is neither in the goal nor in hidden_info")
+    if spec.hidden_slot is not None:
+        value = spec.slots[spec.hidden_slot]
+        if _states(words.goal, value) and not isinstance(value, bool):
+            issues.append(f"mode: clarify_first, but {spec.hidden_slot} is in the goal")
+        if spec.hidden_slot not in words.hidden_info:
+            issues.append(f"unsolvable: {spec.hidden_slot} is held back but not in hidden_info")
+    for name, old in spec.stale.items():
+        if not _states(words.goal, old):
+            issues.append(f"mode: recover_after_error, but the goal lacks the stale {name}")
+        if name not in words.hidden_info:
+            issues.append(f"unsolvable: the correct {name} is not in hidden_info")
+    return issues
+
+
+# ---------------------------------------------------------------------------------------------
+# the deterministic fallback
+
+
+def _phrase(name: str, value: JsonValue, labels: Mapping[str, str] | None = None) -> str:
+    shown = ", ".join(_text(v) for v in value) if isinstance(value, list) else _text(value)
+    return f"{(labels or {}).get(name) or _words(name)}: {shown}"
+
+
+def template_words(spec: WordsSpec) -> Words:
+    """Short, explicit words built from the path, the slots and the question.
+
+    >>> s = WordsSpec(domain="retail", mode="direct_execute", steps=["search the catalogue"],
+    ...     slots={"query": "Vortex 600 Blender"}, tool_names=["search_products"],
+    ...     answer=Answer(field="price", value=79.99, subject="Vortex 600 Blender"))
+    >>> template_words(s).goal
+    'What is the price of Vortex 600 Blender?'
+    """
+    persona = _PERSONAS.get(spec.domain, "A user of the service.")
+    hidden: dict[str, JsonValue] = {}
+    stated: dict[str, JsonValue] = {}
+    for name, value in spec.slots.items():
+        if name == spec.hidden_slot:
+            hidden[name] = value
+        elif name in spec.stale:
+            hidden[name] = value
+            stated[name] = spec.stale[name]
+        else:
+            stated[name] = value
+    intro = [
+        f"My {_words(n)} is {_text(v)}." for n, v in stated.items() if n in _IDENTITY and _scalar(v)
+    ]
+    rest = {n: v for n, v in stated.items() if not (n in _IDENTITY and _scalar(v))}
+    if spec.answer is not None:
+        field = _words(spec.answer.field)
+        subject = spec.answer.subject
+        named = [
+            n for n, v in rest.items() if subject and _text(v).casefold() == subject.casefold()
+        ]
+        if subject and named:
+            rest.pop(named[0])
+            ask = f"What is the {field} of {subject}"
+        elif rest:
+            ask = f"What is the {field} for " + " and ".join(
+                _phrase(n, v, spec.labels) for n, v in rest.items()
+            )
+            rest = {}
+        else:
+            ask = f"What is the {field}" + (f" of my {spec.noun}" if intro and spec.noun else "")
+        sentence = ask + "?"
+        if rest:
+            sentence += " (" + "; ".join(_phrase(n, v, spec.labels) for n, v in rest.items()) + ")"
+    else:
+        actions = spec.actions or spec.steps[-1:] or ["help me"]
+        sentence = "Please " + ", then ".join(actions)
+        if rest:
+            sentence += ": " + "; ".join(_phrase(n, v, spec.labels) for n, v in rest.items())
+        sentence += "."
+        sentence += _MODE_SUFFIX.get(spec.mode, "")
+    goal = " ".join([*intro, sentence])
+    return Words(persona=persona, goal=goal, hidden_info=hidden)

@@ -1,0 +1,577 @@
+"""One rollout environment: an MCP server process inside a sandbox, and its state.
+
+DESIGN.md step 3 ("the tool executor"): one server process per environment, spoken to over
+stdio with the SDK's ``ClientSession`` (through ``Sandbox.stdio_command``, e.g. ``docker exec
+-i``). Every call has a timeout. A server that hangs or dies is restarted and the call raises
+``MCPServerError`` (an ``infra`` failure, never blamed on the policy); a tool's own error comes
+back as ``ToolResult(is_error=True)`` (a ``tool`` failure the policy sees; STYLE.md error tiers).
+
+State:
+- bundled clusters keep their state in the sandbox's work directory (SQLite, files), so
+  ``state()`` runs ``python -m trajsynth.mcp_servers.servers._state <name>`` there, and
+  snapshot/restore are the sandbox's. The servers open their database per call, so a restored
+  work directory is seen by the next call without a restart.
+- outside clusters have no readable state: ``state()`` is ``readable=False`` with the hash of
+  the successful write calls so far; a snapshot is a point in that trace, and restoring it
+  restarts the server from its initial work directory and replays the writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shlex
+import sys
+import uuid
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED, INVALID_PARAMS, REQUEST_TIMEOUT, CallToolResult
+from pydantic import ValidationError
+
+from trajsynth.mcp_servers.client import (
+    ServerConnection,
+    TransportFactory,
+    http_transport,
+    stdio_transport,
+)
+from trajsynth.schemas import (
+    EnvState,
+    InputError,
+    JsonValue,
+    MCPServerError,
+    Record,
+    SandboxError,
+    SandboxKind,
+    SandboxLimits,
+    ServerKind,
+    SnapshotHandle,
+    ToolAccess,
+    ToolCluster,
+    ToolSpec,
+    canonical_json,
+    stable_hash,
+)
+
+if TYPE_CHECKING:
+    from trajsynth.sandboxes import Sandbox
+
+__all__ = ["STATE_MODULE", "Environment", "OpenEnvironment", "ToolResult", "open_environment"]
+
+log = logging.getLogger(__name__)
+
+SERVERS_PACKAGE = "trajsynth.mcp_servers.servers"
+STATE_MODULE = f"{SERVERS_PACKAGE}._state"
+SEED_ENV = "TRAJSYNTH_SEED"
+# Extra wall-clock time over the request timeout before the whole call is abandoned (a write
+# to a server that stopped reading its stdin can block before the request clock starts).
+_CALL_GRACE_S = 5.0
+_PYTHON_NAMES = ("python", "python3")
+
+
+class ToolResult(Record):
+    """What a tool call returned, as the policy will see it.
+
+    ``is_error`` marks a tool-level failure (the MCP result's ``isError``, or a JSON-RPC
+    "invalid params" answer): class ``tool``. Infra faults never become a ToolResult.
+    """
+
+    text: str
+    structured: JsonValue = None
+    is_error: bool = False
+    error_type: str | None = None
+
+
+def _content_text(result: CallToolResult) -> str:
+    parts: list[str] = []
+    for block in result.content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(str(getattr(block, "text", "")))
+        elif kind == "resource":
+            resource = getattr(block, "resource", None)
+            text = getattr(resource, "text", None)
+            parts.append(str(text) if text is not None else f"[resource {resource}]")
+        else:
+            mime = getattr(block, "mime_type", None) or getattr(block, "uri", "") or ""
+            parts.append(f"[{kind} {mime}]".replace(" ]", "]"))
+    if not parts and result.structured_content is not None:
+        parts.append(canonical_json(result.structured_content))
+    return "\n".join(parts)
+
+
+def _is_python(executable: str) -> bool:
+    base = PurePath(executable).name
+    return base in _PYTHON_NAMES or base.startswith("python3.") or executable == sys.executable
+
+
+class Environment:
+    """One MCP server in one sandbox, for one rollout (or one branch family of a tree).
+
+    Use ``await open_environment(...)`` (started, ready), or build one on a sandbox you already
+    hold and ``await env.start()``. ``async with env:`` starts it (if needed) and closes it.
+    """
+
+    def __init__(
+        self,
+        cluster: ToolCluster,
+        sandbox: Sandbox,
+        *,
+        seed: int = 0,
+        tool_timeout_s: float = 20.0,
+        start_timeout_s: float = 60.0,
+        check_timeout_s: float = 60.0,
+        owns_sandbox: bool = True,
+    ) -> None:
+        self.cluster = cluster
+        self.sandbox = sandbox
+        self.seed = seed
+        self.tool_timeout_s = tool_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.check_timeout_s = check_timeout_s
+        self.owns_sandbox = owns_sandbox
+        self.restarts = 0
+        self._conn: ServerConnection | None = None
+        self._host_sandbox: Sandbox | None = None
+        self._started = False
+        self._initial_state: EnvState | None = None
+        self._initial_snapshot: SnapshotHandle | None = None
+        self._writes: list[tuple[str, dict[str, Any]]] = []
+        self._replay_points: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        self._checks: dict[str, bool] = {}
+        self._lock = asyncio.Lock()
+        self._pidfile = f"/tmp/trajsynth-mcp-{uuid.uuid4().hex[:12]}.pid"
+        # where the server process runs: "sandbox", "host" (an outside command the sandbox
+        # cannot run, started through a LocalSandbox) or "remote" (streamable HTTP)
+        self.server_location: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def tools(self) -> list[ToolSpec]:
+        return self.cluster.tools
+
+    @property
+    def state_readable(self) -> bool:
+        return self.cluster.server.kind == ServerKind.BUNDLED and self.cluster.state_readable
+
+    @property
+    def server_name(self) -> str:
+        module = self.cluster.server.module or f"{SERVERS_PACKAGE}.{self.cluster.cluster_id}"
+        return module.rsplit(".", 1)[-1]
+
+    async def __aenter__(self) -> Environment:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> EnvState:
+        """Seed the state and start the server; the initial state. Idempotent."""
+        if self._started and self._initial_state is not None:
+            return self._initial_state
+        if self.state_readable:
+            self._initial_state = await self._dump_state(init=True)
+        else:
+            self._initial_snapshot = await asyncio.to_thread(self.sandbox.snapshot)
+            self._initial_state = self._trace_state()
+        await self._connect()
+        self._started = True
+        return self._initial_state
+
+    async def close(self) -> None:
+        """Stop the server and, when this environment owns it, the sandbox."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+        if self._host_sandbox is not None:
+            host, self._host_sandbox = self._host_sandbox, None
+            await asyncio.to_thread(host.close)
+        if self.owns_sandbox:
+            await asyncio.to_thread(self.sandbox.close)
+        self._started = False
+
+    # ------------------------------------------------------------------ server process
+
+    def _server_env(self) -> dict[str, str]:
+        return {SEED_ENV: str(self.seed), **self.cluster.server.env}
+
+    def _in_container(self) -> bool:
+        from trajsynth.sandboxes import DockerSandbox
+
+        return isinstance(self.sandbox, DockerSandbox)
+
+    def _sandbox_stdio(self, inner: list[str], env: Mapping[str, str]) -> list[str]:
+        """The host argv for ``inner`` in the sandbox. In a container the server's pid goes
+        to a file first: killing ``docker exec`` on the host does not kill the process inside,
+        so a hung server is reaped by that pid (``_reap``)."""
+        if self._in_container():
+            inner = ["sh", "-c", 'echo $$ > "$0"; exec "$@"', self._pidfile, *inner]
+        return self.sandbox.stdio_command(inner, env=env)
+
+    async def _transport(self) -> tuple[TransportFactory, str]:
+        spec = self.cluster.server
+        env = self._server_env()
+        if spec.kind == ServerKind.BUNDLED:
+            module = spec.module or f"{SERVERS_PACKAGE}.{self.cluster.cluster_id}"
+            argv = self._sandbox_stdio([self.sandbox.python, "-m", module], env)
+            self.server_location = "sandbox"
+            return stdio_transport(argv), f"{self.cluster.cluster_id} ({module})"
+        if spec.kind == ServerKind.HTTP:
+            if not spec.url:
+                raise InputError(f"cluster {self.cluster.cluster_id}: HTTP server without a url")
+            self.server_location = "remote"
+            return http_transport(spec.url), f"{self.cluster.cluster_id} ({spec.url})"
+        command = list(spec.command or [])
+        if not command:
+            raise InputError(f"cluster {self.cluster.cluster_id}: stdio server without a command")
+        label = f"{self.cluster.cluster_id} (`{shlex.join(command)}`)"
+        inner = await self._in_sandbox_command(command)
+        if inner is not None:
+            self.server_location = "sandbox"
+            return stdio_transport(self._sandbox_stdio(inner, env)), label
+        host = await self._host()
+        self.server_location = "host"
+        log.info("%s: the sandbox cannot run it; it runs on the host", label)
+        return stdio_transport(host.stdio_command(command, env=env)), label + " on the host"
+
+    async def _in_sandbox_command(self, command: list[str]) -> list[str] | None:
+        """``command`` as it runs inside the sandbox, or None when the sandbox cannot run it.
+
+        A python command runs inside when its module (``-m``) imports there; another command
+        runs inside when the sandbox finds the executable on its PATH.
+        """
+        if _is_python(command[0]):
+            inner = [self.sandbox.python, *command[1:]]
+            if "-m" in command[1:-1]:
+                module = command[command.index("-m") + 1]
+                probe = [
+                    self.sandbox.python,
+                    "-c",
+                    "import importlib.util, sys; "
+                    "sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)",
+                    module,
+                ]
+                result = await asyncio.to_thread(self.sandbox.exec, probe, timeout=30.0)
+                return inner if result.exit_code == 0 else None
+            return inner
+        probe = ["sh", "-c", 'command -v "$1" >/dev/null', "sh", command[0]]
+        try:
+            result = await asyncio.to_thread(self.sandbox.exec, probe, timeout=30.0)
+        except SandboxError:
+            return None
+        return command if result.exit_code == 0 else None
+
+    async def _host(self) -> Sandbox:
+        """A LocalSandbox for outside servers the sandbox cannot run (the sandbox itself when
+        it is already local)."""
+        from trajsynth.sandboxes import LocalSandbox
+
+        if isinstance(self.sandbox, LocalSandbox):
+            return self.sandbox
+        if self._host_sandbox is None:
+            from trajsynth.sandboxes import open_sandbox
+
+            host = await asyncio.to_thread(open_sandbox, SandboxKind.LOCAL, SandboxLimits())
+            await asyncio.to_thread(host.start)
+            self._host_sandbox = host
+        return self._host_sandbox
+
+    async def _connect(self) -> None:
+        transport, label = await self._transport()
+        conn = ServerConnection(transport, label=label, start_timeout_s=self.start_timeout_s)
+        await conn.open()
+        self._conn = conn
+
+    async def _reap(self) -> None:
+        """Kill what is left of the old server inside a container (by the pid it wrote).
+
+        A LocalSandbox needs nothing: the SDK kills the host process group, and bubblewrap's
+        ``--die-with-parent`` takes the sandboxed process with it.
+        """
+        if not self._in_container():
+            return
+        script = 'p=$(cat "$0" 2>/dev/null) && kill -9 "$p" 2>/dev/null; rm -f "$0"; true'
+        try:
+            await asyncio.to_thread(
+                self.sandbox.exec, ["sh", "-c", script, self._pidfile], timeout=15.0
+            )
+        except SandboxError as exc:
+            log.warning("%s: could not reap the old server: %s", self.cluster.cluster_id, exc)
+
+    async def restart(self, reason: str) -> None:
+        """Stop the server (whatever state it is in) and start a fresh one.
+
+        State survives in the sandbox's work directory; an outside server gets its successful
+        writes replayed. Raises MCPServerError when the new server does not come up.
+        """
+        log.warning("%s: restarting the MCP server: %s", self.cluster.cluster_id, reason)
+        self.restarts += 1
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+        await self._reap()
+        await self._connect()
+        if not self.state_readable and self.cluster.server.kind != ServerKind.HTTP:
+            await self._replay(self._writes)
+
+    # ------------------------------------------------------------------ tool calls
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
+        """Call one tool. A tool error is an ``is_error`` result; a hung, dead or broken server
+        is restarted and the call raises MCPServerError (``infra``)."""
+        async with self._lock:
+            if not self._started:
+                raise MCPServerError(f"{self.cluster.cluster_id}: environment not started")
+            if self._conn is None or not self._conn.alive:
+                await self.restart("the server was not running before the call")
+            result = await self._call(name, dict(arguments or {}))
+            if not result.is_error and self._is_write(name):
+                self._writes.append((name, dict(arguments or {})))
+            return result
+
+    def _is_write(self, name: str) -> bool:
+        try:
+            return self.cluster.tool(name).access == ToolAccess.WRITE
+        except KeyError:
+            return False
+
+    async def _call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        assert self._conn is not None
+        conn = self._conn
+        what = f"{self.cluster.cluster_id}: tool {name!r}"
+        try:
+            with anyio.fail_after(self.tool_timeout_s + _CALL_GRACE_S):
+                raw = await conn.session.call_tool(
+                    name, arguments, read_timeout_seconds=self.tool_timeout_s
+                )
+        except MCPError as exc:
+            if exc.code == INVALID_PARAMS:
+                return ToolResult(text=exc.message, is_error=True, error_type="invalid_params")
+            if exc.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
+                fault = (
+                    f"no answer within {self.tool_timeout_s:g}s"
+                    if exc.code == REQUEST_TIMEOUT
+                    else "the server closed the connection"
+                )
+                await self._restart_after(f"{what}: {fault}", conn)
+                raise MCPServerError(f"{what}: {fault}; server restarted") from exc
+            raise MCPServerError(f"{what}: JSON-RPC error {exc.code}: {exc.message}") from exc
+        except TimeoutError as exc:
+            fault = f"no answer within {self.tool_timeout_s + _CALL_GRACE_S:g}s"
+            await self._restart_after(f"{what}: {fault}", conn)
+            raise MCPServerError(f"{what}: {fault}; server restarted") from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            await self._restart_after(f"{what}: transport broke ({exc!r})", conn)
+            raise MCPServerError(f"{what}: transport broke; server restarted") from exc
+        except (RuntimeError, ValidationError) as exc:
+            # The SDK rejects a result that breaks the tool's output schema (RuntimeError) or
+            # the protocol (ValidationError): the server's fault, not the policy's.
+            raise MCPServerError(f"{what}: invalid result: {exc}") from exc
+        if not isinstance(raw, CallToolResult):
+            raise MCPServerError(f"{what}: unexpected result type {type(raw).__name__}")
+        structured = raw.structured_content
+        try:
+            json.dumps(structured)
+        except (TypeError, ValueError):
+            structured = None
+        return ToolResult(
+            text=_content_text(raw),
+            structured=structured,
+            is_error=bool(raw.is_error),
+            error_type="tool_error" if raw.is_error else None,
+        )
+
+    async def _restart_after(self, reason: str, failed: ServerConnection) -> None:
+        if self._conn is not failed:  # someone restarted it already
+            return
+        try:
+            await self.restart(reason)
+        except MCPServerError as exc:
+            log.error("%s: restart failed: %s", self.cluster.cluster_id, exc)
+
+    async def _replay(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        for name, arguments in writes:
+            result = await self._call(name, arguments)
+            if result.is_error:
+                raise MCPServerError(
+                    f"{self.cluster.cluster_id}: replaying {name} failed: {result.text[:200]}"
+                )
+
+    # ------------------------------------------------------------------ state
+
+    def _trace_state(self) -> EnvState:
+        trace = [{"tool": n, "arguments": a} for n, a in self._writes]
+        return EnvState(
+            state_hash=stable_hash(trace, length=64), checks=dict(self._checks), readable=False
+        )
+
+    async def _dump_state(self, *, init: bool = False) -> EnvState:
+        argv = [self.sandbox.python, "-m", STATE_MODULE, self.server_name]
+        if init:
+            argv.append("--init")
+        result = await asyncio.to_thread(
+            self.sandbox.exec, argv, env=self._server_env(), timeout=self.start_timeout_s
+        )
+        if result.exit_code != 0 or result.timed_out:
+            raise MCPServerError(
+                f"{self.cluster.cluster_id}: `{shlex.join(argv)}` failed "
+                f"(exit {result.exit_code}{', timed out' if result.timed_out else ''}): "
+                f"{result.stderr.strip()[-1500:]}"
+            )
+        try:
+            data = json.loads(result.stdout)
+            state = EnvState.model_validate(
+                {"state_hash": data["state_hash"], "tables": data.get("tables", {})}
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MCPServerError(
+                f"{self.cluster.cluster_id}: state dump is not an EnvState: {result.stdout[:300]!r}"
+            ) from exc
+        return state.model_copy(update={"checks": dict(self._checks)})
+
+    async def state(self) -> EnvState:
+        """The canonical state now (``readable=False`` with the write-trace hash when the
+        server's state cannot be read), with the results of checks run so far."""
+        if not self.state_readable:
+            return self._trace_state()
+        return await self._dump_state()
+
+    async def snapshot(self) -> SnapshotHandle:
+        """Save the state: the sandbox's work directory, or a point in the write trace."""
+        async with self._lock:
+            if self.state_readable:
+                return await asyncio.to_thread(self.sandbox.snapshot)
+            writes = list(self._writes)
+            snapshot_id = f"replay-{stable_hash(writes, length=16)}-{len(writes)}"
+            self._replay_points[snapshot_id] = writes
+            return SnapshotHandle(
+                snapshot_id=snapshot_id, sandbox_id=self.sandbox.sandbox_id, method="replay"
+            )
+
+    async def restore(self, handle: SnapshotHandle) -> None:
+        """Go back to a snapshot taken by this environment."""
+        async with self._lock:
+            if handle.method != "replay":
+                await asyncio.to_thread(self.sandbox.restore, handle)
+                return
+            if handle.snapshot_id not in self._replay_points:
+                raise MCPServerError(f"unknown snapshot {handle.snapshot_id} for this environment")
+            writes = self._replay_points[handle.snapshot_id]
+            if self.cluster.server.kind == ServerKind.HTTP:
+                log.warning(
+                    "%s: an HTTP server cannot be reset; only the trace goes back",
+                    self.cluster.cluster_id,
+                )
+                self._writes = list(writes)
+                return
+            if self._initial_snapshot is not None:
+                await asyncio.to_thread(self.sandbox.restore, self._initial_snapshot)
+            self._writes = []
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await conn.close()
+            await self._reap()
+            await self._connect()
+            await self._replay(writes)
+            self._writes = list(writes)
+
+    async def run_check(self, check_id: str, source: str) -> bool:
+        """Run python ``source`` in the work directory; True when it exits 0 in time.
+
+        The result is kept and reported in ``state().checks[check_id]``.
+        """
+        result = await asyncio.to_thread(
+            self.sandbox.exec,
+            [self.sandbox.python, "-"],
+            stdin=source,
+            timeout=self.check_timeout_s,
+            cwd=self.sandbox.workdir,
+        )
+        passed = result.exit_code == 0 and not result.timed_out
+        if not passed:
+            log.debug("check %s failed: %s", check_id, result.stderr.strip()[-500:])
+        self._checks[check_id] = passed
+        return passed
+
+
+class OpenEnvironment(Coroutine[Any, Any, Environment]):
+    """What ``open_environment`` returns: a coroutine (await it, or hand it to
+    ``asyncio.create_task``) for a started ``Environment``, and an async context manager
+    (``async with open_environment(...) as env``) that closes the environment at the end."""
+
+    def __init__(self, opener: Callable[[], Coroutine[Any, Any, Environment]]) -> None:
+        self._opener = opener
+        self._coro: Coroutine[Any, Any, Environment] | None = None
+        self._env: Environment | None = None
+
+    def _inner(self) -> Coroutine[Any, Any, Environment]:
+        if self._coro is None:
+            self._coro = self._opener()
+        return self._coro
+
+    def send(self, value: Any) -> Any:
+        return self._inner().send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._inner().throw(*args)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, Environment]:
+        return self._inner().__await__()
+
+    async def __aenter__(self) -> Environment:
+        self._env = await self._opener()
+        return self._env
+
+    async def __aexit__(self, *exc: object) -> None:
+        env, self._env = self._env, None
+        if env is not None:
+            await env.close()
+
+
+def open_environment(
+    cluster: ToolCluster,
+    *,
+    sandbox_kind: SandboxKind = SandboxKind.AUTO,
+    limits: SandboxLimits | None = None,
+    seed: int = 0,
+    tool_timeout_s: float = 20.0,
+    image: str | None = None,
+    start_timeout_s: float = 60.0,
+) -> OpenEnvironment:
+    """A started environment for ``cluster`` in a new sandbox that it owns.
+
+    ``env = await open_environment(...)`` (then ``await env.close()``), or
+    ``async with open_environment(...) as env:``.
+    """
+
+    async def opener() -> Environment:
+        from trajsynth.sandboxes import open_sandbox
+
+        sandbox = await asyncio.to_thread(
+            open_sandbox, sandbox_kind, limits or SandboxLimits(), image
+        )
+        env = Environment(
+            cluster,
+            sandbox,
+            seed=seed,
+            tool_timeout_s=tool_timeout_s,
+            start_timeout_s=start_timeout_s,
+        )
+        try:
+            await env.start()
+        except BaseException:
+            await env.close()
+            raise
+        return env
+
+    return OpenEnvironment(opener)

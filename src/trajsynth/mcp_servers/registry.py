@@ -1,0 +1,449 @@
+"""The cluster registry: bundled servers, decorated factories, entry points, outside servers.
+
+Where a cluster comes from (DESIGN.md step 1, METHODS.md §2):
+
+- **bundled**: every module ``trajsynth.mcp_servers.servers.<name>`` (no leading underscore)
+  with ``CLUSTER_META`` and ``server``; its tools are read in-process with
+  ``await server.list_tools()``.
+- **decorated**: ``@cluster("name")`` on a factory returning a ``ToolCluster`` (STYLE.md §1: the
+  name and the arguments it was registered with are kept, see ``registry_params``).
+- **entry points**: group ``trajsynth.clusters``; each entry point loads a ``ToolCluster``, a
+  factory returning one, or a module whose import registers clusters with ``@cluster``.
+- **outside**: MCP servers added with ``add_outside_cluster`` (``synth clusters add``), saved
+  as ``<clusters_dir>/<name>.json``.
+
+Every cluster carries its dependency edges (``graph.infer_edges``) and read/write tags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import pkgutil
+import re
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import ValidationError
+
+from trajsynth.mcp_servers.client import (
+    ServerConnection,
+    http_transport,
+    stdio_transport,
+    with_timeout,
+)
+from trajsynth.mcp_servers.graph import Embedder, infer_edges, split_cluster
+from trajsynth.mcp_servers.tags import tag_tool
+from trajsynth.schemas import (
+    Domain,
+    InputError,
+    MCPServerError,
+    ServerKind,
+    ServerSpec,
+    ToolCluster,
+    ToolSpec,
+)
+
+__all__ = [
+    "DEFAULT_CLUSTERS_DIR",
+    "ENTRY_POINT_GROUP",
+    "SERVERS_PACKAGE",
+    "ClusterFactory",
+    "RegisteredCluster",
+    "add_outside_cluster",
+    "bundled_cluster",
+    "cluster",
+    "cluster_names",
+    "get_cluster",
+    "list_clusters",
+    "read_server_tools",
+    "register_cluster",
+    "registry_params",
+    "remove_outside_cluster",
+    "tool_spec",
+]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "trajsynth.clusters"
+SERVERS_PACKAGE = "trajsynth.mcp_servers.servers"
+DEFAULT_CLUSTERS_DIR = Path("data/clusters")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+T = TypeVar("T")
+ClusterFactory = Callable[..., ToolCluster]
+F = TypeVar("F", bound=ClusterFactory)
+
+
+@dataclass(frozen=True)
+class RegisteredCluster:
+    """A registered factory, how it got here, and the arguments it is called with."""
+
+    name: str
+    factory: ClusterFactory
+    source: Literal["bundled", "decorator", "entry_point"]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, RegisteredCluster] = {}
+_BUILT: dict[str, ToolCluster] = {}
+_DISCOVERED = False
+
+
+def register_cluster(
+    name: str,
+    factory: ClusterFactory,
+    *,
+    source: Literal["bundled", "decorator", "entry_point"] = "decorator",
+    params: Mapping[str, Any] | None = None,
+) -> None:
+    """Register ``factory(**params)`` under ``name`` (a later registration replaces it)."""
+    if not _NAME.match(name):
+        raise InputError(f"cluster name {name!r}: use lower-case letters, digits, '_' or '-'")
+    if name in _REGISTRY and _REGISTRY[name].factory is not factory:
+        log.debug("cluster %s re-registered (%s)", name, source)
+    _REGISTRY[name] = RegisteredCluster(name, factory, source, dict(params or {}))
+    _BUILT.pop(name, None)
+
+
+def cluster(name: str, **params: Any) -> Callable[[F], F]:
+    """Register a cluster factory: ``@cluster("bank", seed=3)`` on ``def bank(seed)``.
+
+    The factory is called with ``params`` when the cluster is first needed; the name and the
+    params are kept (``registry_params``) so a run manifest can record them.
+    """
+
+    def decorate(factory: F) -> F:
+        register_cluster(name, factory, source="decorator", params=params)
+        return factory
+
+    return decorate
+
+
+def registry_params(name: str) -> dict[str, Any]:
+    """The arguments a registered cluster's factory is called with (for run manifests)."""
+    _discover()
+    if name not in _REGISTRY:
+        raise InputError(f"unknown registered cluster {name!r}")
+    entry = _REGISTRY[name]
+    return {"name": name, "source": entry.source, **dict(entry.params)}
+
+
+# --------------------------------------------------------------------------- MCP -> ToolSpec
+
+
+def tool_spec(tool: Any) -> ToolSpec:
+    """An MCP ``Tool`` (SDK object or its JSON dict) as a ``ToolSpec`` with its read/write tag."""
+    if isinstance(tool, Mapping):
+        name = str(tool["name"])
+        description = tool.get("description")
+        input_schema = tool.get("inputSchema", tool.get("input_schema"))
+        output_schema = tool.get("outputSchema", tool.get("output_schema"))
+        annotations = tool.get("annotations")
+    else:
+        name = tool.name
+        description = tool.description
+        input_schema = tool.input_schema
+        output_schema = tool.output_schema
+        annotations = tool.annotations
+    access, source = tag_tool(name, annotations)
+    return ToolSpec(
+        name=name,
+        description=description or "",
+        input_schema=dict(input_schema or {"type": "object"}),
+        output_schema=dict(output_schema) if output_schema else None,
+        access=access,
+        access_source=source,
+    )
+
+
+def _run_sync(make: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to completion from sync code, also when an event loop is running."""
+
+    async def main() -> T:
+        return await make()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trajsynth-registry") as pool:
+        return pool.submit(asyncio.run, main()).result()
+
+
+# --------------------------------------------------------------------------- bundled
+
+
+def bundled_cluster(name: str, *, embed: Embedder | None = None) -> ToolCluster:
+    """The bundled cluster ``name``: ``CLUSTER_META`` plus the tools its ``MCPServer`` lists."""
+    module_name = f"{SERVERS_PACKAGE}.{name}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise InputError(f"bundled cluster {name!r}: no module {module_name}") from exc
+    meta = getattr(module, "CLUSTER_META", None)
+    server = getattr(module, "server", None)
+    if not isinstance(meta, Mapping) or server is None:
+        raise InputError(f"{module_name}: a bundled server needs CLUSTER_META and `server`")
+    tools = [tool_spec(t) for t in _run_sync(server.list_tools)]
+    try:
+        domain = Domain(str(meta.get("domain", Domain.OTHER)))
+    except ValueError as exc:
+        raise InputError(f"{module_name}: CLUSTER_META domain {meta.get('domain')!r}") from exc
+    edges = infer_edges(tools, meta.get("declared_edges") or (), embed=embed)
+    return ToolCluster(
+        cluster_id=str(meta.get("cluster_id", name)),
+        domain=domain,
+        description=str(meta.get("description", "")),
+        server=ServerSpec(kind=ServerKind.BUNDLED, module=module_name),
+        tools=tools,
+        edges=edges,
+        state_readable=True,
+        source="bundled",
+    )
+
+
+def _bundled_names() -> list[str]:
+    spec = importlib.util.find_spec(SERVERS_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    names = []
+    for info in pkgutil.iter_modules(list(spec.submodule_search_locations)):
+        if not info.name.startswith("_") and not info.ispkg:
+            names.append(info.name)
+    return sorted(names)
+
+
+def _entry_point_factory(ep: importlib.metadata.EntryPoint) -> ClusterFactory:
+    def build() -> ToolCluster:
+        obj = ep.load()
+        built = obj() if callable(obj) and not isinstance(obj, ToolCluster) else obj
+        if not isinstance(built, ToolCluster):
+            raise InputError(
+                f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP}): expected a "
+                f"ToolCluster or a factory returning one, got {type(built).__name__}"
+            )
+        if not built.edges:
+            built = built.model_copy(update={"edges": infer_edges(built.tools)})
+        return built.model_copy(update={"source": "entry_point"})
+
+    return build
+
+
+def _discover() -> None:
+    """Register bundled servers and entry points (once per process)."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    for name in _bundled_names():
+        if name not in _REGISTRY:
+            _REGISTRY[name] = RegisteredCluster(
+                name, lambda name=name: bundled_cluster(name), "bundled", {}
+            )
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _REGISTRY and _REGISTRY[ep.name].source == "bundled":
+            log.warning("entry point %s shadows the bundled cluster of that name", ep.name)
+        if ":" not in ep.value:  # a module: importing it registers its @cluster factories
+            try:
+                importlib.import_module(ep.value)
+            except ImportError as exc:
+                log.warning("entry point %s (%s) failed to import: %s", ep.name, ep.value, exc)
+            continue
+        register_cluster(ep.name, _entry_point_factory(ep), source="entry_point")
+
+
+def _build(name: str) -> ToolCluster:
+    if name not in _BUILT:
+        entry = _REGISTRY[name]
+        built = entry.factory(**entry.params)
+        if not isinstance(built, ToolCluster):
+            raise InputError(f"cluster factory {name!r} returned {type(built).__name__}")
+        _BUILT[name] = built
+    return _BUILT[name]
+
+
+# --------------------------------------------------------------------------- outside
+
+
+def _outside_path(clusters_dir: Path, name: str) -> Path:
+    return clusters_dir / f"{name}.json"
+
+
+def _load_outside(clusters_dir: Path) -> dict[str, ToolCluster]:
+    found: dict[str, ToolCluster] = {}
+    if not clusters_dir.is_dir():
+        return found
+    for path in sorted(clusters_dir.glob("*.json")):
+        try:
+            loaded = ToolCluster.model_validate_json(path.read_text(encoding="utf-8"))
+        except (ValidationError, ValueError, OSError) as exc:
+            raise InputError(f"{path}: not a valid saved cluster: {exc}") from exc
+        found[loaded.cluster_id] = loaded
+    return found
+
+
+def cluster_names(*, clusters_dir: Path | None = None) -> list[str]:
+    """Names of every known cluster (registered first, then outside), without building any."""
+    _discover()
+    outside = _load_outside(clusters_dir or DEFAULT_CLUSTERS_DIR)
+    return sorted(set(_REGISTRY) | set(outside))
+
+
+def get_cluster(name: str, *, clusters_dir: Path | None = None) -> ToolCluster:
+    """The cluster ``name``; InputError naming the known clusters when there is none."""
+    _discover()
+    if name in _REGISTRY:
+        return _build(name)
+    outside = _load_outside(clusters_dir or DEFAULT_CLUSTERS_DIR)
+    if name in outside:
+        return outside[name]
+    known = ", ".join(sorted(set(_REGISTRY) | set(outside))) or "none"
+    raise InputError(f"unknown cluster {name!r}; known clusters: {known}")
+
+
+def list_clusters(*, clusters_dir: Path | None = None) -> list[ToolCluster]:
+    """Every cluster, sorted by id: bundled, decorated, entry points, then outside ones."""
+    _discover()
+    clusters = {name: _build(name) for name in sorted(_REGISTRY)}
+    for name, found in _load_outside(clusters_dir or DEFAULT_CLUSTERS_DIR).items():
+        if name in clusters:
+            log.warning("saved outside cluster %s is shadowed by a registered one", name)
+            continue
+        clusters[name] = found
+    return [clusters[k] for k in sorted(clusters)]
+
+
+async def read_server_tools(
+    *,
+    command: Sequence[str] | None = None,
+    url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+    label: str = "server",
+) -> tuple[list[Any], str]:
+    """Start (or reach) an MCP server, read ``tools/list``; return the tools and a description.
+
+    MCPServerError names the command and the server's stderr when it does not come up.
+    """
+    transport = stdio_transport(command, env) if command else http_transport(str(url))
+    conn = ServerConnection(transport, label=label, start_timeout_s=timeout_s)
+    await conn.open()
+    try:
+        tools = await with_timeout(timeout_s, f"{label}: tools/list", conn.list_tools())
+        info = conn.server_info
+        description = (conn.instructions or "").strip()
+        if not description and info is not None:
+            description = f"MCP server {info.name} {info.version}".strip()
+    finally:
+        await conn.close()
+    return tools, description
+
+
+def add_outside_cluster(
+    name: str,
+    command: Sequence[str] | None = None,
+    url: str | None = None,
+    *,
+    clusters_dir: Path = DEFAULT_CLUSTERS_DIR,
+    domain: Domain = Domain.OTHER,
+    description: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+    embed: Embedder | None = None,
+) -> list[ToolCluster]:
+    """Import an outside MCP server as a cluster and save it under ``clusters_dir``.
+
+    The tools come from the server's ``tools/list`` (stdio ``command`` or streamable HTTP
+    ``url``), tagged read/write from their annotations or names; the dependency graph is
+    inferred (METHODS.md §2). The server's state cannot be read, so constraints for its tasks
+    come from the ground-truth call trace and the final answer (``state_readable=False``).
+    Returns the saved cluster, or its parts (``<name>.1``, ...) when a connected component has
+    more than 40 tools (§2 step 5).
+    """
+    if (command is None) == (url is None):
+        raise InputError("give exactly one of a stdio command (after --) or --url")
+    if not _NAME.match(name):
+        raise InputError(f"cluster name {name!r}: use lower-case letters, digits, '_' or '-'")
+    _discover()
+    if name in _REGISTRY:
+        raise InputError(
+            f"cluster name {name!r} is taken by a {_REGISTRY[name].source} cluster; choose another"
+        )
+    if command is not None and not list(command):
+        raise InputError("empty server command after --")
+    if url is not None and not re.match(r"^https?://", url):
+        raise InputError(f"--url {url!r}: expected an http:// or https:// URL")
+
+    what = " ".join(command) if command else str(url)
+    try:
+        raw_tools, server_description = _run_sync(
+            lambda: read_server_tools(
+                command=command, url=url, env=env, timeout_s=timeout_s, label=f"`{what}`"
+            )
+        )
+    except MCPServerError as exc:
+        raise InputError(f"cluster {name!r}: {exc}") from exc
+    if not raw_tools:
+        raise InputError(f"cluster {name!r}: `{what}` lists no tools")
+    tools = [tool_spec(t) for t in raw_tools]
+    server = (
+        ServerSpec(kind=ServerKind.STDIO, command=list(command), env=dict(env or {}))
+        if command is not None
+        else ServerSpec(kind=ServerKind.HTTP, url=url)
+    )
+    whole = ToolCluster(
+        cluster_id=name,
+        domain=domain,
+        description=description if description is not None else server_description,
+        server=server,
+        tools=tools,
+        edges=infer_edges(tools, embed=embed),
+        state_readable=False,
+        source="outside",
+    )
+    parts = split_cluster(whole)
+    clusters_dir.mkdir(parents=True, exist_ok=True)
+    remove_outside_cluster(name, clusters_dir=clusters_dir, missing_ok=True)
+    for part in parts:
+        _write_atomic(_outside_path(clusters_dir, part.cluster_id), part.model_dump_json(indent=2))
+    log.info(
+        "added cluster %s: %d tools, %d edges, saved in %s",
+        name,
+        len(tools),
+        len(whole.edges),
+        clusters_dir,
+    )
+    return parts
+
+
+def remove_outside_cluster(
+    name: str, *, clusters_dir: Path = DEFAULT_CLUSTERS_DIR, missing_ok: bool = False
+) -> list[Path]:
+    """Delete a saved outside cluster (and its split parts); returns the files removed."""
+    paths = [_outside_path(clusters_dir, name), *clusters_dir.glob(f"{name}.*.json")]
+    removed = [p for p in paths if p.is_file()]
+    if not removed and not missing_ok:
+        raise InputError(f"no saved outside cluster {name!r} in {clusters_dir}")
+    for path in removed:
+        path.unlink()
+    return removed
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,345 @@
+"""Code interpreter: run Python and edit files in the sandbox work directory (MCP server).
+
+The whole server already runs inside the sandbox, so ``run_python`` is a plain subprocess in the
+work directory with a wall-clock limit (its process group is killed on timeout). State is the
+files under the work directory: first start writes a small seeded project from
+``data/seeds/code.json`` (an inventory module with one real bug, its unittest tests, and CSV data
+whose quantities ``$TRAJSYNTH_SEED`` perturbs). Paths must stay inside the work directory.
+
+Run: ``python -m trajsynth.mcp_servers.servers.code`` (stdio).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel, Field
+
+from trajsynth.mcp_servers.servers._backend import (
+    PRIVATE_DIR,
+    FileStore,
+    fail,
+    ignored_path,
+    read_tool,
+    write_tool,
+)
+
+__all__ = ["CLUSTER_META", "STORE", "main", "server"]
+
+CLUSTER_META: dict[str, Any] = {
+    "cluster_id": "code",
+    "domain": "code",
+    "description": (
+        "A Python code interpreter with a work directory: run Python, list, read, write and "
+        "delete files, and run the project's unittest tests."
+    ),
+    "declared_edges": [
+        {
+            "source": "list_files",
+            "target": "read_file",
+            "out_field": "files[].path",
+            "in_param": "path",
+        },
+        {
+            "source": "list_files",
+            "target": "delete_file",
+            "out_field": "files[].path",
+            "in_param": "path",
+        },
+        {"source": "write_file", "target": "run_tests", "out_field": "path", "in_param": "path"},
+    ],
+}
+
+MAX_FILE_BYTES = 1_000_000
+MAX_OUTPUT_CHARS = 8_000
+_TIMING = re.compile(r" in \d+(\.\d+)?s\b")
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _seed_files(data: dict[str, Any], rng: random.Random) -> dict[str, str]:
+    """The project files; the rng moves stock and sales quantities."""
+    files = dict(data["files"])
+    stock = [
+        {**r, "qty": max(0, r["qty"] + rng.randint(-3, 3)) if r["qty"] else 0}
+        for r in data["stock"]
+    ]
+    sales = [{**r, "qty": max(1, r["qty"] + rng.randint(-1, 2))} for r in data["sales"]]
+    files["data/stock.csv"] = _csv(stock)
+    files["data/sales.csv"] = _csv(sales)
+    return files
+
+
+STORE = FileStore("code", _seed_files)
+server = MCPServer(
+    name="code",
+    instructions=(
+        "A Python interpreter and a project work directory. Paths are relative to the work "
+        "directory; there is no network."
+    ),
+)
+
+# ---------------------------------------------------------------- output models
+
+
+class RunResult(BaseModel):
+    exit_code: int = Field(description="Process exit status (0 = success)")
+    stdout: str = Field(description="What the program printed (cut at 8000 characters)")
+    stderr: str = Field(description="Warnings the program wrote to stderr")
+
+
+class FileInfo(BaseModel):
+    path: str = Field(description="Path relative to the work directory")
+    size: int = Field(description="Size in bytes")
+
+
+class FileList(BaseModel):
+    directory: str = Field(description="Directory listed")
+    files: list[FileInfo] = Field(description="Files under it, recursively, by path")
+
+
+class FileContent(BaseModel):
+    path: str = Field(description="Path relative to the work directory")
+    size: int = Field(description="Size in bytes")
+    content: str = Field(description="The file's text")
+
+
+class WriteResult(BaseModel):
+    path: str = Field(description="Path written, relative to the work directory")
+    size: int = Field(description="Bytes written")
+    created: bool = Field(description="True if the file did not exist before")
+
+
+class DeleteResult(BaseModel):
+    path: str = Field(description="Path deleted")
+    deleted: bool = Field(description="Always true on success")
+
+
+class TestReport(BaseModel):
+    path: str = Field(description="Test file or directory that ran")
+    passed: bool = Field(description="True when every test passed")
+    tests_run: int = Field(description="Number of tests run")
+    failures: int = Field(description="Tests whose assertions failed")
+    errors: int = Field(description="Tests that raised an error")
+    failed_tests: list[str] = Field(description="Names of failed or erroring tests")
+    output: str = Field(description="The test runner's report (timings removed)")
+
+
+# ---------------------------------------------------------------- helpers
+
+Path_ = Annotated[
+    str, Field(description="Path relative to the work directory, e.g. 'inventory.py'")
+]
+
+
+def _root() -> Path:
+    return STORE.ensure().resolve()
+
+
+def _resolve(path: str, *, root: Path) -> Path:
+    if not path.strip():
+        raise fail("path is empty")
+    target = (root / path.strip()).resolve()
+    try:
+        rel = target.relative_to(root)
+    except ValueError:
+        raise fail(f"path '{path}' is outside the work directory") from None
+    if rel.parts and rel.parts[0] == PRIVATE_DIR:
+        raise fail(f"path '{path}' is reserved")
+    return target
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_OUTPUT_CHARS:
+        return text
+    return text[:MAX_OUTPUT_CHARS] + f"\n... [{len(text) - MAX_OUTPUT_CHARS} more characters cut]"
+
+
+def _run(argv: list[str], *, root: Path, timeout_s: float) -> tuple[int, str, str]:
+    """Run argv in the work directory; kill its whole process group on timeout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONHASHSEED"] = "0"
+    proc = subprocess.Popen(
+        argv,
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise fail(f"timed out after {timeout_s:g}s; the process was killed") from None
+    return proc.returncode, out, err
+
+
+# ---------------------------------------------------------------- tools
+
+
+@server.tool(annotations=write_tool("Run Python", destructive=True))
+def run_python(
+    source: Annotated[str, Field(description="Python source code to run as a script")],
+    timeout_s: Annotated[
+        float, Field(description="Wall-clock limit in seconds (1-120)", ge=1, le=120)
+    ] = 10,
+) -> RunResult:
+    """Run a Python script in the work directory (it may read and write files there)."""
+    root = _root()
+    code, out, err = _run([sys.executable, "-c", source], root=root, timeout_s=timeout_s)
+    if code != 0:
+        tail = err.strip()[-MAX_OUTPUT_CHARS:]
+        shown = f"\nstdout:\n{_clip(out)}" if out.strip() else ""
+        raise fail(f"exit code {code}\n{tail}{shown}")
+    return RunResult(exit_code=code, stdout=_clip(out), stderr=_clip(err))
+
+
+@server.tool(annotations=write_tool("Write file", idempotent=True))
+def write_file(
+    path: Path_,
+    content: Annotated[str, Field(description="Full new text of the file")],
+) -> WriteResult:
+    """Create or overwrite a text file (parent directories are created)."""
+    root = _root()
+    target = _resolve(path, root=root)
+    if target.is_dir():
+        raise fail(f"'{path}' is a directory")
+    data = content.encode("utf-8")
+    if len(data) > MAX_FILE_BYTES:
+        raise fail(f"content is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
+    created = not target.exists()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    return WriteResult(path=target.relative_to(root).as_posix(), size=len(data), created=created)
+
+
+@server.tool(annotations=read_tool("Read file"))
+def read_file(path: Path_) -> FileContent:
+    """Read a text file."""
+    root = _root()
+    target = _resolve(path, root=root)
+    if target.is_dir():
+        raise fail(f"'{path}' is a directory")
+    if not target.is_file():
+        raise fail(f"file '{path}' not found")
+    data = target.read_bytes()
+    if len(data) > MAX_FILE_BYTES:
+        raise fail(f"file '{path}' is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise fail(f"file '{path}' is not UTF-8 text") from None
+    return FileContent(path=target.relative_to(root).as_posix(), size=len(data), content=text)
+
+
+@server.tool(annotations=read_tool("List files"))
+def list_files(
+    directory: Annotated[str, Field(description="Directory to list, relative; '.' for all")] = ".",
+) -> FileList:
+    """List the files under a directory of the work directory, recursively."""
+    root = _root()
+    target = _resolve(directory, root=root)
+    if not target.is_dir():
+        raise fail(f"directory '{directory}' not found")
+    files = [
+        FileInfo(path=p.relative_to(root).as_posix(), size=p.stat().st_size)
+        for p in sorted(target.rglob("*"))
+        if p.is_file() and not ignored_path(p.relative_to(root))
+    ]
+    return FileList(directory=directory, files=files)
+
+
+@server.tool(annotations=write_tool("Delete file", destructive=True, idempotent=False))
+def delete_file(path: Path_) -> DeleteResult:
+    """Delete one file."""
+    root = _root()
+    target = _resolve(path, root=root)
+    if target.is_dir():
+        raise fail(f"'{path}' is a directory; only files can be deleted")
+    if not target.is_file():
+        raise fail(f"file '{path}' not found")
+    target.unlink()
+    return DeleteResult(path=target.relative_to(root).as_posix(), deleted=True)
+
+
+_TEST_LINE = re.compile(r"^(\w+) \(([\w.]+)\) \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure)$")
+
+
+@server.tool(annotations=read_tool("Run tests"))
+def run_tests(
+    path: Annotated[
+        str, Field(description="Test file or directory, relative, e.g. 'tests'")
+    ] = "tests",
+    timeout_s: Annotated[
+        float, Field(description="Wall-clock limit in seconds (1-300)", ge=1, le=300)
+    ] = 60,
+) -> TestReport:
+    """Run unittest tests (test*.py) in a file or directory and report what failed."""
+    root = _root()
+    target = _resolve(path, root=root)
+    if target.is_dir():
+        start, pattern = target, "test*.py"
+    elif target.is_file():
+        start, pattern = target.parent, target.name
+    else:
+        raise fail(f"test path '{path}' not found")
+    argv = [sys.executable, "-m", "unittest", "discover", "-v", "-s", str(start), "-p", pattern]
+    _, out, err = _run(argv, root=root, timeout_s=timeout_s)
+    report = _TIMING.sub("", err + out).replace(str(root) + os.sep, "")
+    ran = re.search(r"^Ran (\d+) tests?", report, re.MULTILINE)
+    tests_run = int(ran.group(1)) if ran else 0
+    if tests_run == 0:
+        raise fail(f"no tests found in '{path}'\n{_clip(report.strip())}")
+    failed = [
+        f"{m.group(2)}"
+        for m in map(_TEST_LINE.match, report.splitlines())
+        if m and m.group(3) in ("FAIL", "ERROR")
+    ]
+    counts = dict.fromkeys(("failures", "errors"), 0)
+    summary = re.search(r"^FAILED \((.*)\)$", report, re.MULTILINE)
+    if summary:
+        for part in summary.group(1).split(","):
+            key, _, value = part.strip().partition("=")
+            if key in counts:
+                counts[key] = int(value)
+    return TestReport(
+        path=target.relative_to(root).as_posix(),
+        passed=summary is None and re.search(r"^OK\b", report, re.MULTILINE) is not None,
+        tests_run=tests_run,
+        failures=counts["failures"],
+        errors=counts["errors"],
+        failed_tests=sorted(failed),
+        output=_clip(report.strip()),
+    )
+
+
+def main() -> None:
+    """Seed the work directory if needed, then serve over stdio."""
+    STORE.ensure()
+    server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,390 @@
+"""The process runner shared by both sandboxes, and the agent that runs inside a container.
+
+This module imports only the standard library, on purpose: ``DockerSandbox`` sends its source
+text to the container as ``python3 -I -S -c <source> <workdir>``, so the agent needs nothing from
+the image but ``python3`` and no import of ``trajsynth``. There it is the container's main
+process (under ``tini``): it reads framed requests on stdin and answers on stdout, which makes an
+exec round trip one write and one read on the attach socket instead of a ``docker exec``
+(create, start and inspect calls, and a ``runc exec``: about 60 ms on a small machine).
+
+``LocalSandbox`` imports the same ``run_process``, ``tar_dir``, ``untar_into`` and
+``resolve_in``, so the two sandboxes kill timed-out commands, cap output and snapshot the work
+directory with the same code.
+
+Frame: an 8-byte header (two big-endian u32: header length, payload length), a UTF-8 JSON
+header, then the raw payload bytes (stdin, file contents, a tar of the work directory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import selectors
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import tarfile
+import time
+
+OUTPUT_CAP = 16 * 1024 * 1024  # bytes kept per stream; the rest is read and dropped
+_FRAME = struct.Struct(">II")
+_KILL_GRACE_S = 2.0
+
+
+def encode_frame(header: dict, payload: bytes = b"") -> bytes:
+    """One frame: lengths, JSON header, payload."""
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return _FRAME.pack(len(head), len(payload)) + head + payload
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live (not zombie) pids in session ``sid``, read from /proc (empty without one)."""
+    pids = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return pids
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        # after the command: state, ppid, pgrp, session; a zombie is already dead
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":
+            pids.append(int(name))
+    return pids
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL the process group and every process left in the session ``sid``.
+
+    A fork bomb keeps forking while it is being killed, so the sweep repeats until the session
+    is empty (or a short deadline passes: the pids limit bounds what is left).
+    """
+    deadline = time.monotonic() + _KILL_GRACE_S
+    while True:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(sid, signal.SIGKILL)
+        members = [pid for pid in _session_members(sid) if pid != os.getpid()]
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if not members or time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited, without reaping it (so its pid stays ours)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def run_process(
+    argv: list[str],
+    *,
+    stdin: bytes | None,
+    timeout: float,
+    env: dict[str, str] | None,
+    cwd: str,
+    cap: int = OUTPUT_CAP,
+) -> dict:
+    """Run ``argv`` in a new session; kill the whole session when ``timeout`` seconds pass.
+
+    When the command exits, whatever it left running in its session is killed too, so an
+    exec never leaves work behind. Returns ``{"exit_code", "stdout", "stderr", "duration_s",
+    "timed_out"}`` with the outputs as bytes (each cut to ``cap`` bytes). A negative exit code
+    is the signal that killed it; a command that cannot be started gives exit code 127 and the
+    reason on stderr.
+    """
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return {
+            "exit_code": 127,
+            "stdout": b"",
+            "stderr": f"cannot run {argv[0]!r}: {exc}".encode(),
+            "duration_s": time.monotonic() - start,
+            "timed_out": False,
+        }
+    out = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    pending = memoryview(stdin or b"")
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    sel.register(proc.stderr, selectors.EVENT_READ)
+    if proc.stdin is not None:
+        os.set_blocking(proc.stdin.fileno(), False)
+        sel.register(proc.stdin, selectors.EVENT_WRITE)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pidfd = None  # no pidfd: poll for the exit instead
+    else:
+        sel.register(pidfd, selectors.EVENT_READ)
+    streams = 3 if proc.stdin is not None else 2
+    deadline = start + timeout
+    timed_out = exited = False
+    drain_until = None
+    while streams or not exited:
+        now = time.monotonic()
+        if not exited and now >= deadline:
+            timed_out = exited = True
+            kill_session(proc.pid)
+            drain_until = time.monotonic() + 0.5
+        if drain_until is not None and now >= drain_until:
+            break  # an escaped process still holds a pipe; stop reading it
+        wait = (drain_until if drain_until is not None else deadline) - now
+        if pidfd is None:
+            wait = min(wait, 0.02)
+        for key, _ in sel.select(max(wait, 0.0)):
+            if key.fileobj == pidfd:
+                sel.unregister(pidfd)
+                exited = True
+            elif proc.stdin is not None and key.fileobj is proc.stdin:
+                try:
+                    pending = pending[os.write(key.fd, pending[:65536]) :]
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:
+                    pending = pending[:0]
+                if not pending:
+                    sel.unregister(proc.stdin)
+                    proc.stdin.close()
+                    streams -= 1
+            else:
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    streams -= 1
+                    continue
+                buf = out[key.fd]
+                if len(buf) < cap:
+                    buf += chunk[: cap - len(buf)]
+        if pidfd is None and not exited:
+            exited = _exited(proc.pid)
+        if exited and drain_until is None:
+            # the command is done: kill what it left behind, then read what is still buffered
+            kill_session(proc.pid)
+            drain_until = time.monotonic() + 0.5
+    sel.close()
+    if pidfd is not None:
+        os.close(pidfd)
+    code = proc.wait()
+    stdout, stderr = bytes(out[proc.stdout.fileno()]), bytes(out[proc.stderr.fileno()])
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None and not stream.closed:
+            stream.close()
+    return {
+        "exit_code": code,
+        "stdout": stdout,
+        "stderr": stderr,
+        "duration_s": time.monotonic() - start,
+        "timed_out": timed_out,
+    }
+
+
+def resolve_in(root: str, path: str) -> str:
+    """``path`` (relative to ``root`` or absolute under it) as a real path inside ``root``.
+
+    Symlinks are followed before the check, so a link the sandboxed code planted cannot lead a
+    read or write outside the work directory. Raises ``ValueError`` when it would.
+    """
+    root_real = os.path.realpath(root)
+    full = os.path.realpath(os.path.join(root_real, path))
+    if full != root_real and not full.startswith(root_real + os.sep):
+        raise ValueError(f"path {path!r} is outside the work directory {root}")
+    return full
+
+
+def tar_dir(root: str) -> bytes:
+    """An uncompressed tar of everything under ``root`` (paths relative to it).
+
+    Regular files, directories and symlinks, with their modes and mtimes; no owner names
+    (``tarfile.add`` looks each one up in /etc/passwd, which makes it several times slower).
+    """
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            with os.scandir(os.path.join(root, rel)) as it:
+                entries = sorted(it, key=lambda e: e.name)
+            for entry in entries:
+                name = f"{rel}/{entry.name}" if rel else entry.name
+                st = entry.stat(follow_symlinks=False)
+                info = tarfile.TarInfo(name)
+                info.mode = stat.S_IMODE(st.st_mode)
+                info.mtime = int(st.st_mtime)
+                if stat.S_ISLNK(st.st_mode):
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = os.readlink(entry.path)
+                    tar.addfile(info)
+                elif stat.S_ISDIR(st.st_mode):
+                    info.type = tarfile.DIRTYPE
+                    tar.addfile(info)
+                    stack.append(name)
+                elif stat.S_ISREG(st.st_mode):
+                    with open(entry.path, "rb") as fh:
+                        data = fh.read()  # its size now, even if it grew since the stat
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def clear_dir(root: str) -> None:
+    """Remove everything under ``root`` and keep ``root`` itself."""
+    for entry in os.scandir(root):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+
+
+def untar_into(root: str, data: bytes) -> None:
+    """Make ``root`` hold exactly what the tar ``data`` holds.
+
+    Refuses members that would land outside ``root`` (absolute, ``..``, or under a link).
+    """
+    clear_dir(root)
+    dirs = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        for member in tar:
+            name = member.name
+            if name.startswith("/") or ".." in name.split("/"):
+                raise ValueError(f"unsafe path in snapshot: {name!r}")
+            parent = resolve_in(root, os.path.dirname(name) or ".")  # no writing through a link
+            dest = os.path.join(parent, os.path.basename(name))
+            if member.isdir():
+                os.makedirs(dest, exist_ok=True)
+                dirs.append((dest, member))
+            elif member.isfile():
+                os.makedirs(parent, exist_ok=True)
+                with open(dest, "wb") as fh:
+                    fh.write(tar.extractfile(member).read())
+                os.chmod(dest, member.mode)
+                os.utime(dest, (member.mtime, member.mtime))
+            elif member.issym():
+                os.makedirs(parent, exist_ok=True)
+                os.symlink(member.linkname, dest)
+    for dest, member in reversed(dirs):  # last, so a read-only directory could be filled
+        os.chmod(dest, member.mode)
+        os.utime(dest, (member.mtime, member.mtime))
+
+
+def write_file(root: str, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` under ``root``, making parent directories."""
+    full = resolve_in(root, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "wb") as fh:
+        fh.write(data)
+
+
+def read_file(root: str, path: str) -> bytes:
+    with open(resolve_in(root, path), "rb") as fh:
+        return fh.read()
+
+
+class _Channel:
+    """Framed reads from stdin and writes to stdout (binary, unbuffered)."""
+
+    def __init__(self) -> None:
+        self.rfd = sys.stdin.buffer.fileno()
+        self.wfd = sys.stdout.buffer.fileno()
+
+    def _read_exact(self, n: int) -> bytes | None:
+        parts, left = [], n
+        while left:
+            chunk = os.read(self.rfd, min(left, 1 << 20))
+            if not chunk:
+                return None
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
+
+    def read(self) -> tuple[dict, bytes] | None:
+        lengths = self._read_exact(_FRAME.size)
+        if lengths is None:
+            return None
+        hlen, plen = _FRAME.unpack(lengths)
+        head = self._read_exact(hlen)
+        payload = self._read_exact(plen) if plen else b""
+        if head is None or payload is None:
+            return None
+        return json.loads(head), payload
+
+    def write(self, header: dict, payload: bytes = b"") -> None:
+        view = memoryview(encode_frame(header, payload))
+        while view:
+            view = view[os.write(self.wfd, view) :]
+
+
+def _handle(workdir: str, op: str, req: dict, payload: bytes) -> tuple[dict, bytes]:
+    if op == "exec":
+        cwd = resolve_in(workdir, req.get("cwd") or ".")
+        env = dict(os.environ)
+        env.update(req.get("env") or {})
+        res = run_process(
+            req["argv"], stdin=payload or None, timeout=req["timeout"], env=env, cwd=cwd
+        )
+        stdout, stderr = res.pop("stdout"), res.pop("stderr")
+        res["stdout_len"] = len(stdout)
+        return res, stdout + stderr
+    if op == "put":
+        write_file(workdir, req["path"], payload)
+        return {}, b""
+    if op == "get":
+        return {}, read_file(workdir, req["path"])
+    if op == "snapshot":
+        return {}, tar_dir(workdir)
+    if op == "restore":
+        untar_into(workdir, payload)
+        return {}, b""
+    if op == "ping":
+        return {"pid": os.getpid()}, b""
+    raise ValueError(f"unknown op {op!r}")
+
+
+def serve(workdir: str) -> None:
+    """Answer requests until stdin closes; each answer says ok or names the error."""
+    chan = _Channel()
+    chan.write({"ok": True, "ready": True, "pid": os.getpid()})
+    while True:
+        msg = chan.read()
+        if msg is None:
+            return
+        req, payload = msg
+        op = req.get("op", "")
+        if op == "exit":
+            chan.write({"ok": True})
+            return
+        try:
+            header, body = _handle(workdir, op, req, payload)
+        except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
+            chan.write({"ok": False, "error": type(exc).__name__, "message": str(exc)[:2000]})
+            continue
+        header["ok"] = True
+        chan.write(header, body)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1] if len(sys.argv) > 1 else os.getcwd())

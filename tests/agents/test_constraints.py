@@ -1,0 +1,324 @@
+"""Constraints derived from a gold run (METHODS.md §4, last column), checked end to end."""
+
+from __future__ import annotations
+
+from trajsynth.agents.constraints import (
+    changed_tables,
+    deciding_fields,
+    derive_constraints,
+    max_calls_for,
+    salient_value,
+)
+from trajsynth.curation.constraint_lint import lint_constraints
+from trajsynth.curation.verify import reward, verify
+from trajsynth.schemas import (
+    AnswerContains,
+    CallPattern,
+    Domain,
+    EdgeOrigin,
+    EnvState,
+    FinalState,
+    GoldCall,
+    MaxCalls,
+    Message,
+    MessageRole,
+    ObsClass,
+    Order,
+    ServerKind,
+    ServerSpec,
+    Termination,
+    ToolAccess,
+    ToolCalled,
+    ToolCallRecord,
+    ToolCluster,
+    ToolEdge,
+    ToolNotCalled,
+    ToolSpec,
+    Trajectory,
+)
+
+R, W = ToolAccess.READ, ToolAccess.WRITE
+
+
+def tool(name: str, access: ToolAccess, **props: dict) -> ToolSpec:
+    return ToolSpec(name=name, access=access, input_schema={"type": "object", "properties": props})
+
+
+S, ARR, NUM = {"type": "string"}, {"type": "array", "items": {"type": "string"}}, {"type": "number"}
+SHOP = ToolCluster(
+    cluster_id="shop",
+    domain=Domain.RETAIL,
+    server=ServerSpec(kind=ServerKind.BUNDLED, module="trajsynth.mcp_servers.servers.shop"),
+    tools=[
+        tool("find_user", R, email=S),
+        tool("list_orders", R, user_id=S),
+        tool("get_order", R, order_id=S),
+        tool("return_items", W, order_id=S, item_ids=ARR, payment_method_id=S, reason=S),
+        tool(
+            "cancel_order", W, order_id=S, reason={"type": "string", "enum": ["no_longer_needed"]}
+        ),
+        tool("exchange_items", W, order_id=S, item_ids=ARR, new_item_ids=ARR),
+        tool("update_profile", W, user_id=S, address=S),
+        tool("add_to_cart", W, cart_id=S, sku=S, qty={"type": "integer"}, note=S),
+        tool(
+            "checkout",
+            W,
+            cart_id=S,
+            payment_method_id=S,
+            ship_date={"type": "string", "format": "date"},
+        ),
+    ],
+    edges=[
+        ToolEdge(
+            source="add_to_cart",
+            target="checkout",
+            out_field="cart_id",
+            in_param="cart_id",
+            score=1.0,
+            origin=EdgeOrigin.DECLARED,
+        )
+    ],
+)
+REFUND = {"order_id": "#W1", "item_id": "i9", "method": "card_1", "amount": 54.2}
+INITIAL = EnvState(
+    state_hash="init",
+    tables={"orders": [{"id": "#W1", "status": "delivered"}], "refunds": []},
+)
+GOLD_FINAL = EnvState(
+    state_hash="gold",
+    tables={"orders": [{"id": "#W1", "status": "delivered"}], "refunds": [REFUND]},
+)
+RETURN_ARGS = {
+    "order_id": "#W1",
+    "item_ids": ["i9"],
+    "payment_method_id": "card_1",
+    "reason": "it arrived cracked",
+}
+GOLD_PATH = [
+    GoldCall(
+        tool="find_user",
+        arguments={"email": "mia.k@example.com"},
+        observation={"user_id": "u1", "default_payment_id": "card_1"},
+    ),
+    GoldCall(tool="list_orders", arguments={"user_id": "u1"}, observation=[{"order_id": "#W1"}]),
+    GoldCall(
+        tool="get_order",
+        arguments={"order_id": "#W1"},
+        observation={"status": "delivered", "total": 54.2},
+    ),
+    GoldCall(tool="return_items", arguments=RETURN_ARGS, observation={"refund_amount": 54.2}),
+]
+
+
+def test_return_task_constraints() -> None:
+    cs = derive_constraints(GOLD_PATH, GOLD_FINAL, SHOP, ["54.20"], initial_state=INITIAL)
+    assert cs == [
+        FinalState(
+            gold_hash="gold", gold_tables={"refunds": [REFUND]}, derived_from="gold_run.final_state"
+        ),
+        ToolCalled(
+            call=CallPattern(
+                tool="return_items",
+                matchers={"order_id": "#W1", "item_ids": ["i9"], "payment_method_id": "card_1"},
+            ),
+            derived_from="gold_run.calls[3]",
+        ),
+        ToolNotCalled(
+            call=CallPattern(tool="cancel_order", matchers={"order_id": "#W1"}),
+            derived_from="cluster.write_tools",
+        ),
+        ToolNotCalled(
+            call=CallPattern(tool="exchange_items", matchers={"order_id": "#W1"}),
+            derived_from="cluster.write_tools",
+        ),
+        AnswerContains(values=["54.20"], hard=False, derived_from="blueprint.answer_values"),
+        MaxCalls(n=8, hard=False, derived_from="gold_run.length"),
+    ]
+    assert lint_constraints(cs, INITIAL, SHOP.tools) == []
+
+
+def record(tool: str, args: dict, cls: ObsClass = ObsClass.OK) -> ToolCallRecord:
+    return ToolCallRecord(
+        call_id=tool, tool=tool, raw_arguments=str(args), arguments=args, obs_class=cls
+    )
+
+
+def trajectory(calls: list[ToolCallRecord], answer: str) -> Trajectory:
+    return Trajectory(
+        trajectory_id="t",
+        run_id="r",
+        blueprint_id="b",
+        tree_id="tr",
+        leaf_node_id="n",
+        cluster_id="shop",
+        messages=[
+            Message(role=MessageRole.USER, content="hi"),
+            Message(role=MessageRole.ASSISTANT, content=answer),
+        ],
+        tools=[t.to_openai() for t in SHOP.tools],
+        calls=calls,
+        final_answer=answer,
+        termination=Termination.USER_STOP,
+    )
+
+
+def test_derived_constraints_judge_rollouts() -> None:
+    cs = derive_constraints(GOLD_PATH, GOLD_FINAL, SHOP, ["54.20"], initial_state=INITIAL)
+    reads = [record(c.tool, dict(c.arguments)) for c in GOLD_PATH[:3]]
+    good = trajectory(
+        [*reads, record("return_items", {**RETURN_ARGS, "reason": "Cracked!"})], "Refund: $54.20"
+    )
+    v = verify(good, cs, GOLD_FINAL)
+    assert v.passed and reward(v) == 1.0
+    # a rollout that cancels instead: wrong state, no return, forbidden call
+    bad = trajectory([*reads, record("cancel_order", {"order_id": "#W1"})], "Cancelled.")
+    cancelled = EnvState(
+        state_hash="cx", tables={"orders": [{"id": "#W1", "status": "cancelled"}], "refunds": []}
+    )
+    v = verify(bad, cs, cancelled)
+    assert [r.kind for r in v.results if not r.passed] == [
+        "final_state",
+        "tool_called",
+        "tool_not_called",
+        "answer_contains",
+    ]
+    assert v.state_diff == {"refunds": {"added": [], "removed": [REFUND]}}
+    assert reward(v) == 0.0
+
+
+def test_cart_chain_orders_and_repeats() -> None:
+    path = [
+        GoldCall(
+            tool="add_to_cart", arguments={"cart_id": "c1", "sku": "M-1", "qty": 2, "note": "gift"}
+        ),
+        GoldCall(tool="add_to_cart", arguments={"cart_id": "c1", "sku": "T-4", "qty": 1}),
+        GoldCall(tool="add_to_cart", arguments={"cart_id": "c1", "sku": "T-4", "qty": 1}),
+        GoldCall(
+            tool="checkout",
+            arguments={"cart_id": "c1", "payment_method_id": "card_1", "ship_date": "2025-03-01"},
+        ),
+    ]
+    cs = derive_constraints(path, GOLD_FINAL, SHOP, [])
+    called = [c for c in cs if isinstance(c, ToolCalled)]
+    assert [(c.call.tool, c.call.matchers, c.min_count) for c in called] == [
+        ("add_to_cart", {"cart_id": "c1", "sku": "M-1", "qty": 2}, 1),
+        ("add_to_cart", {"cart_id": "c1", "sku": "T-4", "qty": 1}, 2),
+        (
+            "checkout",
+            {"cart_id": "c1", "payment_method_id": "card_1", "ship_date": "2025-03-01"},
+            1,
+        ),
+    ]
+    orders = [(o.first.matchers.get("sku"), o.then.tool) for o in cs if isinstance(o, Order)]
+    assert orders == [("M-1", "checkout"), ("T-4", "checkout")]  # adds among themselves: free
+    final = cs[0]
+    assert (
+        isinstance(final, FinalState) and final.gold_tables == GOLD_FINAL.tables
+    )  # no initial state
+    assert not any(isinstance(c, ToolNotCalled) for c in cs)  # no other write acts on a cart
+    assert [c for c in cs if isinstance(c, MaxCalls)][0].n == max_calls_for(4) == 8
+
+
+def test_read_only_task_answers_hard_and_forbids_writes_on_the_entity() -> None:
+    path = GOLD_PATH[:3]
+    cs = derive_constraints(path, INITIAL, SHOP, [])
+    assert not any(isinstance(c, FinalState) for c in cs)
+    answer = [c for c in cs if isinstance(c, AnswerContains)]
+    assert answer == [
+        AnswerContains(values=[54.2], hard=True, derived_from="gold_run.last_observation")
+    ]
+    forbidden = {
+        (c.call.tool, tuple(c.call.matchers.items())) for c in cs if isinstance(c, ToolNotCalled)
+    }
+    assert forbidden == {
+        ("update_profile", (("user_id", "u1"),)),
+        ("return_items", (("order_id", "#W1"),)),
+        ("cancel_order", (("order_id", "#W1"),)),
+        ("exchange_items", (("order_id", "#W1"),)),
+    }
+    assert lint_constraints(cs, INITIAL, SHOP.tools) == []
+    asked = derive_constraints(path, INITIAL, SHOP, ["delivered", None, "delivered", True])
+    assert [c.values for c in asked if isinstance(c, AnswerContains)] == [["delivered"]]
+
+
+def test_read_only_without_answer_is_rejected_by_lint() -> None:
+    path = [
+        GoldCall(
+            tool="list_orders", arguments={"user_id": "u1"}, observation=[{"id": 1}, {"id": 2}]
+        )
+    ]
+    cs = derive_constraints(path, INITIAL, SHOP, [])
+    assert not any(isinstance(c, AnswerContains) for c in cs)
+    assert "checks no outcome" in lint_constraints(cs, INITIAL, SHOP.tools)
+
+
+def test_outside_server_uses_the_call_trace_and_skips_minted_ids() -> None:
+    cal = ToolCluster(
+        cluster_id="outside-cal",
+        domain=Domain.PRODUCTIVITY,
+        server=ServerSpec(kind=ServerKind.STDIO, command=["cal-mcp"]),
+        state_readable=False,
+        source="outside",
+        tools=[
+            tool("create_event", W, title=S, date={"type": "string"}, duration_min=NUM),
+            tool("invite", W, event_id=S, email=S),
+            tool("delete_event", W, event_id=S),
+        ],
+    )
+    path = [
+        GoldCall(
+            tool="create_event",
+            arguments={"title": "Standup", "date": "2025-03-01", "duration_min": 15},
+            observation='{"event_id": "ev_8f2a"}',
+        ),
+        GoldCall(
+            tool="invite",
+            arguments={"event_id": "ev_8f2a", "email": "bo@example.com"},
+            observation="ok",
+        ),
+    ]
+    unreadable = EnvState(state_hash="", readable=False)
+    cs = derive_constraints(path, unreadable, cal, [])
+    assert not any(isinstance(c, FinalState) for c in cs)
+    called = [c.call for c in cs if isinstance(c, ToolCalled)]
+    assert called == [
+        CallPattern(tool="create_event", matchers={"date": "2025-03-01", "duration_min": 15}),
+        CallPattern(tool="invite", matchers={"email": "bo@example.com"}),  # ev_8f2a was minted
+    ]
+    assert [(o.first.tool, o.then.tool) for o in cs if isinstance(o, Order)] == [
+        ("create_event", "invite")
+    ]
+    assert lint_constraints(cs, unreadable, cal.tools) == []
+
+
+def test_failed_gold_calls_are_ignored() -> None:
+    path = [
+        GoldCall(tool="cancel_order", arguments={"order_id": "#W0"}, is_error=True),
+        GoldCall(tool="return_items", arguments=RETURN_ARGS),
+    ]
+    cs = derive_constraints(path, GOLD_FINAL, SHOP, [])
+    assert [c.call.tool for c in cs if isinstance(c, ToolCalled)] == ["return_items"]
+    assert [c.n for c in cs if isinstance(c, MaxCalls)] == [max_calls_for(2)]
+
+
+def test_helpers() -> None:
+    assert deciding_fields({"sku": "M-1", "note": "hi", "gift": True, "qty": 0}) == {
+        "sku": "M-1",
+        "qty": 0,
+    }
+    assert deciding_fields({"order_id": "#W1"}, skip_values=frozenset({'"#W1"'})) == {}
+    assert salient_value({"a": {"status": "x"}, "b": {"status": "y"}}) is None
+    assert salient_value({"order": {"id": "#W1", "status": "shipped"}}) == "shipped"
+    assert salient_value('"Sunny, 21C"') == "Sunny, 21C"
+    assert salient_value({"user_id": "u1"}) == "u1"
+    assert salient_value(True) is None
+    assert changed_tables(GOLD_FINAL, INITIAL) == {"refunds": [REFUND]}
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    from trajsynth.agents import constraints as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

@@ -1,0 +1,168 @@
+"""Blueprint words: parsing the planner's draft, the checks, the template (METHODS.md §3)."""
+
+from __future__ import annotations
+
+from trajsynth.agents.words import (
+    Answer,
+    Words,
+    WordsSpec,
+    check_words,
+    parse_words,
+    pick_answer,
+    stale_value,
+    template_words,
+)
+from trajsynth.schemas import GoldCall
+
+SHOP_TOOLS = ["search_products", "add_to_cart", "place_order", "find_user_by_email"]
+
+
+def _spec(**kw: object) -> WordsSpec:
+    base: dict[str, object] = {
+        "domain": "retail",
+        "mode": "direct_execute",
+        "steps": ["search the catalogue by name"],
+        "slots": {"query": "Vortex 600 Blender"},
+        "labels": {"query": "product"},
+        "tool_names": SHOP_TOOLS,
+        "answer": Answer(field="price", value=79.99, subject="Vortex 600 Blender"),
+        "known_ids": ["P100", "BLN-600"],
+    }
+    base.update(kw)
+    return WordsSpec.model_validate(base)
+
+
+def test_parse_takes_the_first_json_object_in_chatter() -> None:
+    reply = (
+        'Here you go:\n```json\n{"persona": "A home cook.", "goal": "How much is the '
+        'Vortex 600 Blender?", "hidden_info": {"Query": "Vortex 600 Blender", "mood": "x"}}\n'
+        '```\n{"goal": "second"}'
+    )
+    words = parse_words(reply, _spec())
+    assert words == Words(
+        persona="A home cook.",
+        goal="How much is the Vortex 600 Blender?",
+        hidden_info={"query": "Vortex 600 Blender"},  # slot keys only, true values
+    )
+
+
+def test_parse_rejects_replies_without_a_goal() -> None:
+    spec = _spec()
+    assert parse_words("I am a small model and I like blenders.", spec) is None
+    assert parse_words('{"persona": "x"}', spec) is None
+    assert parse_words('{"goal": "   "}', spec) is None
+    assert parse_words('{"goal": "unterminated', spec) is None
+
+
+def test_hidden_info_is_matched_by_value_and_given_true_values() -> None:
+    spec = _spec(slots={"email": "mia.k@example.com", "query": "Vortex 600 Blender"})
+    words = parse_words(
+        '{"goal": "price of the blender?", "hidden_info": {"my mail": "MIA.K@example.com"}}',
+        spec,
+    )
+    assert words is not None
+    assert words.hidden_info == {"email": "mia.k@example.com"}
+
+
+def test_checks_catch_tool_names_ids_answers_and_missing_slots() -> None:
+    spec = _spec()
+    ok = Words(persona="A home cook.", goal="What does the Vortex 600 Blender cost?")
+    assert check_words(ok, spec) == []
+    named = ok.model_copy(update={"goal": "Call search_products for the Vortex 600 Blender."})
+    assert check_words(named, spec) == ["tool_name: search_products"]
+    leaked = ok.model_copy(update={"goal": "What does P100 (Vortex 600 Blender) cost?"})
+    assert check_words(leaked, spec) == ["leakage: id P100"]
+    answer = ok.model_copy(update={"goal": "Is the Vortex 600 Blender really 79.99?"})
+    assert check_words(answer, spec) == ["leakage: the goal gives away the answer 79.99"]
+    missing = ok.model_copy(update={"goal": "What does the blender cost?"})
+    assert check_words(missing, spec) == [
+        "unsolvable: query is neither in the goal nor in hidden_info"
+    ]
+    held = missing.model_copy(update={"hidden_info": {"query": "Vortex 600 Blender"}})
+    assert check_words(held, spec) == []
+    steps = ok.model_copy(
+        update={"goal": "Search products, then add to cart the Vortex 600 Blender"}
+    )
+    assert check_words(steps, spec) == ["over_specification: names search_products, add_to_cart"]
+
+
+def test_clarify_first_holds_one_slot_back() -> None:
+    spec = _spec(mode="clarify_first", hidden_slot="query")
+    stated = Words(persona="p", goal="What does the Vortex 600 Blender cost?")
+    assert "mode: clarify_first, but query is in the goal" in check_words(stated, spec)
+    words = template_words(spec)
+    assert "Vortex" not in words.goal
+    assert words.hidden_info == {"query": "Vortex 600 Blender"}
+    assert check_words(words, spec) == []
+
+
+def test_recover_after_error_states_a_stale_value_first() -> None:
+    spec = _spec(
+        mode="recover_after_error",
+        slots={"email": "mia.k@example.com", "query": "Vortex 600 Blender"},
+        stale={"email": "mia.k@old-example.com"},
+    )
+    words = template_words(spec)
+    assert words.goal.startswith("My email is mia.k@old-example.com.")
+    assert words.hidden_info == {"email": "mia.k@example.com"}
+    assert check_words(words, spec) == []
+    assert stale_value("#W1005", {"#W1005", "#W1006"}) == "#W1004"
+    assert stale_value("ann@example.com", set()) == "ann@old-example.com"
+    assert stale_value("blue", set()) is None
+
+
+def test_template_goal_is_short_and_explicit_for_a_read() -> None:
+    words = template_words(_spec())
+    assert words == Words(
+        persona="A shopper at an online store.",
+        goal="What is the price of Vortex 600 Blender?",
+    )
+    assert check_words(words, _spec()) == []
+
+
+def test_template_names_every_write_and_its_details() -> None:
+    spec = _spec(
+        steps=["look up a customer account by email address", "add units of a product to my cart"],
+        actions=["add units of a product to my cart", "check out my cart"],
+        slots={"email": "mia.k@example.com", "product": "Red Ceramic Mug"},
+        labels={},
+        answer=None,
+        mode="verify_after_write",
+    )
+    words = template_words(spec)
+    assert words.goal == (
+        "My email is mia.k@example.com. Please add units of a product to my cart, then check "
+        "out my cart: product: Red Ceramic Mug. Please confirm that it went through."
+    )
+    assert check_words(words, spec) == []
+
+
+def test_pick_answer_prefers_the_matching_item_and_telling_fields() -> None:
+    search = GoldCall(
+        tool="search_products",
+        arguments={"query": "mug"},
+        observation={
+            "query": "mug",
+            "products": [
+                {"product_id": "P104", "name": "Red Ceramic Mug", "price": 12.0, "in_stock": True},
+                {"product_id": "P105", "name": "Blue Ceramic Mug", "price": 13.5},
+            ],
+        },
+    )
+    assert pick_answer([search], {"query": "Blue Ceramic Mug"}, ["query"]) == Answer(
+        field="price", value=13.5, subject="Blue Ceramic Mug"
+    )
+    # several results and no slot singles one out: the lowest price
+    assert pick_answer([search], {"query": "mug"}, ["query"]) == Answer(
+        field="lowest price", value=12.0
+    )
+    user = GoldCall(
+        tool="find_user_by_email",
+        arguments={"email": "mia.k@example.com"},
+        observation={"user_id": "mia_1", "name": "Mia Kim", "email": "mia.k@example.com"},
+    )
+    assert pick_answer([user], {"email": "mia.k@example.com"}, ["email"]) == Answer(
+        field="name", value="Mia Kim"
+    )
+    ids_only = GoldCall(tool="x", arguments={}, observation={"order_id": "#W1", "refunds": []})
+    assert pick_answer([ids_only], {}) is None

@@ -1,0 +1,325 @@
+"""Environments for real: MCP servers over stdio in a LocalSandbox and in Docker.
+
+Each test starts real server processes. The LocalSandbox tests are the fast tier's proof that
+the client, the state dump and snapshot/restore work; the ``docker`` ones do the same inside
+the container, where a hung server must also be reaped by its pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from trajsynth.mcp_servers.environment import Environment, ToolResult, open_environment
+from trajsynth.mcp_servers.registry import add_outside_cluster, get_cluster
+from trajsynth.sandboxes import Sandbox, ensure_image, open_sandbox
+from trajsynth.schemas import (
+    MCPServerError,
+    SandboxKind,
+    SandboxLimits,
+    ServerKind,
+    ServerSpec,
+    ToolCluster,
+)
+
+LIST_PROCESSES = r"""
+import os
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        print(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode())
+    except OSError:
+        pass
+"""
+FAULTY_SOURCE = (Path(__file__).parent / "faulty_server.py").read_bytes()
+LIMITS = SandboxLimits(memory_mb=1024, pids=256, timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def faulty_cluster(tmp_path_factory: pytest.TempPathFactory) -> ToolCluster:
+    """The faulty server imported as an outside cluster (tools read with tools/list)."""
+    script = tmp_path_factory.mktemp("faulty") / "faulty_server.py"
+    script.write_bytes(FAULTY_SOURCE)
+    clusters = tmp_path_factory.mktemp("clusters")
+    [cluster] = add_outside_cluster("faulty", command=[sys.executable, str(script)],
+                                    clusters_dir=clusters)  # fmt: skip
+    return cluster
+
+
+def _in_sandbox(cluster: ToolCluster, sandbox: Sandbox) -> ToolCluster:
+    """The faulty cluster with its script copied into ``sandbox`` and run from there."""
+    sandbox.put_file("faulty_server.py", FAULTY_SOURCE)
+    server = ServerSpec(
+        kind=ServerKind.STDIO, command=["python", f"{sandbox.workdir}/faulty_server.py"]
+    )
+    return cluster.model_copy(update={"server": server})
+
+
+def _items(result: ToolResult) -> list[str]:
+    assert not result.is_error, result.text
+    assert isinstance(result.structured, dict)
+    items = result.structured["result"]
+    assert isinstance(items, list)
+    return [str(i) for i in items]
+
+
+@pytest.fixture
+def local_sandbox() -> Iterator[Sandbox]:
+    sandbox = open_sandbox(SandboxKind.LOCAL, LIMITS)
+    yield sandbox
+    sandbox.close()
+
+
+@pytest.fixture
+def docker_sandbox() -> Iterator[Sandbox]:
+    ensure_image()
+    sandbox = open_sandbox(SandboxKind.DOCKER, LIMITS)
+    yield sandbox
+    sandbox.close()
+
+
+@pytest.fixture
+async def shop_local() -> AsyncIterator[Environment]:
+    env = await open_environment(
+        get_cluster("shop"), sandbox_kind=SandboxKind.LOCAL, limits=LIMITS, tool_timeout_s=20
+    )
+    yield env  # closed in another task than the one that opened it, on purpose
+    await env.close()
+
+
+async def _shop_round_trip(env: Environment) -> None:
+    """Reads, a write that changes the state, a tool error, snapshot and restore."""
+    initial = await env.start()  # idempotent: the environment is already started
+    assert initial.readable
+    assert {"products", "cart_items", "orders"} <= set(initial.tables)
+    assert (await env.state()).state_hash == initial.state_hash
+
+    found = await env.call_tool("search_products", {"query": "mug"})
+    assert not found.is_error
+    assert isinstance(found.structured, dict)
+    products = found.structured["products"]
+    assert products and all("mug" in p["name"].lower() for p in products)
+    assert (await env.state()).state_hash == initial.state_hash  # a read changes nothing
+
+    def cart(tables: dict) -> set[tuple[str, str, int]]:
+        return {(r["user_id"], r["product_id"], r["quantity"]) for r in tables["cart_items"]}
+
+    in_carts = {(u, p) for u, p, _ in cart(initial.tables)}
+    user_id, product_id = next(
+        (u["user_id"], p["product_id"])
+        for u in initial.tables["users"]
+        for p in products
+        if (u["user_id"], p["product_id"]) not in in_carts
+    )
+    user_cart = {p for u, p, _ in cart(initial.tables) if u == user_id}
+    before_write = await env.snapshot()
+    added = await env.call_tool(
+        "add_to_cart", {"user_id": user_id, "product_id": product_id, "quantity": 2}
+    )
+    assert not added.is_error, added.text
+    after = await env.state()
+    assert after.state_hash != initial.state_hash
+    assert cart(after.tables) - cart(initial.tables) == {(user_id, product_id, 2)}
+
+    missing = await env.call_tool("get_product", {"product_id": "NO-SUCH"})
+    assert missing.is_error and missing.error_type == "tool_error"
+    assert "NO-SUCH" in missing.text
+    unknown = await env.call_tool("no_such_tool", {})
+    assert unknown.is_error
+
+    await env.restore(before_write)
+    assert (await env.state()).state_hash == initial.state_hash
+    viewed = await env.call_tool("view_cart", {"user_id": user_id})  # sees the restore
+    assert not viewed.is_error
+    assert isinstance(viewed.structured, dict)
+    assert {i["product_id"] for i in viewed.structured["items"]} == user_cart
+
+
+async def test_bundled_shop_in_a_local_sandbox(shop_local: Environment) -> None:
+    assert shop_local.server_location == "sandbox"
+    await _shop_round_trip(shop_local)
+    assert shop_local.restarts == 0
+    # checks run python in the work directory, and their results travel with the state
+    assert await shop_local.run_check("db", "import os\nassert os.path.exists('shop.sqlite')")
+    assert not await shop_local.run_check("nope", "raise SystemExit(1)")
+    assert (await shop_local.state()).checks == {"db": True, "nope": False}
+
+
+async def test_mcp_server_time_as_an_outside_cluster(tmp_path: Path) -> None:
+    [cluster] = add_outside_cluster(
+        "time", command=[sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"],
+        clusters_dir=tmp_path,
+    )  # fmt: skip
+    async with open_environment(  # no await: it is an async context manager too
+        cluster, sandbox_kind=SandboxKind.LOCAL, limits=LIMITS, tool_timeout_s=20
+    ) as env:
+        start = await env.state()
+        assert start.readable is False
+        now = await env.call_tool("get_current_time", {"timezone": "Europe/Paris"})
+        assert not now.is_error, now.text
+        assert isinstance(now.structured, dict) and now.structured["timezone"] == "Europe/Paris"
+        converted = await env.call_tool(
+            "convert_time",
+            {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+        )
+        assert not converted.is_error, converted.text
+        assert isinstance(converted.structured, dict)
+        assert converted.structured["target"]["datetime"].endswith("T21:00:00+09:00")
+        bad = await env.call_tool("get_current_time", {"timezone": "Mars/Olympus"})
+        assert bad.is_error
+        # reads only: the trace hash (the state of an unreadable server) does not move
+        assert (await env.state()).state_hash == start.state_hash
+
+
+async def _fault_round_trip(env: Environment) -> None:
+    """Writes and replay, a tool error, a hang and a death: both restart the server."""
+    start = await env.state()
+    assert not start.readable
+    added = await env.call_tool("add_item", {"name": "a"})
+    assert added.structured == {"item_id": "a", "count": 1}
+    after_a = await env.state()
+    assert after_a.state_hash != start.state_hash
+    mark = await env.snapshot()
+    await env.call_tool("add_item", {"name": "b"})
+    assert _items(await env.call_tool("list_items", {})) == ["a", "b"]
+
+    refused = await env.call_tool("fail", {"reason": "no"})
+    assert refused.is_error and "refused: no" in refused.text
+
+    await env.restore(mark)  # restart + replay of the writes up to the mark
+    assert _items(await env.call_tool("list_items", {})) == ["a"]
+    assert (await env.state()).state_hash == after_a.state_hash
+
+    began = time.monotonic()
+    with pytest.raises(MCPServerError, match=r"'hang'.*no answer within 1\.5s"):
+        await env.call_tool("hang", {"seconds": 3600})
+    assert time.monotonic() - began < 30
+    assert env.restarts == 1
+    # the environment works again, with its state replayed into the new server
+    assert _items(await env.call_tool("list_items", {})) == ["a"]
+
+    with pytest.raises(MCPServerError, match="closed the connection"):
+        await env.call_tool("die", {})
+    assert env.restarts == 2
+    assert _items(await env.call_tool("list_items", {})) == ["a"]
+    assert (await env.state()).state_hash == after_a.state_hash
+
+
+@pytest.mark.slow
+async def test_hung_and_killed_outside_server_in_a_local_sandbox(
+    local_sandbox: Sandbox, faulty_cluster: ToolCluster
+) -> None:
+    cluster = _in_sandbox(faulty_cluster, local_sandbox)
+    env = Environment(cluster, local_sandbox, tool_timeout_s=1.5, owns_sandbox=False)
+    async with env:
+        await _fault_round_trip(env)
+
+
+async def _code_server_killed(env: Environment) -> None:
+    """The bundled code server dies mid-call; its files (the state) survive the restart."""
+    wrote = await env.call_tool("write_file", {"path": "notes.txt", "content": "kept\n"})
+    assert not wrote.is_error, wrote.text
+    state = await env.state()
+    kill_parent = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    with pytest.raises(MCPServerError, match="run_python"):
+        await env.call_tool("run_python", {"source": kill_parent})
+    assert env.restarts == 1
+    read = await env.call_tool("read_file", {"path": "notes.txt"})
+    assert not read.is_error and "kept" in read.text
+    assert (await env.state()).state_hash == state.state_hash
+
+
+@pytest.mark.slow
+async def test_bundled_code_server_killed_in_a_local_sandbox(local_sandbox: Sandbox) -> None:
+    env = Environment(get_cluster("code"), local_sandbox, tool_timeout_s=20, owns_sandbox=False)
+    async with env:
+        await _code_server_killed(env)
+
+
+async def test_a_server_that_cannot_start_is_an_infra_error(local_sandbox: Sandbox) -> None:
+    cluster = get_cluster("shop").model_copy(
+        update={"server": ServerSpec(kind=ServerKind.BUNDLED, module="trajsynth.no_such_module")}
+    )
+    # state_readable=False: no state dump first, so the failure is the server's start
+    cluster = cluster.model_copy(update={"state_readable": False})
+    env = Environment(cluster, local_sandbox, start_timeout_s=30, owns_sandbox=False)
+    with pytest.raises(MCPServerError, match=r"no_such_module.*did not start"):
+        await env.start()
+    await env.close()
+
+
+# --------------------------------------------------------------------------- Docker
+
+
+@pytest.mark.docker
+async def test_bundled_shop_in_docker(docker_sandbox: Sandbox) -> None:
+    env = Environment(get_cluster("shop"), docker_sandbox, seed=0, owns_sandbox=False)
+    async with env:
+        assert env.sandbox.workdir == "/work"
+        assert env.server_location == "sandbox"
+        await _shop_round_trip(env)
+        seed0 = (await env.state()).state_hash
+    other = open_sandbox(SandboxKind.DOCKER, LIMITS)
+    try:
+        async with Environment(get_cluster("shop"), other, seed=1, owns_sandbox=False) as env1:
+            assert (await env1.state()).state_hash != seed0  # the seed reaches the server
+    finally:
+        other.close()
+
+
+@pytest.mark.docker
+async def test_hung_and_killed_outside_server_in_docker(
+    docker_sandbox: Sandbox, faulty_cluster: ToolCluster
+) -> None:
+    cluster = _in_sandbox(faulty_cluster, docker_sandbox)
+    env = Environment(cluster, docker_sandbox, tool_timeout_s=1.5, owns_sandbox=False)
+    async with env:
+        await _fault_round_trip(env)
+        # the hung server was reaped inside the container: only the live one is left
+        procs = docker_sandbox.exec([docker_sandbox.python, "-c", LIST_PROCESSES])
+        assert procs.exit_code == 0, procs.stderr
+        assert procs.stdout.count("faulty_server.py") == 1, procs.stdout
+
+
+@pytest.mark.docker
+async def test_bundled_code_server_killed_in_docker(docker_sandbox: Sandbox) -> None:
+    env = Environment(get_cluster("code"), docker_sandbox, tool_timeout_s=20, owns_sandbox=False)
+    async with env:
+        await _code_server_killed(env)
+
+
+@pytest.mark.docker
+async def test_outside_server_missing_in_the_image_runs_on_the_host(
+    docker_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    [cluster] = add_outside_cluster(
+        "time", command=[sys.executable, "-m", "mcp_server_time"], clusters_dir=tmp_path
+    )
+    env = Environment(cluster, docker_sandbox, tool_timeout_s=20, owns_sandbox=False)
+    async with env:
+        assert env.server_location == "host"  # the image has no mcp_server_time
+        now = await env.call_tool("get_current_time", {"timezone": "UTC"})
+        assert not now.is_error, now.text
+        assert isinstance(now.structured, dict) and now.structured["timezone"] == "UTC"
+
+
+def test_environments_close_from_another_event_loop_task() -> None:
+    """open in one task, call from another, close from a third: no cancel-scope errors."""
+
+    async def main() -> list[str]:
+        env = await asyncio.create_task(
+            open_environment(get_cluster("travel"), sandbox_kind=SandboxKind.LOCAL, limits=LIMITS)
+        )
+        result = await asyncio.create_task(
+            env.call_tool("find_airports", {"query": "San Francisco"})
+        )
+        await asyncio.create_task(env.close())
+        assert isinstance(result.structured, dict)
+        return [a["code"] for a in result.structured["airports"]]
+
+    codes = asyncio.run(main())
+    assert codes == ["SFO"]
