@@ -27,8 +27,11 @@ class Assistant(BaseModel):
     max_tokens: int | None = None
     tool_choice_after_user: str = Field(
         default="auto",
-        description="tool_choice when the last message is the user's ('auto' or 'required'); "
-        "after a tool result the choice is always 'auto'",
+        description="tool_choice when the last message is the user's ('auto' or 'required')",
+    )
+    tool_choice_after_tool: str = Field(
+        default="auto",
+        description="tool_choice right after tool results ('auto' or 'none': answer now)",
     )
 
     def system_message(self, cluster: ToolCluster) -> Message:

@@ -153,7 +153,7 @@ async def run_episode(
                 tool_choice=(
                     assistant.tool_choice_after_user
                     if messages[-1].role is MessageRole.USER
-                    else "auto"
+                    else assistant.tool_choice_after_tool
                 ),
             )
         except InfraError as exc:

@@ -49,10 +49,13 @@ __all__ = ["run_id_for", "synth_run"]
 log = logging.getLogger(__name__)
 
 
-def _tool_choice(config: RunConfig) -> str:
-    if config.assistant_tool_choice is not None:
-        return config.assistant_tool_choice
-    return "required" if config.llm.base_url is None else "auto"
+def assistant_for(config: RunConfig) -> Assistant:
+    """The assistant of a run. The embedded 135M model needs its tool use steered: it almost
+    never calls a tool when free to, and repeats calls instead of answering after a result."""
+    embedded = config.llm.base_url is None
+    after_user = config.assistant_tool_choice or ("required" if embedded else "auto")
+    after_tool = config.assistant_tool_choice_after_tool or ("none" if embedded else "auto")
+    return Assistant(tool_choice_after_user=after_user, tool_choice_after_tool=after_tool)
 
 
 def run_id_for(config: RunConfig) -> str:
@@ -224,7 +227,7 @@ async def rollout_task(
             blueprint=blueprint,
             env=env,
             llm=llm,
-            assistant=Assistant(tool_choice_after_user=_tool_choice(config)),
+            assistant=assistant_for(config),
             user_sim=UserSimulator(),
             budgets=config.budgets,
             run_id=run_id,

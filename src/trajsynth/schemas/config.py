@@ -61,6 +61,13 @@ class RunConfig(Record):
             "the embedded SmolLM2 (it almost never calls a tool under 'auto'), else 'auto'"
         ),
     )
+    assistant_tool_choice_after_tool: Literal["auto", "none"] | None = Field(
+        default=None,
+        description=(
+            "tool_choice right after tool results; None: 'none' for the embedded SmolLM2 (it "
+            "repeats calls instead of answering), else 'auto'"
+        ),
+    )
 
     def config_hash(self) -> str:
         return stable_hash(self.model_dump(mode="json"), length=16)

@@ -69,6 +69,7 @@ class RunSettings(_Section):
     tool_timeout_s: float = Field(default=20.0, gt=0)
     planner_retries: int = Field(default=1, ge=0)
     assistant_tool_choice: Literal["auto", "required"] | None = None
+    assistant_tool_choice_after_tool: Literal["auto", "none"] | None = None
 
 
 class SandboxSettings(_Section):
@@ -143,6 +144,7 @@ class Settings(BaseSettings):
             ),
             planner_retries=run.planner_retries,
             assistant_tool_choice=run.assistant_tool_choice,
+            assistant_tool_choice_after_tool=run.assistant_tool_choice_after_tool,
         )
 
 
@@ -219,6 +221,8 @@ tool_timeout_s = 20.0
 planner_retries = 1           # LLM drafts of the words after the first; then a template
 # assistant_tool_choice = "auto"   # after a user message: auto | required; unset: required for
                                    # the embedded SmolLM2 (it rarely calls tools under auto)
+# assistant_tool_choice_after_tool = "auto"   # after tool results: auto | none; unset: none
+                                              # for the embedded SmolLM2 (it repeats calls)
 
 [sandbox]
 kind = "auto"                # docker | local | auto (docker when the engine and image are there)

@@ -1,0 +1,168 @@
+"""The rollout loop with the scripted fake LLM and the shop cluster's real tools in-process.
+
+A planned blueprint is acted out, then judged by the real verifier: what is asserted is the
+stored behaviour (verdict, failure class, termination), not which calls were made.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fakes.inprocess_env import InProcessEnvironment
+from fakes.llm import ScriptedLLM, say, tool_call
+from trajsynth.agents.assistant import Assistant
+from trajsynth.agents.llm import OpenAILLMClient
+from trajsynth.agents.planner import Planner, plan_blueprint
+from trajsynth.agents.rollout import run_episode
+from trajsynth.agents.user_sim import UserSimulator
+from trajsynth.curation.verify import verify
+from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.schemas import (
+    AnswerContains,
+    Blueprint,
+    Budgets,
+    Cell,
+    Difficulty,
+    FailureClass,
+    LLMConfig,
+    PathShape,
+    ReasoningMode,
+    Termination,
+)
+
+SHOP = get_cluster("shop")
+
+
+class _Env(InProcessEnvironment):
+    """The in-process shop with what the loop reads off an environment."""
+
+    cluster = SHOP
+    tools = SHOP.tools
+
+    async def run_check(self, check_id: str, source: str) -> bool:
+        raise AssertionError("no code checks in these tests")
+
+
+def _client(fake: ScriptedLLM) -> OpenAILLMClient:
+    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=True)
+    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
+
+
+@pytest.fixture
+async def read_task(tmp_path: Path) -> Blueprint:
+    cell = Cell(
+        cluster_id="shop",
+        path_shape=PathShape.SINGLE,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty.EASY,
+    )
+    for seed in range(20):
+        bp = await plan_blueprint(
+            Planner(use_llm=False), None, lambda: _Env("shop", tmp_path), SHOP, cell, seed
+        )
+        if isinstance(bp, Blueprint) and any(isinstance(c, AnswerContains) for c in bp.constraints):
+            return bp
+    raise AssertionError("no read-only blueprint planned")
+
+
+def _gold_call(bp: Blueprint) -> Any:
+    gold = bp.gold_run.calls[0]
+    return tool_call(gold.tool, gold.arguments)
+
+
+def _answer(bp: Blueprint) -> str:
+    values = next(c for c in bp.constraints if isinstance(c, AnswerContains)).values
+    return "Here you go: " + ", ".join(str(v) for v in values) + "."
+
+
+async def _run(bp: Blueprint, fake: ScriptedLLM, tmp_path: Path, **budget: Any):
+    async with _Env("shop", tmp_path, seed=bp.seed) as env:
+        return await run_episode(
+            blueprint=bp,
+            env=env,
+            llm=_client(fake),
+            assistant=Assistant(),
+            user_sim=UserSimulator(),
+            budgets=Budgets(**budget),
+            run_id="run_test",
+        )
+
+
+async def test_a_correct_rollout_passes_verification(read_task: Blueprint, tmp_path: Path) -> None:
+    fake = ScriptedLLM([_gold_call(read_task), say(_answer(read_task)), say("Thanks! ###STOP###")])
+    result = await _run(read_task, fake, tmp_path)
+    fake.assert_consumed()
+    traj = result.trajectory
+    assert traj.termination is Termination.USER_STOP
+    assert [c.tool for c in traj.calls] == [read_task.gold_run.calls[0].tool]
+    verdict = verify(traj, read_task.constraints, result.final_state)
+    assert verdict.passed and verdict.score == pytest.approx(1.0)
+    # the request carried the tools, and every node records role-tagged usage
+    assert fake.requests[0]["tools"][0]["type"] == "function"
+    roles = {u.role.value for n in result.nodes for u in n.usage}
+    assert roles == {"assistant", "user"}
+    assert result.nodes[1].step_entropy is not None  # logprobs became a step entropy
+    assert result.nodes[0].parent_id is None and result.nodes[1].parent_id == result.nodes[0].node_id
+
+
+async def test_malformed_call_is_a_recorded_model_failure(read_task: Blueprint, tmp_path: Path) -> None:
+    gold = read_task.gold_run.calls[0]
+    fake = ScriptedLLM(
+        [
+            tool_call(gold.tool, '{"query": ', raw=True),
+            tool_call("no_such_tool", {}),
+            say("I could not find it."),
+            say("ok ###STOP###"),
+        ]
+    )
+    result = await _run(read_task, fake, tmp_path)
+    calls = result.trajectory.calls
+    assert [c.error_type for c in calls] == ["invalid_json", "unknown_tool"]
+    assert all(c.failure_class is FailureClass.MODEL for c in calls)
+    assert calls[0].raw_arguments == '{"query": '  # the raw output is kept
+    tool_msgs = [m for m in result.trajectory.messages if m.role.value == "tool"]
+    assert tool_msgs[0].content.startswith("Error: arguments are not valid JSON")
+    assert not verify(result.trajectory, read_task.constraints, result.final_state).passed
+
+
+async def test_llm_timeout_is_infra_and_excluded(read_task: Blueprint, tmp_path: Path) -> None:
+    fake = ScriptedLLM([httpx.ReadTimeout("scripted")])
+    result = await _run(read_task, fake, tmp_path)
+    traj = result.trajectory
+    assert traj.termination is Termination.INFRA_ERROR
+    assert traj.failure_class is FailureClass.INFRA
+    assert result.final_state is None
+
+
+async def test_simulator_speaking_as_assistant_ends_with_simulator_class(
+    read_task: Blueprint, tmp_path: Path
+) -> None:
+    fake = ScriptedLLM([say("How can I help?"), say("Assistant: I will look that up for you.")])
+    result = await _run(read_task, fake, tmp_path)
+    assert result.trajectory.termination is Termination.SIMULATOR_ERROR
+    assert result.trajectory.failure_class is FailureClass.SIMULATOR
+    assert verify(result.trajectory, read_task.constraints, result.final_state).excluded
+
+
+async def test_tool_budget_is_never_exceeded(read_task: Blueprint, tmp_path: Path) -> None:
+    call = _gold_call(read_task)
+    fake = ScriptedLLM([call, call, call])
+    result = await _run(read_task, fake, tmp_path, max_tool_calls=2)
+    assert len(result.trajectory.calls) == 2
+    assert result.trajectory.termination is Termination.TOOL_BUDGET
+
+
+async def test_same_script_gives_same_ids(read_task: Blueprint, tmp_path: Path) -> None:
+    def script() -> ScriptedLLM:
+        return ScriptedLLM([_gold_call(read_task), say(_answer(read_task)), say("Thanks ###STOP###")])
+
+    a = await _run(read_task, script(), tmp_path / "a")
+    b = await _run(read_task, script(), tmp_path / "b")
+    assert a.trajectory.trajectory_id == b.trajectory.trajectory_id
+    assert [n.node_id for n in a.nodes] == [n.node_id for n in b.nodes]
+    assert json.loads(a.trajectory.model_dump_json())["wall_s"] >= 0
