@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
-
 from fakes.inprocess_env import InProcessEnvironment
 from fakes.llm import ScriptedLLM, say, tool_call
+
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.planner import Planner, plan_blueprint
@@ -107,10 +107,14 @@ async def test_a_correct_rollout_passes_verification(read_task: Blueprint, tmp_p
     roles = {u.role.value for n in result.nodes for u in n.usage}
     assert roles == {"assistant", "user"}
     assert result.nodes[1].step_entropy is not None  # logprobs became a step entropy
-    assert result.nodes[0].parent_id is None and result.nodes[1].parent_id == result.nodes[0].node_id
+    assert (
+        result.nodes[0].parent_id is None and result.nodes[1].parent_id == result.nodes[0].node_id
+    )
 
 
-async def test_malformed_call_is_a_recorded_model_failure(read_task: Blueprint, tmp_path: Path) -> None:
+async def test_malformed_call_is_a_recorded_model_failure(
+    read_task: Blueprint, tmp_path: Path
+) -> None:
     gold = read_task.gold_run.calls[0]
     fake = ScriptedLLM(
         [
@@ -159,10 +163,22 @@ async def test_tool_budget_is_never_exceeded(read_task: Blueprint, tmp_path: Pat
 
 async def test_same_script_gives_same_ids(read_task: Blueprint, tmp_path: Path) -> None:
     def script() -> ScriptedLLM:
-        return ScriptedLLM([_gold_call(read_task), say(_answer(read_task)), say("Thanks ###STOP###")])
+        return ScriptedLLM(
+            [_gold_call(read_task), say(_answer(read_task)), say("Thanks ###STOP###")]
+        )
 
     a = await _run(read_task, script(), tmp_path / "a")
     b = await _run(read_task, script(), tmp_path / "b")
     assert a.trajectory.trajectory_id == b.trajectory.trajectory_id
     assert [n.node_id for n in a.nodes] == [n.node_id for n in b.nodes]
     assert json.loads(a.trajectory.model_dump_json())["wall_s"] >= 0
+
+
+async def test_simulator_echoing_the_assistant_is_a_role_break(
+    read_task: Blueprint, tmp_path: Path
+) -> None:
+    text = "The lowest fare for this route on that date is 157.69 dollars in economy."
+    fake = ScriptedLLM([say(text), say(text)])
+    result = await _run(read_task, fake, tmp_path)
+    assert result.trajectory.failure_class is FailureClass.SIMULATOR
+    assert "echoed" in (result.trajectory.failure_detail or "")

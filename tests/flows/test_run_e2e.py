@@ -38,7 +38,8 @@ def test_synth_run_writes_judged_trajectories(tmp_path: Path) -> None:
     rows = store.query(
         "SELECT t.trajectory_id, t.termination, json_array_length(v.results) AS n_results, "
         "json_array_length(b.constraints) AS n_constraints "
-        "FROM trajectories t JOIN verdicts v USING (trajectory_id) JOIN blueprints b USING (blueprint_id)"
+        "FROM trajectories t JOIN verdicts v USING (trajectory_id) "
+        "JOIN blueprints b USING (blueprint_id)"
     )
     assert len(rows) == n_bp >= 1
     for row in rows:  # every trajectory judged by every one of its task's real constraints
@@ -51,7 +52,11 @@ def test_synth_run_writes_judged_trajectories(tmp_path: Path) -> None:
     # a second identical run resumes: nothing new, nothing duplicated
     again = subprocess.run(
         [sys.executable, "-m", "trajsynth.synth.cli", "run", "--tasks", "3", "--seed", "5"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert store.query("SELECT count(*) AS n FROM trajectories")[0]["n"] == len(rows)

@@ -9,6 +9,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from trajsynth.schemas import (
     AnswerContains,
+    CallPattern,
     Constraint,
     FailureClass,
     FinalState,
@@ -18,7 +19,6 @@ from trajsynth.schemas import (
     RunConfig,
     ToolCall,
     ToolCalled,
-    CallPattern,
     ToolSpec,
     content_id,
     counts_against_policy,
@@ -60,7 +60,9 @@ def test_message_openai_format_keeps_arguments_as_string() -> None:
     wire = msg.to_openai()
     assert wire == {
         "role": "assistant",
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1'}}],
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1'}}
+        ],
     }
     with pytest.raises(ValueError):
         msg.tool_calls[0].function.parsed_arguments()  # type: ignore[index]

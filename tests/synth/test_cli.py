@@ -45,7 +45,13 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def test_query_formats(workdir: Path) -> None:
-    out = synth("query", "select cluster_id, count(*) as n from trajectories group by 1", "--format", "json", cwd=workdir)
+    out = synth(
+        "query",
+        "select cluster_id, count(*) as n from trajectories group by 1",
+        "--format",
+        "json",
+        cwd=workdir,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [{"cluster_id": "shop", "n": 1}]
     out = synth("query", "select trajectory_id from trajectories", "-f", "csv", cwd=workdir)
@@ -68,7 +74,7 @@ def test_bad_sql_and_unknown_kind_are_one_line_errors(workdir: Path) -> None:
 def test_init_then_bad_setting_names_file_and_key(tmp_path: Path) -> None:
     assert synth("init", cwd=tmp_path).returncode == 0
     text = (tmp_path / "synth.toml").read_text()
-    (tmp_path / "synth.toml").write_text(text.replace("tasks = 12", "tasks = -1"))
+    (tmp_path / "synth.toml").write_text(text.replace("tasks = 20", "tasks = -1"))
     out = synth("query", "select 1", cwd=tmp_path)
     assert out.returncode == 2
     assert "synth.toml: invalid value -1 for 'run.tasks'" in out.stderr

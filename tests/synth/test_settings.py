@@ -12,7 +12,7 @@ def test_default_toml_loads_and_matches_defaults(tmp_path: Path) -> None:
     path = tmp_path / "synth.toml"
     path.write_text(default_toml())
     loaded = load_settings(path)
-    assert loaded.run.tasks == 12
+    assert loaded.run.tasks == 20
     assert loaded.llm.base_url is None
     assert loaded.run_config().rollout_mode is RolloutMode.LINEAR
 
@@ -45,7 +45,9 @@ def test_malformed_toml_is_one_clear_error(tmp_path: Path) -> None:
         load_settings(path)
 
 
-def test_api_key_comes_from_env_and_is_secret(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_api_key_comes_from_env_and_is_secret(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SYNTH_LLM__API_KEY", "sk-secret-123")
     loaded = load_settings()

@@ -33,9 +33,7 @@ def test_insert_is_idempotent_by_id(tmp_path: Path) -> None:
 def test_nested_fields_are_json_that_sql_reaches_into(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.duckdb")
     store.insert("trajectories", [_trajectory(1)])
-    rows = store.query(
-        "SELECT messages->0->>'content' AS first, cluster_id FROM trajectories"
-    )
+    rows = store.query("SELECT messages->0->>'content' AS first, cluster_id FROM trajectories")
     assert rows == [{"first": "hello 1", "cluster_id": "shop"}]
 
 

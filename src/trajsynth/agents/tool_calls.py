@@ -57,7 +57,8 @@ def check_tool_call(call: ToolCall, tools: Mapping[str, ToolSpec], *, turn: int)
     >>> bad = ToolCall(id="c1", function=FunctionCall(name="get_order", arguments='{"order_id": '))
     >>> check_tool_call(bad, tools, turn=0).failure.error_type
     'invalid_json'
-    >>> ok = ToolCall(id="c2", function=FunctionCall(name="get_order", arguments='{"order_id": "#W1"}'))
+    >>> args = '{"order_id": "#W1"}'
+    >>> ok = ToolCall(id="c2", function=FunctionCall(name="get_order", arguments=args))
     >>> check_tool_call(ok, tools, turn=0).arguments
     {'order_id': '#W1'}
     """

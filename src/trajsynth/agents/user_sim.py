@@ -30,6 +30,19 @@ _DONE_PHRASES = re.compile(
 )
 
 
+ECHO_THRESHOLD = 0.6
+_WORD = re.compile(r"\w+")
+
+
+def _overlap(reply: str, assistant: str) -> float:
+    """Share of the reply's words that repeat the assistant's message (order-free)."""
+    mine = set(_WORD.findall(reply.lower()))
+    theirs = set(_WORD.findall(assistant.lower()))
+    if len(mine) < 6 or not theirs:
+        return 0.0
+    return len(mine & theirs) / len(mine)
+
+
 @dataclass(frozen=True)
 class UserReply:
     text: str
@@ -96,6 +109,8 @@ def check_user_reply(
         return UserReply(clean, False, "empty reply")
     if _ROLE_BREAK.search(clean):
         return UserReply(clean, stop, "spoke as the assistant or emitted a tool call")
+    if _overlap(clean, last_assistant) >= ECHO_THRESHOLD:
+        return UserReply(clean, stop, "echoed the assistant's message (spoke as the assistant)")
     if blueprint is not None:
         asked = "?" in last_assistant
         for slot, value in blueprint.hidden_info.items():

@@ -89,7 +89,9 @@ def _cluster_rows(clusters: list[ToolCluster]) -> dict[str, list[dict[str, Any]]
         for e in c.edges:
             rows["edges"].append(
                 {
-                    "edge_key": f"{c.cluster_id}/{e.source}->{e.target}:{e.out_field}->{e.in_param}",
+                    "edge_key": (
+                        f"{c.cluster_id}/{e.source}->{e.target}:{e.out_field}->{e.in_param}"
+                    ),
                     "cluster_id": c.cluster_id,
                     **e.model_dump(mode="json"),
                 }

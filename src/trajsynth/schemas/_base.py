@@ -38,10 +38,7 @@ def content_id(
     >>> content_id("x", {"a": 1, "b": [1, 2]}) == content_id("x", {"b": [1, 2], "a": 1})
     True
     """
-    if isinstance(record, BaseModel):
-        data = record.model_dump(mode="json")
-    else:
-        data = dict(record)
+    data = record.model_dump(mode="json") if isinstance(record, BaseModel) else dict(record)
     for key in (*volatile, "id"):
         data.pop(key, None)
     return f"{prefix}_{stable_hash(data)}"

@@ -23,7 +23,7 @@ class LLMConfig(Record):
 
     base_url: str | None = Field(default=None, description="None: start the embedded server")
     model: str = "SmolLM2-135M-Instruct"
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    temperature: float = Field(default=0.3, ge=0.0, le=2.0)
     top_p: float = Field(default=0.95, gt=0.0, le=1.0)
     max_tokens: int = Field(default=256, ge=1)
     logprobs: bool = True

@@ -44,7 +44,7 @@ class LLMSettings(_Section):
     model: str = "SmolLM2-135M-Instruct"
     # Read from SYNTH_LLM__API_KEY (or OPENAI_API_KEY through the CLI); never stored or logged.
     api_key: SecretStr | None = None
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    temperature: float = Field(default=0.3, ge=0.0, le=2.0)
     max_tokens: int = Field(default=256, ge=1)
     logprobs: bool = True
     max_concurrency: int = Field(default=2, ge=1)
@@ -57,7 +57,7 @@ class LLMSettings(_Section):
 
 
 class RunSettings(_Section):
-    tasks: int = Field(default=12, ge=1)
+    tasks: int = Field(default=20, ge=1)
     clusters: list[str] = Field(default_factory=list)
     seed: int = 0
     rounds: int = Field(default=1, ge=1)
@@ -197,7 +197,7 @@ cache_dir = "data/cache"           # LLM response cache (a re-run costs nothing)
 # base_url = "http://127.0.0.1:8000/v1"   # any OpenAI-compatible server (vLLM, hosted);
                                            # unset: start the embedded llama.cpp server
 model = "SmolLM2-135M-Instruct"
-temperature = 0.7
+temperature = 0.3
 max_tokens = 256
 logprobs = true              # request top-k logprobs (token entropy for tree branching)
 max_concurrency = 2          # requests in flight at once
@@ -208,7 +208,7 @@ max_retries = 3              # openai client retries on 429, 5xx and timeouts (h
 cache = true
 
 [run]
-tasks = 12                   # blueprints per round
+tasks = 20                   # blueprints per round (about half pass the planner's checks)
 clusters = []                # empty: every registered cluster
 seed = 0
 rounds = 1
