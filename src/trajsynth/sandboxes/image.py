@@ -145,6 +145,11 @@ def ensure_image(
     return tag
 
 
+def image_id(tag: str | None = None) -> str | None:
+    """The id of the built image (``tag`` defaults to the current inputs' tag), or None."""
+    return _image_id(tag or image_tag())
+
+
 def _image_id(tag: str) -> str | None:
     try:
         return docker_client().images.get(tag).id

@@ -166,6 +166,7 @@ class LocalSandbox(Sandbox):
             "--dev", "/dev",
             "--proc", "/proc",
             "--tmpfs", "/tmp",
+            *_host_paths_under_tmp(),
             "--bind", self.workdir, self.workdir,
             "--chdir", cwd,
             "--",
@@ -248,3 +249,21 @@ class LocalSandbox(Sandbox):
         self._snapshots.clear()
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _host_paths_under_tmp() -> list[str]:
+    """Read-only binds for the interpreter and the trajsynth package when they live under
+    /tmp (a checkout or virtualenv there), which the private /tmp would otherwise hide."""
+    import trajsynth
+
+    wanted = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.dirname(os.path.abspath(trajsynth.__file__))),
+        os.path.dirname(os.path.abspath(sys.executable)),
+    }
+    args: list[str] = []
+    for path in sorted(p for p in wanted if p.startswith("/tmp/") and os.path.exists(p)):
+        args += ["--ro-bind", path, path]
+    return args

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from trajsynth.schemas import RunConfig, SandboxKind
+from trajsynth.schemas import RunConfig, SandboxError, SandboxKind
 
 __all__ = ["run_manifest"]
 
@@ -63,11 +63,12 @@ def _sandbox_image(kind: SandboxKind) -> str | None:
     if kind == SandboxKind.LOCAL:
         return None
     try:
-        from trajsynth.sandboxes.image import image_id
+        from trajsynth.sandboxes.image import image_id, image_tag
 
-        return image_id()
-    except Exception:  # noqa: BLE001 - the manifest records what it can; no engine is not fatal
+        found = image_id()
+    except SandboxError:  # no engine: the manifest records what it can
         return None
+    return f"{image_tag()}@{found}" if found else None
 
 
 def run_manifest(
