@@ -110,8 +110,9 @@ def test_fork_bomb_is_contained_by_the_pids_limit(docker_sandbox: DockerSandbox)
     forked = int(res.stdout)
     assert 0 < forked < 64  # the pids limit stopped it, far below 10000
     bomb = docker_sandbox.exec(["sh", "-c", "f() { f | f & }; f"], timeout=3)
-    # it ran into the limit: killed at the timeout, or the shell gave up on a failed fork
-    assert bomb.timed_out or "fork" in bomb.stderr.lower() or bomb.exit_code != 0, bomb
+    # The shell returns at once and leaves the bomb running in the background; the sandbox
+    # kills whatever a command leaves behind, within the pids limit meanwhile.
+    assert bomb.duration_s < 10
     # everything the bombs started is gone, and the sandbox still forks
     procs = docker_sandbox.exec(["sh", "-c", "ls -d /proc/[0-9]* | wc -l"])
     assert procs.exit_code == 0
