@@ -175,8 +175,10 @@ async def test_mcp_server_time_as_an_outside_cluster(tmp_path: Path) -> None:
         assert (await env.state()).state_hash == start.state_hash
 
 
-async def _fault_round_trip(env: Environment) -> None:
-    """Writes and replay, a tool error, a hang and a death: both restart the server."""
+async def _fault_round_trip(env: Environment) -> str:
+    """Writes and replay, a tool error, a hang and a death: both restart the server.
+
+    Returns the state hash after the first write, which the caller checks survived."""
     start = await env.state()
     assert not start.readable
     added = await env.call_tool("add_item", {"name": "a"})
@@ -204,9 +206,7 @@ async def _fault_round_trip(env: Environment) -> None:
 
     with pytest.raises(MCPServerError, match="closed the connection"):
         await env.call_tool("die", {})
-    assert env.restarts == 2
-    assert _items(await env.call_tool("list_items", {})) == ["a"]
-    assert (await env.state()).state_hash == after_a.state_hash
+    return after_a.state_hash
 
 
 @pytest.mark.slow
@@ -216,28 +216,33 @@ async def test_hung_and_killed_outside_server_in_a_local_sandbox(
     cluster = _in_sandbox(faulty_cluster, local_sandbox)
     env = Environment(cluster, local_sandbox, tool_timeout_s=1.5, owns_sandbox=False)
     async with env:
-        await _fault_round_trip(env)
+        kept = await _fault_round_trip(env)
+        assert env.restarts == 2
+        assert _items(await env.call_tool("list_items", {})) == ["a"]
+        assert (await env.state()).state_hash == kept
 
 
-async def _code_server_killed(env: Environment) -> None:
-    """The bundled code server dies mid-call; its files (the state) survive the restart."""
+async def _kill_code_server(env: Environment) -> str:
+    """Write a file, then kill the bundled code server mid-call. Returns the state hash
+    from before the kill, which the caller checks survived the restart."""
     wrote = await env.call_tool("write_file", {"path": "notes.txt", "content": "kept\n"})
     assert not wrote.is_error, wrote.text
     state = await env.state()
     kill_parent = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
     with pytest.raises(MCPServerError, match="run_python"):
         await env.call_tool("run_python", {"source": kill_parent})
-    assert env.restarts == 1
-    read = await env.call_tool("read_file", {"path": "notes.txt"})
-    assert not read.is_error and "kept" in read.text
-    assert (await env.state()).state_hash == state.state_hash
+    return state.state_hash
 
 
 @pytest.mark.slow
 async def test_bundled_code_server_killed_in_a_local_sandbox(local_sandbox: Sandbox) -> None:
     env = Environment(get_cluster("code"), local_sandbox, tool_timeout_s=20, owns_sandbox=False)
     async with env:
-        await _code_server_killed(env)
+        before = await _kill_code_server(env)
+        assert env.restarts == 1  # the files (the state) survive the restart
+        read = await env.call_tool("read_file", {"path": "notes.txt"})
+        assert not read.is_error and "kept" in read.text
+        assert (await env.state()).state_hash == before
 
 
 async def test_a_server_that_cannot_start_is_an_infra_error(local_sandbox: Sandbox) -> None:
@@ -278,7 +283,10 @@ async def test_hung_and_killed_outside_server_in_docker(
     cluster = _in_sandbox(faulty_cluster, docker_sandbox)
     env = Environment(cluster, docker_sandbox, tool_timeout_s=1.5, owns_sandbox=False)
     async with env:
-        await _fault_round_trip(env)
+        kept = await _fault_round_trip(env)
+        assert env.restarts == 2
+        assert _items(await env.call_tool("list_items", {})) == ["a"]
+        assert (await env.state()).state_hash == kept
         # the hung server was reaped inside the container: only the live one is left
         procs = docker_sandbox.exec([docker_sandbox.python, "-c", LIST_PROCESSES])
         assert procs.exit_code == 0, procs.stderr
@@ -289,7 +297,11 @@ async def test_hung_and_killed_outside_server_in_docker(
 async def test_bundled_code_server_killed_in_docker(docker_sandbox: Sandbox) -> None:
     env = Environment(get_cluster("code"), docker_sandbox, tool_timeout_s=20, owns_sandbox=False)
     async with env:
-        await _code_server_killed(env)
+        before = await _kill_code_server(env)
+        assert env.restarts == 1  # the files (the state) survive the restart
+        read = await env.call_tool("read_file", {"path": "notes.txt"})
+        assert not read.is_error and "kept" in read.text
+        assert (await env.state()).state_hash == before
 
 
 @pytest.mark.docker
