@@ -331,7 +331,6 @@ def _assemble(
         tree_id=tree_id,
         depth=0,
         messages=[system, opening],
-        n_children=1 if turns else 0,
     )
     nodes.append(root)
     parent = root
@@ -351,11 +350,11 @@ def _assemble(
             usage=turn.usage,
             step_entropy=turn.step_entropy,
             confidence=turn.confidence,
-            n_children=0,
         )
-        nodes[-1] = nodes[-1].model_copy(update={"n_children": 1})
         nodes.append(node)
         parent = node
+    # a linear rollout: every node but the leaf has exactly one child
+    nodes = [n.model_copy(update={"n_children": 1}) for n in nodes[:-1]] + nodes[-1:]
     leaf = nodes[-1]
     calls = [c for t in turns for c in t.calls]
     final_answer = next(

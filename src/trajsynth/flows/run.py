@@ -22,7 +22,12 @@ from pydantic import SecretStr
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.cells import sample_cells
 from trajsynth.agents.llm import LLMClient, open_llm_client
-from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
+from trajsynth.agents.planner import (
+    Planner,
+    accepted_attempt,
+    environment_factory,
+    plan_blueprint,
+)
 from trajsynth.agents.rollout import EpisodeResult, run_episode
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
@@ -33,6 +38,7 @@ from trajsynth.schemas import (
     Blueprint,
     BlueprintAttempt,
     Cell,
+    EnvState,
     FailureClass,
     InfraError,
     RunConfig,
@@ -41,7 +47,7 @@ from trajsynth.schemas import (
     counts_against_policy,
 )
 from trajsynth.synth.manifest import run_manifest
-from trajsynth.synth.store import Store
+from trajsynth.synth.store import Store, work_unit_row
 from trajsynth.synth.summary import RunSummary, summarize_run
 
 __all__ = ["run_id_for", "synth_run"]
@@ -161,18 +167,7 @@ async def plan_task(
     usage = list(outcome.usage)
     if isinstance(outcome, Blueprint):
         blueprints.append(outcome)
-        attempts.append(
-            BlueprintAttempt(
-                attempt_id=f"att_{outcome.blueprint_id}",
-                cluster_id=cluster.cluster_id,
-                cell=cell,
-                seed=seed,
-                round=round_index,
-                accepted=True,
-                reason="accepted",
-                detail=f"words from {outcome.words_source}",
-            )
-        )
+        attempts.append(accepted_attempt(outcome))
     else:
         attempts.append(outcome)
     store.insert_many(
@@ -180,16 +175,10 @@ async def plan_task(
             "blueprints": [_blueprint_row(b, run_id) for b in blueprints],
             "blueprint_attempts": [_attempt_row(a, run_id) for a in attempts],
             "llm_calls": _usage_rows(run_id, f"plan:{run_id}:{round_index}:{task_index}", usage),
-            "work_units": [{"unit_id": unit, "run_id": run_id, "kind": "plan", "done_at": _now()}],
+            "work_units": [work_unit_row(run_id, "plan", unit)],
         }
     )
     return blueprints[0].blueprint_id if blueprints else None
-
-
-def _now():
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _classify(result: EpisodeResult, verdict: Verdict) -> FailureClass | None:
@@ -240,8 +229,6 @@ async def rollout_task(
         raise InfraError(f"rollout {traj.trajectory_id}: {traj.failure_detail}")
     state = result.final_state
     if state is None:
-        from trajsynth.schemas import EnvState
-
         state = EnvState(state_hash="unavailable", readable=False)
     verdict = verify(traj, blueprint.constraints, state)
     traj = traj.model_copy(
@@ -261,9 +248,7 @@ async def rollout_task(
             "trajectories": [traj_row],
             "verdicts": [verdict],
             "llm_calls": _usage_rows(run_id, traj.trajectory_id, result.usage),
-            "work_units": [
-                {"unit_id": unit, "run_id": run_id, "kind": "rollout", "done_at": _now()}
-            ],
+            "work_units": [work_unit_row(run_id, "rollout", unit)],
         }
     )
     return {

@@ -10,10 +10,11 @@ its timeout is killed and comes back as an ``ExecResult`` with ``timed_out=True`
 from __future__ import annotations
 
 import abc
+import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
-from trajsynth.schemas import ExecResult, SandboxLimits, SnapshotHandle
+from trajsynth.schemas import ExecResult, SandboxError, SandboxLimits, SnapshotHandle
 
 __all__ = ["WORKDIR_ENV", "Sandbox"]
 
@@ -113,3 +114,38 @@ def as_bytes(stdin: bytes | str | None) -> bytes | None:
 def decode(data: bytes) -> str:
     """Command output as text; bytes that are not UTF-8 become U+FFFD."""
     return data.decode("utf-8", errors="replace")
+
+
+class TarSnapshots:
+    """One sandbox's snapshots: tars of its work directory, kept in memory by id.
+
+    A handle restores only into the sandbox that took it; restoring one handle several times
+    works (a tree branches from one snapshot).
+    """
+
+    def __init__(self, sandbox_id: str) -> None:
+        self.sandbox_id = sandbox_id
+        self._data: dict[str, bytes] = {}
+
+    def add(self, data: bytes) -> SnapshotHandle:
+        snapshot_id = f"snap-{uuid.uuid4().hex[:12]}"
+        self._data[snapshot_id] = data
+        return SnapshotHandle(snapshot_id=snapshot_id, sandbox_id=self.sandbox_id, method="tar")
+
+    def get(self, handle: SnapshotHandle) -> bytes:
+        if handle.sandbox_id != self.sandbox_id:
+            raise SandboxError(
+                f"snapshot {handle.snapshot_id} belongs to sandbox {handle.sandbox_id}, "
+                f"not {self.sandbox_id}"
+            )
+        try:
+            return self._data[handle.snapshot_id]
+        except KeyError:
+            raise SandboxError(f"no snapshot {handle.snapshot_id} in {self.sandbox_id}") from None
+
+    def discard(self, handle: SnapshotHandle) -> None:
+        self.get(handle)
+        del self._data[handle.snapshot_id]
+
+    def clear(self) -> None:
+        self._data.clear()

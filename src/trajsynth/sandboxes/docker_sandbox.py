@@ -36,7 +36,7 @@ from docker.types import LogConfig
 
 import trajsynth
 from trajsynth.sandboxes import _agent
-from trajsynth.sandboxes.base import WORKDIR_ENV, Sandbox, as_bytes, decode
+from trajsynth.sandboxes.base import WORKDIR_ENV, Sandbox, TarSnapshots, as_bytes, decode
 from trajsynth.sandboxes.engine import docker_client
 from trajsynth.sandboxes.image import SANDBOX_UID, SITE_DIR, SRC_DIR, WORKDIR, image_tag
 from trajsynth.schemas import (
@@ -143,7 +143,7 @@ class DockerSandbox(Sandbox):
         self._dead: str | None = None
         self._closed = False
         self._lock = threading.Lock()
-        self._snapshots: dict[str, bytes] = {}
+        self._snapshots = TarSnapshots(self.sandbox_id)
 
     @property
     def container_id(self) -> str:
@@ -300,27 +300,13 @@ class DockerSandbox(Sandbox):
 
     def snapshot(self) -> SnapshotHandle:
         _, data = self._request({"op": "snapshot"}, b"", _OP_TIMEOUT_S)
-        snapshot_id = f"snap-{uuid.uuid4().hex[:12]}"
-        self._snapshots[snapshot_id] = data
-        return SnapshotHandle(snapshot_id=snapshot_id, sandbox_id=self.sandbox_id, method="tar")
+        return self._snapshots.add(data)
 
     def restore(self, handle: SnapshotHandle) -> None:
-        self._request({"op": "restore"}, self._snapshot_data(handle), _OP_TIMEOUT_S)
+        self._request({"op": "restore"}, self._snapshots.get(handle), _OP_TIMEOUT_S)
 
     def discard(self, handle: SnapshotHandle) -> None:
-        self._snapshot_data(handle)
-        del self._snapshots[handle.snapshot_id]
-
-    def _snapshot_data(self, handle: SnapshotHandle) -> bytes:
-        if handle.sandbox_id != self.sandbox_id:
-            raise SandboxError(
-                f"snapshot {handle.snapshot_id} belongs to sandbox {handle.sandbox_id}, "
-                f"not {self.sandbox_id}"
-            )
-        try:
-            return self._snapshots[handle.snapshot_id]
-        except KeyError:
-            raise SandboxError(f"no snapshot {handle.snapshot_id} in {self.sandbox_id}") from None
+        self._snapshots.discard(handle)
 
     def stdio_command(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None

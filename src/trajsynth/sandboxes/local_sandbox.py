@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trajsynth
 from trajsynth.sandboxes import _agent
-from trajsynth.sandboxes.base import WORKDIR_ENV, Sandbox, as_bytes, decode
+from trajsynth.sandboxes.base import WORKDIR_ENV, Sandbox, TarSnapshots, as_bytes, decode
 from trajsynth.schemas import ExecResult, SandboxError, SandboxLimits, SnapshotHandle
 
 __all__ = ["LocalSandbox", "bwrap_usable"]
@@ -106,7 +106,7 @@ class LocalSandbox(Sandbox):
         self._root: Path | None = None
         self._nproc = -1
         self._closed = False
-        self._snapshots: dict[str, bytes] = {}
+        self._snapshots = TarSnapshots(self.sandbox_id)
 
     def start(self) -> None:
         if self._closed:
@@ -211,28 +211,14 @@ class LocalSandbox(Sandbox):
 
     def snapshot(self) -> SnapshotHandle:
         self._require_root()
-        snapshot_id = f"snap-{uuid.uuid4().hex[:12]}"
-        self._snapshots[snapshot_id] = _agent.tar_dir(self.workdir)
-        return SnapshotHandle(snapshot_id=snapshot_id, sandbox_id=self.sandbox_id, method="tar")
+        return self._snapshots.add(_agent.tar_dir(self.workdir))
 
     def restore(self, handle: SnapshotHandle) -> None:
         self._require_root()
-        _agent.untar_into(self.workdir, self._snapshot_data(handle))
+        _agent.untar_into(self.workdir, self._snapshots.get(handle))
 
     def discard(self, handle: SnapshotHandle) -> None:
-        self._snapshot_data(handle)
-        del self._snapshots[handle.snapshot_id]
-
-    def _snapshot_data(self, handle: SnapshotHandle) -> bytes:
-        if handle.sandbox_id != self.sandbox_id:
-            raise SandboxError(
-                f"snapshot {handle.snapshot_id} belongs to sandbox {handle.sandbox_id}, "
-                f"not {self.sandbox_id}"
-            )
-        try:
-            return self._snapshots[handle.snapshot_id]
-        except KeyError:
-            raise SandboxError(f"no snapshot {handle.snapshot_id} in {self.sandbox_id}") from None
+        self._snapshots.discard(handle)
 
     def stdio_command(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None

@@ -26,7 +26,7 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponenti
 
 from trajsynth.schemas import InputError
 
-__all__ = ["SCHEMA_VERSION", "TABLES", "Store", "StoreLockedError"]
+__all__ = ["SCHEMA_VERSION", "TABLES", "Store", "StoreLockedError", "work_unit_row"]
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +282,11 @@ def _to_cell(value: Any, typ: str) -> Any:
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def work_unit_row(run_id: str, kind: str, unit_id: str) -> dict[str, Any]:
+    """The done-marker of one unit of work; insert it in the same batch as the unit's rows."""
+    return {"unit_id": unit_id, "run_id": run_id, "kind": kind, "done_at": _now()}
 
 
 class Store:

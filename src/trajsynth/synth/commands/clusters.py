@@ -4,22 +4,33 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from trajsynth.mcp_servers.graph import draw_graph, entry_tools, input_params
-from trajsynth.mcp_servers.registry import (
-    add_outside_cluster,
-    get_cluster,
-    list_clusters,
-    remove_outside_cluster,
-)
 from trajsynth.schemas import Domain, ToolAccess, ToolCluster
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
 __all__ = ["app"]
+
+
+def _registry() -> ModuleType:
+    # Imported on use: the registry loads the mcp SDK (seconds), which every other `synth`
+    # command would otherwise pay for at start-up.
+    from trajsynth.mcp_servers import registry
+
+    return registry
+
+
+def _graph() -> ModuleType:
+    from trajsynth.mcp_servers import graph
+
+    return graph
+
 
 app = typer.Typer(no_args_is_help=True, help="Tool clusters (bundled and outside MCP servers).")
 
@@ -67,7 +78,7 @@ def list_(clusters_dir: ClustersDirOpt = None) -> None:
         *("cluster", "source", "domain", "server", "tools", "read", "write", "edges"),
         numeric=("tools", "read", "write", "edges"),
     )
-    for c in list_clusters(clusters_dir=_clusters_dir(clusters_dir)):
+    for c in _registry().list_clusters(clusters_dir=_clusters_dir(clusters_dir)):
         n_write = sum(t.access == ToolAccess.WRITE for t in c.tools)
         server = _server_label(c)
         table.add_row(
@@ -86,20 +97,20 @@ def list_(clusters_dir: ClustersDirOpt = None) -> None:
 @app.command()
 def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
     """One cluster: its tools (tag, where the tag came from, parameters) and its edges."""
-    c = get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
+    c = _registry().get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
     _console().print(
         f"[bold]{c.cluster_id}[/] ({c.domain}, {c.source}, state "
         f"{'readable' if c.state_readable else 'not readable: constraints from the call trace'})"
     )
     if c.description:
         _console().print(c.description)
-    entries = set(entry_tools(c))
+    entries = set(_graph().entry_tools(c))
     tools = _table(
         f"{len(c.tools)} tools",
         *("tool", "access", "tag from", "entry", "required", "optional", "description"),
     )
     for t in c.tools:
-        params = input_params(t.input_schema)
+        params = _graph().input_params(t.input_schema)
         tools.add_row(
             t.name,
             str(t.access),
@@ -134,8 +145,8 @@ def graph(
     clusters_dir: ClustersDirOpt = None,
 ) -> None:
     """Draw a cluster's dependency graph as a PNG (read tools blue, write tools orange)."""
-    c = get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
-    path = draw_graph(c, out or Path(f"{c.cluster_id}.graph.png"))
+    c = _registry().get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
+    path = _graph().draw_graph(c, out or Path(f"{c.cluster_id}.graph.png"))
     _console().print(f"wrote {path} ({len(c.tools)} tools, {len(c.edges)} edges)")
 
 
@@ -162,7 +173,7 @@ def add(
         if not sep or not key:
             raise typer.BadParameter(f"--env {item!r}: expected KEY=VALUE")
         server_env[key] = value
-    parts = add_outside_cluster(
+    parts = _registry().add_outside_cluster(
         name,
         command=command or None,
         url=url,
@@ -190,5 +201,5 @@ def add(
 @app.command()
 def remove(name: str, clusters_dir: ClustersDirOpt = None) -> None:
     """Forget a saved outside cluster."""
-    removed = remove_outside_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
+    removed = _registry().remove_outside_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
     _console().print(f"removed {', '.join(str(p) for p in removed)}")
