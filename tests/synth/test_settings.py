@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from trajsynth.schemas import InputError, RolloutMode
+from trajsynth.schemas import InputError, RolloutMode, TreeConfig
 from trajsynth.synth.settings import default_toml, load_settings
 
 
@@ -14,7 +14,8 @@ def test_default_toml_loads_and_matches_defaults(tmp_path: Path) -> None:
     loaded = load_settings(path)
     assert loaded.run.tasks == 20
     assert loaded.llm.base_url is None
-    assert loaded.run_config().rollout_mode is RolloutMode.LINEAR
+    assert loaded.run_config().rollout_mode is RolloutMode.TREE
+    assert loaded.run_config().tree == TreeConfig()
 
 
 def test_env_overrides_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ from trajsynth.schemas.blueprint import (
     RefArg,
     SlotArg,
 )
-from trajsynth.schemas.config import Budgets, LLMConfig, RolloutMode, RunConfig
+from trajsynth.schemas.config import Budgets, LLMConfig, RolloutMode, RunConfig, TreeConfig
 from trajsynth.schemas.constraints import (
     AnswerContains,
     AnswerMatches,
@@ -106,7 +106,7 @@ __all__ = [
     "GoldRun", "InfraError", "InputError", "JsonValue", "LLMConfig", "LLMError", "LLMUsage",
     "LiteralArg", "MCPServerError", "MaxCalls", "Message", "MessageRole", "ModelOutputError",
     "Node", "ObsClass", "Order", "PathShape", "PlannedCall", "RLRow", "RLSelectConfig",
-    "ReasoningMode", "Record", "RefArg", "RolloutMode", "RolloutTree", "RunConfig", "SFTRow",
+    "ReasoningMode", "Record", "RefArg", "RolloutMode", "RolloutTree", "RunConfig", "SFTRow", "TreeConfig",
     "SFTSelectConfig", "SandboxError", "SandboxKind", "SandboxLimits", "SandboxTimeout",
     "Scores", "Selection", "SelectionKind", "ServerKind", "ServerSpec", "Signals",
     "SimulatorError", "SlotArg", "SnapshotHandle", "TaskTopology", "Termination", "ToolAccess",

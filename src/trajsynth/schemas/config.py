@@ -10,7 +10,7 @@ from pydantic import Field
 from trajsynth.schemas._base import Record, stable_hash
 from trajsynth.schemas.sandbox import SandboxKind, SandboxLimits
 
-__all__ = ["Budgets", "LLMConfig", "RolloutMode", "RunConfig"]
+__all__ = ["Budgets", "LLMConfig", "RolloutMode", "RunConfig", "TreeConfig"]
 
 
 class RolloutMode(StrEnum):
@@ -42,13 +42,41 @@ class Budgets(Record):
     tool_timeout_s: float = Field(default=20.0, gt=0)
 
 
+class TreeConfig(Record):
+    """How a rollout tree grows (METHODS.md §9.1, §9.2, §9.6); ``samples`` is its leaf budget."""
+
+    max_children: int = Field(default=3, ge=1, description="children per node")
+    max_nodes: int = Field(default=64, ge=2, description="nodes per tree, root included")
+    max_tree_tokens: int = Field(default=24_000, ge=1, description="generated tokens per tree")
+    root_fraction: float = Field(
+        default=0.5, gt=0.0, le=1.0, description="share of the leaf budget sampled at the root"
+    )
+    alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="P_t base after a tool result")
+    alpha_after_user: float = Field(
+        default=0.25, ge=0.0, le=1.0, description="P_t base after a user reply"
+    )
+    beta: float = Field(default=0.2, ge=0.0, le=1.0, description="P_t slope in dH")
+    rho: float = Field(default=0.5, gt=0.0, le=1.0, description="AEPO decay per branching ancestor")
+    deterministic: bool = Field(
+        default=False, description="branch iff P_t > tau (tests) instead of u < P_t"
+    )
+    tau: float = Field(default=0.5, ge=0.0, le=1.0)
+    candidates: int = Field(
+        default=3, ge=2, description="m candidate actions when the backend gives no logprobs"
+    )
+    prune: bool = Field(default=True, description="cut dead-end branches from cheap signals")
+
+
 class RunConfig(Record):
     tasks: int = Field(default=12, ge=1, description="blueprints per round")
     clusters: list[str] = Field(default_factory=list, description="empty: every cluster")
     seed: int = 0
     rounds: int = Field(default=1, ge=1)
-    samples: int = Field(default=1, ge=1, description="rollouts per task")
-    rollout_mode: RolloutMode = RolloutMode.LINEAR
+    samples: int = Field(
+        default=4, ge=1, description="rollouts per task: leaves of its tree, or linear samples"
+    )
+    rollout_mode: RolloutMode = RolloutMode.TREE
+    tree: TreeConfig = Field(default_factory=TreeConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     budgets: Budgets = Field(default_factory=Budgets)
     sandbox: SandboxKind = SandboxKind.AUTO

@@ -20,6 +20,7 @@ from pydantic_settings import (
 
 from trajsynth.schemas import (
     Budgets,
+    TreeConfig,
     InputError,
     LLMConfig,
     RolloutMode,
@@ -61,8 +62,8 @@ class RunSettings(_Section):
     clusters: list[str] = Field(default_factory=list)
     seed: int = 0
     rounds: int = Field(default=1, ge=1)
-    samples: int = Field(default=1, ge=1)
-    rollout: RolloutMode = RolloutMode.LINEAR
+    samples: int = Field(default=4, ge=1)
+    rollout: RolloutMode = RolloutMode.TREE
     max_turns: int = Field(default=6, ge=1)
     max_tool_calls: int = Field(default=12, ge=0)
     max_tokens: int = Field(default=6000, ge=1)
@@ -93,6 +94,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     run: RunSettings = Field(default_factory=RunSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    tree: TreeConfig = Field(default_factory=TreeConfig)
 
     @classmethod
     def settings_customise_sources(
@@ -128,6 +130,7 @@ class Settings(BaseSettings):
             rounds=run.rounds,
             samples=run.samples,
             rollout_mode=run.rollout,
+            tree=self.tree,
             llm=llm,
             budgets=Budgets(
                 max_turns=run.max_turns,
@@ -212,8 +215,9 @@ tasks = 20                   # blueprints per round (about half pass the planner
 clusters = []                # empty: every registered cluster
 seed = 0
 rounds = 1
-samples = 1                  # rollouts per task
-rollout = "linear"           # linear | tree
+samples = 4                  # rollouts per task: the leaves of its tree (or linear samples)
+rollout = "tree"             # tree: shared prefixes, branches where the policy is uncertain;
+                             # linear: independent samples (the baseline)
 max_turns = 6                # assistant turns per rollout
 max_tool_calls = 12
 max_tokens = 6000            # generated tokens per rollout
@@ -223,6 +227,17 @@ planner_retries = 1           # LLM drafts of the words after the first; then a 
                                    # the embedded SmolLM2 (it rarely calls tools under auto)
 # assistant_tool_choice_after_tool = "auto"   # after tool results: auto | none; unset: none
                                               # for the embedded SmolLM2 (it repeats calls)
+
+[tree]                       # how rollout trees grow (METHODS.md §9)
+max_children = 3             # children per node
+max_nodes = 64               # nodes per tree
+max_tree_tokens = 24000      # generated tokens per tree
+root_fraction = 0.5          # share of the leaf budget sampled at the root (ARPO's M/2)
+alpha = 0.5                  # branch probability P_t = alpha + beta*dH after a tool result
+alpha_after_user = 0.25      # ... and after a user reply
+beta = 0.2
+rho = 0.5                    # P_t *= rho^c, c = consecutive branching ancestors (AEPO)
+prune = true                 # cut dead ends (repeated failing call, loop, no progress)
 
 [sandbox]
 kind = "auto"                # docker | local | auto (docker when the engine and image are there)

@@ -143,6 +143,10 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "pass_rate": "DOUBLE",
             "total_tokens": "BIGINT",
             "wall_s": "DOUBLE",
+            "generated_tokens": "BIGINT",
+            "n_pruned": "INTEGER",
+            "n_passed": "INTEGER",
+            "budget": "JSON",
         },
     ),
     "nodes": (
@@ -163,6 +167,16 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "prune_reason": "VARCHAR",
             "value": "DOUBLE",
             "advantage": "DOUBLE",
+            "process_reward": "DOUBLE",
+            "n_leaves": "INTEGER",
+            "branch": "JSON",
+        },
+    ),
+    "final_states": (
+        "state_hash",
+        {
+            "state_hash": "VARCHAR",
+            "state": "JSON",
         },
     ),
     "trajectories": (
@@ -250,13 +264,27 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
     ),
 }
 
-# Each migration takes the store from version i to i+1. Append, never edit.
+
+def _create(name: str) -> str:
+    pk, cols = TABLES[name]
+    columns = ", ".join(f"{col} {typ}" for col, typ in cols.items())
+    return f"CREATE TABLE IF NOT EXISTS {name} ({columns}, PRIMARY KEY ({pk}))"
+
+
+def _add_columns(name: str, *columns: str) -> list[str]:
+    cols = TABLES[name][1]
+    return [f"ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {c} {cols[c]}" for c in columns]
+
+
+# Each migration takes the store from version i to i+1. Append, never edit. A new store runs
+# them all: the first creates every table with today's columns, the rest are then no-ops.
 MIGRATIONS: list[list[str]] = [
+    [_create(name) for name in TABLES],
+    # rollout trees (issue 5): budgets and branch decisions, node values, final states
     [
-        f"CREATE TABLE IF NOT EXISTS {name} ("
-        + ", ".join(f"{col} {typ}" for col, typ in cols.items())
-        + f", PRIMARY KEY ({pk}))"
-        for name, (pk, cols) in TABLES.items()
+        *_add_columns("trees", "generated_tokens", "n_pruned", "n_passed", "budget"),
+        *_add_columns("nodes", "process_reward", "n_leaves", "branch"),
+        _create("final_states"),
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
