@@ -106,6 +106,197 @@ def _obs_class(text: str, is_error: bool) -> ObsClass:
     return ObsClass.EMPTY if text.strip() in ("", "null", "[]", "{}") else ObsClass.OK
 
 
+@dataclass(frozen=True)
+class Episode:
+    """What stays fixed while one blueprint is acted out (every path of its tree shares it)."""
+
+    blueprint: Blueprint
+    env: EpisodeEnvironment
+    llm: LLMClient
+    assistant: Assistant
+    user_sim: UserSimulator
+    budgets: Budgets
+
+    @property
+    def tool_map(self) -> dict[str, ToolSpec]:
+        return {t.name: t for t in self.env.tools}
+
+    @property
+    def openai_tools(self) -> list[dict[str, JsonValue]]:
+        return [t.to_openai() for t in self.env.tools]
+
+
+@dataclass
+class PathState:
+    """One path through the conversation so far; ``fork`` copies it for a child branch."""
+
+    messages: list[Message]
+    turns: list[_Turn] = field(default_factory=list)
+    usage: list[LLMUsage] = field(default_factory=list)
+    revealed: set[str] = field(default_factory=set)
+    n_calls: int = 0
+    generated: int = 0
+    termination: Termination | None = None
+    failure: FailureClass | None = None
+    detail: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.termination is not None
+
+    def fork(self) -> PathState:
+        return PathState(
+            messages=list(self.messages),
+            turns=list(self.turns),
+            usage=list(self.usage),
+            revealed=set(self.revealed),
+            n_calls=self.n_calls,
+            generated=self.generated,
+        )
+
+    def end(
+        self,
+        termination: Termination,
+        failure: FailureClass | None = None,
+        detail: str | None = None,
+    ) -> None:
+        self.termination, self.failure, self.detail = termination, failure, detail
+
+
+def opening_path(episode: Episode) -> PathState:
+    """The shared prefix every rollout of a blueprint starts from: system + the user's goal."""
+    return PathState(
+        messages=[
+            episode.assistant.system_message(episode.env.cluster),
+            Message(role=MessageRole.USER, content=episode.blueprint.goal),
+        ]
+    )
+
+
+async def assistant_reply(episode: Episode, path: PathState, *, seed: int) -> ChatResult:
+    """One assistant turn's reply to the path so far (generated, not yet acted on).
+
+    Raises ``InfraError`` when the LLM fails for good."""
+    assistant = episode.assistant
+    return await episode.llm.chat(
+        path.messages,
+        role=AgentRole.ASSISTANT,
+        tools=episode.openai_tools,
+        temperature=assistant.temperature,
+        max_tokens=assistant.max_tokens,
+        seed=seed,
+        tool_choice=(
+            assistant.tool_choice_after_user
+            if path.messages[-1].role is MessageRole.USER
+            else assistant.tool_choice_after_tool
+        ),
+    )
+
+
+async def act(episode: Episode, path: PathState, result: ChatResult, *, user_seed: int) -> _Turn:
+    """Append one assistant turn and what it produced to ``path``: the tool results of its
+    calls, or the simulated user's answer. Sets ``path.termination`` when the path ends."""
+    blueprint, budgets = episode.blueprint, episode.budgets
+    turn_index = len(path.turns)
+    turn = _Turn()
+    path.turns.append(turn)
+    path.usage.append(result.usage)
+    turn.usage.append(result.usage)
+    turn.step_entropy, turn.confidence = step_uncertainty(
+        result.token_logprobs, result.top_logprobs
+    )
+    path.generated += result.usage.completion_tokens
+    reply = result.message
+    path.messages.append(reply)
+    turn.messages.append(reply)
+
+    if reply.tool_calls:
+        tool_map = episode.tool_map
+        for call in reply.tool_calls:
+            if path.n_calls >= budgets.max_tool_calls:
+                path.end(Termination.TOOL_BUDGET)
+                break
+            path.n_calls += 1
+            record = await _execute(episode.env, call, tool_map, turn_index)
+            turn.calls.append(record)
+            tool_msg = Message(
+                role=MessageRole.TOOL,
+                content=record.observation,
+                tool_call_id=call.id,
+                name=call.function.name,
+            )
+            path.messages.append(tool_msg)
+            turn.messages.append(tool_msg)
+            if record.failure_class is FailureClass.INFRA:
+                path.end(Termination.INFRA_ERROR, FailureClass.INFRA, record.observation)
+                break
+    else:
+        user_sim = episode.user_sim
+        sim_view = user_sim.view(blueprint, path.messages[1:])
+        try:
+            sim = await episode.llm.chat(
+                sim_view,
+                role=AgentRole.USER,
+                temperature=user_sim.temperature,
+                max_tokens=user_sim.max_tokens,
+                seed=user_seed,
+            )
+        except InfraError as exc:
+            path.end(Termination.INFRA_ERROR, FailureClass.INFRA, str(exc))
+            return turn
+        path.usage.append(sim.usage)
+        turn.usage.append(sim.usage)
+        path.generated += sim.usage.completion_tokens
+        checked = check_user_reply(
+            sim.message.content or "", blueprint, reply.content or "", path.revealed
+        )
+        if checked.role_break:
+            path.end(Termination.SIMULATOR_ERROR, FailureClass.SIMULATOR, checked.role_break)
+            return turn
+        for slot, value in blueprint.hidden_info.items():
+            if str(value).lower() in checked.text.lower():
+                path.revealed.add(slot)
+        user_msg = Message(role=MessageRole.USER, content=checked.text)
+        if checked.stop:
+            if checked.text:
+                path.messages.append(user_msg)
+                turn.messages.append(user_msg)
+            path.end(Termination.USER_STOP)
+            return turn
+        path.messages.append(user_msg)
+        turn.messages.append(user_msg)
+    if not path.done and path.generated >= budgets.max_tokens:
+        path.end(Termination.TOKEN_BUDGET)
+    if not path.done and len(path.turns) >= budgets.max_turns:
+        path.end(Termination.MAX_TURNS)
+    return turn
+
+
+def assistant_seed(blueprint: Blueprint, sample: int, turn_index: int) -> int:
+    return blueprint.seed + 7919 * sample + turn_index
+
+
+def user_seed(blueprint: Blueprint, sample: int, turn_index: int) -> int:
+    return blueprint.seed + 104729 * sample + turn_index
+
+
+async def final_state(episode: Episode, path: PathState) -> EnvState | None:
+    """The environment's state at the end of ``path`` (with code checks run), or None after
+    an infra fault (which then ends the path as ``infra``)."""
+    if path.failure is FailureClass.INFRA:
+        return None
+    try:
+        state = await episode.env.state()
+        checks = {}
+        for c in episode.blueprint.constraints:
+            if isinstance(c, CodeTestsPass):
+                checks[c.check_id] = await episode.env.run_check(c.check_id, c.test_source)
+        return state.model_copy(update={"checks": checks}) if checks else state
+    except InfraError as exc:
+        path.end(Termination.INFRA_ERROR, FailureClass.INFRA, str(exc))
+        return None
+
+
 async def run_episode(
     *,
     blueprint: Blueprint,
@@ -120,148 +311,50 @@ async def run_episode(
 ) -> EpisodeResult:
     """Act out one blueprint once, linearly. Ids derive from content and the run, not time."""
     started = time.perf_counter()
-    tools = env.tools
-    tool_map = {t.name: t for t in tools}
-    openai_tools = [t.to_openai() for t in tools]
+    episode = Episode(blueprint, env, llm, assistant, user_sim, budgets)
     tree_id = content_id(
         "tree", {"run_id": run_id, "blueprint_id": blueprint.blueprint_id, "sample": sample}
     )
-    opening = Message(role=MessageRole.USER, content=blueprint.goal)
-    messages: list[Message] = [assistant.system_message(env.cluster), opening]
-    turns: list[_Turn] = []
-    usage: list[LLMUsage] = []
-    revealed: set[str] = set()
-    n_calls = 0
-    generated = 0
-    termination = Termination.MAX_TURNS
-    failure: FailureClass | None = None
-    detail: str | None = None
-
-    for turn_index in range(budgets.max_turns):
-        turn = _Turn()
-        turns.append(turn)
+    path = opening_path(episode)
+    while not path.done:
+        turn_index = len(path.turns)
         if on_turn:
             on_turn(turn_index)
         try:
-            result: ChatResult = await llm.chat(
-                messages,
-                role=AgentRole.ASSISTANT,
-                tools=openai_tools,
-                temperature=assistant.temperature,
-                max_tokens=assistant.max_tokens,
-                seed=blueprint.seed + 7919 * sample + turn_index,
-                tool_choice=(
-                    assistant.tool_choice_after_user
-                    if messages[-1].role is MessageRole.USER
-                    else assistant.tool_choice_after_tool
-                ),
+            result = await assistant_reply(
+                episode, path, seed=assistant_seed(blueprint, sample, turn_index)
             )
         except InfraError as exc:
-            termination, failure, detail = Termination.INFRA_ERROR, FailureClass.INFRA, str(exc)
+            path.turns.append(_Turn())
+            path.end(Termination.INFRA_ERROR, FailureClass.INFRA, str(exc))
             break
-        usage.append(result.usage)
-        turn.usage.append(result.usage)
-        turn.step_entropy, turn.confidence = step_uncertainty(
-            result.token_logprobs, result.top_logprobs
-        )
-        generated += result.usage.completion_tokens
-        reply = result.message
-        messages.append(reply)
-        turn.messages.append(reply)
-
-        if reply.tool_calls:
-            for call in reply.tool_calls:
-                if n_calls >= budgets.max_tool_calls:
-                    termination = Termination.TOOL_BUDGET
-                    break
-                n_calls += 1
-                record = await _execute(env, call, tool_map, turn_index)
-                if record.failure_class is FailureClass.INFRA:
-                    termination, failure = Termination.INFRA_ERROR, FailureClass.INFRA
-                    detail = record.observation
-                turn.calls.append(record)
-                tool_msg = Message(
-                    role=MessageRole.TOOL,
-                    content=record.observation,
-                    tool_call_id=call.id,
-                    name=call.function.name,
-                )
-                messages.append(tool_msg)
-                turn.messages.append(tool_msg)
-                if failure is FailureClass.INFRA:
-                    break
-            if termination in (Termination.TOOL_BUDGET, Termination.INFRA_ERROR):
-                break
-        else:
-            sim_view = user_sim.view(blueprint, messages[1:])
-            try:
-                sim = await llm.chat(
-                    sim_view,
-                    role=AgentRole.USER,
-                    temperature=user_sim.temperature,
-                    max_tokens=user_sim.max_tokens,
-                    seed=blueprint.seed + 104729 * sample + turn_index,
-                )
-            except InfraError as exc:
-                termination, failure, detail = Termination.INFRA_ERROR, FailureClass.INFRA, str(exc)
-                break
-            usage.append(sim.usage)
-            turn.usage.append(sim.usage)
-            generated += sim.usage.completion_tokens
-            checked = check_user_reply(
-                sim.message.content or "", blueprint, reply.content or "", revealed
-            )
-            if checked.role_break:
-                termination, failure = Termination.SIMULATOR_ERROR, FailureClass.SIMULATOR
-                detail = checked.role_break
-                break
-            for slot, value in blueprint.hidden_info.items():
-                if str(value).lower() in checked.text.lower():
-                    revealed.add(slot)
-            if checked.stop:
-                termination = Termination.USER_STOP
-                if checked.text:
-                    user_msg = Message(role=MessageRole.USER, content=checked.text)
-                    messages.append(user_msg)
-                    turn.messages.append(user_msg)
-                break
-            user_msg = Message(role=MessageRole.USER, content=checked.text)
-            messages.append(user_msg)
-            turn.messages.append(user_msg)
-        if generated >= budgets.max_tokens:
-            termination = Termination.TOKEN_BUDGET
-            break
-
-    final_state: EnvState | None = None
-    if failure is not FailureClass.INFRA:
-        try:
-            final_state = await env.state()
-            checks = {}
-            for c in blueprint.constraints:
-                if isinstance(c, CodeTestsPass):
-                    checks[c.check_id] = await env.run_check(c.check_id, c.test_source)
-            if checks:
-                final_state = final_state.model_copy(update={"checks": checks})
-        except InfraError as exc:
-            termination, failure, detail = Termination.INFRA_ERROR, FailureClass.INFRA, str(exc)
-
-    return _assemble(
-        blueprint=blueprint,
+        await act(episode, path, result, user_seed=user_seed(blueprint, sample, turn_index))
+    state = await final_state(episode, path)
+    _, nodes = path_nodes(tree_id, path)
+    nodes = [n.model_copy(update={"n_children": 1}) for n in nodes[:-1]] + nodes[-1:]
+    trajectory = leaf_trajectory(
+        episode,
         run_id=run_id,
         tree_id=tree_id,
-        sample=sample,
-        opening=opening,
-        system=messages[0],
-        messages=messages,
-        turns=turns,
-        usage=usage,
-        tools=openai_tools,
-        termination=termination,
-        failure=failure,
-        detail=detail,
-        final_state=final_state,
+        seed=blueprint.seed + sample,
+        path=path,
+        nodes=nodes,
+        final_state=state,
         wall_s=time.perf_counter() - started,
     )
+    wall_s = time.perf_counter() - started
+    tree = RolloutTree(
+        tree_id=tree_id,
+        run_id=run_id,
+        blueprint_id=blueprint.blueprint_id,
+        round=blueprint.round,
+        rollout_mode="linear",
+        n_nodes=len(nodes),
+        n_leaves=1,
+        total_tokens=trajectory.total_tokens,
+        wall_s=wall_s,
+    )
+    return EpisodeResult(trajectory, nodes, tree, state, list(path.usage))
 
 
 async def _execute(
@@ -301,71 +394,74 @@ async def _execute(
     )
 
 
-_NODE_VOLATILE = frozenset({"usage", "node_id", "latency_s"})
-
-
-def _assemble(
-    *,
-    blueprint: Blueprint,
-    run_id: str,
-    tree_id: str,
-    sample: int,
-    opening: Message,
-    system: Message,
-    messages: list[Message],
-    turns: list[_Turn],
-    usage: list[LLMUsage],
-    tools: list[dict[str, JsonValue]],
-    termination: Termination,
-    failure: FailureClass | None,
-    detail: str | None,
-    final_state: EnvState | None,
-    wall_s: float,
-) -> EpisodeResult:
-    nodes: list[Node] = []
-    # The root node holds the shared prefix (system + opening user message).
-    root = Node(
+def root_node(tree_id: str, path: PathState) -> Node:
+    """The root holds the shared prefix (system + opening user message)."""
+    prefix = path.messages[:2]
+    return Node(
         node_id=content_id(
-            "node", {"tree_id": tree_id, "messages": [m.to_openai() for m in (system, opening)]}
+            "node", {"tree_id": tree_id, "messages": [m.to_openai() for m in prefix]}
         ),
         tree_id=tree_id,
         depth=0,
-        messages=[system, opening],
+        messages=prefix,
     )
-    nodes.append(root)
-    parent = root
-    for depth, turn in enumerate((t for t in turns if t.messages), start=1):
-        key = {
-            "parent_id": parent.node_id,
-            "messages": [m.to_openai() for m in turn.messages],
-            "calls": [c.model_dump(mode="json", exclude={"latency_s"}) for c in turn.calls],
-        }
-        node = Node(
-            node_id=content_id("node", key),
-            tree_id=tree_id,
-            parent_id=parent.node_id,
-            depth=depth,
-            messages=turn.messages,
-            calls=turn.calls,
-            usage=turn.usage,
-            step_entropy=turn.step_entropy,
-            confidence=turn.confidence,
-        )
-        nodes.append(node)
-        parent = node
-    # a linear rollout: every node but the leaf has exactly one child
-    nodes = [n.model_copy(update={"n_children": 1}) for n in nodes[:-1]] + nodes[-1:]
+
+
+def child_node(parent: Node, turn: _Turn, **fields: object) -> Node:
+    """The node of one turn; its id derives from its parent and its content, so two
+    children that said and saw exactly the same thing are one node."""
+    key = {
+        "parent_id": parent.node_id,
+        "messages": [m.to_openai() for m in turn.messages],
+        "calls": [c.model_dump(mode="json", exclude={"latency_s"}) for c in turn.calls],
+    }
+    return Node(
+        node_id=content_id("node", key),
+        tree_id=parent.tree_id,
+        parent_id=parent.node_id,
+        depth=parent.depth + 1,
+        messages=turn.messages,
+        calls=turn.calls,
+        usage=turn.usage,
+        step_entropy=turn.step_entropy,
+        confidence=turn.confidence,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def path_nodes(tree_id: str, path: PathState) -> tuple[Node, list[Node]]:
+    """The root and the chain of nodes of a linear path (root first)."""
+    root = root_node(tree_id, path)
+    nodes = [root]
+    for turn in path.turns:
+        if turn.messages:
+            nodes.append(child_node(nodes[-1], turn))
+    return root, nodes
+
+
+def leaf_trajectory(
+    episode: Episode,
+    *,
+    run_id: str,
+    tree_id: str,
+    seed: int,
+    path: PathState,
+    nodes: Sequence[Node],
+    final_state: EnvState | None,
+    wall_s: float,
+) -> Trajectory:
+    """The root-to-leaf path ``nodes`` as a trajectory row."""
+    blueprint = episode.blueprint
     leaf = nodes[-1]
-    calls = [c for t in turns for c in t.calls]
     final_answer = next(
         (
             m.content
-            for m in reversed(messages)
+            for m in reversed(path.messages)
             if m.role is MessageRole.ASSISTANT and m.content and not m.tool_calls
         ),
         None,
     )
-    trajectory = Trajectory(
+    return Trajectory(
         trajectory_id=content_id("traj", {"tree_id": tree_id, "leaf": leaf.node_id}),
         run_id=run_id,
         blueprint_id=blueprint.blueprint_id,
@@ -373,29 +469,17 @@ def _assemble(
         leaf_node_id=leaf.node_id,
         cluster_id=blueprint.cluster_id,
         round=blueprint.round,
-        seed=blueprint.seed + sample,
+        seed=seed,
         node_ids=[n.node_id for n in nodes],
-        messages=messages,
-        tools=tools,
-        calls=calls,
+        messages=path.messages,
+        tools=episode.openai_tools,
+        calls=[c for t in path.turns for c in t.calls],
         final_answer=final_answer,
-        termination=termination,
-        failure_class=failure,
-        failure_detail=detail,
-        usage=usage_totals(usage),
-        n_turns=sum(1 for t in turns if t.messages),
+        termination=path.termination or Termination.MAX_TURNS,
+        failure_class=path.failure,
+        failure_detail=path.detail,
+        usage=usage_totals(path.usage),
+        n_turns=sum(1 for t in path.turns if t.messages),
         final_state_hash=final_state.state_hash if final_state else None,
         wall_s=wall_s,
     )
-    tree = RolloutTree(
-        tree_id=tree_id,
-        run_id=run_id,
-        blueprint_id=blueprint.blueprint_id,
-        round=blueprint.round,
-        rollout_mode="linear",
-        n_nodes=len(nodes),
-        n_leaves=1,
-        total_tokens=trajectory.total_tokens,
-        wall_s=wall_s,
-    )
-    return EpisodeResult(trajectory, nodes, tree, final_state, usage)
