@@ -29,12 +29,13 @@ test-fast: $(STAMPS)/deps
 setup: $(STAMPS)/deps docker image
 
 # Debian packages: the Docker engine, debootstrap for the sandbox image, bubblewrap for
-# LocalSandbox. Skipped when present or when we are not root (then `synth doctor` says why).
+# LocalSandbox, chromium for the dashboard's browser test. Skipped when present or when we are
+# not root (then `synth doctor` and the skipped tests say why).
 $(STAMPS)/system: | $(STAMPS)/venv
-	@if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null || ! command -v bwrap >/dev/null; then \
+	@if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null || ! command -v bwrap >/dev/null || ! command -v chromium >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap bubblewrap >/dev/null; \
-	  else echo "note: install docker.io debootstrap bubblewrap (needs root) for the Docker sandbox"; fi; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap bubblewrap chromium >/dev/null; \
+	  else echo "note: install docker.io debootstrap bubblewrap chromium (needs root) for the Docker sandbox and the dashboard test"; fi; \
 	fi
 	@touch $@
 
@@ -55,7 +56,7 @@ $(STAMPS)/llama: | $(STAMPS)/venv
 	@touch $@
 
 $(STAMPS)/deps: pyproject.toml $(STAMPS)/torch $(STAMPS)/llama $(STAMPS)/system
-	$(BIN)/pip install -q -e ".[local,embed,train,dev]"
+	$(BIN)/pip install -q -e ".[local,embed,train,dashboard,dask,dev]"
 	@touch $@
 
 # Start the Docker engine in the background if it is installed but not running.

@@ -1,120 +1,136 @@
-"""Speed of the curation stages on synthetic rollouts: signals, topology, selection.
+"""Speed of ``synth.curate.curate_round`` on stored trajectories, split by stage.
 
-    python bench/curation.py [--tasks 2000] [--rollouts 5] [--calls 6]
+    HF_HUB_OFFLINE=1 python bench/curation.py [--sizes 1000,2000,5000,10000] [--rollouts 5]
+                                              [--no-embeddings] [--fake-embedder]
 
-Builds ``tasks × rollouts`` trajectories (reads, writes, failing calls, asks) without any model,
-then times compute_signals, build_quotient_graph + metrics per task, and both selections.
+For each size, a fresh store gets ``size`` trajectories (``size / rollouts`` tasks, 5
+rollouts each, 1-7 calls with reads, writes and failing calls, asks, answers) built with the
+hand-built generators of ``tests/fakes`` and assistant words drawn from a fixed pool of
+templated sentences (what a fake / small LLM says); then one ``curate_round`` is timed with
+all-MiniLM-L6-v2 embeddings (cold cache: every distinct digest is embedded once). Prints the
+time of each stage and the total per size, so the growth from 1k to 10k can be read off.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import random
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-from trajsynth.curation.select import select_rl, select_sft
-from trajsynth.curation.signals import compute_signals
-from trajsynth.curation.topology import build_quotient_graph, task_metrics, trajectory_metrics
-from trajsynth.schemas import (
-    FailureClass,
-    FunctionCall,
-    Message,
-    ObsClass,
-    Termination,
-    ToolCall,
-    ToolCallRecord,
-    Trajectory,
-    Verdict,
-)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-TOOLS = ["get_order", "list_items", "search_products", "add_to_cart", "cancel_order"]
+from fakes.store_rows import hash_embedder, write_round  # noqa: E402
+from fakes.trajectories import call, make_trajectory, make_verdict  # noqa: E402
+
+from trajsynth.schemas import CurationConfig  # noqa: E402
+from trajsynth.synth.curate import curate_round  # noqa: E402
+from trajsynth.synth.store import Store  # noqa: E402
+
+READS = ["get_order", "get_item", "list_items"]
+WRITES = ["cancel_order", "add_item"]
+PLANS = [
+    "Let me look up order {o} first.",
+    "I will check the items in order {o} before changing anything.",
+    "To cancel order {o} I need its status.",
+    "I'll search the catalogue for {i} and then add it.",
+    "First I verify the order {o}, then I update it.",
+    "Checking whether {i} is in stock.",
+    "I need the order id; I will ask you for it.",
+    "The order {o} is delivered, so I cannot cancel it.",
+]
+ANSWERS = [
+    "Done: order {o} is cancelled.",
+    "I added {i} to order {o}.",
+    "Order {o} was delivered yesterday.",
+    "Sorry, I could not find order {o}.",
+    "Your order {o} now has {n} items.",
+]
+QUESTIONS = ["Which order do you mean?", "Could you give me the order id?", "Is {i} right?"]
 
 
-def make(task: str, i: int, n_calls: int, rng: random.Random) -> Trajectory:
-    tid = f"{task}-r{i}"
-    messages = [Message(role="system", content="sys"), Message(role="user", content="goal")]
-    calls = []
-    for k in range(n_calls):
-        tool = rng.choice(TOOLS)
-        args = {"order_id": f"W{rng.randint(1, 3)}", "qty": rng.randint(1, 2)}
-        error = rng.random() < 0.15
-        raw = json.dumps(args)
-        cid = f"{tid}-c{k}"
-        obs = "Error: not found" if error else json.dumps({"id": args["order_id"], "n": k % 3})
-        messages.append(
-            Message(
-                role="assistant",
-                tool_calls=[ToolCall(id=cid, function=FunctionCall(name=tool, arguments=raw))],
-            )
-        )
-        messages.append(Message(role="tool", content=obs, tool_call_id=cid, name=tool))
-        calls.append(
-            ToolCallRecord(
-                call_id=cid,
-                tool=tool,
-                raw_arguments=raw,
-                arguments=args,
-                observation=obs,
-                obs_class=ObsClass.ERROR if error else ObsClass.OK,
-                failure_class=FailureClass.TOOL if error else None,
-                error_type="not_found" if error else None,
-                turn=k,
-            )
-        )
-    messages.append(Message(role="assistant", content="Done, your order is updated."))
-    messages.append(Message(role="user", content="Thanks!"))
-    return Trajectory(
-        trajectory_id=tid, run_id="bench", blueprint_id=task, tree_id=tid, leaf_node_id=tid,
-        cluster_id="shop", messages=messages, calls=calls, termination=Termination.USER_STOP,
-        n_turns=n_calls + 1,
-    )  # fmt: skip
+def make_task(task: int, rollouts: int, rng: random.Random):
+    cluster = "shop" if task % 2 else "store"
+    o, i = f"W{rng.randint(1, 40)}", rng.choice(["mug", "lamp", "desk", "pen", "cable"])
+    slots = {"o": o, "i": i, "n": rng.randint(1, 4)}
+    trajectories, verdicts = [], {}
+    for r in range(rollouts):
+        tid = f"t{task}-r{r}"
+        turns = []
+        if rng.random() < 0.15:
+            turns.append(rng.choice(QUESTIONS).format(**slots))
+        for _ in range(rng.randint(1, 5)):
+            batch = []
+            for _ in range(1 if rng.random() < 0.8 else 2):
+                tool = rng.choice(READS if rng.random() < 0.65 else WRITES)
+                args = {"order_id": o if rng.random() < 0.85 else f"X{rng.randint(1, 9)}"}
+                if tool == "add_item":
+                    args["sku"] = i
+                if args["order_id"].startswith("X") or rng.random() < 0.05:
+                    batch.append(call(tool, args, "no such order", error="not_found"))
+                else:
+                    batch.append(call(tool, args, {"order_id": o, "status": "ok", "n": 2}))
+            turns.append(batch)
+        plan = rng.choice(PLANS).format(**slots)
+        answer = rng.choice(ANSWERS).format(**slots)
+        t = make_trajectory(tid, turns, task_id=f"task{task}", final=f"{plan} {answer}")
+        trajectories.append(t.model_copy(update={"cluster_id": cluster}))
+        verdicts[tid] = make_verdict(tid, passed=rng.random() < 0.6)
+    return trajectories, verdicts
+
+
+def build(store: Store, size: int, rollouts: int, seed: int) -> None:
+    rng = random.Random(seed)
+    trajectories, verdicts = [], {}
+    for task in range(size // rollouts):
+        ts, vs = make_task(task, rollouts, rng)
+        trajectories.extend(ts)
+        verdicts.update(vs)
+    write_round(store, trajectories, verdicts, domains={"shop": "retail", "store": "retail"})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tasks", type=int, default=2000)
+    ap.add_argument("--sizes", default="1000,2000,5000,10000")
     ap.add_argument("--rollouts", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=6)
+    ap.add_argument("--no-embeddings", action="store_true")
+    ap.add_argument("--fake-embedder", action="store_true", help="hash embedder (no model)")
     args = ap.parse_args()
-    rng = random.Random(0)
-    by_task = {
-        f"t{t}": [make(f"t{t}", i, args.calls, rng) for i in range(args.rollouts)]
-        for t in range(args.tasks)
-    }
-    verdicts = {
-        tr.trajectory_id: Verdict(
-            verdict_id=f"v-{tr.trajectory_id}",
-            trajectory_id=tr.trajectory_id,
-            results=[],
-            passed=rng.random() < 0.6,
-            score=0.0,
-        )  # fmt: skip
-        for ts in by_task.values()
-        for tr in ts
-    }
-    n = sum(len(ts) for ts in by_task.values())
-    t0 = time.perf_counter()
-    signals = {
-        tr.trajectory_id: compute_signals(tr, verdict=verdicts[tr.trajectory_id])
-        for ts in by_task.values()
-        for tr in ts
-    }
-    t1 = time.perf_counter()
-    topo, tasks = [], []
-    for ts in by_task.values():
-        graph = build_quotient_graph(ts, verdicts)
-        topo.extend(trajectory_metrics(graph))
-        tasks.append(task_metrics(graph))
-    t2 = time.perf_counter()
-    sft = select_sft(topo, verdicts, signals)
-    rl = select_rl(tasks)
-    t3 = time.perf_counter()
-    print(f"{n} trajectories ({args.tasks} tasks × {args.rollouts}, {args.calls} calls each)")
-    print(f"signals:   {t1 - t0:7.2f} s  ({1e3 * (t1 - t0) / n:.3f} ms/trajectory)")
-    print(f"topology:  {t2 - t1:7.2f} s  ({1e3 * (t2 - t1) / n:.3f} ms/trajectory)")
-    print(f"selection: {t3 - t2:7.2f} s  (sft {sum(r.selected for r in sft)} picked, "
-          f"rl {sum(r.selected for r in rl)} tasks)")  # fmt: skip
+    cfg = CurationConfig(embeddings=not args.no_embeddings)
+    embedder = hash_embedder(384) if args.fake_embedder else None
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Store(Path(tmp) / "bench.duckdb")
+            t0 = time.perf_counter()
+            build(store, size, args.rollouts, seed=size)
+            built = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            report = curate_round(store, "run-1", 0, cfg, embedder=embedder)
+            total = time.perf_counter() - t0
+            again = time.perf_counter()
+            reused = curate_round(store, "run-1", 0, cfg, embedder=embedder)
+            again = time.perf_counter() - again
+        rows.append((size, total, report, built, again, reused.reused))
+        stages = "  ".join(f"{k} {v:.2f}" for k, v in report.timings.items())
+        print(
+            f"{size:>6} trajectories: curate {total:6.2f} s  (build {built:.1f} s; "
+            f"second run {again:.2f} s, reused={reused.reused})\n"
+            f"        stages: {stages}\n"
+            f"        embedded {report.n_embedded} distinct texts, cached {report.n_embed_cached}; "
+            f"tasks {report.n_tasks}, sft {report.n_sft_selected}, rl {report.n_rl_selected}, "
+            f"duplicates {report.n_duplicates}, codebook {report.mode_codebook}",
+            flush=True,
+        )
+    base_size, base_time = rows[0][0], rows[0][1]
+    print("\nsize      total s   s per 1k   ratio to linear")
+    for size, total, *_ in rows:
+        linear = base_time * size / base_size
+        print(f"{size:>6} {total:9.2f} {1000 * total / size:10.2f} {total / linear:12.2f}")
 
 
 if __name__ == "__main__":

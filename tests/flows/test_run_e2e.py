@@ -1,4 +1,4 @@
-"""`synth run --tasks 3` for real: embedded llama.cpp server, Docker sandbox, DuckDB on disk."""
+"""`synth run` for real: embedded llama.cpp server, Docker sandbox, DuckDB on disk, trees."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ from trajsynth.synth.store import Store
 pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.docker]
 
 SECRET = "sk-test-never-stored-4242"
+RUN = [sys.executable, "-m", "trajsynth.synth.cli", "run", "--tasks", "3", "--seed", "5"]
+RUN += ["--samples", "3"]
 
 
 def test_synth_run_writes_judged_trajectories(tmp_path: Path) -> None:
     env = {**os.environ, "SYNTH_SANDBOX__KIND": "docker", "SYNTH_LLM__API_KEY": SECRET}
     proc = subprocess.run(
-        [sys.executable, "-m", "trajsynth.synth.cli", "run", "--tasks", "3", "--seed", "5"],
+        RUN,
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -41,17 +43,25 @@ def test_synth_run_writes_judged_trajectories(tmp_path: Path) -> None:
         "FROM trajectories t JOIN verdicts v USING (trajectory_id) "
         "JOIN blueprints b USING (blueprint_id)"
     )
-    assert len(rows) == n_bp >= 1
+    trees = store.query("SELECT * FROM trees")
+    assert len(trees) == n_bp >= 1  # one tree per blueprint (tree rollouts are the default)
+    assert len(rows) == sum(t["n_leaves"] for t in trees)
+    for tree in trees:  # the budget is recorded and never exceeded
+        assert tree["rollout_mode"] == "tree" and 1 <= tree["n_leaves"] <= 3
+        assert tree["budget"]["generated_tokens"] <= tree["budget"]["max_tree_tokens"]
+        assert tree["generated_tokens"] == tree["budget"]["generated_tokens"] > 0
+    roots = store.query("SELECT * FROM nodes WHERE parent_id IS NULL")
+    assert len(roots) == len(trees) and all(r["branch"]["after"] == "root" for r in roots)
+    judged = [r for r in roots if r["n_leaves"]]
+    assert all(0.0 <= r["value"] <= 1.0 for r in judged)  # node values from the verdicts
     for row in rows:  # every trajectory judged by every one of its task's real constraints
         assert row["n_results"] == row["n_constraints"] >= 1
     roles = {r["role"] for r in store.query("SELECT DISTINCT role FROM llm_calls")}
     assert "assistant" in roles
-    nodes = store.query("SELECT count(*) AS n FROM nodes WHERE parent_id IS NULL")[0]["n"]
-    assert nodes == len(rows)  # one tree root per rollout
 
     # a second identical run resumes: nothing new, nothing duplicated
     again = subprocess.run(
-        [sys.executable, "-m", "trajsynth.synth.cli", "run", "--tasks", "3", "--seed", "5"],
+        RUN,
         cwd=tmp_path,
         env=env,
         capture_output=True,

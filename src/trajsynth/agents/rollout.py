@@ -308,16 +308,25 @@ async def run_episode(
     run_id: str,
     sample: int = 0,
     on_turn: Callable[[int], None] | None = None,
+    reply_token_cap: int | None = None,
 ) -> EpisodeResult:
-    """Act out one blueprint once, linearly. Ids derive from content and the run, not time."""
+    """Act out one blueprint once, linearly. Ids derive from content and the run, not time.
+
+    With ``reply_token_cap`` (the most an assistant reply may generate) a turn starts only
+    when it and the simulated user's answer fit in ``budgets.max_tokens``, so the budget is
+    never exceeded; without it the rollout stops once the budget is reached."""
     started = time.perf_counter()
     episode = Episode(blueprint, env, llm, assistant, user_sim, budgets)
     tree_id = content_id(
         "tree", {"run_id": run_id, "blueprint_id": blueprint.blueprint_id, "sample": sample}
     )
     path = opening_path(episode)
+    reserve = (reply_token_cap + user_sim.max_tokens) if reply_token_cap else 0
     while not path.done:
         turn_index = len(path.turns)
+        if reserve and path.generated + reserve > budgets.max_tokens:
+            path.end(Termination.TOKEN_BUDGET)
+            break
         if on_turn:
             on_turn(turn_index)
         try:

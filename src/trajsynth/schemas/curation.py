@@ -8,12 +8,16 @@ its reason. The two ``*SelectConfig`` models carry METHODS.md's default weights 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field
 
 from trajsynth.schemas._base import Record, stable_hash
+from trajsynth.schemas.diversity import CACWeights, DiversityReport, EvolutionParams
 
 __all__ = [
+    "CurationConfig",
+    "CurationReport",
     "RLSelectConfig",
     "SFTSelectConfig",
     "Selection",
@@ -117,3 +121,68 @@ class Selection(Record):
     reason: str
     components: dict[str, float] = Field(default_factory=dict)
     config_hash: str = ""
+
+
+class CurationConfig(Record):
+    """How a round is curated (issue 7): selection, embeddings, soft merge, evolution.
+
+    ``embeddings=False`` skips the sentence-transformer: reasoning modes are the rule labels
+    (METHODS.md §5.2 fallback) and only exact duplicates are found (§5.4). Embedding texts are
+    the digests cut to ``embed_max_chars`` and read up to ``embed_max_tokens`` word pieces.
+    """
+
+    sft: SFTSelectConfig = Field(default_factory=SFTSelectConfig)
+    rl: RLSelectConfig = Field(default_factory=RLSelectConfig)
+    embeddings: bool = Field(default=True, description="embed digests with all-MiniLM-L6-v2")
+    embed_max_chars: int = Field(default=256, ge=16, description="digest characters embedded")
+    embed_max_tokens: int = Field(default=64, ge=8, le=512, description="model max_seq_length")
+    embed_batch_size: int = Field(default=64, ge=1)
+    embed_threads: int | None = Field(
+        default=None, ge=1, description="torch threads while embedding (None: min(2, cores))"
+    )
+    duplicate_cosine: float = Field(default=0.95, gt=0.0, le=1.0, description="§5.4")
+    soft_merge: Literal["off", "difflib", "embedding"] = Field(
+        default="off", description="merge near-equal ok observations in the quotient graph"
+    )
+    soft_merge_threshold: float = Field(default=0.95, gt=0.0, le=1.0)
+    mode_min_fit: int = Field(default=500, ge=2, description="digests before a k-means codebook")
+    mode_min_cosine: float = Field(default=0.5, ge=-1.0, le=1.0)
+    mode_max_fit: int = Field(
+        default=2_000, ge=2, description="digests k-means is fitted on (a seeded sample)"
+    )
+    cac_weights: CACWeights = Field(default_factory=CACWeights)
+    evolution: bool = Field(default=True, description="adapt the next round's sampling (§6)")
+    evolution_params: EvolutionParams = Field(default_factory=EvolutionParams)
+
+    def config_hash(self) -> str:
+        return stable_hash(self.model_dump(mode="json"), length=16)
+
+
+class CurationReport(Record):
+    """What ``synth.curate.curate_round`` did to one round: counts, figures, skips, timings.
+
+    ``diversity`` is the round's own report over its accepted trajectories; ``cumulative`` the
+    report over every accepted trajectory of rounds <= ``round`` (the dataset so far).
+    ``skips`` maps an item (trajectory or task id, or ``"round"``) to why it got a default.
+    """
+
+    run_id: str
+    round: int
+    input_hash: str = ""
+    reused: bool = Field(default=False, description="inputs unchanged: stored rows kept")
+    n_trajectories: int = 0
+    n_verified: int = 0
+    n_accepted: int = 0
+    n_tasks: int = 0
+    n_sft_selected: int = 0
+    n_rl_selected: int = 0
+    n_duplicates: int = 0
+    n_embedded: int = 0
+    n_embed_cached: int = 0
+    mode_codebook: str | None = None
+    error_branch_ratio: float = 0.0
+    diversity: DiversityReport = Field(default_factory=DiversityReport)
+    cumulative: DiversityReport = Field(default_factory=DiversityReport)
+    skips: dict[str, str] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+    rows_added: int = 0

@@ -102,8 +102,13 @@ class Node(Record):
     n_children: int = 0
     snapshot_id: str | None = None
     prune_reason: str | None = None
-    value: float | None = None
-    advantage: float | None = None
+    value: float | None = Field(default=None, description="mean score of the leaves below")
+    advantage: float | None = Field(default=None, description="value minus the parent's")
+    process_reward: float | None = Field(default=None, description="TreeRL (G + L)/sqrt(n)")
+    n_leaves: int | None = Field(default=None, description="counted leaves below")
+    branch: dict[str, JsonValue] | None = Field(
+        default=None, description="how its number of children was decided (METHODS.md §9.2)"
+    )
 
 
 class RolloutTree(Record):
@@ -117,6 +122,10 @@ class RolloutTree(Record):
     pass_rate: float | None = None
     total_tokens: int = 0
     wall_s: float = 0.0
+    generated_tokens: int = 0
+    n_pruned: int = 0
+    n_passed: int | None = None
+    budget: dict[str, JsonValue] = Field(default_factory=dict, description="limits and use")
 
 
 class Trajectory(Record):

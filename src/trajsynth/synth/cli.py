@@ -18,10 +18,16 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from trajsynth import schemas
-from trajsynth.schemas import InputError, TrajsynthError
+from trajsynth.schemas import InputError, RolloutMode, TrajsynthError
 from trajsynth.synth.commands import clusters as clusters_cmd
+from trajsynth.synth.commands import dashboard as dashboard_cmd
+from trajsynth.synth.commands import deploy as deploy_cmd
+from trajsynth.synth.commands import export as export_cmd
+from trajsynth.synth.commands import runs as runs_cmd
 from trajsynth.synth.commands import sandbox as sandbox_cmd
+from trajsynth.synth.commands import stats as stats_cmd
 from trajsynth.synth.commands import topo as topo_cmd
+from trajsynth.synth.commands import train as train_cmd
 from trajsynth.synth.settings import DEFAULT_CONFIG_FILE, Settings, default_toml, load_settings
 from trajsynth.synth.store import TABLES, Store
 
@@ -41,6 +47,13 @@ app.add_typer(
 )
 app.add_typer(sandbox_cmd.app, name="sandbox", help="The Docker sandbox image.")
 app.command("topo")(topo_cmd.topo)
+app.command("train")(train_cmd.train)
+app.command("stats")(stats_cmd.stats)
+app.command("export")(export_cmd.export)
+app.command("dashboard")(dashboard_cmd.dashboard)
+app.command("runs")(runs_cmd.runs)
+app.command("deploy")(deploy_cmd.deploy)
+app.command("serve")(deploy_cmd.serve)
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="settings file (default ./synth.toml)")
@@ -178,7 +191,12 @@ def show(
     kind: Annotated[str, typer.Argument(help=f"one of: {', '.join(_KINDS)}")],
     record_id: Annotated[str, typer.Argument(metavar="ID", help="the id (or a unique prefix)")],
 ) -> None:
-    """Show one stored record."""
+    """Show one stored record; a tree is drawn (its nodes with values and branch decisions)."""
+    if kind.rstrip("s") == "tree":
+        from trajsynth.synth.commands.tree import render_tree
+
+        console.print(render_tree(Store(settings().store_path), record_id))
+        return
     table = _KINDS.get(kind.rstrip("s"), kind if kind in TABLES else None)
     if table is None:
         raise InputError(f"unknown kind {kind!r}; one of: {', '.join(_KINDS)}")
@@ -210,7 +228,13 @@ def run(
     model: Annotated[str | None, typer.Option(help="model name at that endpoint")] = None,
     seed: Annotated[int | None, typer.Option()] = None,
     rounds: Annotated[int | None, typer.Option()] = None,
-    samples: Annotated[int | None, typer.Option(help="rollouts per task")] = None,
+    samples: Annotated[
+        int | None, typer.Option(help="rollouts per task: the leaves of its tree, or linear runs")
+    ] = None,
+    rollout: Annotated[
+        RolloutMode | None,
+        typer.Option(help="tree: branch where the policy is uncertain; linear: the baseline"),
+    ] = None,
     concurrency: Annotated[int, typer.Option(help="tasks in flight at once")] = 2,
 ) -> None:
     """Synthesise, verify and store trajectories (a Prefect flow, ephemeral mode)."""
@@ -227,6 +251,7 @@ def run(
         seed=seed,
         rounds=rounds,
         samples=samples,
+        rollout=rollout,
     )
     ok = run_and_report(loaded, config, console=console, concurrency=concurrency)
     if not ok:

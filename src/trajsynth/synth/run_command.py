@@ -20,6 +20,8 @@ def prefect_environment() -> None:
     """Prefect offline and quiet: no telemetry, ephemeral API, warnings only."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
+    # the ephemeral API server starts in a subprocess; on a loaded machine 20 s is too short
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -28,8 +30,13 @@ def run_and_report(
     settings: Settings, config: RunConfig, *, console: Console, concurrency: int
 ) -> bool:
     prefect_environment()
+    from trajsynth.flows.build import build_dataset, run_id_for
     from trajsynth.flows.progress import progress_sink
-    from trajsynth.flows.run import run_id_for, synth_run
+    from trajsynth.flows.runners import task_runner_for
+
+    runner = task_runner_for(
+        settings.run.task_runner, settings.run.task_runner_address, workers=concurrency
+    )
 
     console.print(
         f"run [bold]{run_id_for(config)}[/]: {config.tasks} tasks x {config.rounds} round(s), "
@@ -53,7 +60,7 @@ def run_and_report(
 
         with progress_sink(on_event):
             summary = asyncio.run(
-                synth_run(
+                build_dataset.with_options(task_runner=runner)(
                     config,
                     store_path=str(settings.store_path),
                     cache_dir=str(settings.cache_dir / "llm") if settings.llm.cache else None,

@@ -20,13 +20,14 @@ from pydantic_settings import (
 
 from trajsynth.schemas import (
     Budgets,
-    TreeConfig,
+    CurationConfig,
     InputError,
     LLMConfig,
     RolloutMode,
     RunConfig,
     SandboxKind,
     SandboxLimits,
+    TreeConfig,
 )
 
 __all__ = ["DEFAULT_CONFIG_FILE", "Settings", "default_toml", "load_settings"]
@@ -67,10 +68,15 @@ class RunSettings(_Section):
     max_turns: int = Field(default=6, ge=1)
     max_tool_calls: int = Field(default=12, ge=0)
     max_tokens: int = Field(default=6000, ge=1)
+    max_run_tokens: int | None = Field(default=None, ge=1)
     tool_timeout_s: float = Field(default=20.0, gt=0)
     planner_retries: int = Field(default=1, ge=0)
     assistant_tool_choice: Literal["auto", "required"] | None = None
     assistant_tool_choice_after_tool: Literal["auto", "none"] | None = None
+    # Where a round's rollouts run (flows/runners.py); not in RunConfig, so not in the run id.
+    task_runner: Literal["thread", "dask", "ray"] = "thread"
+    task_runner_address: str | None = None  # tcp://scheduler:8786 (dask), ray://head:10001
+    task_runner_workers: int = Field(default=2, ge=1)
 
 
 class SandboxSettings(_Section):
@@ -95,6 +101,7 @@ class Settings(BaseSettings):
     run: RunSettings = Field(default_factory=RunSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     tree: TreeConfig = Field(default_factory=TreeConfig)
+    curation: CurationConfig = Field(default_factory=CurationConfig)
 
     @classmethod
     def settings_customise_sources(
@@ -131,11 +138,13 @@ class Settings(BaseSettings):
             samples=run.samples,
             rollout_mode=run.rollout,
             tree=self.tree,
+            curation=self.curation,
             llm=llm,
             budgets=Budgets(
                 max_turns=run.max_turns,
                 max_tool_calls=run.max_tool_calls,
                 max_tokens=run.max_tokens,
+                max_run_tokens=run.max_run_tokens,
                 tool_timeout_s=run.tool_timeout_s,
             ),
             sandbox=self.sandbox.kind,
@@ -221,12 +230,17 @@ rollout = "tree"             # tree: shared prefixes, branches where the policy 
 max_turns = 6                # assistant turns per rollout
 max_tool_calls = 12
 max_tokens = 6000            # generated tokens per rollout
+# max_run_tokens = 2000000   # generated tokens for all rollouts of a run, split evenly
 tool_timeout_s = 20.0
 planner_retries = 1           # LLM drafts of the words after the first; then a template
 # assistant_tool_choice = "auto"   # after a user message: auto | required; unset: required for
                                    # the embedded SmolLM2 (it rarely calls tools under auto)
 # assistant_tool_choice_after_tool = "auto"   # after tool results: auto | none; unset: none
                                               # for the embedded SmolLM2 (it repeats calls)
+task_runner = "thread"       # where a round's rollouts run: thread | dask | ray
+# task_runner_address = "tcp://10.0.0.5:8786"   # an existing Dask scheduler (or ray://head:10001);
+                                                # unset: a local cluster started with the run
+task_runner_workers = 2      # threads, or local Dask worker processes
 
 [tree]                       # how rollout trees grow (METHODS.md §9)
 max_children = 3             # children per node
@@ -238,6 +252,44 @@ alpha_after_user = 0.25      # ... and after a user reply
 beta = 0.2
 rho = 0.5                    # P_t *= rho^c, c = consecutive branching ancestors (AEPO)
 prune = true                 # cut dead ends (repeated failing call, loop, no progress)
+
+[curation]                   # signals, topology, diversity, selection (METHODS.md §5-§8)
+embeddings = true            # all-MiniLM-L6-v2 digest embeddings (modes, near-duplicates);
+                             # false: rule-label modes, exact duplicates only
+embed_max_chars = 256        # digest characters embedded (each distinct text once, cached)
+embed_max_tokens = 64        # word pieces the model reads (cost grows with it)
+embed_batch_size = 64
+# embed_threads = 2          # torch threads while embedding (unset: min(2, cores))
+duplicate_cosine = 0.95      # near-duplicate digest cosine (§5.4)
+soft_merge = "off"           # off | difflib | embedding: merge near-equal observations (§1.2)
+soft_merge_threshold = 0.95
+mode_min_fit = 500           # digests needed before a k-means mode codebook (else rule labels)
+mode_min_cosine = 0.5        # below this cosine to every centroid a digest is unassigned
+mode_max_fit = 2000          # digests the k-means codebook is fitted on (a seeded sample)
+evolution = true             # move the next round's sampling toward rare cells (§6)
+
+[curation.sft]               # SFT selection (§8): sft_score = w_rec*rec + w_eff*eff + w_novelty*nov
+w_rec = 1.0
+w_eff = 1.0
+w_novelty = 0.5
+k_sft = 2                    # trajectories per task
+distinct_signatures = true
+# max_total = 1000           # cap over all tasks
+
+[curation.rl]                # RL selection (§8): tasks with 0 < p < 1, top rl_fraction by rl_score
+rl_fraction = 0.5
+min_rollouts = 2
+# max_tasks = 500
+
+[curation.evolution_params]  # §6 update rule
+alpha0 = 0.5
+lam = 1.0
+beta = 2.0
+eta = 1.0
+delta = 0.5
+temperature = 2.0
+kappa = 5.0
+eps_floor = 0.05
 
 [sandbox]
 kind = "auto"                # docker | local | auto (docker when the engine and image are there)

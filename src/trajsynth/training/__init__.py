@@ -1,1 +1,20 @@
+"""The GRPO stage (DESIGN.md step 12, METHODS.md §9-§11, §13).
 
+Modules: ``advantages`` (every estimator of §13, numpy), ``early_stop`` (ESPO, §11),
+``tool_env`` (a task's live environment as TRL's ``environment_factory`` wants it),
+``rewards`` (the verifier as TRL's reward), ``tasks`` (RL rows), ``trainer`` (the
+GRPOTrainer subclass, pinned to TRL 1.16.0), ``run`` (``train(config)``) and
+``chat_template`` (the tool-aware template shared with the SFT export). Nothing here imports
+torch, transformers or TRL at module import time.
+"""
+
+__all__ = [
+    "advantages",
+    "chat_template",
+    "early_stop",
+    "rewards",
+    "run",
+    "tasks",
+    "tool_env",
+    "trainer",
+]

@@ -1,0 +1,316 @@
+"""The trajsynth dashboard (a Streamlit script): ``synth dashboard`` runs it on loopback.
+
+Run by hand: ``streamlit run src/trajsynth/dashboards/app.py -- --store runs/trajsynth.duckdb``.
+Every figure comes from ``dashboards/queries.py`` (SQL aggregates, read-only, one connection per
+query), cached for ``CACHE_TTL_S`` seconds, so the page reads while a run writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from trajsynth.dashboards import queries
+from trajsynth.dashboards.tree import tree_dot
+from trajsynth.schemas import InputError
+from trajsynth.synth.store import Store
+
+CACHE_TTL_S = 5.0
+ALL_RUNS = "(all runs)"
+ROUND_LABELS = {
+    "domain_entropy": "domain entropy",
+    "reasoning_mode_entropy": "reasoning-mode entropy",
+    "action_complexity": "action complexity",
+    "error_branch_ratio": "error branch ratio",
+}
+
+
+def _args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="trajsynth-dashboard")
+    parser.add_argument("--store", type=Path, default=Path("runs/trajsynth.duckdb"))
+    return parser.parse_args(list(argv))
+
+
+# --- cached reads: keyed by the store path and the arguments ---------------------------------
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _tables(store_path: str) -> set[str]:
+    return queries.available_tables(Store(store_path))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _runs(store_path: str) -> list[dict[str, Any]]:
+    if "runs" not in _tables(store_path):
+        return []
+    return queries.runs(Store(store_path))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _page(store_path: str, run_id: str | None) -> dict[str, Any]:
+    """All of the main page's figures: one read-only connection, one snapshot."""
+    return queries.page(Store(store_path), run_id, _tables(store_path))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _trees(store_path: str, task_id: str) -> list[dict[str, Any]]:
+    return queries.trees_of_task(Store(store_path), task_id)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _tree(store_path: str, tree_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    return queries.task_tree(Store(store_path), tree_id)
+
+
+@st.cache_data(ttl=60.0, show_spinner=False)
+def _quotient(store_path: str, task_id: str) -> tuple[str, dict[str, Any]]:
+    from trajsynth.synth.views import quotient_graph_svg  # curation code, loaded on demand
+
+    return quotient_graph_svg(Store(store_path), task_id)
+
+
+# --- formatting ----------------------------------------------------------------------------
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | int | None, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    return f"{x:,}" if isinstance(x, int) else f"{x:.{digits}f}"
+
+
+def _table(rows: list[dict[str, Any]], columns: dict[str, Callable[[Any], str]]) -> None:
+    frame = pd.DataFrame(
+        [{name: fmt(row.get(name)) for name, fmt in columns.items()} for row in rows],
+        columns=list(columns),
+    )
+    st.table(frame, hide_index=True)
+
+
+def _bar(x: list[Any], y: list[float], text: list[str], title: str, y_title: str) -> go.Figure:
+    fig = go.Figure(go.Bar(x=[str(v) for v in x], y=y, text=text, textposition="auto"))
+    fig.update_layout(
+        title=title, yaxis_title=y_title, height=320, margin={"l": 40, "r": 10, "t": 40, "b": 40}
+    )
+    return fig
+
+
+# --- sections --------------------------------------------------------------------------------
+def _runs_section(path: str) -> str | None:
+    runs = _runs(path)
+    st.header("Runs")
+    if not runs:
+        st.info("No runs in this store yet: start one with `synth run`.")
+        return None
+    _table(
+        runs,
+        {
+            "run_id": str,
+            "state": str,
+            "created_at": lambda v: "" if v is None else str(v)[:19],
+            "updated_at": lambda v: "" if v is None else str(v)[:19],
+            "n_tasks": _num,
+            "n_trajectories": _num,
+            "n_verified": _num,
+            "n_passed": _num,
+            "pass_rate": _pct,
+        },
+    )
+    choice = st.sidebar.selectbox("Run", [r["run_id"] for r in runs] + [ALL_RUNS], index=0)
+    return None if choice == ALL_RUNS else choice
+
+
+def _overview_section(path: str, run_id: str | None) -> None:
+    o = _page(path, run_id)["overview"]
+    st.header(f"Run {run_id}" if run_id else "All runs")
+    cols = st.columns(6)
+    cols[0].metric("Trajectories", _num(o.get("n_trajectories")))
+    cols[1].metric("Tasks", _num(o.get("n_tasks")))
+    cols[2].metric("Pass rate", _pct(o.get("pass_rate")), help="excluded verdicts left out")
+    cols[3].metric("Excluded", _num(o.get("n_excluded")))
+    cols[4].metric("Tokens / verified", _num(o.get("tokens_per_verified"), 0))
+    cols[5].metric("Seconds / verified", _num(o.get("wall_s_per_verified"), 2))
+
+
+def _rounds_section(path: str, run_id: str | None) -> None:
+    st.header("Diversity per round")
+    rows = _page(path, run_id)["round_stats"]
+    if not rows:
+        st.info(
+            "No round statistics yet: curation has not written `round_stats` for this run "
+            "(the table is empty or missing)."
+        )
+        return
+    fig = go.Figure()
+    rounds = [r["round"] for r in rows]
+    for col, label in ROUND_LABELS.items():
+        values = [r.get(col) for r in rows]
+        fig.add_trace(
+            go.Scatter(
+                x=rounds, y=values, name=label, mode="lines+markers+text",
+                text=[_num(v) for v in values], textposition="top center",
+                yaxis="y2" if col == "action_complexity" else "y",
+            )
+        )  # fmt: skip
+    fig.update_layout(
+        height=360, xaxis_title="round", xaxis={"dtick": 1},
+        yaxis={"title": "entropy, ratio", "rangemode": "tozero"},
+        yaxis2={"title": "action complexity", "overlaying": "y", "side": "right",
+                "rangemode": "tozero", "showgrid": False},
+        legend={"orientation": "h", "y": -0.25},
+        margin={"l": 50, "r": 50, "t": 30, "b": 40},
+    )  # fmt: skip
+    st.plotly_chart(fig, key="round_chart")
+    _table(
+        rows,
+        {"round": str, "n_trajectories": _num, "pass_rate": _pct}
+        | dict.fromkeys(ROUND_LABELS, _num),
+    )
+
+
+def _distributions_section(path: str, run_id: str | None) -> None:
+    st.header("Distributions and pass rates")
+    clusters = _page(path, run_id)["by_cluster"]
+    modes = _page(path, run_id)["by_mode"]
+    left, right = st.columns(2)
+    with left:
+        left.plotly_chart(
+            _bar(
+                [r["cluster_id"] for r in clusters],
+                [r["n_trajectories"] for r in clusters],
+                [_pct(r["pass_rate"]) for r in clusters],
+                "Trajectories by cluster (label: pass rate)",
+                "trajectories",
+            ),
+            key="cluster_chart",
+        )
+        _table(
+            clusters,
+            {
+                "cluster_id": str, "n_trajectories": _num, "n_verified": _num,
+                "n_excluded": _num, "pass_rate": _pct, "mean_tokens": lambda v: _num(v, 0),
+            },
+        )  # fmt: skip
+    with right:
+        right.plotly_chart(
+            _bar(
+                [r["mode"] for r in modes],
+                [r["n_trajectories"] for r in modes],
+                [_pct(r["pass_rate"]) for r in modes],
+                "Trajectories by reasoning mode (label: pass rate)",
+                "trajectories",
+            ),
+            key="mode_chart",
+        )
+        _table(
+            modes,
+            {"mode": str, "n_trajectories": _num, "n_verified": _num, "pass_rate": _pct},
+        )
+
+
+def _cost_section(path: str, run_id: str | None) -> None:
+    st.header("Tokens and time")
+    rounds = _page(path, run_id)["by_round"]
+    roles = _page(path, run_id)["tokens_by_role"]
+    left, right = st.columns(2)
+    with left:
+        st.subheader("By round")
+        _table(
+            rounds,
+            {
+                "round": str, "n_trajectories": _num, "pass_rate": _pct,
+                "total_tokens": _num, "wall_s": lambda v: _num(v, 1),
+            },
+        )  # fmt: skip
+    with right:
+        st.subheader("LLM calls by role")
+        if not roles:
+            st.info("No LLM calls recorded for this run.")
+            return
+        fig = go.Figure(
+            [
+                go.Bar(name="prompt", x=[r["role"] for r in roles],
+                       y=[r["prompt_tokens"] for r in roles]),
+                go.Bar(name="completion", x=[r["role"] for r in roles],
+                       y=[r["completion_tokens"] for r in roles]),
+            ]
+        )  # fmt: skip
+        fig.update_layout(barmode="stack", height=280, margin={"l": 40, "r": 10, "t": 20, "b": 40})
+        st.plotly_chart(fig, key="role_chart")
+        _table(
+            roles,
+            {
+                "role": str, "calls": _num, "prompt_tokens": _num,
+                "completion_tokens": _num, "latency_s": lambda v: _num(v, 1),
+            },
+        )  # fmt: skip
+
+
+def _task_section(path: str, run_id: str | None) -> None:
+    st.header("A task: rollout tree and quotient graph")
+    tasks = _page(path, run_id)["tasks"]
+    if not tasks:
+        st.info("No tasks with trajectories in this run.")
+        return
+    labels = {
+        r["blueprint_id"]: f"{r['blueprint_id']} · {r['cluster_id']} · "
+        f"{r['n_trajectories']} rollouts · pass {_pct(r['pass_rate'])}"
+        for r in tasks
+    }
+    task_id = st.selectbox("Task", list(labels), format_func=labels.__getitem__)
+    trees = _trees(path, task_id)
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Rollout tree")
+        if not trees:
+            st.info("No rollout tree stored for this task.")
+        else:
+            tree_id = trees[0]["tree_id"]
+            if len(trees) > 1:
+                tree_id = st.selectbox("Tree", [t["tree_id"] for t in trees])
+            nodes, leaves = _tree(path, tree_id)
+            st.caption(f"tree {tree_id}: {len(nodes)} nodes, {len(leaves)} leaves")
+            st.graphviz_chart(tree_dot(nodes, leaves))
+    with right:
+        st.subheader("Quotient graph")
+        try:
+            svg, metrics = _quotient(path, task_id)
+        except InputError as exc:
+            st.warning(str(exc))
+            return
+        st.image(svg, caption=f"quotient graph of {task_id}")
+        _table(
+            [{"metric": k, "value": v} for k, v in metrics.items() if not isinstance(v, dict)],
+            {"metric": str, "value": lambda v: _num(v) if isinstance(v, float) else str(v)},
+        )
+
+
+def main(argv: Sequence[str] = ()) -> None:
+    args = _args(argv)
+    st.set_page_config(page_title="trajsynth", layout="wide")
+    st.title("trajsynth")
+    path = str(args.store)
+    st.caption(f"store {path} · figures refresh every {CACHE_TTL_S:.0f} s")
+    if st.sidebar.button("Refresh now"):
+        st.cache_data.clear()
+    if not Path(path).exists():
+        st.error(f"No store at {path}: run `synth run` first, or pass `--store`.")
+        return
+    run_id = _runs_section(path)
+    if run_id is None and not _runs(path):
+        return
+    _overview_section(path, run_id)
+    _rounds_section(path, run_id)
+    _distributions_section(path, run_id)
+    _cost_section(path, run_id)
+    _task_section(path, run_id)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,332 @@
+"""The dashboard's SQL: every figure on the page, aggregated inside DuckDB.
+
+Each function takes a ``Store`` and returns rows as dicts. Every query is one read-only
+connection (``Store.query``), so the page reads while a run writes (see ``synth/store.py``).
+Nothing here reads a ``messages`` column: the page stays fast on a store of many trajectories.
+
+Pass rates follow DESIGN.md: a verdict marked ``excluded`` (infra or simulator faults) is left
+out of both the numerator and the denominator. A trajectory without a verdict is unverified.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from trajsynth.synth.store import Store
+
+__all__ = [
+    "PAGE_QUERIES",
+    "available_tables",
+    "by_cluster",
+    "by_mode",
+    "by_round",
+    "overview",
+    "round_stats",
+    "run_ids",
+    "runs",
+    "task_tree",
+    "tasks",
+    "page",
+    "time_page",
+    "tokens_by_role",
+    "trees_of_task",
+]
+
+Rows = list[dict[str, Any]]
+Statement = tuple[str, list[Any]]
+
+ROUND_STAT_COLUMNS = (
+    "domain_entropy",
+    "reasoning_mode_entropy",
+    "action_complexity",
+    "error_branch_ratio",
+)
+
+# One verdict per trajectory (a re-verification may add a second): passed if any passed,
+# excluded if any was excluded.
+_VERDICTS = """(
+    SELECT trajectory_id, bool_or(passed) AS passed, bool_or(coalesce(excluded, false)) AS excluded
+    FROM verdicts GROUP BY trajectory_id
+)"""
+
+# Aggregates over trajectories t left-joined with verdicts v.
+_PASS_COLUMNS = """
+    count(*) AS n_trajectories,
+    count(v.trajectory_id) FILTER (WHERE NOT v.excluded) AS n_verified,
+    count(*) FILTER (WHERE v.excluded) AS n_excluded,
+    count(*) FILTER (WHERE v.passed AND NOT v.excluded) AS n_passed,
+    (count(*) FILTER (WHERE v.passed AND NOT v.excluded))::DOUBLE
+        / nullif(count(v.trajectory_id) FILTER (WHERE NOT v.excluded), 0) AS pass_rate"""
+
+
+def _run_filter(run_id: str | None, column: str = "t.run_id") -> tuple[str, list[Any]]:
+    return ("", []) if run_id is None else (f"WHERE {column} = ?", [run_id])
+
+
+def available_tables(store: Store) -> set[str]:
+    """Names of the tables in the store (empty when the store is new or missing)."""
+    if not store.path.exists():
+        return set()
+    rows = store.query("SELECT table_name FROM information_schema.tables")
+    return {r["table_name"] for r in rows}
+
+
+def run_ids(store: Store) -> list[str]:
+    """Run ids, newest first."""
+    rows = store.query("SELECT run_id FROM runs ORDER BY created_at DESC NULLS LAST, run_id")
+    return [r["run_id"] for r in rows]
+
+
+def runs(store: Store) -> Rows:
+    """Every run with its state, size and pass rate, newest first."""
+    return store.query(*_runs_sql(None))
+
+
+def _runs_sql(_run_id: str | None) -> Statement:
+    return (
+        f"""
+        WITH per_run AS (
+            SELECT t.run_id, count(DISTINCT t.blueprint_id) AS n_tasks, {_PASS_COLUMNS}
+            FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
+            GROUP BY t.run_id
+        )
+        SELECT r.run_id, r.state, r.created_at, r.updated_at,
+               coalesce(p.n_tasks, 0) AS n_tasks,
+               coalesce(p.n_trajectories, 0) AS n_trajectories,
+               coalesce(p.n_verified, 0) AS n_verified,
+               coalesce(p.n_passed, 0) AS n_passed,
+               p.pass_rate
+        FROM runs r LEFT JOIN per_run p USING (run_id)
+        ORDER BY r.created_at DESC NULLS LAST, r.run_id
+        """,
+        [],
+    )
+
+
+def overview(store: Store, run_id: str | None) -> dict[str, Any]:
+    """Headline figures: counts, pass rate, tokens and time (per verified trajectory too)."""
+    return _overview_post(store.query(*_overview_sql(run_id)))
+
+
+def _overview_sql(run_id: str | None) -> Statement:
+    where, params = _run_filter(run_id)
+    return (
+        f"""
+        SELECT count(DISTINCT t.blueprint_id) AS n_tasks, {_PASS_COLUMNS},
+               coalesce(sum(t.total_tokens), 0) AS total_tokens,
+               coalesce(sum(t.wall_s), 0) AS wall_s
+        FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
+        {where}
+        """,
+        params,
+    )
+
+
+def _overview_post(rows: Rows) -> dict[str, Any]:
+    out = dict(rows[0]) if rows else {}
+    n_passed = out.get("n_passed") or 0
+    out["tokens_per_verified"] = out["total_tokens"] / n_passed if n_passed else None
+    out["wall_s_per_verified"] = out["wall_s"] / n_passed if n_passed else None
+    return out
+
+
+def round_stats(store: Store, run_id: str | None, tables: set[str] | None = None) -> Rows:
+    """Per round: domain and reasoning-mode entropy, action complexity, error branch ratio.
+
+    Empty when the store has no ``round_stats`` table yet (curation has not run). With no run
+    chosen, rounds of all runs are averaged.
+    """
+    tables = available_tables(store) if tables is None else tables
+    if "round_stats" not in tables:
+        return []
+    return store.query(*_round_stats_sql(run_id))
+
+
+def _round_stats_sql(run_id: str | None) -> Statement:
+    cols = ", ".join(f"avg({c}) AS {c}" for c in ROUND_STAT_COLUMNS)
+    where, params = _run_filter(run_id, "run_id")
+    return (
+        f"""
+        SELECT round, sum(n_trajectories) AS n_trajectories, avg(pass_rate) AS pass_rate, {cols}
+        FROM round_stats {where} GROUP BY round ORDER BY round
+        """,
+        params,
+    )
+
+
+def by_cluster(store: Store, run_id: str | None) -> Rows:
+    """Trajectories, pass rate and mean tokens per tool cluster."""
+    return store.query(*_by_cluster_sql(run_id))
+
+
+def _by_cluster_sql(run_id: str | None) -> Statement:
+    where, params = _run_filter(run_id)
+    return (
+        f"""
+        SELECT t.cluster_id, {_PASS_COLUMNS}, avg(t.total_tokens) AS mean_tokens
+        FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
+        {where} GROUP BY t.cluster_id ORDER BY n_trajectories DESC, t.cluster_id
+        """,
+        params,
+    )
+
+
+def by_mode(store: Store, run_id: str | None) -> Rows:
+    """Trajectories and pass rate per reasoning mode (``scores.mode``; unscored apart)."""
+    return store.query(*_by_mode_sql(run_id))
+
+
+def _by_mode_sql(run_id: str | None) -> Statement:
+    where, params = _run_filter(run_id)
+    return (
+        f"""
+        SELECT coalesce(s.mode, '(unscored)') AS mode, {_PASS_COLUMNS}
+        FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
+        LEFT JOIN scores s USING (trajectory_id)
+        {where} GROUP BY 1 ORDER BY n_trajectories DESC, mode
+        """,
+        params,
+    )
+
+
+def by_round(store: Store, run_id: str | None) -> Rows:
+    """Pass rate, tokens and time per round (from the trajectories themselves)."""
+    return store.query(*_by_round_sql(run_id))
+
+
+def _by_round_sql(run_id: str | None) -> Statement:
+    where, params = _run_filter(run_id)
+    return (
+        f"""
+        SELECT t.round, {_PASS_COLUMNS},
+               coalesce(sum(t.total_tokens), 0) AS total_tokens,
+               coalesce(sum(t.wall_s), 0) AS wall_s
+        FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
+        {where} GROUP BY t.round ORDER BY t.round
+        """,
+        params,
+    )
+
+
+def tokens_by_role(store: Store, run_id: str | None) -> Rows:
+    """LLM calls, tokens and latency per role (planner, user, assistant, verifier)."""
+    return store.query(*_tokens_by_role_sql(run_id))
+
+
+def _tokens_by_role_sql(run_id: str | None) -> Statement:
+    where, params = _run_filter(run_id, "run_id")
+    return (
+        f"""
+        SELECT role, count(*) AS calls,
+               coalesce(sum(prompt_tokens), 0) AS prompt_tokens,
+               coalesce(sum(completion_tokens), 0) AS completion_tokens,
+               coalesce(sum(latency_s), 0) AS latency_s
+        FROM llm_calls {where} GROUP BY role ORDER BY role
+        """,
+        params,
+    )
+
+
+def tasks(store: Store, run_id: str | None, limit: int = 500) -> Rows:
+    """Tasks (blueprints) with trajectories; those with both outcomes first (they teach most)."""
+    return store.query(*_tasks_sql(run_id, limit))
+
+
+def _tasks_sql(run_id: str | None, limit: int = 500) -> Statement:
+    where, params = _run_filter(run_id)
+    return (
+        f"""
+        SELECT t.blueprint_id, any_value(t.cluster_id) AS cluster_id, {_PASS_COLUMNS}
+        FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
+        {where} GROUP BY t.blueprint_id
+        ORDER BY (pass_rate > 0 AND pass_rate < 1) DESC NULLS LAST, n_trajectories DESC,
+                 t.blueprint_id
+        LIMIT {int(limit)}
+        """,
+        params,
+    )
+
+
+def trees_of_task(store: Store, task_id: str) -> Rows:
+    """The rollout trees grown for one task."""
+    return store.query(
+        """
+        SELECT tree_id, round, rollout_mode, n_nodes, n_leaves, pass_rate, total_tokens, wall_s
+        FROM trees WHERE blueprint_id = ? ORDER BY round, tree_id
+        """,
+        [task_id],
+    )
+
+
+def task_tree(store: Store, tree_id: str, max_nodes: int = 400) -> tuple[Rows, Rows]:
+    """One tree's nodes (no messages) and its leaves' outcomes, for drawing."""
+    nodes = store.query(
+        f"""
+        SELECT node_id, parent_id, depth, value, prune_reason, n_children, step_entropy,
+               json_extract_string(calls, '$[0].tool') AS tool,
+               json_array_length(calls) AS n_calls
+        FROM nodes WHERE tree_id = ? ORDER BY depth, node_id LIMIT {int(max_nodes)}
+        """,
+        [tree_id],
+    )
+    leaves = store.query(
+        f"""
+        SELECT t.leaf_node_id, t.trajectory_id, t.termination, v.passed, v.excluded
+        FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
+        WHERE t.tree_id = ?
+        """,
+        [tree_id],
+    )
+    return nodes, leaves
+
+
+# The queries one load of the main page runs (the task section adds its own on demand):
+# name -> (SQL builder, post-processing of its rows).
+_PAGE: dict[str, tuple[Callable[[str | None], Statement], Callable[[Rows], Any]]] = {
+    "runs": (_runs_sql, list),
+    "overview": (_overview_sql, _overview_post),
+    "round_stats": (_round_stats_sql, list),
+    "by_cluster": (_by_cluster_sql, list),
+    "by_mode": (_by_mode_sql, list),
+    "by_round": (_by_round_sql, list),
+    "tokens_by_role": (_tokens_by_role_sql, list),
+    "tasks": (_tasks_sql, list),
+}
+PAGE_QUERIES = tuple(_PAGE)
+
+
+def page(store: Store, run_id: str | None, tables: set[str] | None = None) -> dict[str, Any]:
+    """Every figure of the main page, from ONE read-only connection and snapshot.
+
+    ``round_stats`` is empty when the store has no such table (``tables``: from
+    ``available_tables``, looked up when not given).
+    """
+    tables = available_tables(store) if tables is None else tables
+    out: dict[str, Any] = {name: [] for name in _PAGE} | {"overview": _overview_post([])}
+    if "trajectories" not in tables:  # a new or foreign file: nothing to show yet
+        return out
+    names = [n for n in _PAGE if n != "round_stats" or "round_stats" in tables]
+    results = store.query_many([_PAGE[n][0](run_id) for n in names])
+    for name, rows in zip(names, results, strict=True):
+        out[name] = _PAGE[name][1](rows)
+    return out
+
+
+def time_page(store: Store, run_id: str | None) -> dict[str, float]:
+    """Seconds one uncached main-page load spends in SQL: the table lookup, the page's queries
+    on one connection, and each query alone on its own connection (``bench/dashboard.py``)."""
+    start = time.perf_counter()
+    tables = available_tables(store)
+    out = {"available_tables": time.perf_counter() - start}
+    start = time.perf_counter()
+    page(store, run_id, tables)
+    out["page (one connection)"] = time.perf_counter() - start
+    for name, (sql, _) in _PAGE.items():
+        if name == "round_stats" and name not in tables:
+            continue
+        start = time.perf_counter()
+        store.query(*sql(run_id))
+        out[name] = time.perf_counter() - start
+    return out

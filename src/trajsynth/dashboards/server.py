@@ -1,0 +1,78 @@
+"""Start the Streamlit dashboard server on loopback, and wait for it to answer."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from trajsynth.schemas import InfraError
+
+__all__ = ["APP_PATH", "dashboard_command", "free_port", "start_dashboard", "wait_until_ready"]
+
+APP_PATH = Path(__file__).with_name("app.py")
+
+
+def dashboard_command(store_path: Path | str, *, port: int, host: str = "127.0.0.1") -> list[str]:
+    """The ``streamlit run`` command line for the dashboard over ``store_path``."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(APP_PATH),
+        "--server.address", host,
+        "--server.port", str(port),
+        "--server.headless", "true",
+        "--server.fileWatcherType", "none",
+        "--server.runOnSave", "false",
+        "--browser.gatherUsageStats", "false",
+        "--global.developmentMode", "false",
+        "--client.toolbarMode", "minimal",
+        "--theme.base", "light",
+        "--",
+        "--store", str(Path(store_path).resolve()),
+    ]  # fmt: skip
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def start_dashboard(
+    store_path: Path | str, *, port: int, host: str = "127.0.0.1", log_path: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the server in the background; the caller stops it (``terminate``)."""
+    out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            dashboard_command(store_path, port=port, host=host),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        if log_path:
+            out.close()
+
+
+def wait_until_ready(
+    url: str, *, timeout_s: float = 60.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll Streamlit's health endpoint until it answers ``ok``; raise ``InfraError`` if the
+    process exits first or the time runs out."""
+    health = url.rstrip("/") + "/_stcore/health"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise InfraError(f"the dashboard server exited with code {process.returncode}")
+        try:
+            if httpx.get(health, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise InfraError(f"the dashboard at {url} did not answer within {timeout_s:.0f} s")

@@ -1,0 +1,139 @@
+"""`build_dataset`: rounds of plan -> rollout trees (verified) -> curate, evolving between.
+
+Runs in Prefect's ephemeral mode by default (no server to start) or under a served
+deployment. The LLM endpoint is resolved once here (the embedded llama.cpp server is started
+and stopped by this flow); units of work get the resolved endpoint, so they run on any task
+runner. After each round the curation stage scores and selects, and evolution sets the next
+round's sampling weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+from pydantic import SecretStr
+
+from trajsynth.agents.llm import open_llm_client
+from trajsynth.flows.stages import _clusters, plan_round, rollout_round
+from trajsynth.schemas import RunConfig, ToolCluster
+from trajsynth.synth.manifest import run_manifest
+from trajsynth.synth.store import Store
+from trajsynth.synth.summary import RunSummary, summarize_run
+
+__all__ = ["build_dataset", "run_id_for"]
+
+log = logging.getLogger(__name__)
+
+
+def run_id_for(config: RunConfig) -> str:
+    """The same config (seeds included) is the same run: rerunning it resumes."""
+    return f"run_{config.config_hash()}"
+
+
+def _cluster_rows(clusters: list[ToolCluster]) -> dict[str, list[dict[str, Any]]]:
+    rows: dict[str, list[dict[str, Any]]] = {"clusters": [], "tools": [], "edges": []}
+    for c in clusters:
+        rows["clusters"].append(
+            {
+                "cluster_id": c.cluster_id,
+                "domain": c.domain.value,
+                "description": c.description,
+                "source": c.source,
+                "server": c.server.model_dump(mode="json"),
+                "state_readable": c.state_readable,
+                "n_tools": len(c.tools),
+                "n_edges": len(c.edges),
+            }
+        )
+        for t in c.tools:
+            rows["tools"].append(
+                {
+                    "tool_key": f"{c.cluster_id}/{t.name}",
+                    "cluster_id": c.cluster_id,
+                    **t.model_dump(mode="json"),
+                }
+            )
+        for e in c.edges:
+            rows["edges"].append(
+                {
+                    "edge_key": (
+                        f"{c.cluster_id}/{e.source}->{e.target}:{e.out_field}->{e.in_param}"
+                    ),
+                    "cluster_id": c.cluster_id,
+                    **e.model_dump(mode="json"),
+                }
+            )
+    return rows
+
+
+def _curate(store: Store, run_id: str, round_index: int, config: RunConfig) -> None:
+    from trajsynth.flows.stages import curate_task
+
+    curate_task(str(store.path), run_id, round_index, config)
+
+
+def _next_weights(
+    store: Store, run_id: str, round_index: int, config: RunConfig
+) -> dict[str, dict[str, float]] | None:
+    from trajsynth.synth.curate import next_weights
+
+    weights = next_weights(store, run_id, round_index, config.curation)
+    return weights.weights if weights is not None else None
+
+
+@flow(name="build-dataset", log_prints=False, validate_parameters=False)
+async def build_dataset(
+    config: RunConfig,
+    store_path: str,
+    cache_dir: str | None = None,
+    clusters_dir: str | None = None,
+    api_key: SecretStr | None = None,
+    concurrency: int = 2,
+) -> RunSummary:
+    """Build ``config.rounds`` rounds into the store; returns the run's summary (from SQL).
+
+    ``concurrency`` is kept for callers of the first version; the task runner bounds how many
+    units run at once (``flows.runners``; ``with_options(task_runner=...)``)."""
+    del concurrency
+    started = time.perf_counter()
+    store = Store(Path(store_path))
+    run_id = run_id_for(config)
+    clusters = _clusters(config, clusters_dir)
+    store.start_run(
+        run_id,
+        config.model_dump(mode="json"),
+        run_manifest(config, clusters=[c.cluster_id for c in clusters]),
+    )
+    store.insert_many(_cluster_rows(clusters))
+    state = "completed"
+    try:
+        async with open_llm_client(config.llm, api_key=api_key) as probe:
+            llm = probe.config  # the resolved endpoint (the embedded server's URL)
+            weights = None
+            for round_index in range(config.rounds):
+                if round_index > 0:
+                    weights = _next_weights(store, run_id, round_index - 1, config)
+                common = {
+                    "config": config,
+                    "llm": llm,
+                    "run_id": run_id,
+                    "round_index": round_index,
+                    "clusters": clusters,
+                    "store": store,
+                    "api_key": api_key,
+                    "cache_dir": cache_dir,
+                }
+                await plan_round(**common, weights=weights)
+                await rollout_round(**common)
+                _curate(store, run_id, round_index, config)
+    except BaseException:
+        state = "failed"
+        raise
+    finally:
+        summary = summarize_run(store, run_id, wall_s=time.perf_counter() - started)
+        store.finish_run(run_id, state, summary.model_dump(mode="json"))
+    return summary

@@ -1,0 +1,353 @@
+"""One Prefect flow per stage: plan, rollout (with verification), verify, curate, export, train.
+
+The library functions stay Prefect-free (``flows.units``, ``synth.curate``, ``synth.export``,
+``training``); here they become tasks with retries where a retry helps (LLM and sandbox faults)
+and cache policies keyed on their inputs, so an unchanged unit is not recomputed. Each stage
+is also a flow of its own (``rollout_stage`` and so on) for running or deploying one stage
+alone; ``flows.build.build_dataset`` calls the same round functions under its own task runner.
+
+Units run on the flow's task runner (threads, Dask or Ray; ``flows.runners``) and return their
+rows; the flow process writes them, one transaction per unit with its done-marker, so a
+crashed run started again skips what is done and duplicates nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from prefect import Task, flow, task
+from prefect.cache_policies import INPUTS
+from prefect.futures import PrefectFuture, as_completed
+from pydantic import SecretStr, TypeAdapter
+
+from trajsynth.agents.cells import sample_cells
+from trajsynth.flows.progress import report
+from trajsynth.flows.units import UnitRows, grow_unit, plan_unit, rollout_unit_id
+from trajsynth.schemas import (
+    Blueprint,
+    Constraint,
+    InfraError,
+    LLMConfig,
+    RolloutMode,
+    RunConfig,
+    ToolCluster,
+)
+from trajsynth.synth.store import Store, work_unit_row
+
+__all__ = [
+    "curate_stage",
+    "export_stage",
+    "plan_round",
+    "plan_stage",
+    "rollout_round",
+    "rollout_stage",
+    "train_stage",
+    "verify_stage",
+]
+
+log = logging.getLogger(__name__)
+
+# The endpoint, key and cache folder say where and how, not what: a unit's result does not
+# depend on them, and the embedded server's port changes every run.
+_UNIT_CACHE = (INPUTS - "llm" - "api_key" - "cache_dir").configure(key_storage=None)
+ROLLOUT_RETRIES = 2
+
+
+def _infra_only(task: Task[..., Any], task_run: Any, state: Any) -> bool:
+    """Retry a unit only for infrastructure faults; anything else is a bug to see at once."""
+    try:
+        state.result()
+    except InfraError:
+        return True
+    except Exception:  # noqa: BLE001 - Prefect hands us whatever the task raised
+        return False
+    return False
+
+
+@task(
+    name="plan-blueprint",
+    retries=1,
+    retry_delay_seconds=1,
+    retry_condition_fn=_infra_only,
+    cache_policy=_UNIT_CACHE,
+    cache_expiration=timedelta(days=7),
+)
+async def plan_task(**kwargs: Any) -> UnitRows:
+    return await plan_unit(**kwargs)
+
+
+@task(
+    name="grow-tree",
+    retries=ROLLOUT_RETRIES,
+    retry_delay_seconds=2,
+    retry_condition_fn=_infra_only,
+    cache_policy=_UNIT_CACHE,
+    cache_expiration=timedelta(days=7),
+)
+async def rollout_task(**kwargs: Any) -> UnitRows:
+    """One blueprint's tree (or one linear sample). Infra faults raise, so Prefect retries;
+    on the last attempt the faulty leaves are stored as excluded."""
+    from prefect.runtime import task_run
+
+    attempt = int(task_run.run_count or 1)
+    return await grow_unit(**kwargs, attempt=attempt, last_attempt=attempt > ROLLOUT_RETRIES)
+
+
+def _write(store: Store, run_id: str, unit: UnitRows) -> None:
+    batches: dict[str, list[dict[str, Any]]] = {k: v for k, v in unit.rows.items() if v}
+    batches["work_units"] = [work_unit_row(run_id, unit.kind, unit.unit_id)]
+    store.insert_many(batches)
+
+
+async def _drain(
+    futures: Sequence[PrefectFuture[UnitRows]],
+    on_done: Callable[[UnitRows], None],
+) -> None:
+    """Write each unit's rows as it finishes (in a thread: ``as_completed`` blocks)."""
+
+    def drain() -> None:
+        errors: list[BaseException] = []
+        for future in as_completed(list(futures)):
+            try:
+                on_done(future.result())
+            except Exception as exc:  # noqa: BLE001 - finish the others, then raise the first
+                log.error("a unit failed: %s", exc)
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    await asyncio.to_thread(drain)
+
+
+# --------------------------------------------------------------------------- plan
+
+
+async def plan_round(
+    *,
+    config: RunConfig,
+    llm: LLMConfig,
+    run_id: str,
+    round_index: int,
+    clusters: Sequence[ToolCluster],
+    store: Store,
+    weights: dict[str, dict[str, float]] | None = None,
+    api_key: SecretStr | None = None,
+    cache_dir: str | None = None,
+) -> int:
+    """Plan ``config.tasks`` blueprints for one round; returns the number planned now."""
+    by_id = {c.cluster_id: c for c in clusters}
+    rng = random.Random(config.seed * 7_919 + round_index)
+    cells = sample_cells(list(clusters), config.tasks, rng, weights)
+    done = store.done_units(run_id, "plan")
+    todo = [(i, c) for i, c in enumerate(cells) if f"plan:{round_index}:{i}" not in done]
+    progress = {"done": len(cells) - len(todo)}
+    report("plan", progress["done"], len(cells))
+    futures = [
+        plan_task.submit(
+            config=config,
+            llm=llm,
+            run_id=run_id,
+            round_index=round_index,
+            task_index=i,
+            cell=cell,
+            cluster=by_id[cell.cluster_id],
+            api_key=api_key,
+            cache_dir=cache_dir,
+        )
+        for i, cell in todo
+    ]
+
+    def on_done(unit: UnitRows) -> None:
+        _write(store, run_id, unit)
+        progress["done"] += 1
+        report("plan", progress["done"], len(cells))
+
+    await _drain(futures, on_done)
+    return len(todo)
+
+
+def round_blueprints(store: Store, run_id: str, round_index: int) -> list[Blueprint]:
+    rows = store.query(
+        "SELECT * EXCLUDE (run_id, difficulty, path_shape, target_mode) "
+        "FROM blueprints WHERE run_id = ? AND round = ? ORDER BY blueprint_id",
+        [run_id, round_index],
+    )
+    return [Blueprint.model_validate({k: v for k, v in r.items() if v is not None}) for r in rows]
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+async def rollout_round(
+    *,
+    config: RunConfig,
+    llm: LLMConfig,
+    run_id: str,
+    round_index: int,
+    clusters: Sequence[ToolCluster],
+    store: Store,
+    api_key: SecretStr | None = None,
+    cache_dir: str | None = None,
+) -> int:
+    """Grow (and verify) every blueprint of the round; returns the units run now."""
+    by_id = {c.cluster_id: c for c in clusters}
+    blueprints = round_blueprints(store, run_id, round_index)
+    samples = 1 if config.rollout_mode is RolloutMode.TREE else config.samples
+    done = store.done_units(run_id, "rollout")
+    jobs = [
+        (bp, s)
+        for bp in blueprints
+        for s in range(samples)
+        if rollout_unit_id(bp.blueprint_id, config.rollout_mode, s) not in done
+    ]
+    total = len(blueprints) * samples
+    progress = {"done": total - len(jobs), "trajectories": 0}
+    report("rollout", progress["done"], total)
+    futures = [
+        rollout_task.submit(
+            config=config,
+            llm=llm,
+            run_id=run_id,
+            blueprint=bp,
+            cluster=by_id[bp.cluster_id],
+            sample=s,
+            api_key=api_key,
+            cache_dir=cache_dir,
+        )
+        for bp, s in jobs
+    ]
+
+    def on_done(unit: UnitRows) -> None:
+        _write(store, run_id, unit)
+        progress["done"] += 1
+        progress["trajectories"] += int(unit.summary.get("trajectories", 0))
+        report("rollout", progress["done"], total, f"{progress['trajectories']} trajectories")
+
+    await _drain(futures, on_done)
+    return len(jobs)
+
+
+# --------------------------------------------------------------------------- stage flows
+
+_CONSTRAINTS = TypeAdapter(list[Constraint])
+
+
+def _clusters(config: RunConfig, clusters_dir: str | None) -> list[ToolCluster]:
+    from trajsynth.mcp_servers.registry import get_cluster, list_clusters
+
+    outside = Path(clusters_dir) if clusters_dir else None
+    if config.clusters:
+        return [get_cluster(name, clusters_dir=outside) for name in config.clusters]
+    return list_clusters(clusters_dir=outside)
+
+
+@flow(name="plan-stage", log_prints=False, validate_parameters=False)
+async def plan_stage(
+    config: RunConfig,
+    llm: LLMConfig,
+    store_path: str,
+    round_index: int = 0,
+    clusters_dir: str | None = None,
+    cache_dir: str | None = None,
+) -> int:
+    """Plan one round of a run into the store (``llm`` must name a running endpoint)."""
+    from trajsynth.flows.build import run_id_for
+
+    return await plan_round(
+        config=config,
+        llm=llm,
+        run_id=run_id_for(config),
+        round_index=round_index,
+        clusters=_clusters(config, clusters_dir),
+        store=Store(store_path),
+        cache_dir=cache_dir,
+    )
+
+
+@flow(name="rollout-stage", log_prints=False, validate_parameters=False)
+async def rollout_stage(
+    config: RunConfig,
+    llm: LLMConfig,
+    store_path: str,
+    round_index: int = 0,
+    clusters_dir: str | None = None,
+    cache_dir: str | None = None,
+) -> int:
+    """Grow and verify the round's planned blueprints (``llm`` must name a running endpoint)."""
+    from trajsynth.flows.build import run_id_for
+
+    return await rollout_round(
+        config=config,
+        llm=llm,
+        run_id=run_id_for(config),
+        round_index=round_index,
+        clusters=_clusters(config, clusters_dir),
+        store=Store(store_path),
+        cache_dir=cache_dir,
+    )
+
+
+@flow(name="verify-stage", log_prints=False, validate_parameters=False)
+def verify_stage(store_path: str, run_id: str) -> dict[str, int]:
+    """Judge a run's stored trajectories again from their stored final states (after a
+    change of the verifier or of constraints) and report how many verdicts would differ."""
+    from trajsynth.curation.verify import verify
+    from trajsynth.schemas import EnvState, Trajectory
+
+    store = Store(store_path)
+    rows = store.query(
+        "SELECT t.*, v.passed AS v_passed, v.score AS v_score, b.constraints AS bp_constraints, "
+        "s.state AS final_state FROM trajectories t JOIN verdicts v USING (trajectory_id) "
+        "JOIN blueprints b USING (blueprint_id) "
+        "LEFT JOIN final_states s ON s.state_hash = t.final_state_hash WHERE t.run_id = ?",
+        [run_id],
+    )
+    checked = changed = 0
+    for row in rows:
+        if row["final_state"] is None:
+            continue
+        trajectory = Trajectory.model_validate(
+            {k: v for k, v in row.items() if k in Trajectory.model_fields and v is not None}
+        )
+        constraints = _CONSTRAINTS.validate_python(row["bp_constraints"])
+        verdict = verify(trajectory, constraints, EnvState.model_validate(row["final_state"]))
+        checked += 1
+        changed += int(verdict.passed != row["v_passed"])
+    return {"checked": checked, "changed": changed}
+
+
+@task(name="curate-round", retries=0)
+def curate_task(store_path: str, run_id: str, round_index: int, config: RunConfig) -> Any:
+    from trajsynth.synth.curate import curate_round
+
+    return curate_round(Store(store_path), run_id, round_index, config.curation)
+
+
+@flow(name="curate-stage", log_prints=False, validate_parameters=False)
+def curate_stage(store_path: str, run_id: str, round_index: int, config: RunConfig) -> Any:
+    """Signals, topology, diversity and selection of one round (``synth.curate``)."""
+    return curate_task(store_path, run_id, round_index, config)
+
+
+@flow(name="export-stage", log_prints=False, validate_parameters=False)
+def export_stage(
+    store_path: str, out_dir: str, run_id: str | None = None, overwrite: bool = True
+) -> Any:
+    """Write the SFT and RL datasets and their card (``synth.export``)."""
+    from trajsynth.synth.export import export_dataset
+
+    return export_dataset(Store(store_path), Path(out_dir), run_id=run_id, overwrite=overwrite)
+
+
+@flow(name="train-stage", log_prints=False, validate_parameters=False)
+def train_stage(config_path: str | None = None, smoke: bool = False) -> Any:
+    """GRPO on an RL export (``training``)."""
+    from trajsynth.training import run_training
+
+    return run_training(config_path=config_path, smoke=smoke)

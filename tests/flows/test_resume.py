@@ -1,0 +1,152 @@
+"""Crash-safe resume: `synth run` killed with SIGKILL in the middle, then run again, ends with
+exactly the ids and counts of an uninterrupted run with the same seeds (no duplicate, nothing
+lost). Real parts: the CLI in a subprocess, the local sandbox, the fake LLM over HTTP, DuckDB."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+
+from trajsynth.synth.commands.runs import list_runs
+from trajsynth.synth.store import Store
+
+pytestmark = pytest.mark.slow
+
+# table -> primary key: the rows a run makes, compared id by id
+COMPARED = {
+    "blueprints": "blueprint_id",
+    "blueprint_attempts": "attempt_id",
+    "trees": "tree_id",
+    "nodes": "node_id",
+    "trajectories": "trajectory_id",
+    "verdicts": "verdict_id",
+    "llm_calls": "call_key",
+    "work_units": "unit_id",
+}
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(delay_s=0.05) as server:  # slow enough to be killed mid-round
+        yield server
+
+
+def _command(llm: FakeLLMServer) -> list[str]:
+    return [
+        sys.executable, "-m", "trajsynth.synth.cli", "-q", "run",
+        "--base-url", llm.base_url, "--model", "fake",
+        "--tasks", "6", "--samples", "2", "--seed", "11",
+    ]  # fmt: skip
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "SYNTH_SANDBOX__KIND": "local",
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    }
+
+
+def _run(cwd: Path, llm: FakeLLMServer) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        _command(llm), cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=600
+    )
+
+
+def _ids(store: Store) -> dict[str, set[str]]:
+    return {t: {r[pk] for r in store.query(f"SELECT {pk} FROM {t}")} for t, pk in COMPARED.items()}
+
+
+def _count(store: Store, sql: str) -> int:
+    if not store.path.exists():
+        return 0
+    rows = store.query(sql)
+    return int(rows[0]["n"]) if rows else 0
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLMServer) -> Store:
+    """The uninterrupted run with the same seeds, in its own directory and store."""
+    whole = tmp_path_factory.mktemp("whole")
+    done = _run(whole, llm)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return Store(whole / "data" / "synth.duckdb")
+
+
+# what must be stored before the kill, per stage: a table that fills as its units commit
+PROGRESS = {"plan": "blueprint_attempts", "rollout": "trajectories"}
+
+
+@pytest.mark.parametrize("stage", ["plan", "rollout"])
+def test_sigkill_then_rerun_matches_an_uninterrupted_run(
+    tmp_path: Path, llm: FakeLLMServer, reference: Store, stage: str
+) -> None:
+    ref_store = reference
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    ref_ids = _ids(ref_store)
+    table = PROGRESS[stage]
+    assert len(ref_ids[table]) >= 4 and ref_ids["trajectories"]
+
+    # start the same run elsewhere; kill it (and its sandboxes) once some units are stored
+    store = Store(killed / "data" / "synth.duckdb")
+    proc = subprocess.Popen(
+        _command(llm),
+        cwd=killed,
+        env=_env(killed),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    progress = f"SELECT count(*) AS n FROM {table}"
+    deadline = time.monotonic() + 300
+    try:
+        while _count(store, progress) < 1:
+            assert proc.poll() is None, f"the run ended before it was killed: {proc.stderr.read()}"
+            assert time.monotonic() < deadline, f"no {stage} unit was stored in 300 s"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+    partial = _ids(store)
+    assert 1 <= len(partial[table]) < len(ref_ids[table])  # killed in the middle
+    assert [r.state for r in list_runs(store)] == ["running"]  # what `synth runs` shows
+    for name in COMPARED:  # what was stored before the kill is what the whole run stores
+        assert partial[name] <= ref_ids[name], name
+    # every stored unit is whole: a tree comes with all its trajectories and their verdicts
+    assert len(partial["trajectories"]) == len(partial["verdicts"])
+    per_tree = "SELECT tree_id, count(*) AS n FROM trajectories GROUP BY tree_id"
+    whole = {r["tree_id"]: r["n"] for r in ref_store.query(per_tree)}
+    assert all(whole[r["tree_id"]] == r["n"] for r in store.query(per_tree))
+
+    resumed = _run(killed, llm)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+
+    final = _ids(store)
+    for name in COMPARED:
+        assert final[name] == ref_ids[name], f"{name}: ids differ after resume"
+    assert store.counts() == ref_store.counts()  # same counts, every table
+    outcome = "SELECT trajectory_id, termination, failure_class, n_calls FROM trajectories"
+    assert sorted(map(str, store.query(outcome))) == sorted(map(str, ref_store.query(outcome)))
+    verdicts = "SELECT verdict_id, passed, excluded FROM verdicts"
+    assert sorted(map(str, store.query(verdicts))) == sorted(map(str, ref_store.query(verdicts)))
+    runs = list_runs(store)
+    assert [(r.state, r.trajectories) for r in runs] == [
+        ("completed", len(ref_ids["trajectories"]))
+    ]

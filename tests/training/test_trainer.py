@@ -1,0 +1,149 @@
+"""The GRPOTrainer subclass: per-token advantages on assistant tokens, pinned TRL."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from trajsynth.schemas import AdvantageKind, TrainConfig
+from trajsynth.training.trainer import (
+    PINNED_TRL,
+    CompletionSteps,
+    batch_step_values,
+    completion_steps,
+    group_step_values,
+    token_advantages,
+    trainer_class,
+    turn_spans,
+)
+
+
+def _call_then_answer(answer: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "a", "arguments": {}}}],
+        },
+        {"role": "tool", "name": "a", "content": "x"},
+        {"role": "assistant", "content": answer},
+    ]
+
+
+# completion tokens: turn 1 (2 tokens), tool result (2, mask 0), turn 2 (2), padding (1)
+MASK = np.array([[1, 1, 0, 0, 1, 1, 0]] * 4)
+
+
+def test_turn_spans_are_the_runs_of_the_mask():
+    assert turn_spans(MASK[0]) == [(0, 2), (4, 6)]
+    assert turn_spans(np.array([0, 1, 1])) == [(1, 3)]
+
+
+def test_tree_gl_per_token_on_a_hand_built_batch():
+    records = [
+        completion_steps(_call_then_answer("yes"), None, 1.0),
+        completion_steps(_call_then_answer("no"), None, 0.0),
+        completion_steps(_call_then_answer("yes"), None, None),  # infra: no reward
+        completion_steps(_call_then_answer("yes"), None, 1.0),
+    ]
+    assert records[0].turn_keys[0] == records[1].turn_keys[0]  # shared first turn
+    assert records[0].turn_keys[1] != records[1].turn_keys[1]
+    values = batch_step_values(AdvantageKind.TREE_GL, records, 2, TrainConfig())
+    got = token_advantages(values, MASK)
+    # V(root) = 0.5 = V(shared turn) -> 0; leaves: (0.5 + 0.5) / 1 = +-1 on the answer tokens
+    np.testing.assert_allclose(got[0], [0, 0, 0, 0, 1, 1, 0], atol=1e-6)
+    np.testing.assert_allclose(got[1], [0, 0, 0, 0, -1, -1, 0], atol=1e-6)
+    # a group with one scorable completion has no signal
+    np.testing.assert_allclose(got[2:], 0.0)
+
+
+def test_gigpo_per_token_uses_step_groups():
+    group = [
+        CompletionSteps(1.0, ("k1", "k2"), (True, True), ("s0", "s1")),
+        CompletionSteps(0.0, ("k1", "k3"), (True, True), ("s0", "s1")),
+    ]
+    cfg = TrainConfig(advantage=AdvantageKind.GIGPO)
+    values = group_step_values(AdvantageKind.GIGPO, group, cfg)
+    # A_E = +-0.5; step 0: G = 0.95 vs 0 -> +-0.475; step 1: G = 1 vs 0 -> +-0.5
+    np.testing.assert_allclose(values[0], [0.975, 1.0])
+    np.testing.assert_allclose(values[1], [-0.975, -1.0])
+    got = token_advantages(values, MASK[:2])
+    np.testing.assert_allclose(got[0], [0.975, 0.975, 0, 0, 1.0, 1.0, 0])
+
+
+def test_tree_subgroup_whitens_over_assistant_tokens():
+    group = [
+        CompletionSteps(1.0, ("k1",), (True,), ("s",)),
+        CompletionSteps(0.0, ("k2",), (True,), ("s",)),
+    ]
+    values = group_step_values(AdvantageKind.TREE_SUBGROUP, group, TrainConfig())
+    got = token_advantages(values, MASK[:2], whiten=True)
+    on = MASK[:2].astype(bool)
+    assert abs(got[on].mean()) < 1e-6 and abs(got[on].std() - 1.0) < 1e-4
+    assert (got[~on] == 0).all() and got[0, 0] > 0 > got[1, 0]
+
+
+def test_fork_uses_each_turns_tool_success():
+    group = [
+        CompletionSteps(1.0, ("k1", "k2"), (True, True), ("a", "b")),
+        CompletionSteps(1.0, ("k1", "k3"), (True, False), ("a", "c")),
+    ]
+    values = group_step_values(AdvantageKind.FORK, group, TrainConfig())
+    np.testing.assert_allclose([values[0][1], values[1][1]], [0.05, -0.05], atol=1e-6)
+    with pytest.raises(ValueError, match="grpo"):
+        group_step_values(AdvantageKind.GRPO, group, TrainConfig())
+
+
+def test_trainer_is_built_on_the_pinned_trl():
+    import trl
+
+    assert trl.__version__ == PINNED_TRL
+    cls = trainer_class()
+    assert issubclass(cls, trl.GRPOTrainer) and cls.__name__ == "TrajsynthGRPOTrainer"
+
+
+def test_the_override_replaces_trl_advantages_with_per_token_ones(monkeypatch):
+    import torch
+    import trl
+
+    cls = trainer_class()
+    completions = [_call_then_answer("yes"), _call_then_answer("no")] * 2
+    trl_output = {
+        "prompt_ids": torch.zeros((4, 3), dtype=torch.long),
+        "prompt_mask": torch.ones((4, 3), dtype=torch.long),
+        "completion_ids": torch.zeros((4, 7), dtype=torch.long),
+        "completion_mask": torch.tensor([[1, 1, 1, 1, 1, 1, 0]] * 4),
+        "tool_mask": torch.tensor([[1, 1, 0, 0, 1, 1, 1]] * 4),
+        "advantages": torch.tensor([1.0, -1.0, 1.0, -1.0]),
+    }
+
+    def fake_super(self: Any, inputs: Any) -> dict[str, Any]:
+        rewards = torch.tensor([[1.0], [0.0], [float("nan")], [1.0]])
+        self._batch = (completions, [None] * 4, rewards)
+        return dict(trl_output)
+
+    monkeypatch.setattr(trl.GRPOTrainer, "_generate_and_score_completions", fake_super)
+    trainer = cls.__new__(cls)
+    trainer.train_config = TrainConfig(advantage=AdvantageKind.TREE_GL)
+    trainer.num_generations = 2
+    trainer.reward_weights = torch.ones(1)
+    trainer.accelerator = SimpleNamespace(process_index=0)
+    trainer.model = SimpleNamespace(training=True)
+    trainer._metrics = {"train": defaultdict(list)}
+    out = trainer._generate_and_score_completions([{}] * 4)
+    assert out["advantages"].shape == (4, 7)
+    expected = torch.tensor(
+        [[0, 0, 0, 0, 1, 1, 0], [0, 0, 0, 0, -1, -1, 0], [0] * 7, [0] * 7], dtype=torch.float32
+    )
+    torch.testing.assert_close(out["advantages"], expected)
+    assert len(trainer.step_records) == 4 and trainer.step_records[2].reward is None
+    assert trainer._metrics["train"]["advantages/tree_gl_abs_mean"] == [pytest.approx(0.25)]
+    trainer.train_config = TrainConfig()  # grpo: TRL's own advantages stay
+    assert out is not trainer._generate_and_score_completions([{}] * 4)
+    torch.testing.assert_close(
+        trainer._generate_and_score_completions([{}] * 4)["advantages"], trl_output["advantages"]
+    )
