@@ -75,7 +75,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds per LLM request")
-    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--workers", default="1,2", help="Dask cluster sizes")
+    parser.add_argument("--threads", default="1,2", help="thread-pool sizes ('' for none)")
     parser.add_argument("--out", type=Path, default=Path("bench/out/dask.json"))
     args = parser.parse_args()
     results: dict[str, Any] = {
@@ -85,9 +86,9 @@ def main() -> None:
         "cpus": os.cpu_count(),
     }
     with FakeLLMServer(delay_s=args.delay) as llm:
-        for n in (1, 2):
+        for n in (int(t) for t in args.threads.split(",") if t):
             results[f"thread_{n}"] = _run(llm.base_url, args, n)
-        for n in (int(w) for w in args.workers.split(",")):
+        for n in (int(w) for w in args.workers.split(",") if w):
             with LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
             ) as cluster:

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from trajsynth.flows.units import rollout_unit_id, unit_token_budget
-from trajsynth.schemas import Budgets, RolloutMode, RunConfig, TreeConfig
+from trajsynth.flows.units import failed_unit, rollout_unit_id, unit_token_budget
+from trajsynth.schemas import (
+    Blueprint,
+    Budgets,
+    Cell,
+    Difficulty,
+    EnvState,
+    GoldRun,
+    PathShape,
+    ReasoningMode,
+    RolloutMode,
+    RunConfig,
+    TreeConfig,
+)
 
 
 def test_run_budget_is_split_evenly_over_trees_and_caps_each() -> None:
@@ -33,3 +45,30 @@ def test_linear_units_are_rollouts_and_share_the_run_budget() -> None:
     assert unit_token_budget(linear) == 2_000  # 40,000 over 20 rollouts
     assert rollout_unit_id("bp_1", RolloutMode.LINEAR, 3) == "rollout:bp_1:3"
     assert rollout_unit_id("bp_1", RolloutMode.TREE, 3) == "tree:bp_1"
+
+
+def test_a_unit_that_never_got_an_environment_is_recorded_not_done() -> None:
+    bp = Blueprint(
+        blueprint_id="bp_1",
+        cluster_id="shop",
+        domain="retail",
+        cell=Cell(
+            cluster_id="shop",
+            path_shape=PathShape.SINGLE,
+            target_mode=ReasoningMode.DIRECT_EXECUTE,
+            difficulty=Difficulty.EASY,
+        ),
+        initial_state_id="s0",
+        tool_path=[],
+        persona="p",
+        goal="g",
+        gold_run=GoldRun(calls=[], final_state=EnvState(state_hash="s0"), initial_state_hash="s0"),
+        constraints=[],
+        seed=0,
+    )
+    config = RunConfig(tasks=1, samples=2)
+    unit = failed_unit(config, "run_x", bp, 0, "MCPServerError: server did not start")
+    assert not unit.done and unit.kind == "rollout" and unit.unit_id == f"tree:{bp.blueprint_id}"
+    (tree,) = unit.rows["trees"]
+    assert tree["n_leaves"] == 0 and tree["budget"]["infra_error"].startswith("MCPServerError")
+    assert set(unit.rows) == {"trees"}  # no trajectory, so nothing counted against the policy

@@ -14,6 +14,7 @@ crashed run started again skips what is done and duplicates nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -22,13 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from prefect import Task, flow, task
-from prefect.cache_policies import INPUTS
+from prefect.cache_policies import INPUTS, CacheKeyFnPolicy
 from prefect.futures import PrefectFuture, as_completed
 from pydantic import SecretStr, TypeAdapter
 
 from trajsynth.agents.cells import sample_cells
 from trajsynth.flows.progress import report
-from trajsynth.flows.units import UnitRows, grow_unit, plan_unit, rollout_unit_id
+from trajsynth.flows.units import (
+    UnitRows,
+    failed_unit,
+    grow_unit,
+    plan_unit,
+    rollout_unit_id,
+)
 from trajsynth.schemas import (
     Blueprint,
     Constraint,
@@ -37,6 +44,7 @@ from trajsynth.schemas import (
     RolloutMode,
     RunConfig,
     ToolCluster,
+    stable_hash,
 )
 from trajsynth.synth.store import Store, work_unit_row
 
@@ -53,9 +61,20 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+
+@functools.cache
+def code_version() -> str:
+    """A hash of trajsynth's source: a cached unit result is reused only by the same code."""
+    package = Path(__file__).resolve().parents[1]
+    files = sorted(package.rglob("*.py"))
+    return stable_hash({str(f.relative_to(package)): f.read_bytes().hex() for f in files})
+
+
 # The endpoint, key and cache folder say where and how, not what: a unit's result does not
-# depend on them, and the embedded server's port changes every run.
-_UNIT_CACHE = (INPUTS - "llm" - "api_key" - "cache_dir").configure(key_storage=None)
+# depend on them, and the embedded server's port changes every run. The code does.
+_UNIT_CACHE = (INPUTS - "llm" - "api_key" - "cache_dir") + CacheKeyFnPolicy(
+    cache_key_fn=lambda context, parameters: code_version()
+)
 ROLLOUT_RETRIES = 2
 
 
@@ -96,12 +115,30 @@ async def rollout_task(**kwargs: Any) -> UnitRows:
     from prefect.runtime import task_run
 
     attempt = int(task_run.run_count or 1)
-    return await grow_unit(**kwargs, attempt=attempt, last_attempt=attempt > ROLLOUT_RETRIES)
+    last = attempt > ROLLOUT_RETRIES
+    try:
+        return await grow_unit(**kwargs, attempt=attempt, last_attempt=last)
+    except InfraError as exc:
+        if not last:
+            raise
+        # no environment or LLM even after the retries: record the fault and let the round
+        # go on; the unit is not marked done, so the next run of this config retries it
+        log.error(
+            "%s: given up after %d attempts: %s", kwargs["blueprint"].blueprint_id, attempt, exc
+        )
+        return failed_unit(
+            kwargs["config"],
+            kwargs["run_id"],
+            kwargs["blueprint"],
+            kwargs.get("sample", 0),
+            f"{type(exc).__name__}: {exc}",
+        )
 
 
 def _write(store: Store, run_id: str, unit: UnitRows) -> None:
     batches: dict[str, list[dict[str, Any]]] = {k: v for k, v in unit.rows.items() if v}
-    batches["work_units"] = [work_unit_row(run_id, unit.kind, unit.unit_id)]
+    if unit.done:
+        batches["work_units"] = [work_unit_row(run_id, unit.kind, unit.unit_id)]
     store.insert_many(batches)
 
 

@@ -38,16 +38,19 @@ from trajsynth.schemas import (
     LLMConfig,
     LLMUsage,
     RolloutMode,
+    RolloutTree,
     RunConfig,
     ToolCluster,
     Trajectory,
     Verdict,
+    content_id,
     counts_against_policy,
 )
 
 __all__ = [
     "UnitRows",
     "assistant_for",
+    "failed_unit",
     "grow_unit",
     "plan_seed",
     "plan_unit",
@@ -66,6 +69,7 @@ class UnitRows(BaseModel):
     kind: str
     rows: dict[str, list[dict[str, Any]]]
     summary: dict[str, Any] = {}
+    done: bool = True  # False: recorded but to be tried again by the next run of the config
 
 
 def assistant_for(config: RunConfig) -> Assistant:
@@ -271,6 +275,32 @@ def _linear_rows(
         "final_states": _state_rows([result.final_state]),
         "llm_calls": _usage_rows(run_id, traj.trajectory_id, result.usage),
     }
+
+
+def failed_unit(
+    config: RunConfig, run_id: str, blueprint: Blueprint, sample: int, detail: str
+) -> UnitRows:
+    """A unit whose environment or LLM failed on every attempt: its tree is recorded with no
+    leaves and the fault (``budget.infra_error``), nothing is counted, and it is not done."""
+    mode = config.rollout_mode
+    key = {"run_id": run_id, "blueprint_id": blueprint.blueprint_id}
+    key.update({"mode": "tree"} if mode is RolloutMode.TREE else {"sample": sample})
+    key["infra_failed"] = True  # never the id of the tree a later retry grows
+    tree = RolloutTree(
+        tree_id=content_id("tree", key),
+        run_id=run_id,
+        blueprint_id=blueprint.blueprint_id,
+        round=blueprint.round,
+        rollout_mode=mode.value,
+        budget={"infra_error": detail[:500]},
+    )
+    return UnitRows(
+        unit_id=rollout_unit_id(blueprint.blueprint_id, mode, sample),
+        kind="rollout",
+        rows={"trees": [tree.model_dump(mode="json")]},
+        summary={"trajectories": 0, "infra_error": detail},
+        done=False,
+    )
 
 
 def unit_token_budget(config: RunConfig) -> int:

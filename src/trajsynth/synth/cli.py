@@ -235,7 +235,10 @@ def run(
         RolloutMode | None,
         typer.Option(help="tree: branch where the policy is uncertain; linear: the baseline"),
     ] = None,
-    concurrency: Annotated[int, typer.Option(help="tasks in flight at once")] = 2,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(help="units in flight at once (default: [run] task_runner_workers)"),
+    ] = None,
 ) -> None:
     """Synthesise, verify and store trajectories (a Prefect flow, ephemeral mode)."""
     from trajsynth.synth.run_command import run_and_report
@@ -253,7 +256,8 @@ def run(
         samples=samples,
         rollout=rollout,
     )
-    ok = run_and_report(loaded, config, console=console, concurrency=concurrency)
+    workers = concurrency or loaded.run.task_runner_workers
+    ok = run_and_report(loaded, config, console=console, concurrency=workers)
     if not ok:
         raise typer.Exit(1)
 

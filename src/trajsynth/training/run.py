@@ -193,7 +193,16 @@ def _rows(config: TrainConfig) -> list[RLRow]:
     if config.tasks:
         rows = load_rl_rows(Path(config.tasks))
         return rows[: config.n_tasks] if config.n_tasks else rows
-    return asyncio.run(plan_rl_rows(config.n_tasks, seed=config.seed, sandbox_kind=config.sandbox))
+    clusters = None
+    if config.clusters:
+        from trajsynth.mcp_servers.registry import get_cluster
+
+        clusters = [get_cluster(name) for name in config.clusters]
+    return asyncio.run(
+        plan_rl_rows(
+            config.n_tasks, seed=config.seed, clusters=clusters, sandbox_kind=config.sandbox
+        )
+    )
 
 
 def train(
