@@ -377,9 +377,17 @@ def export_stage(
     store_path: str, out_dir: str, run_id: str | None = None, overwrite: bool = True
 ) -> Any:
     """Write the SFT and RL datasets and their card (``synth.export``)."""
-    from trajsynth.synth.export import export_dataset
+    from trajsynth.synth.export import ExportError, export_dataset
 
-    return export_dataset(Store(store_path), Path(out_dir), run_id=run_id, overwrite=overwrite)
+    try:
+        return export_dataset(Store(store_path), Path(out_dir), run_id=run_id, overwrite=overwrite)
+    except ExportError as exc:
+        if not str(exc).startswith("empty selection"):
+            raise
+        # a scheduled export that fires before curation selected anything has nothing to
+        # write; that is not a failure of the deployment
+        log.warning("export skipped: %s", exc)
+        return {"skipped": str(exc)}
 
 
 @flow(name="train-stage", log_prints=False, validate_parameters=False)
