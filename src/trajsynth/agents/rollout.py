@@ -35,6 +35,7 @@ from trajsynth.schemas import (
     ObsClass,
     RolloutTree,
     Termination,
+    ToolCall,
     ToolCallRecord,
     ToolCluster,
     ToolSpec,
@@ -43,7 +44,7 @@ from trajsynth.schemas import (
     content_id,
 )
 
-__all__ = ["EpisodeEnvironment", "EpisodeResult", "run_episode", "usage_totals"]
+__all__ = ["EpisodeEnvironment", "EpisodeResult", "call_record", "run_episode", "usage_totals"]
 
 log = logging.getLogger(__name__)
 
@@ -366,40 +367,56 @@ async def run_episode(
     return EpisodeResult(trajectory, nodes, tree, state, list(path.usage))
 
 
+def call_record(
+    call: ToolCall,
+    arguments: dict[str, JsonValue],
+    outcome: _ToolResult | InfraError,
+    *,
+    latency_s: float,
+    turn: int = 0,
+) -> ToolCallRecord:
+    """The record of a checked call that reached the environment: its result, or the infra
+    fault that stopped it (the rollout loop and GRPO's tool environment both use this)."""
+    common = {
+        "call_id": call.id,
+        "tool": call.function.name,
+        "raw_arguments": call.function.arguments,
+        "arguments": arguments,
+        "latency_s": latency_s,
+        "turn": turn,
+    }
+    if isinstance(outcome, InfraError):
+        return ToolCallRecord(
+            **common,
+            observation=f"Error: {outcome}",
+            obs_class=ObsClass.ERROR,
+            failure_class=FailureClass.INFRA,
+            error_type=type(outcome).__name__,
+        )
+    return ToolCallRecord(
+        **common,
+        observation=outcome.text,
+        obs_class=_obs_class(outcome.text, outcome.is_error),
+        failure_class=FailureClass.TOOL if outcome.is_error else None,
+        error_type=outcome.error_type,
+    )
+
+
 async def _execute(
-    env: EpisodeEnvironment, call, tool_map: dict[str, ToolSpec], turn: int
+    env: EpisodeEnvironment, call: ToolCall, tool_map: dict[str, ToolSpec], turn: int
 ) -> ToolCallRecord:
     checked = check_tool_call(call, tool_map, turn=turn)
     if checked.failure is not None:
         return checked.failure
     assert checked.arguments is not None
     t0 = time.perf_counter()
+    outcome: _ToolResult | InfraError
     try:
-        result = await env.call_tool(call.function.name, checked.arguments)
+        outcome = await env.call_tool(call.function.name, checked.arguments)
     except InfraError as exc:
-        return ToolCallRecord(
-            call_id=call.id,
-            tool=call.function.name,
-            raw_arguments=call.function.arguments,
-            arguments=checked.arguments,
-            observation=f"Error: {exc}",
-            obs_class=ObsClass.ERROR,
-            failure_class=FailureClass.INFRA,
-            error_type=type(exc).__name__,
-            latency_s=time.perf_counter() - t0,
-            turn=turn,
-        )
-    return ToolCallRecord(
-        call_id=call.id,
-        tool=call.function.name,
-        raw_arguments=call.function.arguments,
-        arguments=checked.arguments,
-        observation=result.text,
-        obs_class=_obs_class(result.text, result.is_error),
-        failure_class=FailureClass.TOOL if result.is_error else None,
-        error_type=result.error_type,
-        latency_s=time.perf_counter() - t0,
-        turn=turn,
+        outcome = exc
+    return call_record(
+        call, checked.arguments, outcome, latency_s=time.perf_counter() - t0, turn=turn
     )
 
 

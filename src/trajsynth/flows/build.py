@@ -19,6 +19,7 @@ from pydantic import SecretStr
 
 from trajsynth.agents.llm import open_llm_client
 from trajsynth.flows.stages import _clusters, plan_round, rollout_round
+from trajsynth.flows.units import run_id_for
 from trajsynth.schemas import RunConfig, ToolCluster
 from trajsynth.synth.manifest import run_manifest
 from trajsynth.synth.store import Store
@@ -27,11 +28,6 @@ from trajsynth.synth.summary import RunSummary, summarize_run
 __all__ = ["build_dataset", "run_id_for"]
 
 log = logging.getLogger(__name__)
-
-
-def run_id_for(config: RunConfig) -> str:
-    """The same config (seeds included) is the same run: rerunning it resumes."""
-    return f"run_{config.config_hash()}"
 
 
 def _cluster_rows(clusters: list[ToolCluster]) -> dict[str, list[dict[str, Any]]]:

@@ -35,6 +35,7 @@ from trajsynth.flows.units import (
     grow_unit,
     plan_unit,
     rollout_unit_id,
+    run_id_for,
 )
 from trajsynth.schemas import (
     Blueprint,
@@ -284,6 +285,20 @@ def _clusters(config: RunConfig, clusters_dir: str | None) -> list[ToolCluster]:
     return list_clusters(clusters_dir=outside)
 
 
+def _stage_args(
+    config: RunConfig, llm: LLMConfig, store_path: str, round_index: int, clusters_dir: str | None
+) -> dict[str, Any]:
+    """What a stage flow run on its own passes to its round function."""
+    return {
+        "config": config,
+        "llm": llm,
+        "run_id": run_id_for(config),
+        "round_index": round_index,
+        "clusters": _clusters(config, clusters_dir),
+        "store": Store(store_path),
+    }
+
+
 @flow(name="plan-stage", log_prints=False, validate_parameters=False)
 async def plan_stage(
     config: RunConfig,
@@ -294,16 +309,8 @@ async def plan_stage(
     cache_dir: str | None = None,
 ) -> int:
     """Plan one round of a run into the store (``llm`` must name a running endpoint)."""
-    from trajsynth.flows.build import run_id_for
-
     return await plan_round(
-        config=config,
-        llm=llm,
-        run_id=run_id_for(config),
-        round_index=round_index,
-        clusters=_clusters(config, clusters_dir),
-        store=Store(store_path),
-        cache_dir=cache_dir,
+        **_stage_args(config, llm, store_path, round_index, clusters_dir), cache_dir=cache_dir
     )
 
 
@@ -317,16 +324,8 @@ async def rollout_stage(
     cache_dir: str | None = None,
 ) -> int:
     """Grow and verify the round's planned blueprints (``llm`` must name a running endpoint)."""
-    from trajsynth.flows.build import run_id_for
-
     return await rollout_round(
-        config=config,
-        llm=llm,
-        run_id=run_id_for(config),
-        round_index=round_index,
-        clusters=_clusters(config, clusters_dir),
-        store=Store(store_path),
-        cache_dir=cache_dir,
+        **_stage_args(config, llm, store_path, round_index, clusters_dir), cache_dir=cache_dir
     )
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "plan_seed",
     "plan_unit",
     "rollout_unit_id",
+    "run_id_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,11 @@ class UnitRows(BaseModel):
     rows: dict[str, list[dict[str, Any]]]
     summary: dict[str, Any] = {}
     done: bool = True  # False: recorded but to be tried again by the next run of the config
+
+
+def run_id_for(config: RunConfig) -> str:
+    """The same config (seeds included) is the same run: rerunning it resumes."""
+    return f"run_{config.config_hash()}"
 
 
 def assistant_for(config: RunConfig) -> Assistant:

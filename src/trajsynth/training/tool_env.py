@@ -26,12 +26,12 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from trajsynth.agents.rollout import call_record
 from trajsynth.agents.tool_calls import check_tool_call
 from trajsynth.schemas import (
     CodeTestsPass,
     EnvSpec,
     EnvState,
-    FailureClass,
     FunctionCall,
     InfraError,
     JsonValue,
@@ -132,13 +132,6 @@ class BackgroundLoop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
 
-def _obs_class(text: str, is_error: bool) -> ObsClass:
-    """As the rollout loop classifies an observation (agents/rollout.py)."""
-    if is_error:
-        return ObsClass.ERROR
-    return ObsClass.EMPTY if text.strip() in ("", "null", "[]", "{}") else ObsClass.OK
-
-
 def _as_spec(value: Any) -> EnvSpec:
     if isinstance(value, EnvSpec):
         return value
@@ -211,36 +204,13 @@ class TaskEnvironment:
         try:
             if self._env is None:
                 raise InfraError(self._infra or "the environment is not open")
-            result = self._loop.run(self._env.call_tool(name, checked.arguments))
+            outcome = self._loop.run(self._env.call_tool(name, checked.arguments))
         except InfraError as exc:
             self._infra = self._infra or f"{name}: {exc}"
-            record = ToolCallRecord(
-                call_id=call.id,
-                tool=name,
-                raw_arguments=call.function.arguments,
-                arguments=checked.arguments,
-                observation=f"Error: {exc}",
-                obs_class=ObsClass.ERROR,
-                failure_class=FailureClass.INFRA,
-                error_type=type(exc).__name__,
-                latency_s=time.perf_counter() - t0,
-            )
-            self._calls.append(record)
-            return record.observation
-        self._calls.append(
-            ToolCallRecord(
-                call_id=call.id,
-                tool=name,
-                raw_arguments=call.function.arguments,
-                arguments=checked.arguments,
-                observation=result.text,
-                obs_class=_obs_class(result.text, result.is_error),
-                failure_class=FailureClass.TOOL if result.is_error else None,
-                error_type=result.error_type,
-                latency_s=time.perf_counter() - t0,
-            )
-        )
-        return result.text
+            outcome = exc
+        record = call_record(call, checked.arguments, outcome, latency_s=time.perf_counter() - t0)
+        self._calls.append(record)
+        return record.observation
 
     # --- what the reward and the trainer read ----------------------------------------------
 
