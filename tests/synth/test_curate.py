@@ -10,7 +10,7 @@ from fakes.store_rows import RUN, hash_embedder, write_round
 from fakes.trajectories import call, make_trajectory, make_verdict, verdicts_for
 
 from trajsynth.schemas import CurationConfig, SFTSelectConfig
-from trajsynth.synth.curate import curate_round, next_weights
+from trajsynth.synth.curate import curate_round, embedding_model_id, next_weights
 from trajsynth.synth.store import Store
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -211,7 +211,8 @@ def test_minilm_embeddings_are_computed_once_and_cached(store: Store) -> None:
     first = curate_round(store, RUN, 0)
     assert first.n_embedded == 4 and first.n_embed_cached == 0
     (row,) = store.query("SELECT model, len(vector) AS d FROM embeddings LIMIT 1")
-    assert row["model"] == "all-MiniLM-L6-v2@64" and row["d"] == 384
+    assert row["model"] == embedding_model_id(CurationConfig()) and row["d"] == 384
+    assert row["model"].startswith("all-MiniLM-L6-v2@64")
     # the same texts in a later round come from the store
     later = [t.model_copy(update={"trajectory_id": f"{t.trajectory_id}b"}) for t in trajectories]
     write_round(

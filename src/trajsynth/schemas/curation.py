@@ -136,7 +136,11 @@ class CurationConfig(Record):
     embeddings: bool = Field(default=True, description="embed digests with all-MiniLM-L6-v2")
     embed_max_chars: int = Field(default=256, ge=16, description="digest characters embedded")
     embed_max_tokens: int = Field(default=64, ge=8, le=512, description="model max_seq_length")
-    embed_batch_size: int = Field(default=64, ge=1)
+    embed_batch_size: int = Field(default=128, ge=1)
+    embed_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="model precision; auto: bfloat16 where the CPU has bf16 dot products",
+    )
     embed_threads: int | None = Field(
         default=None, ge=1, description="torch threads while embedding (None: min(2, cores))"
     )

@@ -30,6 +30,7 @@ Decisions (METHODS.md leaves them open):
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -53,7 +54,7 @@ from trajsynth.curation.digests import (
     text_key,
 )
 from trajsynth.curation.diversity import diversity_report, near_duplicates
-from trajsynth.curation.embeddings import Embedder, load_embedder
+from trajsynth.curation.embeddings import Embedder, load_embedder, resolve_dtype
 from trajsynth.curation.evolution import next_round_weights
 from trajsynth.curation.modes import ModeCodebook, embed_texts, needs_refit
 from trajsynth.curation.select import select_rl, select_sft
@@ -108,8 +109,11 @@ _RECORD_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, I
 
 
 def embedding_model_id(config: CurationConfig) -> str:
-    """The model id cached embeddings are keyed by (the word-piece cap changes vectors)."""
-    return f"{EMBED_MODEL}@{config.embed_max_tokens}"
+    """The model id cached embeddings are keyed by (the word-piece cap and the precision
+    change the vectors)."""
+    dtype = resolve_dtype(config.embed_dtype)
+    suffix = "" if dtype == "float32" else f"-{dtype}"
+    return f"{EMBED_MODEL}@{config.embed_max_tokens}{suffix}"
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -132,15 +136,25 @@ class _Round:
 def _load_round(store: Store, run_id: str, round: int) -> _Round:
     skips: dict[str, str] = {}
     trajectories: list[Trajectory] = []
+    # each row as one JSON document: pydantic validates JSON text twice as fast as the dicts
+    # json.loads would make of it (the tool schemas are deep JsonValue trees)
+    fields = ", ".join(Trajectory.model_fields)
     rows = store.query(
-        "SELECT * FROM trajectories WHERE run_id = ? AND round = ? ORDER BY trajectory_id",
+        f"SELECT trajectory_id, to_json(r)::VARCHAR AS doc FROM (SELECT {fields} FROM "
+        "trajectories WHERE run_id = ? AND round = ?) r ORDER BY trajectory_id",
         [run_id, round],
     )
     for row in rows:
         try:
-            trajectories.append(Trajectory.model_validate(_fields(Trajectory, row)))
-        except ValidationError as exc:
-            skips[str(row.get("trajectory_id"))] = f"unreadable trajectory row: {exc.errors()[0]}"
+            trajectories.append(Trajectory.model_validate_json(row["doc"]))
+        except ValidationError:
+            # NULLs where the model has defaults, or a truly bad row: the field-by-field path
+            # drops the NULLs and names the first bad field
+            try:
+                record = json.loads(row["doc"])
+                trajectories.append(Trajectory.model_validate(_fields(Trajectory, record)))
+            except ValidationError as exc:
+                skips[str(row["trajectory_id"])] = f"unreadable trajectory row: {exc.errors()[0]}"
     verdicts: dict[str, Verdict] = {}
     for row in store.query(
         "SELECT v.* FROM verdicts v JOIN trajectories t USING (trajectory_id) "
@@ -264,7 +278,11 @@ def _torch_threads(n: int | None) -> Iterator[None]:
 
 
 def _default_embedder(config: CurationConfig) -> Embedder:
-    return load_embedder(batch_size=config.embed_batch_size, max_seq_length=config.embed_max_tokens)
+    return load_embedder(
+        batch_size=config.embed_batch_size,
+        max_seq_length=config.embed_max_tokens,
+        dtype=resolve_dtype(config.embed_dtype),
+    )
 
 
 # --- graphs ----------------------------------------------------------------------------------
@@ -529,7 +547,8 @@ class _Curation:
             lazy,
             cache=cache,
             max_chars=self.cfg.embed_max_chars,
-            batch_size=max(self.cfg.embed_batch_size, 256),
+            # large chunks: the model sorts each by length, so less padding
+            batch_size=max(self.cfg.embed_batch_size, 4096),
         )
         self.vectors = out.vectors
         for i, tid in enumerate(ids):
