@@ -7,6 +7,7 @@ distribution, so its step entropy, and the request's seed makes sibling replies 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,27 @@ async def test_confident_turns_stay_linear_and_the_root_tops_up(
     root = next(n for n in result.nodes if n.depth == 0)
     assert root.branch["fallback"] == 2
     assert not any(n.branch and n.branch["branched"] for n in result.nodes if n.depth == 1)
+
+
+async def test_siblings_with_the_same_calls_in_other_words_are_resampled(
+    task: Blueprint, tmp_path: Path
+) -> None:
+    first_replies = iter(["mug", "mug", "lamp", "desk", "pen", "cable"])
+
+    def policy(body, turns, seed):
+        if turns == 0:
+            # the second root reply repeats the first's search in other words
+            query = next(first_replies)
+            return tool_call("search_products", {"query": query}, probs=LOW, content=f"#{seed}")
+        return say(f"I found these, option {seed % 997}.", probs=HIGH)
+
+    result, budget = await _grow(task, _fake(policy), tmp_path)
+    first_calls = [
+        (n.calls[0].tool, n.calls[0].raw_arguments) for n in result.nodes if n.depth == 1
+    ]
+    assert len(first_calls) == len(set(first_calls)) == 2
+    assert {json.loads(args)["query"] for _, args in first_calls} == {"mug", "lamp"}
+    assert budget["duplicate_replies"] == 1
 
 
 async def test_a_tool_error_branches_even_when_confident(task: Blueprint, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ generation with the largest reply a turn can produce, so none is ever exceeded.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -131,10 +132,22 @@ class _Snapshot:
     writes_at: int  # the number of write calls on the path when it was taken
 
 
-def _reply_key(result: ChatResult) -> str:
+def _sibling_key(result: ChatResult) -> str:
+    """What makes a child new among its siblings: its calls (name and parsed arguments) when
+    it makes any, else its words. Two siblings that make the same calls in other words reach
+    the same state and would grow the same subtree, so the second is resampled instead."""
     message = result.message
-    calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
-    return stable_hash({"content": (message.content or "").strip(), "calls": calls}, length=16)
+    calls = message.tool_calls or []
+    if calls:
+        return stable_hash([(c.function.name, _parsed(c.function.arguments)) for c in calls])
+    return stable_hash(" ".join((message.content or "").lower().split()))
+
+
+def _parsed(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
 
 
 def _action_key(result: ChatResult) -> str:
@@ -367,7 +380,7 @@ class _TreeGrower:
                     await self._leaf(child_path, chain)
                     return added
                 k += 1
-            key = _reply_key(result)
+            key = _sibling_key(result)
             if key in reply_keys:
                 self.duplicates += 1
                 continue
