@@ -12,40 +12,22 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes.inprocess_env import InProcessEnvironment
 from fakes.llm import ScriptedLLM, say, tool_call
+from fakes.shop import InProcessShop, plan_shop_task
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.llm import OpenAILLMClient
-from trajsynth.agents.planner import Planner, plan_blueprint
 from trajsynth.agents.rollout import run_episode
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
-from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import (
     AnswerContains,
     Blueprint,
     Budgets,
-    Cell,
-    Difficulty,
     FailureClass,
     LLMConfig,
-    PathShape,
-    ReasoningMode,
     Termination,
 )
-
-SHOP = get_cluster("shop")
-
-
-class _Env(InProcessEnvironment):
-    """The in-process shop with what the loop reads off an environment."""
-
-    cluster = SHOP
-    tools = SHOP.tools
-
-    async def run_check(self, check_id: str, source: str) -> bool:
-        raise AssertionError("no code checks in these tests")
 
 
 def _client(fake: ScriptedLLM) -> OpenAILLMClient:
@@ -55,19 +37,9 @@ def _client(fake: ScriptedLLM) -> OpenAILLMClient:
 
 @pytest.fixture
 async def read_task(tmp_path: Path) -> Blueprint:
-    cell = Cell(
-        cluster_id="shop",
-        path_shape=PathShape.SINGLE,
-        target_mode=ReasoningMode.DIRECT_EXECUTE,
-        difficulty=Difficulty.EASY,
+    return await plan_shop_task(
+        tmp_path, lambda bp: any(isinstance(c, AnswerContains) for c in bp.constraints)
     )
-    for seed in range(20):
-        bp = await plan_blueprint(
-            Planner(use_llm=False), None, lambda: _Env("shop", tmp_path), SHOP, cell, seed
-        )
-        if isinstance(bp, Blueprint) and any(isinstance(c, AnswerContains) for c in bp.constraints):
-            return bp
-    raise AssertionError("no read-only blueprint planned")
 
 
 def _gold_call(bp: Blueprint) -> Any:
@@ -81,7 +53,7 @@ def _answer(bp: Blueprint) -> str:
 
 
 async def _run(bp: Blueprint, fake: ScriptedLLM, tmp_path: Path, **budget: Any):
-    async with _Env("shop", tmp_path, seed=bp.seed) as env:
+    async with InProcessShop("shop", tmp_path, seed=bp.seed) as env:
         return await run_episode(
             blueprint=bp,
             env=env,

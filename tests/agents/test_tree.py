@@ -14,59 +14,32 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes.inprocess_env import InProcessEnvironment
 from fakes.llm import ScriptedLLM, say, tool_call
+from fakes.shop import InProcessShop, plan_shop_task
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.llm import OpenAILLMClient
-from trajsynth.agents.planner import Planner, plan_blueprint
 from trajsynth.agents.rollout import Episode
 from trajsynth.agents.tree import grow_tree, node_values
 from trajsynth.agents.user_sim import UserSimulator
-from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import (
     Blueprint,
     Budgets,
-    Cell,
-    Difficulty,
     LLMConfig,
     Node,
-    PathShape,
-    ReasoningMode,
     Termination,
     TreeConfig,
 )
 
-SHOP = get_cluster("shop")
 LOW = (0.97, 0.01, 0.01, 0.005, 0.005)  # a confident turn: low step entropy
 HIGH = (0.3, 0.25, 0.2, 0.15, 0.1)  # an uncertain one
 STOP = say("Thanks, that is all. ###STOP###")
 DETERMINISTIC = TreeConfig(deterministic=True)
 
 
-class _Shop(InProcessEnvironment):
-    cluster = SHOP
-    tools = SHOP.tools
-
-    async def run_check(self, check_id: str, source: str) -> bool:
-        raise AssertionError("no code checks here")
-
-
 @pytest.fixture
 async def task(tmp_path: Path) -> Blueprint:
-    cell = Cell(
-        cluster_id="shop",
-        path_shape=PathShape.SINGLE,
-        target_mode=ReasoningMode.DIRECT_EXECUTE,
-        difficulty=Difficulty.EASY,
-    )
-    for seed in range(20):
-        bp = await plan_blueprint(
-            Planner(use_llm=False), None, lambda: _Shop("shop", tmp_path), SHOP, cell, seed
-        )
-        if isinstance(bp, Blueprint):
-            return bp
-    raise AssertionError("no blueprint planned")
+    return await plan_shop_task(tmp_path)
 
 
 def _assistant_turns(body: dict[str, Any]) -> int:
@@ -95,7 +68,7 @@ async def _grow(
         LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=True),
         http_client=httpx.AsyncClient(transport=fake.transport),
     )
-    async with _Shop("shop", tmp_path, seed=bp.seed) as env:
+    async with InProcessShop("shop", tmp_path, seed=bp.seed) as env:
         episode = Episode(bp, env, llm, Assistant(), UserSimulator(), budgets or Budgets())
         return await grow_tree(episode, config, leaves=leaves, run_id="run_t", reply_token_cap=64)
 

@@ -11,6 +11,7 @@ import pytest
 from fakes.inprocess_env import InProcessEnvironment
 
 from trajsynth.agents.planner import Planner, plan_blueprint
+from trajsynth.agents.rl_tasks import blueprint_row
 from trajsynth.agents.rollout import _execute
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.registry import get_cluster
@@ -32,7 +33,7 @@ from trajsynth.schemas import (
     Trajectory,
 )
 from trajsynth.training.rewards import VerifierReward, completion_trajectory
-from trajsynth.training.tasks import blueprint_row, trl_dataset
+from trajsynth.training.tasks import trl_dataset
 from trajsynth.training.tool_env import environment_class, sandbox_opener
 
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from trajsynth.synth.cli import app
-from trajsynth.synth.commands.train import load_train_config
+from trajsynth.synth.grpo import load_train_config
 
 DATA = Path(__file__).resolve().parents[2] / "src" / "trajsynth" / "data" / "train"
 
@@ -58,7 +58,7 @@ def test_synth_train_smoke_runs_grpo_steps_on_cpu(tmp_path: Path) -> None:
 def test_grpo_on_gpu_with_vllm_colocate(tmp_path: Path) -> None:
     """The GPU path: vLLM colocate generation, a small model, 3 steps (needs CUDA + vllm)."""
     pytest.importorskip("vllm")
-    from trajsynth.training.run import train
+    from trajsynth.synth.grpo import run_grpo
 
     cfg = load_train_config(
         DATA / "gpu.toml",
@@ -70,6 +70,6 @@ def test_grpo_on_gpu_with_vllm_colocate(tmp_path: Path) -> None:
         max_completion_length=256,
         output_dir=str(tmp_path),
     )
-    result = train(cfg)
+    result = run_grpo(cfg)
     assert len(result.steps) == 3
     assert all(s.reward is not None for s in result.steps)

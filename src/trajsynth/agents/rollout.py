@@ -18,8 +18,8 @@ from pydantic import JsonValue
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.entropy import step_uncertainty
 from trajsynth.agents.llm import ChatResult, LLMClient
-from trajsynth.agents.tool_calls import check_tool_call
 from trajsynth.agents.user_sim import UserSimulator, check_user_reply
+from trajsynth.mcp_servers.tool_calls import ToolResult, call_record, check_tool_call
 from trajsynth.schemas import (
     AgentRole,
     Blueprint,
@@ -32,7 +32,6 @@ from trajsynth.schemas import (
     Message,
     MessageRole,
     Node,
-    ObsClass,
     RolloutTree,
     Termination,
     ToolCall,
@@ -44,16 +43,9 @@ from trajsynth.schemas import (
     content_id,
 )
 
-__all__ = ["EpisodeEnvironment", "EpisodeResult", "call_record", "run_episode", "usage_totals"]
+__all__ = ["EpisodeEnvironment", "EpisodeResult", "run_episode", "usage_totals"]
 
 log = logging.getLogger(__name__)
-
-
-class _ToolResult(Protocol):
-    text: str
-    is_error: bool
-    error_type: str | None
-    structured: JsonValue
 
 
 class EpisodeEnvironment(Protocol):
@@ -62,7 +54,7 @@ class EpisodeEnvironment(Protocol):
     cluster: ToolCluster
     tools: list[ToolSpec]
 
-    async def call_tool(self, name: str, arguments: dict[str, JsonValue]) -> _ToolResult: ...
+    async def call_tool(self, name: str, arguments: dict[str, JsonValue]) -> ToolResult: ...
     async def state(self) -> EnvState: ...
     async def run_check(self, check_id: str, source: str) -> bool: ...
 
@@ -99,12 +91,6 @@ def usage_totals(usage: Sequence[LLMUsage]) -> list[UsageTotals]:
             latency_s=cur.latency_s + u.latency_s,
         )
     return [by_role[r] for r in AgentRole if r in by_role]
-
-
-def _obs_class(text: str, is_error: bool) -> ObsClass:
-    if is_error:
-        return ObsClass.ERROR
-    return ObsClass.EMPTY if text.strip() in ("", "null", "[]", "{}") else ObsClass.OK
 
 
 @dataclass(frozen=True)
@@ -367,41 +353,6 @@ async def run_episode(
     return EpisodeResult(trajectory, nodes, tree, state, list(path.usage))
 
 
-def call_record(
-    call: ToolCall,
-    arguments: dict[str, JsonValue],
-    outcome: _ToolResult | InfraError,
-    *,
-    latency_s: float,
-    turn: int = 0,
-) -> ToolCallRecord:
-    """The record of a checked call that reached the environment: its result, or the infra
-    fault that stopped it (the rollout loop and GRPO's tool environment both use this)."""
-    common = {
-        "call_id": call.id,
-        "tool": call.function.name,
-        "raw_arguments": call.function.arguments,
-        "arguments": arguments,
-        "latency_s": latency_s,
-        "turn": turn,
-    }
-    if isinstance(outcome, InfraError):
-        return ToolCallRecord(
-            **common,
-            observation=f"Error: {outcome}",
-            obs_class=ObsClass.ERROR,
-            failure_class=FailureClass.INFRA,
-            error_type=type(outcome).__name__,
-        )
-    return ToolCallRecord(
-        **common,
-        observation=outcome.text,
-        obs_class=_obs_class(outcome.text, outcome.is_error),
-        failure_class=FailureClass.TOOL if outcome.is_error else None,
-        error_type=outcome.error_type,
-    )
-
-
 async def _execute(
     env: EpisodeEnvironment, call: ToolCall, tool_map: dict[str, ToolSpec], turn: int
 ) -> ToolCallRecord:
@@ -410,7 +361,7 @@ async def _execute(
         return checked.failure
     assert checked.arguments is not None
     t0 = time.perf_counter()
-    outcome: _ToolResult | InfraError
+    outcome: ToolResult | InfraError
     try:
         outcome = await env.call_tool(call.function.name, checked.arguments)
     except InfraError as exc:

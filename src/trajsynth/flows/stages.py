@@ -41,6 +41,7 @@ from trajsynth.schemas import (
     Blueprint,
     Constraint,
     InfraError,
+    InputError,
     LLMConfig,
     RolloutMode,
     RunConfig,
@@ -390,8 +391,21 @@ def export_stage(
 
 
 @flow(name="train-stage", log_prints=False, validate_parameters=False)
-def train_stage(config_path: str | None = None, smoke: bool = False) -> Any:
-    """GRPO on an RL export (``training``)."""
-    from trajsynth.training import run_training
+def train_stage(config_path: str | None = None, smoke: bool = False) -> dict[str, Any]:
+    """GRPO (``training``) on the RL rows of a TOML config, or the CPU smoke setting."""
+    from trajsynth.synth.grpo import load_train_config, run_grpo
+    from trajsynth.training.run import smoke_config
 
-    return run_training(config_path=config_path, smoke=smoke)
+    if smoke:
+        config = smoke_config()
+    elif config_path:
+        config = load_train_config(Path(config_path))
+    else:
+        raise InputError("train-stage needs config_path or smoke=True")
+    result = run_grpo(config)
+    return {
+        "steps": len(result.steps),
+        "seconds_per_step": result.seconds_per_step,
+        "rewards": [s.reward for s in result.steps],
+        "output_dir": result.output_dir,
+    }

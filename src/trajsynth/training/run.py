@@ -1,15 +1,15 @@
 """Run the GRPO stage: TrainConfig -> tokenizer, model, environments, trainer (METHODS.md §13).
 
-``train(config)`` loads or plans the RL tasks, loads the model (the bundled SmolLM2-135M GGUF
-through transformers by default), builds one TRL environment class per cluster
-(``tool_env.environment_class``: every completion gets its own live sandboxed environment),
-and trains ``TrajsynthGRPOTrainer`` with the verifier reward. ``grpo_args`` maps TrainConfig
-onto TRL's GRPOConfig; ``smoke_config`` is the tiny CPU setting of ``synth train --smoke``.
+``train(config, rows=...)`` takes the RL rows (or loads ``config.tasks``), loads the model
+(the bundled SmolLM2-135M GGUF through transformers by default), builds one TRL environment
+class per cluster (``tool_env.environment_class``: every completion gets its own live
+sandboxed environment), and trains ``TrajsynthGRPOTrainer`` with the verifier reward.
+``grpo_args`` maps TrainConfig onto TRL's GRPOConfig; ``smoke_config`` is the tiny CPU
+setting of ``synth train --smoke``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -21,7 +21,7 @@ from typing import Any
 
 from trajsynth.schemas import InputError, RLRow, SandboxKind, TrainConfig
 from trajsynth.training.rewards import VerifierReward
-from trajsynth.training.tasks import load_rl_rows, plan_rl_rows, trl_dataset
+from trajsynth.training.tasks import load_rl_rows, trl_dataset
 from trajsynth.training.tool_env import environment_class, sandbox_opener
 
 __all__ = [
@@ -67,9 +67,9 @@ def smoke_config(**overrides: Any) -> TrainConfig:
 
 def _model_location(config: TrainConfig) -> tuple[str, str | None]:
     if config.model == "embedded":
-        from trajsynth.agents.embedded import gguf_path
+        from trajsynth.training.chat_template import default_gguf_path
 
-        path = gguf_path()
+        path = default_gguf_path()
         return str(path.parent), path.name
     return config.model, config.gguf_file
 
@@ -190,19 +190,13 @@ class TrainResult:
 
 
 def _rows(config: TrainConfig) -> list[RLRow]:
-    if config.tasks:
-        rows = load_rl_rows(Path(config.tasks))
-        return rows[: config.n_tasks] if config.n_tasks else rows
-    clusters = None
-    if config.clusters:
-        from trajsynth.mcp_servers.registry import get_cluster
-
-        clusters = [get_cluster(name) for name in config.clusters]
-    return asyncio.run(
-        plan_rl_rows(
-            config.n_tasks, seed=config.seed, clusters=clusters, sandbox_kind=config.sandbox
+    if not config.tasks:
+        raise InputError(
+            "no RL tasks: set `tasks` to an RL export folder, or pass rows "
+            "(`synth train` plans them with agents.rl_tasks.plan_rl_rows)"
         )
-    )
+    rows = load_rl_rows(Path(config.tasks))
+    return rows[: config.n_tasks] if config.n_tasks else rows
 
 
 def train(

@@ -7,7 +7,7 @@ and calls the tool methods with the parsed arguments of each tool call. ``enviro
 builds such a class for one cluster: every tool of the cluster is a method that runs the call
 against a LIVE sandboxed environment (``mcp_servers.environment.open_environment``) opened by
 ``reset`` for that completion alone, and records it as a ``ToolCallRecord`` exactly as the
-rollout loop does (``agents.tool_calls.check_tool_call`` for schema checks, ``tool`` class for
+rollout loop does (``mcp_servers.tool_calls.check_tool_call`` for schema checks, ``tool`` class for
 tool errors, ``infra`` for sandbox/server faults). ``rewards.VerifierReward`` then scores the
 completion from these records and the environment's final state, and closes it.
 
@@ -26,8 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from trajsynth.agents.rollout import call_record
-from trajsynth.agents.tool_calls import check_tool_call
+from trajsynth.mcp_servers.tool_calls import call_record, check_tool_call
 from trajsynth.schemas import (
     CodeTestsPass,
     EnvSpec,

@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 import logging
-import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from trajsynth.schemas import InputError, TrainConfig
+from trajsynth.schemas import InputError
+from trajsynth.synth.grpo import load_train_config, run_grpo
 
 __all__ = ["load_train_config", "train"]
 
 log = logging.getLogger(__name__)
 console = Console()
-
-
-def load_train_config(path: Path, **overrides: Any) -> TrainConfig:
-    """A TrainConfig from a TOML file (top-level keys, or a ``[train]`` table)."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the training config: {exc}") from exc
-    data = data.get("train", data)
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(f"{path}: {exc}") from exc
 
 
 def train(
@@ -53,7 +38,6 @@ def train(
 ) -> None:
     """Train the policy with GRPO; rewards come from the verifier on live environments."""
     from trajsynth.training.run import smoke_config
-    from trajsynth.training.run import train as run_train
 
     overrides = {
         "tasks": str(tasks) if tasks else None,
@@ -68,7 +52,7 @@ def train(
     else:
         raise InputError("give --config FILE or --smoke")
     log.info("training: %s, advantage %s, %d steps", cfg.model, cfg.advantage.value, cfg.max_steps)
-    result = run_train(cfg)
+    result = run_grpo(cfg)
     table = Table(title=f"GRPO ({cfg.advantage.value}) on {result.n_tasks} tasks")
     for column in ("step", "seconds", "reward", "pass rate", "loss"):
         table.add_column(column, justify="right")

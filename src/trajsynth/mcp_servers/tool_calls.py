@@ -1,20 +1,30 @@
-"""Untrusted model output -> checked tool calls.
+"""Untrusted model output -> checked tool calls -> call records.
 
 Bad JSON, an unknown tool or arguments that break the tool's schema become a recorded failed
-step of class ``model`` with an error message the policy sees; never a crash.
+step of class ``model`` with an error message the policy sees; never a crash. A checked call
+that reached the environment becomes its record with :func:`call_record` (the rollout loop
+and GRPO's tool environment both build their records here).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Protocol
 
 import jsonschema
 from pydantic import JsonValue
 
-from trajsynth.schemas import FailureClass, ObsClass, ToolCall, ToolCallRecord, ToolSpec
+from trajsynth.schemas import (
+    FailureClass,
+    InfraError,
+    ObsClass,
+    ToolCall,
+    ToolCallRecord,
+    ToolSpec,
+)
 
-__all__ = ["CheckedCall", "check_tool_call"]
+__all__ = ["CheckedCall", "ToolResult", "call_record", "check_tool_call", "obs_class"]
 
 
 class CheckedCall:
@@ -93,3 +103,54 @@ def check_tool_call(call: ToolCall, tools: Mapping[str, ToolSpec], *, turn: int)
             _failure(call, turn, "schema_violation", f"{where}: {errors[0].message}", args=args),
         )
     return CheckedCall(call, args, None)
+
+
+class ToolResult(Protocol):
+    """What an environment's ``call_tool`` returns (``mcp_servers.Environment`` does)."""
+
+    text: str
+    is_error: bool
+    error_type: str | None
+    structured: JsonValue
+
+
+def obs_class(text: str, is_error: bool) -> ObsClass:
+    """The observation class of a tool result: error, empty, or ok."""
+    if is_error:
+        return ObsClass.ERROR
+    return ObsClass.EMPTY if text.strip() in ("", "null", "[]", "{}") else ObsClass.OK
+
+
+def call_record(
+    call: ToolCall,
+    arguments: dict[str, JsonValue],
+    outcome: ToolResult | InfraError,
+    *,
+    latency_s: float,
+    turn: int = 0,
+) -> ToolCallRecord:
+    """The record of a checked call that reached the environment: its result, or the infra
+    fault that stopped it."""
+    common = {
+        "call_id": call.id,
+        "tool": call.function.name,
+        "raw_arguments": call.function.arguments,
+        "arguments": arguments,
+        "latency_s": latency_s,
+        "turn": turn,
+    }
+    if isinstance(outcome, InfraError):
+        return ToolCallRecord(
+            **common,
+            observation=f"Error: {outcome}",
+            obs_class=ObsClass.ERROR,
+            failure_class=FailureClass.INFRA,
+            error_type=type(outcome).__name__,
+        )
+    return ToolCallRecord(
+        **common,
+        observation=outcome.text,
+        obs_class=obs_class(outcome.text, outcome.is_error),
+        failure_class=FailureClass.TOOL if outcome.is_error else None,
+        error_type=outcome.error_type,
+    )
