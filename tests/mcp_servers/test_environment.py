@@ -335,3 +335,47 @@ def test_environments_close_from_another_event_loop_task() -> None:
 
     codes = asyncio.run(main())
     assert codes == ["SFO"]
+
+
+# --- pooled sandboxes ------------------------------------------------------------------------
+
+
+async def _pooled_episodes(kind: SandboxKind) -> None:
+    """Two episodes on one pooled sandbox: the second starts from its own seeded state, never
+    from what the first wrote, and the pool keeps none of the first's snapshots."""
+    from trajsynth.sandboxes.pool import SandboxPool
+
+    shop = get_cluster("shop")
+    pool = SandboxPool(kind, LIMITS, max_idle=1)
+    try:
+        async with open_environment(shop, seed=7, pool=pool, tool_timeout_s=30) as fresh:
+            seeded = await fresh.start()
+        async with open_environment(shop, seed=7, pool=pool, tool_timeout_s=30) as first:
+            assert pool.stats.reused == 1
+            await first.snapshot()
+            user = seeded.tables["users"][0]["user_id"]
+            product = seeded.tables["products"][0]["product_id"]
+            added = await first.call_tool(
+                "add_to_cart", {"user_id": user, "product_id": product, "quantity": 3}
+            )
+            assert not added.is_error, added.text
+            assert (await first.state()).state_hash != seeded.state_hash
+            sandbox = first.sandbox
+        async with open_environment(shop, seed=7, pool=pool, tool_timeout_s=30) as second:
+            assert second.sandbox is sandbox and pool.stats.opened == 1
+            assert (await second.state()).state_hash == seeded.state_hash
+        async with open_environment(shop, seed=8, pool=pool, tool_timeout_s=30) as other:
+            assert (await other.state()).state_hash != seeded.state_hash
+        assert pool.idle == 1
+    finally:
+        pool.close()
+
+
+async def test_pooled_local_sandboxes_start_each_episode_fresh() -> None:
+    await _pooled_episodes(SandboxKind.LOCAL)
+
+
+@pytest.mark.docker
+async def test_pooled_containers_start_each_episode_fresh() -> None:
+    ensure_image()
+    await _pooled_episodes(SandboxKind.DOCKER)

@@ -42,6 +42,7 @@ from trajsynth.agents.words import (
 from trajsynth.curation.constraint_lint import lint_constraints
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.graph import dependency_graph
+from trajsynth.sandboxes.pool import SandboxPool
 from trajsynth.schemas import (
     AgentRole,
     Blueprint,
@@ -355,8 +356,10 @@ def environment_factory(
     limits: SandboxLimits | None = None,
     seed: int = 0,
     tool_timeout_s: float = 20.0,
+    pool: SandboxPool | None = None,
 ) -> EnvFactory:
-    """An ``EnvFactory`` that opens a fresh sandboxed environment of ``cluster`` each time."""
+    """An ``EnvFactory`` that opens a fresh sandboxed environment of ``cluster`` each time
+    (in a reset sandbox from ``pool`` when given)."""
 
     @asynccontextmanager
     async def open_fresh() -> AsyncIterator[PlannerEnvironment]:
@@ -366,6 +369,7 @@ def environment_factory(
             limits=limits,
             seed=seed,
             tool_timeout_s=tool_timeout_s,
+            pool=pool,
         )
         try:
             yield env

@@ -28,6 +28,7 @@ from trajsynth.agents.tree import TreeResult, grow_tree, node_values
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import open_environment
+from trajsynth.sandboxes.pool import SandboxPool, shared_pool
 from trajsynth.schemas import (
     Blueprint,
     BlueprintAttempt,
@@ -118,6 +119,13 @@ def plan_seed(config: RunConfig, round_index: int, task_index: int) -> int:
     return config.seed * 1_000_003 + round_index * 10_007 + task_index
 
 
+def sandbox_pool_for(config: RunConfig) -> SandboxPool | None:
+    """This process's pool of warm sandboxes for the run's sandbox settings (None: off)."""
+    if config.sandbox_pool == 0:
+        return None
+    return shared_pool(config.sandbox, config.sandbox_limits, max_idle=config.sandbox_pool)
+
+
 def _blueprint_row(bp: Blueprint, run_id: str) -> dict[str, Any]:
     data = bp.model_dump(mode="json", exclude={"usage", "words_attempts", "reads_before_write"})
     data.update(
@@ -155,6 +163,7 @@ async def plan_unit(
         limits=config.sandbox_limits,
         seed=seed,
         tool_timeout_s=config.budgets.tool_timeout_s,
+        pool=sandbox_pool_for(config),
     )
     async with _client(llm, api_key, cache_dir) as client:
         outcome = await plan_blueprint(
@@ -345,6 +354,7 @@ async def grow_unit(
             limits=config.sandbox_limits,
             seed=blueprint.seed,
             tool_timeout_s=config.budgets.tool_timeout_s,
+            pool=sandbox_pool_for(config),
         ) as env,
     ):
         assistant, user_sim = assistant_for(config), UserSimulator()

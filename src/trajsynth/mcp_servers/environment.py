@@ -19,6 +19,7 @@ State:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import shlex
@@ -59,6 +60,7 @@ from trajsynth.schemas import (
 
 if TYPE_CHECKING:
     from trajsynth.sandboxes import Sandbox
+    from trajsynth.sandboxes.pool import SandboxPool
 
 __all__ = ["STATE_MODULE", "Environment", "OpenEnvironment", "ToolResult", "open_environment"]
 
@@ -126,6 +128,7 @@ class Environment:
         start_timeout_s: float = 60.0,
         check_timeout_s: float = 60.0,
         owns_sandbox: bool = True,
+        pool: SandboxPool | None = None,
     ) -> None:
         self.cluster = cluster
         self.sandbox = sandbox
@@ -133,7 +136,10 @@ class Environment:
         self.tool_timeout_s = tool_timeout_s
         self.start_timeout_s = start_timeout_s
         self.check_timeout_s = check_timeout_s
-        self.owns_sandbox = owns_sandbox
+        # a pooled sandbox is borrowed: closing gives it back to the pool instead
+        self.pool = pool
+        self.owns_sandbox = owns_sandbox and pool is None
+        self._taken: list[SnapshotHandle] = []  # freed when a borrowed sandbox goes back
         self.restarts = 0
         self._conn: ServerConnection | None = None
         self._host_sandbox: Sandbox | None = None
@@ -194,7 +200,22 @@ class Environment:
             await asyncio.to_thread(host.close)
         if self.owns_sandbox:
             await asyncio.to_thread(self.sandbox.close)
+        elif self.pool is not None:
+            await self._give_back(self.pool)
         self._started = False
+
+    async def _give_back(self, pool: SandboxPool) -> None:
+        """Return the borrowed sandbox with no server left running and no snapshot of ours."""
+        pool, self.pool = pool, None
+        await self._reap()
+        taken, self._taken = self._taken, []
+        if self._initial_snapshot is not None:
+            taken.append(self._initial_snapshot)
+        for handle in taken:
+            # a handle already freed holds nothing: SandboxError is fine here
+            with contextlib.suppress(SandboxError):
+                await asyncio.to_thread(self.sandbox.discard, handle)
+        await asyncio.to_thread(pool.release, self.sandbox)
 
     # ------------------------------------------------------------------ server process
 
@@ -446,7 +467,9 @@ class Environment:
         """Save the state: the sandbox's work directory, or a point in the write trace."""
         async with self._lock:
             if self.state_readable:
-                return await asyncio.to_thread(self.sandbox.snapshot)
+                handle = await asyncio.to_thread(self.sandbox.snapshot)
+                self._taken.append(handle)
+                return handle
             writes = list(self._writes)
             snapshot_id = f"replay-{stable_hash(writes, length=16)}-{len(writes)}"
             self._replay_points[snapshot_id] = writes
@@ -547,8 +570,10 @@ def open_environment(
     tool_timeout_s: float = 20.0,
     image: str | None = None,
     start_timeout_s: float = 60.0,
+    pool: SandboxPool | None = None,
 ) -> OpenEnvironment:
-    """A started environment for ``cluster`` in a new sandbox that it owns.
+    """A started environment for ``cluster`` in a new sandbox that it owns, or in one
+    borrowed from ``pool`` (given back, reset, when the environment closes).
 
     ``env = await open_environment(...)`` (then ``await env.close()``), or
     ``async with open_environment(...) as env:``.
@@ -557,15 +582,19 @@ def open_environment(
     async def opener() -> Environment:
         from trajsynth.sandboxes import open_sandbox
 
-        sandbox = await asyncio.to_thread(
-            open_sandbox, sandbox_kind, limits or SandboxLimits(), image
-        )
+        if pool is not None:
+            sandbox = await asyncio.to_thread(pool.acquire)
+        else:
+            sandbox = await asyncio.to_thread(
+                open_sandbox, sandbox_kind, limits or SandboxLimits(), image
+            )
         env = Environment(
             cluster,
             sandbox,
             seed=seed,
             tool_timeout_s=tool_timeout_s,
             start_timeout_s=start_timeout_s,
+            pool=pool,
         )
         try:
             await env.start()

@@ -91,6 +91,12 @@ class RunConfig(Record):
     budgets: Budgets = Field(default_factory=Budgets)
     sandbox: SandboxKind = SandboxKind.AUTO
     sandbox_limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    sandbox_pool: int = Field(
+        default=4,
+        ge=0,
+        description="started sandboxes kept warm per process and reused, reset between "
+        "episodes (0: a new sandbox per episode); not part of the run id",
+    )
     planner_retries: int = Field(default=2, ge=0)
     assistant_tool_choice: Literal["auto", "required"] | None = Field(
         default=None,
@@ -108,4 +114,5 @@ class RunConfig(Record):
     )
 
     def config_hash(self) -> str:
-        return stable_hash(self.model_dump(mode="json"), length=16)
+        # how sandboxes are recycled changes no result, so a run resumes across pool sizes
+        return stable_hash(self.model_dump(mode="json", exclude={"sandbox_pool"}), length=16)
