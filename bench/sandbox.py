@@ -1,4 +1,5 @@
-"""Sandbox speed: container start, exec round trip, snapshot and restore of a 1 MB work dir.
+"""Sandbox speed: container start, exec round trip, snapshot and restore of a 1 MB work dir,
+and a pooled episode (reused sandbox, reset on release) against a new sandbox per episode.
 
     python bench/sandbox.py [--runs 50] [--commit-runs 10] [--json bench/out/sandbox.json]
 
@@ -31,7 +32,8 @@ from trajsynth.sandboxes import (
     docker_unusable,
     ensure_image,
 )
-from trajsynth.schemas import SandboxLimits
+from trajsynth.sandboxes.pool import SandboxPool
+from trajsynth.schemas import SandboxKind, SandboxLimits
 
 TARGETS_MS = {"start": 500.0, "exec": 30.0, "snapshot+restore": 100.0}
 LIMITS = SandboxLimits(memory_mb=512, pids=128, timeout_s=30)
@@ -94,7 +96,36 @@ def bench_docker(runs: int, image: str) -> dict[str, list[float]]:
             api.exec_inspect(exec_id)
 
         res["alt: docker exec per command"] = timed(docker_exec, runs)
+    res.update(bench_pool(runs, SandboxKind.DOCKER, image))
     return res
+
+
+def bench_pool(runs: int, kind: SandboxKind, image: str | None = None) -> dict[str, list[float]]:
+    """A pooled episode's sandbox: acquire (reused) and release (reset to clean), against
+    the start + close of a new sandbox per episode."""
+    pool = SandboxPool(kind, LIMITS, image, max_idle=1)
+    try:
+        pool.release(pool.acquire())
+        acquire, release = [], []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            sb = pool.acquire()
+            t1 = time.perf_counter()
+            for name, data in work_files().items():
+                sb.put_file(name, data)  # an episode's writes, undone by the release
+            t2 = time.perf_counter()
+            pool.release(sb)
+            t3 = time.perf_counter()
+            acquire.append((t1 - t0) * 1000)
+            release.append((t3 - t2) * 1000)
+        assert pool.stats.opened == 1, pool.stats
+    finally:
+        pool.close()
+    return {
+        "pool: acquire (reused)": acquire,
+        "pool: release (reset)": release,
+        "pool: per episode": [a + b for a, b in zip(acquire, release, strict=True)],
+    }
 
 
 def bench_commit(runs: int, image: str) -> dict[str, list[float]]:
@@ -142,6 +173,8 @@ def bench_local(runs: int, use_bwrap: bool) -> dict[str, list[float]]:
         res["snapshot+restore"] = [
             a + b for a, b in zip(res["snapshot"], res["restore"], strict=True)
         ]
+    if use_bwrap:
+        res.update(bench_pool(runs, SandboxKind.LOCAL))
     return res
 
 
