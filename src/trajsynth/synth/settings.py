@@ -85,6 +85,7 @@ class SandboxSettings(_Section):
     pids: int = Field(default=128, ge=8)
     cpus: float = Field(default=1.0, gt=0)
     timeout_s: float = Field(default=30.0, gt=0)
+    pool: int = Field(default=4, ge=0)
 
 
 class Settings(BaseSettings):
@@ -148,6 +149,7 @@ class Settings(BaseSettings):
                 tool_timeout_s=run.tool_timeout_s,
             ),
             sandbox=self.sandbox.kind,
+            sandbox_pool=self.sandbox.pool,
             sandbox_limits=SandboxLimits(
                 memory_mb=self.sandbox.memory_mb,
                 pids=self.sandbox.pids,
@@ -297,4 +299,5 @@ memory_mb = 512
 pids = 128
 cpus = 1.0
 timeout_s = 30.0
+pool = 4                     # warm sandboxes kept per process, reset between episodes (0: off)
 """
