@@ -36,35 +36,18 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fakes.inprocess_env import InProcessEnvironment  # noqa: E402
 from fakes.llm_server import FakeLLMServer  # noqa: E402
+from fakes.shop import SHOP, plan_shop_task  # noqa: E402
 from prefect import flow, task  # noqa: E402
 from prefect.cache_policies import NONE as NO_CACHE  # noqa: E402
 
-from trajsynth.agents.planner import Planner, plan_blueprint  # noqa: E402
 from trajsynth.flows.stages import rollout_task  # noqa: E402
 from trajsynth.flows.units import grow_unit  # noqa: E402
-from trajsynth.mcp_servers.registry import get_cluster  # noqa: E402
 from trajsynth.schemas import (  # noqa: E402
-    Blueprint,
-    Cell,
-    Difficulty,
     LLMConfig,
-    PathShape,
-    ReasoningMode,
     RunConfig,
     SandboxKind,
 )
-
-SHOP = get_cluster("shop")
-
-
-class _Env(InProcessEnvironment):
-    cluster = SHOP
-    tools = SHOP.tools
-
-    async def run_check(self, check_id: str, source: str) -> bool:
-        return False
 
 
 def add(a: int, b: int) -> int:
@@ -80,22 +63,6 @@ def _stats(samples: list[float], direct: float | None = None) -> dict[str, float
     if direct is not None:
         out["overhead_ms"] = out["median_ms"] - direct
     return out
-
-
-async def _blueprint(workdir: Path) -> Blueprint:
-    cell = Cell(
-        cluster_id="shop",
-        path_shape=PathShape.SINGLE,
-        target_mode=ReasoningMode.DIRECT_EXECUTE,
-        difficulty=Difficulty.EASY,
-    )
-    for seed in range(50):
-        bp = await plan_blueprint(
-            Planner(use_llm=False), None, lambda: _Env("shop", workdir), SHOP, cell, seed
-        )
-        if isinstance(bp, Blueprint):
-            return bp
-    raise RuntimeError("no blueprint planned")
 
 
 @flow(name="bench-overhead", validate_parameters=False)
@@ -117,7 +84,7 @@ async def measure(
     direct = _stats(timings["direct"])["median_ms"]
     out["trivial"] = {k: _stats(v, None if k == "direct" else direct) for k, v in timings.items()}
 
-    bp = await _blueprint(Path(workdir))
+    bp = await plan_shop_task(Path(workdir))
     llm = LLMConfig(base_url=base_url, model="fake", max_retries=0)
     config = RunConfig(
         tasks=1, samples=leaves, clusters=["shop"], llm=llm, sandbox=SandboxKind.LOCAL
