@@ -340,9 +340,9 @@ def test_environments_close_from_another_event_loop_task() -> None:
 # --- pooled sandboxes ------------------------------------------------------------------------
 
 
-async def _pooled_episodes(kind: SandboxKind) -> None:
-    """Two episodes on one pooled sandbox: the second starts from its own seeded state, never
-    from what the first wrote, and the pool keeps none of the first's snapshots."""
+async def _pooled_episodes(kind: SandboxKind) -> dict[str, object]:
+    """Four episodes on one pooled sandbox (seed 7 read, seed 7 write, seed 7 read, seed 8):
+    what each saw, for the tests to judge."""
     from trajsynth.sandboxes.pool import SandboxPool
 
     shop = get_cluster("shop")
@@ -351,31 +351,53 @@ async def _pooled_episodes(kind: SandboxKind) -> None:
         async with open_environment(shop, seed=7, pool=pool, tool_timeout_s=30) as fresh:
             seeded = await fresh.start()
         async with open_environment(shop, seed=7, pool=pool, tool_timeout_s=30) as first:
-            assert pool.stats.reused == 1
+            reused_by_first = pool.stats.reused
             await first.snapshot()
             user = seeded.tables["users"][0]["user_id"]
             product = seeded.tables["products"][0]["product_id"]
             added = await first.call_tool(
                 "add_to_cart", {"user_id": user, "product_id": product, "quantity": 3}
             )
-            assert not added.is_error, added.text
-            assert (await first.state()).state_hash != seeded.state_hash
+            written = (await first.state()).state_hash
             sandbox = first.sandbox
         async with open_environment(shop, seed=7, pool=pool, tool_timeout_s=30) as second:
-            assert second.sandbox is sandbox and pool.stats.opened == 1
-            assert (await second.state()).state_hash == seeded.state_hash
+            same_sandbox = second.sandbox is sandbox
+            second_hash = (await second.state()).state_hash
         async with open_environment(shop, seed=8, pool=pool, tool_timeout_s=30) as other:
-            assert (await other.state()).state_hash != seeded.state_hash
-        assert pool.idle == 1
+            other_hash = (await other.state()).state_hash
+        return {
+            "seeded": seeded.state_hash,
+            "reused_by_first": reused_by_first,
+            "write_error": added.text if added.is_error else None,
+            "written": written,
+            "same_sandbox": same_sandbox,
+            "opened": pool.stats.opened,
+            "second": second_hash,
+            "other": other_hash,
+            "idle": pool.idle,
+        }
     finally:
         pool.close()
 
 
+def _assert_each_episode_fresh(seen: dict[str, object]) -> None:
+    assert seen["reused_by_first"] == 1 and seen["write_error"] is None
+    assert seen["written"] != seen["seeded"]  # episode 2 changed the state...
+    assert seen["same_sandbox"] and seen["opened"] == 1
+    assert seen["second"] == seen["seeded"]  # ...and episode 3, on the same sandbox, never sees it
+    assert seen["other"] != seen["seeded"]  # another seed gets its own state
+    assert seen["idle"] == 1
+
+
 async def test_pooled_local_sandboxes_start_each_episode_fresh() -> None:
-    await _pooled_episodes(SandboxKind.LOCAL)
+    seen = await _pooled_episodes(SandboxKind.LOCAL)
+    _assert_each_episode_fresh(seen)
+    assert seen["second"] == seen["seeded"] != seen["written"]
 
 
 @pytest.mark.docker
 async def test_pooled_containers_start_each_episode_fresh() -> None:
     ensure_image()
-    await _pooled_episodes(SandboxKind.DOCKER)
+    seen = await _pooled_episodes(SandboxKind.DOCKER)
+    _assert_each_episode_fresh(seen)
+    assert seen["second"] == seen["seeded"] != seen["written"]
