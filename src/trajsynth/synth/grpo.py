@@ -41,10 +41,9 @@ def rl_rows(config: TrainConfig) -> list[RLRow]:
     """The RL export at ``config.tasks``, else ``config.n_tasks`` tasks planned without an LLM
     from ``config.clusters`` (all bundled clusters when empty)."""
     if config.tasks:
-        from trajsynth.training.tasks import load_rl_rows
+        from trajsynth.training.tasks import export_rows
 
-        rows = load_rl_rows(Path(config.tasks))
-        return rows[: config.n_tasks] if config.n_tasks else rows
+        return export_rows(config)
     from trajsynth.agents.rl_tasks import plan_rl_rows
     from trajsynth.mcp_servers.registry import get_cluster
 

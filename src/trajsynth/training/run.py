@@ -21,7 +21,7 @@ from typing import Any
 
 from trajsynth.schemas import InputError, RLRow, SandboxKind, TrainConfig
 from trajsynth.training.rewards import VerifierReward
-from trajsynth.training.tasks import load_rl_rows, trl_dataset
+from trajsynth.training.tasks import export_rows, trl_dataset
 from trajsynth.training.tool_env import environment_class, sandbox_opener
 
 __all__ = [
@@ -189,16 +189,6 @@ class TrainResult:
         return sum(s.seconds for s in self.steps) / max(len(self.steps), 1)
 
 
-def _rows(config: TrainConfig) -> list[RLRow]:
-    if not config.tasks:
-        raise InputError(
-            "no RL tasks: set `tasks` to an RL export folder, or pass rows "
-            "(`synth train` plans them with agents.rl_tasks.plan_rl_rows)"
-        )
-    rows = load_rl_rows(Path(config.tasks))
-    return rows[: config.n_tasks] if config.n_tasks else rows
-
-
 def train(
     config: TrainConfig,
     *,
@@ -213,7 +203,7 @@ def train(
     # TRL warns that environment_factory is experimental on every trainer; we pin the version.
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     t0 = time.perf_counter()
-    rows = list(rows) if rows is not None else _rows(config)
+    rows = list(rows) if rows is not None else export_rows(config)
     if not rows:
         raise InputError("no RL tasks to train on")
     clusters = {r.env.cluster_id: get_cluster(r.env.cluster_id) for r in rows}

@@ -19,10 +19,11 @@ from typing import Any
 from trajsynth.schemas import (
     InputError,
     RLRow,
+    TrainConfig,
     canonical_json,
 )
 
-__all__ = ["load_rl_rows", "trl_dataset"]
+__all__ = ["export_rows", "load_rl_rows", "trl_dataset"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,17 @@ def _row_dict(raw: Mapping[str, Any]) -> dict[str, Any]:
     data["constraints"] = constraints
     data["metadata"] = data.get("metadata") or {}
     return {k: v for k, v in data.items() if k in RLRow.model_fields}
+
+
+def export_rows(config: TrainConfig) -> list[RLRow]:
+    """The RL export at ``config.tasks``, cut to ``config.n_tasks`` when that is set."""
+    if not config.tasks:
+        raise InputError(
+            "no RL tasks: set `tasks` to an RL export folder, or pass rows "
+            "(`synth train` plans them with agents.rl_tasks.plan_rl_rows)"
+        )
+    rows = load_rl_rows(Path(config.tasks))
+    return rows[: config.n_tasks] if config.n_tasks else rows
 
 
 def load_rl_rows(path: Path) -> list[RLRow]:
