@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fakes.export_store import RUN, export_store
+from fakes.export_store import RUN, export_store, select
 
 from trajsynth.synth.export import (
     ExportError,
@@ -174,6 +174,25 @@ def test_empty_selection_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="run 'nope' has no selections"):
         export_rl(store, tmp_path / "out", run_id="nope")
     assert not (tmp_path / "out").exists()
+
+
+def test_default_run_is_the_newest_that_selected_something(tmp_path: Path) -> None:
+    from trajsynth.synth.export import resolve_run
+
+    store = export_store(tmp_path / "s.duckdb")
+    # a later run whose curation rejected everything it saw
+    store.insert_many(
+        {
+            "runs": [{"run_id": "run-later", "state": "done", "config": {}}],
+            "selections": [
+                {**select("sft", "t9", "task-9", selected=False), "run_id": "run-later"}
+            ],
+        }
+    )
+    assert resolve_run(store, None) == RUN
+    assert export_dataset(store, tmp_path / "out", check_render=False).run_id == RUN
+    with pytest.raises(ExportError, match="empty selection: run 'run-later'"):
+        export_dataset(store, tmp_path / "out2", run_id="run-later", check_render=False)
 
 
 def test_existing_folder_needs_overwrite(tmp_path: Path) -> None:

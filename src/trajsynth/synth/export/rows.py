@@ -31,7 +31,11 @@ _CONSTRAINTS = TypeAdapter(list[Constraint])
 
 
 def resolve_run(store: Store, run_id: str | None) -> str:
-    """``run_id`` if it has selections, else the newest run that has some."""
+    """``run_id`` if it has selections, else the newest run whose curation selected something.
+
+    A scheduled export after a round that selected nothing still writes the last dataset
+    rather than nothing.
+    """
     if run_id is not None:
         rows = store.query("SELECT count(*) AS n FROM selections WHERE run_id = ?", [run_id])
         if not rows or not rows[0]["n"]:
@@ -39,10 +43,10 @@ def resolve_run(store: Store, run_id: str | None) -> str:
         return run_id
     rows = store.query(
         "SELECT s.run_id FROM selections s LEFT JOIN runs r ON r.run_id = s.run_id "
-        "GROUP BY s.run_id ORDER BY max(r.created_at) DESC NULLS LAST, s.run_id DESC LIMIT 1"
+        "WHERE s.selected GROUP BY s.run_id ORDER BY max(r.created_at) DESC NULLS LAST, s.run_id DESC LIMIT 1"
     )
     if not rows:
-        raise ExportError(f"empty selection: {store.path} has no selections (curate a round first)")
+        raise ExportError(f"empty selection: {store.path} has no selected items (curate a round first)")
     return str(rows[0]["run_id"])
 
 
