@@ -47,7 +47,7 @@ def push_to_hub(report: ExportReport, repo: str) -> None:
 def export(
     out: Annotated[Path, typer.Option("--out", "-o", help="dataset folder to write")],
     run: Annotated[
-        str | None, typer.Option("--run", help="run id (default: newest run that selected something)")
+        str | None, typer.Option("--run", help="run id (default: newest run with selected items)")
     ] = None,
     round: Annotated[
         int | None, typer.Option("--round", help="one round only (default: every round)")

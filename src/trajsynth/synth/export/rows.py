@@ -43,10 +43,13 @@ def resolve_run(store: Store, run_id: str | None) -> str:
         return run_id
     rows = store.query(
         "SELECT s.run_id FROM selections s LEFT JOIN runs r ON r.run_id = s.run_id "
-        "WHERE s.selected GROUP BY s.run_id ORDER BY max(r.created_at) DESC NULLS LAST, s.run_id DESC LIMIT 1"
+        "WHERE s.selected GROUP BY s.run_id "
+        "ORDER BY max(r.created_at) DESC NULLS LAST, s.run_id DESC LIMIT 1"
     )
     if not rows:
-        raise ExportError(f"empty selection: {store.path} has no selected items (curate a round first)")
+        raise ExportError(
+            f"empty selection: {store.path} has no selected items (curate a round first)"
+        )
     return str(rows[0]["run_id"])
 
 
