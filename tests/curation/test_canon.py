@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trajsynth.curation.canon import (
+    call_key,
+    call_key_memo,
     canon_args,
     canon_call,
     canon_number,
@@ -17,7 +19,7 @@ from trajsynth.curation.canon import (
     obs_class,
     obs_digest,
 )
-from trajsynth.schemas import ObsClass, canonical_json
+from trajsynth.schemas import ObsClass, ToolCallRecord, canonical_json
 
 SCHEMA = {
     "type": "object",
@@ -98,6 +100,29 @@ def test_canon_call_malformed_never_raises() -> None:
     c = canon_call("add_to_cart", "[1, 2]")
     assert len({a, b, c}) == 3
     assert all(len(x[1]) == 16 for x in (a, b, c))
+
+
+def _record(raw: str) -> ToolCallRecord:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    return ToolCallRecord(
+        call_id="c", tool="get_order", raw_arguments=raw,
+        arguments=parsed if isinstance(parsed, dict) else None,
+    )  # fmt: skip
+
+
+def test_call_key_is_canon_call_with_or_without_the_round_memo() -> None:
+    raws = ['{"order_id": "#W1", "note": " A"}', '{"note": "a", "order_id": "#W1"}', '{"x": ']
+    plain = [call_key(_record(r)) for r in raws]
+    assert plain == [canon_call("get_order", r) for r in raws]
+    assert plain[0] == plain[1] != plain[2]
+    with call_key_memo():
+        with call_key_memo():  # a nested block shares the outer memo
+            assert [call_key(_record(r)) for r in raws] == plain
+        assert [call_key(_record(r)) for r in raws] == plain
+    assert call_key(_record(raws[2])) == plain[2]
 
 
 def test_code_canonicalized_by_normalized_source() -> None:

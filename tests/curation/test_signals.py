@@ -78,6 +78,22 @@ def test_no_progress_after_three_turns_without_a_new_state() -> None:
     assert not short.no_progress  # fewer than 3 assistant turns
 
 
+def test_no_progress_counts_a_revealed_hidden_slot_when_given_the_task_steps() -> None:
+    from trajsynth.curation.topology import trajectory_steps
+
+    # a read, then three asks: only the third answer reveals the order id the task hides
+    asks = make_trajectory(
+        "t",
+        [[GOOD], "Which order?", "Which order exactly?", "The id, please?"],
+        replies={1: "The last one.", 2: "The recent one.", 3: "It is W1."},
+        opening="Please check my last order.",
+        final="Done.",
+    )
+    assert compute_signals(asks).no_progress  # without the task, an answer is no new state
+    steps = trajectory_steps(asks, hidden_info={"order_id": "W1"})
+    assert not compute_signals(asks, steps=steps).no_progress
+
+
 def test_disengagement_by_phrase_or_early_user_stop() -> None:
     quit_ = make_trajectory("t", ["Which one?"], replies={0: "Forget it, I give up."})
     assert compute_signals(quit_).disengagement

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 import numpy as np
@@ -151,6 +152,7 @@ def test_bad_input_gets_defined_values_or_reasons(store: Store) -> None:
 def test_empty_round_gives_zero_figures(store: Store) -> None:
     write_round(store, *methods_example())
     report = curate_round(store, RUN, 3, embedder=hash_embedder())
+    assert gc.isenabled()  # the collector paused for the round runs again
     assert report.n_trajectories == 0 and report.skips["round"].startswith("empty round")
     assert report.diversity.n == 0 and "empty round" in report.diversity.notes[0]
     (row,) = store.query("SELECT * FROM round_stats WHERE round = 3")

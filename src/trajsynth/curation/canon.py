@@ -19,14 +19,18 @@ import json
 import math
 import re
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from decimal import Decimal
 from typing import Any
 
-from trajsynth.schemas import JsonValue, ObsClass, canonical_json
+from trajsynth.schemas import JsonValue, ObsClass, ToolCallRecord, canonical_json
 
 __all__ = [
     "SOURCE_KEYS",
+    "call_key",
+    "call_key_memo",
     "canon_args",
     "canon_call",
     "canon_number",
@@ -214,6 +218,52 @@ def canon_call(
             return tool, _sha1("malformed:" + args.strip())[:16]
         args = parsed
     return tool, _sha1(canonical_json(canon_args(args, schema, volatile)))[:16]
+
+
+_CALL_KEYS: ContextVar[dict[tuple[str, str], tuple[str, str]] | None] = ContextVar(
+    "call_keys", default=None
+)
+
+
+@contextmanager
+def call_key_memo() -> Iterator[None]:
+    """Inside the block, :func:`call_key` canonicalizes each (tool, raw arguments) once.
+
+    Curation reads every call in several stages (digests, CAC, duplicates); one memo per round
+    saves re-canonicalizing the same arguments there. Nested blocks share the outer memo.
+    """
+    if _CALL_KEYS.get() is not None:
+        yield
+        return
+    token = _CALL_KEYS.set({})
+    try:
+        yield
+    finally:
+        _CALL_KEYS.reset(token)
+
+
+def call_key(call: ToolCallRecord) -> tuple[str, str]:
+    """:func:`canon_call` of a recorded call: its parsed arguments, else its raw text (§1.2).
+
+    Memoized by ``(tool, raw_arguments)`` inside :func:`call_key_memo` (the parsed arguments
+    are a function of the raw text).
+
+    >>> from trajsynth.schemas import ObsClass
+    >>> call = ToolCallRecord(call_id="c1", tool="get_order", raw_arguments='{"order_id": "#W1"}',
+    ...     arguments={"order_id": "#W1"}, observation="{}", obs_class=ObsClass.EMPTY, turn=0)
+    >>> call_key(call) == canon_call("get_order", {"order_id": "#W1"})
+    True
+    """
+    memo = _CALL_KEYS.get()
+    if memo is not None:
+        hit = memo.get((call.tool, call.raw_arguments))
+        if hit is not None:
+            return hit
+    args = call.arguments if call.arguments is not None else call.raw_arguments
+    key = canon_call(call.tool, args)
+    if memo is not None:
+        memo[(call.tool, call.raw_arguments)] = key
+    return key
 
 
 def parse_json_maybe(value: Any) -> Any:

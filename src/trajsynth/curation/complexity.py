@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from trajsynth.curation.canon import canon_call, is_identifier, parse_json_maybe
+from trajsynth.curation.canon import call_key, is_identifier, parse_json_maybe
 from trajsynth.schemas import (
     CACBreakdown,
     CACStep,
@@ -193,8 +193,7 @@ def cac(
             g, from_plan = plan_depth[call.tool], True
         else:
             g = 0
-        key = canon_call(call.tool, call.arguments if call.arguments is not None
-                         else call.raw_arguments)  # fmt: skip
+        key = call_key(call)
         branch = call.tool in branch_tools or (
             prev_class in (ObsClass.ERROR, ObsClass.EMPTY) and key != prev_key
         )

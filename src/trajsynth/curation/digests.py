@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from trajsynth.curation.canon import canon_call, is_identifier, parse_json_maybe
+from trajsynth.curation.canon import call_key, is_identifier, parse_json_maybe
 from trajsynth.schemas import (
     MessageRole,
     ObsClass,
@@ -272,8 +272,7 @@ def rule_mode(
         return ReasoningMode.CLARIFY_FIRST
 
     calls = trajectory.calls
-    keys = [canon_call(c.tool, c.arguments if c.arguments is not None else c.raw_arguments)
-            for c in calls]  # fmt: skip
+    keys = [call_key(c) for c in calls]
     for i, call in enumerate(calls):
         if call.obs_class is ObsClass.ERROR and any(
             later.obs_class is not ObsClass.ERROR and keys[j] != keys[i]

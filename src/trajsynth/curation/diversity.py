@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from trajsynth.curation.canon import canon_call
+from trajsynth.curation.canon import call_key, canon_call
 from trajsynth.curation.complexity import cac, cac_tertiles, difficulty_of
 from trajsynth.curation.digests import (
     CODE_TOOL_WORDS,
@@ -110,8 +110,7 @@ DUPLICATE_COSINE = 0.95
 
 
 def _call_action(call: ToolCallRecord) -> list[str]:
-    args = call.arguments if call.arguments is not None else call.raw_arguments
-    return [*canon_call(call.tool, args), call.obs_class.value]
+    return [*call_key(call), call.obs_class.value]
 
 
 def _text_action(kind: str, text: str) -> list[str]:

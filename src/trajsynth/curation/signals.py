@@ -198,9 +198,13 @@ class SignalContext:
     def turns(self) -> list[Turn]:
         return turns(self.trajectory)
 
+    known_steps: tuple[str, list[Step]] | None = None
+
     @cached_property
     def steps(self) -> tuple[str, list[Step]]:
         """The start state key and the steps of the rollout (``curation.topology``)."""
+        if self.known_steps is not None:
+            return self.known_steps
         return trajectory_steps(self.trajectory, write_tools=self.write_tools)
 
     @cached_property
@@ -359,12 +363,15 @@ def compute_signals(
     verdict: Verdict | None = None,
     write_tools: Collection[str] | None = None,
     weights: Mapping[str, float] = TRIAGE_WEIGHTS,
+    steps: tuple[str, list[Step]] | None = None,
 ) -> Signals:
     """Every registered signal of one trajectory plus ``triage`` (METHODS.md §7).
 
     O(messages + calls); no model call. ``verdict`` (optional) lets disengagement see a
     simulator that stopped before the goal was met; ``write_tools`` is passed to the state keys
-    of the ``no_progress`` check (see ``curation.topology``). A trajectory with no messages or
+    of the ``no_progress`` check (see ``curation.topology``); ``steps`` are that check's
+    ``trajectory_steps`` when the caller has them already (curation computes them once, with
+    the task's hidden info, for signals and topology alike). A trajectory with no messages or
     no calls gets defined values (rates 0, no flags).
 
     >>> from trajsynth.schemas import Message, Termination, Trajectory
@@ -376,6 +383,7 @@ def compute_signals(
     (True, 0.5)
     """
     ctx = SignalContext.build(trajectory, verdict, write_tools)
+    ctx.known_steps = steps
     values: dict[str, Any] = {}
     for name in registered_detectors():
         values.update(_DETECTORS[name](ctx))

@@ -457,6 +457,7 @@ def build_quotient_graph(
     soft_merge: SoftMerge = "off",
     similarity_threshold: float = 0.95,
     embedder: Embedder | None = None,
+    steps: Mapping[str, tuple[str, list[Step]]] | None = None,
 ) -> nx.MultiDiGraph:
     """The quotient graph of all rollouts of one task (METHODS.md §8, "Graph").
 
@@ -471,7 +472,9 @@ def build_quotient_graph(
 
     ``verdicts`` is keyed by trajectory id. ``soft_merge`` optionally merges near-equal ok
     observations of one call: ``difflib`` ratio or embedding cosine >= ``similarity_threshold``
-    (§1.2). Raises ``InputError`` if the trajectories belong to more than one task.
+    (§1.2). ``steps`` holds :func:`trajectory_steps` per trajectory id when the caller computed
+    them already with the same ``write_tools``, ``hidden_info`` and ``volatile``; a soft merge
+    recomputes them. Raises ``InputError`` if the trajectories belong to more than one task.
     """
     task_ids = {t.blueprint_id for t in trajectories}
     if task_id is not None:
@@ -500,7 +503,17 @@ def build_quotient_graph(
         )
     cache: dict[tuple[str, str], tuple[str, str]] = {}
     for trajectory, passed in valid:
-        _add_walk(graph, trajectory, passed, write_tools, hidden_info, volatile, digest_map, cache)
+        known = None if digest_map or steps is None else steps.get(trajectory.trajectory_id)
+        if known is None:
+            known = trajectory_steps(
+                trajectory,
+                write_tools=write_tools,
+                hidden_info=hidden_info,
+                volatile=volatile,
+                digest_map=digest_map,
+                action_cache=cache,
+            )
+        _add_walk(graph, trajectory, passed, known)
     _mark_error_edges(graph)
     return graph
 
@@ -519,21 +532,10 @@ def _add_walk(
     graph: nx.MultiDiGraph,
     trajectory: Trajectory,
     passed: bool,
-    write_tools: Collection[str] | None,
-    hidden_info: Mapping[str, JsonValue] | None,
-    volatile: frozenset[str],
-    digest_map: Mapping[str, str],
-    cache: dict[tuple[str, str], tuple[str, str]],
+    walk: tuple[str, list[Step]],
 ) -> None:
     rid = trajectory.trajectory_id
-    start, steps = trajectory_steps(
-        trajectory,
-        write_tools=write_tools,
-        hidden_info=hidden_info,
-        volatile=volatile,
-        digest_map=digest_map,
-        action_cache=cache,
-    )
+    start, steps = walk
     nodes = [start]
     edges: list[tuple[str, str, str]] = []
     _add_node(graph, start, "start", 0, rid)

@@ -30,6 +30,7 @@ Decisions (METHODS.md leaves them open):
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -38,14 +39,15 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
 import numpy as np
-from pydantic import ValidationError
+from pydantic import JsonValue, TypeAdapter, ValidationError
 
+from trajsynth.curation.canon import call_key_memo
 from trajsynth.curation.complexity import cac, cac_tertiles, difficulty_of
 from trajsynth.curation.digests import (
     digest,
@@ -59,7 +61,13 @@ from trajsynth.curation.evolution import next_round_weights
 from trajsynth.curation.modes import ModeCodebook, embed_texts, needs_refit
 from trajsynth.curation.select import select_rl, select_sft
 from trajsynth.curation.signals import compute_signals
-from trajsynth.curation.topology import build_quotient_graph, task_metrics, trajectory_metrics
+from trajsynth.curation.topology import (
+    Step,
+    build_quotient_graph,
+    task_metrics,
+    trajectory_metrics,
+    trajectory_steps,
+)
 from trajsynth.schemas import (
     BlueprintAttempt,
     CACBreakdown,
@@ -119,6 +127,9 @@ def embedding_model_id(config: CurationConfig) -> str:
 # --- loading ---------------------------------------------------------------------------------
 
 
+_TOOL_LIST = TypeAdapter(list[dict[str, JsonValue]])
+
+
 def _fields(model: type, row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k in model.model_fields and v is not None}
 
@@ -137,21 +148,30 @@ def _load_round(store: Store, run_id: str, round: int) -> _Round:
     skips: dict[str, str] = {}
     trajectories: list[Trajectory] = []
     # each row as one JSON document: pydantic validates JSON text twice as fast as the dicts
-    # json.loads would make of it (the tool schemas are deep JsonValue trees)
-    fields = ", ".join(Trajectory.model_fields)
+    # json.loads would make of it. The tool schemas (deep JsonValue trees, the same for every
+    # rollout of a task) are validated once per distinct text and shared.
+    fields = ", ".join(f for f in Trajectory.model_fields if f != "tools")
     rows = store.query(
-        f"SELECT trajectory_id, to_json(r)::VARCHAR AS doc FROM (SELECT {fields} FROM "
-        "trajectories WHERE run_id = ? AND round = ?) r ORDER BY trajectory_id",
+        f"SELECT trajectory_id, to_json(struct_pack({fields}))::VARCHAR AS doc, "
+        "tools::VARCHAR AS tools FROM trajectories WHERE run_id = ? AND round = ? "
+        "ORDER BY trajectory_id",
         [run_id, round],
     )
+    tool_lists: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         try:
-            trajectories.append(Trajectory.model_validate_json(row["doc"]))
+            trajectory = Trajectory.model_validate_json(row["doc"])
+            if row["tools"] is not None:
+                tools = tool_lists.get(row["tools"])
+                if tools is None:
+                    tools = tool_lists[row["tools"]] = _TOOL_LIST.validate_json(row["tools"])
+                trajectory = trajectory.model_copy(update={"tools": tools})
+            trajectories.append(trajectory)
         except ValidationError:
             # NULLs where the model has defaults, or a truly bad row: the field-by-field path
             # drops the NULLs and names the first bad field
             try:
-                record = json.loads(row["doc"])
+                record = {**json.loads(row["doc"]), "tools": json.loads(row["tools"] or "[]")}
                 trajectories.append(Trajectory.model_validate(_fields(Trajectory, record)))
             except ValidationError as exc:
                 skips[str(row["trajectory_id"])] = f"unreadable trajectory row: {exc.errors()[0]}"
@@ -259,6 +279,23 @@ class _StoreCache(MutableMapping[str, np.ndarray]):
             }
             for k, v in self.new.items()
         ]
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block.
+
+    A round holds millions of small objects that all stay alive until it ends; every
+    generation-2 pass walks all of them, which took a third of curation's Python time at 10k
+    trajectories. Curation makes few reference cycles, so they wait for the next collection.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 @contextmanager
@@ -376,12 +413,15 @@ def curate_round(
         )
         log.info("round %d of %s: inputs unchanged, stored curation kept", round, run_id)
         return report
-    with timer.stage("load"):
-        data = (
-            _load_round(store, run_id, round) if store.path.exists() else _Round([], {}, {}, {}, {})
-        )
-    work = _Curation(store, run_id, round, cfg, data, timer, embedder)
-    return work.run(ihash)
+    with _gc_paused(), call_key_memo():
+        with timer.stage("load"):
+            data = (
+                _load_round(store, run_id, round)
+                if store.path.exists()
+                else _Round([], {}, {}, {}, {})
+            )
+        work = _Curation(store, run_id, round, cfg, data, timer, embedder)
+        return work.run(ihash)
 
 
 class _Curation:
@@ -401,6 +441,7 @@ class _Curation:
         self.data, self.timer, self.embedder = data, timer, embedder
         self.skips = dict(data.skips)
         self.by_id = {t.trajectory_id: t for t in data.trajectories}
+        self.steps: dict[str, tuple[str, list[Step]]] = {}
         self.signals: dict[str, Signals] = {}
         self.task_topos: list[TaskTopology] = []
         self.task_graphs: dict[str, dict[str, Any]] = {}
@@ -424,6 +465,8 @@ class _Curation:
     def run(self, ihash: str) -> CurationReport:
         if not self.data.trajectories:
             self.skips["round"] = "empty round: no trajectories"
+        with self.timer.stage("steps"):
+            self._steps()
         with self.timer.stage("signals"):
             self._signals()
         with self.timer.stage("topology"):
@@ -453,6 +496,23 @@ class _Curation:
     def _cluster_access(self, t: Trajectory) -> dict[str, ToolAccess] | None:
         return self.data.access.get(t.cluster_id)
 
+    def _hidden_info(self, task_id: str) -> dict[str, Any] | None:
+        bp = self.data.blueprints.get(task_id) or {}
+        return bp.get("hidden_info") if isinstance(bp.get("hidden_info"), dict) else None
+
+    def _steps(self) -> None:
+        """The state keys of every rollout once, for signals and topology (§1.2)."""
+        caches: dict[str, dict[tuple[str, str], tuple[str, str]]] = defaultdict(dict)
+        for t in self.data.trajectories:
+            # on a bad record, signals and topology recompute the steps and record why
+            with suppress(*_RECORD_ERRORS):
+                self.steps[t.trajectory_id] = trajectory_steps(
+                    t,
+                    write_tools=_write_tools(self._cluster_access(t)),
+                    hidden_info=self._hidden_info(t.blueprint_id),
+                    action_cache=caches[t.blueprint_id],  # one task: one set of tool schemas
+                )
+
     def _signals(self) -> None:
         for t in self.data.trajectories:
             try:
@@ -460,6 +520,7 @@ class _Curation:
                     t,
                     verdict=self.data.verdicts.get(t.trajectory_id),
                     write_tools=_write_tools(self._cluster_access(t)),
+                    steps=self.steps.get(t.trajectory_id),
                 )
             except _RECORD_ERRORS as exc:
                 self.skips[t.trajectory_id] = f"signals failed: {type(exc).__name__}: {exc}"[:300]
@@ -471,8 +532,7 @@ class _Curation:
         soft = self.cfg.soft_merge
         for task_id in sorted(by_task):
             group = by_task[task_id]
-            bp = self.data.blueprints.get(task_id) or {}
-            hidden = bp.get("hidden_info") if isinstance(bp.get("hidden_info"), dict) else None
+            hidden = self._hidden_info(task_id)
             try:
                 graph = build_quotient_graph(
                     group,
@@ -483,6 +543,7 @@ class _Curation:
                     soft_merge=soft,
                     similarity_threshold=self.cfg.soft_merge_threshold,
                     embedder=self._get_embedder() if soft == "embedding" else None,
+                    steps=self.steps,
                 )
                 task = task_metrics(graph)
                 trajs = trajectory_metrics(graph)
