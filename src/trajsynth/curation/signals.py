@@ -172,6 +172,7 @@ class SignalContext:
     user_turns: list[str] = field(default_factory=list)
     user_replies: list[str] = field(default_factory=list)
     assistant_texts: list[str] = field(default_factory=list)
+    known_steps: tuple[str, list[Step]] | None = None  # the caller's trajectory_steps
 
     @classmethod
     def build(
@@ -197,8 +198,6 @@ class SignalContext:
     @cached_property
     def turns(self) -> list[Turn]:
         return turns(self.trajectory)
-
-    known_steps: tuple[str, list[Step]] | None = None
 
     @cached_property
     def steps(self) -> tuple[str, list[Step]]:

@@ -283,11 +283,12 @@ class _StoreCache(MutableMapping[str, np.ndarray]):
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block.
+    """The cyclic garbage collector off for the block (process-wide).
 
     A round holds millions of small objects that all stay alive until it ends; every
-    generation-2 pass walks all of them, which took a third of curation's Python time at 10k
-    trajectories. Curation makes few reference cycles, so they wait for the next collection.
+    generation-2 pass walks all of them, which took about a quarter of curation's Python time
+    at 10k trajectories. Curation makes few reference cycles, so they wait for the next
+    collection (peak memory measured the same: 1.21 GB against 1.24 GB).
     """
     was_enabled = gc.isenabled()
     gc.disable()
