@@ -242,11 +242,11 @@ def call_key_memo() -> Iterator[None]:
         _CALL_KEYS.reset(token)
 
 
-def call_key(call: ToolCallRecord) -> tuple[str, str]:
+def call_key(call: ToolCallRecord, schema: Mapping[str, Any] | None = None) -> tuple[str, str]:
     """:func:`canon_call` of a recorded call: its parsed arguments, else its raw text (§1.2).
 
-    Memoized by ``(tool, raw_arguments)`` inside :func:`call_key_memo` (the parsed arguments
-    are a function of the raw text).
+    Without a ``schema``, memoized by ``(tool, raw_arguments)`` inside :func:`call_key_memo`
+    (the parsed arguments are a function of the raw text).
 
     >>> from trajsynth.schemas import ObsClass
     >>> call = ToolCallRecord(call_id="c1", tool="get_order", raw_arguments='{"order_id": "#W1"}',
@@ -254,13 +254,13 @@ def call_key(call: ToolCallRecord) -> tuple[str, str]:
     >>> call_key(call) == canon_call("get_order", {"order_id": "#W1"})
     True
     """
-    memo = _CALL_KEYS.get()
+    memo = _CALL_KEYS.get() if schema is None else None
     if memo is not None:
         hit = memo.get((call.tool, call.raw_arguments))
         if hit is not None:
             return hit
     args = call.arguments if call.arguments is not None else call.raw_arguments
-    key = canon_call(call.tool, args)
+    key = canon_call(call.tool, args, schema)
     if memo is not None:
         memo[(call.tool, call.raw_arguments)] = key
     return key

@@ -45,7 +45,7 @@ from typing import Any, Literal
 import networkx as nx
 import numpy as np
 
-from trajsynth.curation.canon import canon_call, obs_digest, parse_json_maybe
+from trajsynth.curation.canon import call_key, obs_digest, parse_json_maybe
 from trajsynth.schemas import (
     FailureClass,
     InputError,
@@ -291,10 +291,7 @@ def _call_action(
     key = (call.tool, call.raw_arguments)
     if cache is not None and key in cache:
         return cache[key]
-    args: Mapping[str, Any] | str | None = (
-        call.arguments if call.arguments is not None else call.raw_arguments
-    )
-    action = canon_call(call.tool, args, schemas.get(call.tool))
+    action = call_key(call, schemas.get(call.tool))
     if cache is not None:
         cache[key] = action
     return action
