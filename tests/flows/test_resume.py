@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from fakes.llm_server import FakeLLMServer
 
@@ -150,3 +151,30 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(
     assert [(r.state, r.trajectories) for r in runs] == [
         ("completed", len(ref_ids["trajectories"]))
     ]
+
+
+def test_sigkill_of_synth_alone_leaves_no_process_behind(
+    tmp_path: Path, llm: FakeLLMServer
+) -> None:
+    """Only the `synth` process is killed (not its group, as an OOM kill or `kill -9 PID`
+    does): Prefect's API server and every other descendant still end."""
+    store = Store(tmp_path / "data" / "synth.duckdb")
+    proc = subprocess.Popen(
+        _command(llm), cwd=tmp_path, env=_env(tmp_path),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    try:
+        while _count(store, "SELECT count(*) AS n FROM blueprint_attempts") < 1:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        descendants = [
+            p for p in psutil.Process(proc.pid).children(recursive=True)
+            if "trajsynth.synth.reaper" not in " ".join(p.cmdline())
+        ]  # fmt: skip
+        assert descendants, "the run started no server or sandbox"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    _, alive = psutil.wait_procs(descendants, timeout=60)
+    assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trajsynth.schemas import RunConfig
+from trajsynth.synth.reaper import guard_descendants
 from trajsynth.synth.settings import Settings
 from trajsynth.synth.summary import RunSummary
 
@@ -29,6 +30,7 @@ def prefect_environment() -> None:
 def run_and_report(
     settings: Settings, config: RunConfig, *, console: Console, concurrency: int
 ) -> bool:
+    guard_descendants()  # a `kill -9` of this command must not orphan its servers
     prefect_environment()
     from trajsynth.flows.build import build_dataset, run_id_for
     from trajsynth.flows.progress import progress_sink
