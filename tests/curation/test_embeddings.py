@@ -8,7 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trajsynth.curation.embeddings import cpu_has_bf16, load_embedder, resolve_dtype
+from trajsynth.curation import embeddings
+from trajsynth.curation.embeddings import (
+    calibrated_setting,
+    cpu_has_bf16,
+    load_embedder,
+    pick_fastest,
+    resolve_dtype,
+    resolve_threads,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -29,11 +37,57 @@ def test_bf16_is_detected_from_the_cpu_flags(tmp_path: Path) -> None:
     assert cpu_has_bf16(str(tmp_path / "missing")) is False
 
 
-def test_explicit_dtypes_win_and_auto_follows_the_hardware() -> None:
+def test_explicit_dtypes_and_threads_win_without_measuring() -> None:
     assert resolve_dtype("float32") == "float32"
     assert resolve_dtype("bfloat16") == "bfloat16"
     assert resolve_dtype("auto", device="cuda") == "bfloat16"
-    assert resolve_dtype("auto") == ("bfloat16" if cpu_has_bf16() else "float32")
+    assert resolve_threads(3) == 3
+
+
+def test_the_fastest_measured_candidate_wins_and_ties_prefer_float32_and_fewer_threads() -> None:
+    rates = {("float32", 1): 60.0, ("float32", 2): 55.0, ("bfloat16", 1): 30.0,
+             ("bfloat16", 2): 61.0}  # fmt: skip
+    best = pick_fastest(lambda d, n: rates[(d, n)], list(rates))
+    assert (best.dtype, best.threads) == ("bfloat16", 2)
+    assert best.texts_per_s["float32x1"] == 60.0 and len(best.texts_per_s) == 4
+    tie = pick_fastest(lambda d, n: 50.0, list(rates))
+    assert (tie.dtype, tie.threads) == ("float32", 1)
+
+
+def test_calibration_is_measured_once_then_read_from_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured: list[tuple[str, int]] = []
+
+    def fake_measure(max_seq_length: int, batch_size: int):  # the timing, not the model
+        def rate(dtype: str, threads: int) -> float:
+            measured.append((dtype, threads))
+            return 100.0 if (dtype, threads) == ("float32", 1) else 10.0
+
+        return rate
+
+    monkeypatch.setattr(embeddings, "_measure", fake_measure)
+    path = tmp_path / "calibration.json"
+    first = calibrated_setting.__wrapped__(max_seq_length=33, path=path)
+    assert (first.dtype, first.threads) == ("float32", 1) and measured
+    n = len(measured)
+    again = calibrated_setting.__wrapped__(max_seq_length=33, path=path)
+    assert again == first and len(measured) == n  # read back, not measured again
+    other = calibrated_setting.__wrapped__(max_seq_length=34, path=path)
+    assert other == first and len(measured) == 2 * n  # another sequence cap is measured anew
+    path.write_text("{not json")
+    assert calibrated_setting.__wrapped__(max_seq_length=33, path=path) == first
+
+
+@pytest.mark.slow
+def test_calibration_measures_the_real_model(tmp_path: Path) -> None:
+    setting = calibrated_setting.__wrapped__(max_seq_length=64, path=tmp_path / "c.json")
+    assert setting.dtype in ("float32", "bfloat16") and setting.threads >= 1
+    assert all(rate > 0 for rate in setting.texts_per_s.values())
+    assert (
+        max(setting.texts_per_s.values())
+        == setting.texts_per_s[f"{setting.dtype}x{setting.threads}"]
+    )
 
 
 @pytest.mark.slow
