@@ -32,6 +32,9 @@ def run_and_report(
 ) -> bool:
     guard_descendants()  # a `kill -9` of this command must not orphan its servers
     prefect_environment()
+    from trajsynth.flows.api import start_api, wait_api
+
+    start_api()  # overlaps the imports below; wait_api() reports a start that fails
     from trajsynth.flows.build import build_dataset, run_id_for
     from trajsynth.flows.progress import progress_sink
     from trajsynth.flows.runners import task_runner_for
@@ -61,6 +64,7 @@ def run_and_report(
             progress.update(bars[stage], completed=done, total=total, note=note)
 
         with progress_sink(on_event):
+            wait_api()
             summary = asyncio.run(
                 build_dataset.with_options(task_runner=runner)(
                     config,
