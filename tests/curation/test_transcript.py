@@ -74,9 +74,11 @@ def test_the_terminal_shows_roles_calls_results_and_why_a_constraint_failed() ->
     console = Console(width=120, record=True, color_system=None)
     console.print(render_transcript(transcript(_trajectory(), _verdict())))
     text = console.export_text()
-    expected = ["FAILED", "user: Please check my order W1.", "→ get_order(",
-                "← cancel_order: Error", "more lines folded", "final_state",
-                "expected cancelled, got shipped", "assistant: Which order do you mean?"]  # fmt: skip
+    expected = [
+        "FAILED", "user: Please check my order W1.", "→ get_order(", "← cancel_order: Error",
+        "more lines folded", "final_state", "expected cancelled, got shipped",
+        "assistant: Which order do you mean?",
+    ]  # fmt: skip
     assert [e for e in expected if e not in text] == []
 
 
