@@ -220,7 +220,9 @@ class Environment:
     # ------------------------------------------------------------------ server process
 
     def _server_env(self) -> dict[str, str]:
-        return {SEED_ENV: str(self.seed), **self.cluster.server.env}
+        # the call's limit, so a server can stop its own work first (code.py TOOL_TIMEOUT_ENV)
+        timeout = {"TRAJSYNTH_TOOL_TIMEOUT_S": f"{self.tool_timeout_s:g}"}
+        return {SEED_ENV: str(self.seed), **timeout, **self.cluster.server.env}
 
     def _in_container(self) -> bool:
         from trajsynth.sandboxes import DockerSandbox

@@ -238,7 +238,8 @@ def _bwrap_argv(
         view += ["--ro-bind", f"{passwd}/passwd", "/etc/passwd"]
         view += ["--ro-bind", f"{passwd}/group", "/etc/group"]
     view += ["--dev", "/dev", "--proc", "/proc"]
-    view += ["--perms", "1777", "--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    for tmpfs in ("/tmp", "/dev/shm"):  # shm: multiprocessing's semaphores live there
+        view += ["--perms", "1777", "--size", str(tmp_mb * 1024 * 1024), "--tmpfs", tmpfs]
     made: set[str] = set()
     for path in _ro_paths(extra_ro):
         view += [*_dirs_for(path, made), "--ro-bind", path, path]
@@ -260,7 +261,9 @@ def _bwrap_argv(
         "--",
     ]
     inner = ["bwrap", "--unshare-user", "--disable-userns", "--die-with-parent"]
-    inner += ["--ro-bind", "/", "/", "--bind", "/tmp", "/tmp", "--bind", work, work]
+    # --ro-bind marks every mount under it nodev; /dev gets its devices back (null, urandom)
+    inner += ["--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"]
+    inner += ["--bind", "/tmp", "/tmp", "--bind", work, work]
     inner += ["--chdir", cwd]
     return [*outer, *drop, *inner]
 
