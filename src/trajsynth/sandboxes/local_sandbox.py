@@ -232,15 +232,16 @@ def _bwrap_argv(
             view += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             view += ["--ro-bind", link, link]
+    made: set[str] = set()
     for path in _ETC_FILES:
-        view += ["--ro-bind-try", path, path]
+        if os.path.exists(path):
+            view += [*_dirs_for(path, made), "--ro-bind", path, path]
     if passwd is not None:
-        view += ["--ro-bind", f"{passwd}/passwd", "/etc/passwd"]
+        view += [*_dirs_for("/etc/passwd", made), "--ro-bind", f"{passwd}/passwd", "/etc/passwd"]
         view += ["--ro-bind", f"{passwd}/group", "/etc/group"]
     view += ["--dev", "/dev", "--proc", "/proc"]
     for tmpfs in ("/tmp", "/dev/shm"):  # shm: multiprocessing's semaphores live there
         view += ["--perms", "1777", "--size", str(tmp_mb * 1024 * 1024), "--tmpfs", tmpfs]
-    made: set[str] = set()
     for path in _ro_paths(extra_ro):
         view += [*_dirs_for(path, made), "--ro-bind", path, path]
     view += [*_dirs_for(work, made), "--bind", work, work]
