@@ -361,8 +361,30 @@ def run_tests(
     )
 
 
+def run_command(argv: list[str], timeout_s: float) -> int:
+    """Run ``argv`` in the work directory exactly as ``run_python`` runs a program (same
+    runner, limits, output cap and kill of everything it started); print its output and
+    return its exit status (124: timed out). ``synth sandbox run`` calls this in a sandbox."""
+    become_subreaper()
+    root = Path(os.environ.get("TRAJSYNTH_WORKDIR") or os.getcwd()).resolve()
+    try:
+        code, out, err = _run(argv, root=root, timeout_s=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - the ToolError the model would see
+        sys.stderr.write(f"{exc}\n")
+        return 124
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code if code >= 0 else 128 - code
+
+
 def main() -> None:
-    """Seed the work directory if needed, then serve over stdio."""
+    """Seed the work directory if needed, then serve over stdio.
+
+    ``python -m trajsynth.mcp_servers.servers.code exec TIMEOUT_S -- CMD ...`` instead runs
+    one command as ``run_python`` would (``run_command``).
+    """
+    if len(sys.argv) > 3 and sys.argv[1] == "exec" and sys.argv[3] == "--":
+        sys.exit(run_command(sys.argv[4:], float(sys.argv[2])))
     become_subreaper()
     STORE.ensure()
     server.run("stdio")
