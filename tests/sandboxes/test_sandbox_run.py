@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -114,3 +115,34 @@ def test_cgroup_limits_and_kill() -> None:
     finally:
         group.remove()
     assert not any(d.exists() for d in group.dirs)
+
+
+@pytest.mark.slow
+def test_what_a_killed_owner_left_is_reaped_at_the_next_start(tmp_path: Path) -> None:
+    if unenforced_limits():
+        pytest.skip(f"LocalSandbox cannot enforce {', '.join(unenforced_limits())} here")
+    from trajsynth.sandboxes import local_sandbox
+
+    owner = (
+        "import json, sys, time\n"
+        "from trajsynth.sandboxes import LocalSandbox\n"
+        "sb = LocalSandbox(root=__import__('pathlib').Path(sys.argv[1]))\n"
+        "sb.start()\n"
+        "print(json.dumps([sb.workdir, [str(d) for d in sb._cgroup.dirs]]), flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", owner, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    workdir, cgroup_dirs = json.loads(proc.stdout.readline())
+    proc.kill()  # SIGKILL: close() never runs
+    proc.wait()
+    assert any(line.split()[1] == workdir for line in Path("/proc/mounts").read_text().splitlines())
+    assert all(Path(d).exists() for d in cgroup_dirs)
+    local_sandbox._reap_stale_once.cache_clear()
+    local_sandbox._reap_stale_once()
+    assert not any(
+        line.split()[1] == workdir for line in Path("/proc/mounts").read_text().splitlines()
+    )
+    assert not any(Path(d).exists() for d in cgroup_dirs)
+    assert not Path(workdir).parent.exists()

@@ -19,11 +19,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Cgroup", "create_cgroup", "probe_cgroups"]
+__all__ = ["Cgroup", "create_cgroup", "probe_cgroups", "reap_stale_cgroups"]
 
 log = logging.getLogger(__name__)
 
 ROOT = Path("/sys/fs/cgroup")
+PREFIX = "trajsynth-"
 _KILL_DEADLINE_S = 5.0
 
 
@@ -136,7 +137,8 @@ def _write(path: Path, value: str) -> None:
 
 def create_cgroup(memory_bytes: int, pids: int) -> Cgroup:
     """A fresh cgroup with these limits; ``OSError`` when this host will not make one."""
-    name = f"trajsynth-{uuid.uuid4().hex[:12]}"
+    # the owner's pid is in the name, so a later process can reap what a killed one left
+    name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
     parent = _v2_parent()
     if parent is not None:
         d = _make(parent, name)
@@ -176,3 +178,31 @@ def probe_cgroups() -> str | None:
         return f"cannot make a cgroup with memory and pids limits ({exc})"
     group.remove()
     return None
+
+
+def owner_alive(name: str) -> bool:
+    """Whether the process named in ``trajsynth-<pid>-...`` still runs (unknown: yes)."""
+    pid = name.removeprefix(PREFIX).split("-", 1)[0]
+    if not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale_cgroups() -> int:
+    """Kill and remove the sandbox cgroups whose owner died (a ``kill -9``); how many."""
+    parents = [p for p in (_own_cgroup(None), _own_cgroup("memory"), _own_cgroup("pids")) if p]
+    stale: dict[str, list[Path]] = {}
+    for parent in parents:
+        with contextlib.suppress(OSError):
+            for child in parent.iterdir():
+                if child.is_dir() and child.name.startswith(PREFIX) and not owner_alive(child.name):
+                    stale.setdefault(child.name, []).append(child)
+    for dirs in stale.values():
+        Cgroup(dirs, 2 if (dirs[0] / "cgroup.controllers").exists() else 1).remove()
+    return len(stale)

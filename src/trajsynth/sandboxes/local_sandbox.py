@@ -47,7 +47,13 @@ from pathlib import Path
 import trajsynth
 from trajsynth.sandboxes import _agent
 from trajsynth.sandboxes.base import WORKDIR_ENV, Sandbox, TarSnapshots, as_bytes, decode
-from trajsynth.sandboxes.cgroups import Cgroup, create_cgroup, probe_cgroups
+from trajsynth.sandboxes.cgroups import (
+    Cgroup,
+    create_cgroup,
+    owner_alive,
+    probe_cgroups,
+    reap_stale_cgroups,
+)
 from trajsynth.schemas import ExecResult, SandboxError, SandboxLimits, SnapshotHandle
 
 __all__ = ["LocalSandbox", "bwrap_usable", "unenforced_limits"]
@@ -170,6 +176,31 @@ def unenforced_limits() -> dict[str, str]:
     if tmpfs:
         missing["work-dir size"] = tmpfs
     return missing
+
+
+@functools.cache
+def _reap_stale_once() -> None:
+    """Once per process: remove the work-dir mounts and cgroups of sandboxes whose owner died
+    (``kill -9`` gives ``close`` no chance); a live owner's are never touched."""
+    if _cgroup_problem() is None:
+        n = reap_stale_cgroups()
+        if n:
+            log.info("removed %d cgroups of sandboxes whose process died", n)
+    if not _is_root():
+        return
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return
+    for line in mounts:
+        source, target, fstype = line.split()[:3]
+        if fstype != "tmpfs" or not source.startswith("trajsynth-") or owner_alive(source):
+            continue
+        subprocess.run(["umount", "-l", target], capture_output=True)
+        parent = Path(target).parent
+        if parent.name.startswith("trajsynth-sbx-") and target.endswith("/work"):
+            shutil.rmtree(parent, ignore_errors=True)
+        log.info("removed the work directory %s of a sandbox whose process died", target)
 
 
 def _user_tasks() -> int:
@@ -302,6 +333,8 @@ class LocalSandbox(Sandbox):
         self._root: Path | None = None
         self._cgroup: Cgroup | None = None
         self._work_mounted = False
+        # the owner's pid is in the mount's name: a later process reaps what a killed one left
+        self._mount_name = f"trajsynth-{os.getpid()}-{self.sandbox_id}"
         self._nproc = -1
         self._closed = False
         self._snapshots = TarSnapshots(self.sandbox_id)
@@ -332,6 +365,7 @@ class LocalSandbox(Sandbox):
                 f"LocalSandbox cannot enforce these limits here ({what}); use the Docker "
                 f"sandbox, or set {UNSAFE_SETTING} = true to run model code anyway"
             )
+        _reap_stale_once()
         try:
             self._root = Path(
                 tempfile.mkdtemp(prefix=f"trajsynth-{self.sandbox_id}-", dir=self._parent)
@@ -376,7 +410,7 @@ class LocalSandbox(Sandbox):
         if _tmpfs_mount_problem() is None:
             opts = f"size={self.limits.disk_mb}m,mode=0700,uid={self.uid},gid={self.uid}"
             proc = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", f"{opts},nosuid,nodev", self.sandbox_id,
+                ["mount", "-t", "tmpfs", "-o", f"{opts},nosuid,nodev", self._mount_name,
                  self.workdir],
                 capture_output=True,
                 text=True,
