@@ -422,6 +422,13 @@ async def test_code_tool_faults_are_tool_errors_and_the_server_lives(code_env) -
     )
     res = await _run_python(env, fork, timeout_s=30)
     assert res.is_error and "BlockingIOError" in res.text
+    # arguments the server could choke on are tool errors with a reason
+    for tool, args, why in (
+        ("read_file", {"path": "a\x00b"}, "NUL"),
+        ("run_python", {"source": "print(1)\x00"}, "NUL"),
+    ):
+        res = await env.call_tool(tool, args)
+        assert res.is_error and why in res.text, (tool, res.text)
     assert env.restarts == 0  # every fault stayed inside the call
     ok = await _run_python(env, "print(6 * 7)")
     assert not ok.is_error and "42" in ok.text

@@ -167,6 +167,8 @@ def _root() -> Path:
 def _resolve(path: str, *, root: Path) -> Path:
     if not path.strip():
         raise fail("path is empty")
+    if "\x00" in path:
+        raise fail("path contains a NUL character")
     target = (root / path.strip()).resolve()
     try:
         rel = target.relative_to(root)
@@ -175,6 +177,14 @@ def _resolve(path: str, *, root: Path) -> Path:
     if rel.parts and rel.parts[0] == PRIVATE_DIR:
         raise fail(f"path '{path}' is reserved")
     return target
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _clip(text: str) -> str:
@@ -229,6 +239,8 @@ def run_python(
     root = _root()
     if "\x00" in source:
         raise fail("source contains a NUL character")
+    if not _encodable(source):
+        raise fail("source is not valid Unicode text (a lone surrogate)")
     code, out, err = _run([sys.executable, "-c", source], root=root, timeout_s=timeout_s)
     if code != 0:
         tail = err.strip()[-MAX_OUTPUT_CHARS:]
@@ -247,6 +259,8 @@ def write_file(
     target = _resolve(path, root=root)
     if target.is_dir():
         raise fail(f"'{path}' is a directory")
+    if not _encodable(content):
+        raise fail("content is not valid Unicode text (a lone surrogate)")
     data = content.encode("utf-8")
     if len(data) > MAX_FILE_BYTES:
         raise fail(f"content is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
