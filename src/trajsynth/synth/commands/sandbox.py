@@ -10,13 +10,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trajsynth.sandboxes import bwrap_usable, docker_unusable, ensure_image, image_tag
+from trajsynth.sandboxes import (
+    bwrap_usable,
+    docker_unusable,
+    ensure_image,
+    image_tag,
+    unenforced_limits,
+)
 from trajsynth.sandboxes.image import DEFAULT_MIRROR, default_cache_dir, image_inputs
 from trajsynth.schemas import SandboxKind
 
 __all__ = ["app"]
 
-app = typer.Typer(no_args_is_help=True, help="The Docker sandbox image.")
+app = typer.Typer(no_args_is_help=True, help="The sandboxes: build the image, check, run.")
 console = Console()
 
 
@@ -66,6 +72,13 @@ def info() -> None:
         "Docker sandbox", "[green]usable[/]" if reason is None else f"[yellow]{reason}[/]"
     )
     table.add_row("bubblewrap", "[green]usable[/]" if bwrap_usable() else "[yellow]not usable[/]")
+    missing = unenforced_limits()
+    table.add_row(
+        "local sandbox limits",
+        "[green]all enforced[/]"
+        if not missing
+        else "[yellow]not enforced: " + ", ".join(missing) + " (it refuses to run)[/]",
+    )
     if reason is None:
         auto = "docker"
     else:
