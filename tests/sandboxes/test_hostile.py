@@ -355,6 +355,9 @@ def test_a_planted_process_does_not_survive_a_reset(kind: str) -> None:
             assert again is sb
             assert _processes_with(again, marker) == []
             assert again.exec(["sh", "-c", "ls -A"]).stdout == ""
+            tmp = again.exec(["ls", "-A", "/tmp"]).stdout.split()
+            # (a LocalSandbox's work dir may sit under /tmp: its top directory is listed)
+            assert tmp == [] or tmp == [Path(again.workdir).relative_to("/tmp").parts[0]]
             planter.wait(timeout=30)  # its host side ended with it
         finally:
             if planter.poll() is None:
