@@ -58,6 +58,7 @@ def test_sandbox_run_times_out_like_the_code_tool(kind: str, tmp_path: Path) -> 
     assert leftovers.stdout == ""
 
 
+@pytest.mark.slow
 def test_sandbox_run_without_a_command_is_one_clear_error(tmp_path: Path) -> None:
     proc = _synth(tmp_path, "sandbox", "run", "--kind", "local")
     assert proc.returncode == 2
