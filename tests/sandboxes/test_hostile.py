@@ -429,6 +429,8 @@ async def test_code_tool_faults_are_tool_errors_and_the_server_lives(code_env) -
     for tool, args, why in (
         ("read_file", {"path": "a\x00b"}, "NUL"),
         ("run_python", {"source": "print(1)\x00"}, "NUL"),
+        ("write_file", {"path": "s.txt", "content": "\ud800"}, "surrogates not allowed"),
+        ("run_python", {"source": "'\udfff'"}, "surrogates not allowed"),
     ):
         res = await env.call_tool(tool, args)
         assert res.is_error and why in res.text, (tool, res.text)

@@ -369,6 +369,15 @@ class Environment:
         conn = self._conn
         what = f"{self.cluster.cluster_id}: tool {name!r}"
         try:
+            # what cannot travel as UTF-8 JSON would break the transport (an infra restart);
+            # it is the model's argument, so it is the model's error (issue 16, item 3)
+            json.dumps(arguments, ensure_ascii=False).encode()
+        except (TypeError, ValueError, RecursionError) as exc:
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            return ToolResult(
+                text=f"invalid arguments: {reason}", is_error=True, error_type="invalid_params"
+            )
+        try:
             with anyio.fail_after(self.tool_timeout_s + _CALL_GRACE_S):
                 raw = await conn.session.call_tool(
                     name, arguments, read_timeout_seconds=self.tool_timeout_s
