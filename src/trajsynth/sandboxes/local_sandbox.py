@@ -346,7 +346,6 @@ class LocalSandbox(Sandbox):
                 "isolation (file system, network, namespaces)": "plain subprocess (no bwrap)",
                 "unprivileged user": "plain subprocess (no bwrap)",
                 "/tmp size": "plain subprocess (no bwrap)",
-                "work-dir size": "plain subprocess (no bwrap)",
             }
             for key, why in unenforced_limits().items():
                 missing.setdefault(key, why)
