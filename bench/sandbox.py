@@ -162,7 +162,9 @@ def bench_commit(runs: int, image: str) -> dict[str, list[float]]:
 
 
 def bench_local(runs: int, use_bwrap: bool) -> dict[str, list[float]]:
-    with LocalSandbox(LIMITS, use_bwrap=use_bwrap) as sb:
+    # the plain path isolates nothing: it runs only with the unsafe opt-in
+    limits = LIMITS.model_copy(update={"allow_unsafe_local_sandbox": not use_bwrap})
+    with LocalSandbox(limits, use_bwrap=use_bwrap) as sb:
         sb.exec(["true"])
         res = {"exec": timed(lambda: sb.exec(["true"]), runs)}
         for name, data in work_files().items():

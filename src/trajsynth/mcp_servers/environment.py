@@ -220,7 +220,9 @@ class Environment:
     # ------------------------------------------------------------------ server process
 
     def _server_env(self) -> dict[str, str]:
-        return {SEED_ENV: str(self.seed), **self.cluster.server.env}
+        # the call's limit, so a server can stop its own work first (code.py TOOL_TIMEOUT_ENV)
+        timeout = {"TRAJSYNTH_TOOL_TIMEOUT_S": f"{self.tool_timeout_s:g}"}
+        return {SEED_ENV: str(self.seed), **timeout, **self.cluster.server.env}
 
     def _in_container(self) -> bool:
         from trajsynth.sandboxes import DockerSandbox
@@ -366,6 +368,15 @@ class Environment:
         assert self._conn is not None
         conn = self._conn
         what = f"{self.cluster.cluster_id}: tool {name!r}"
+        try:
+            # what cannot travel as UTF-8 JSON would break the transport (an infra restart);
+            # it is the model's argument, so it is the model's error (issue 16, item 3)
+            json.dumps(arguments, ensure_ascii=False).encode()
+        except (TypeError, ValueError, RecursionError) as exc:
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            return ToolResult(
+                text=f"invalid arguments: {reason}", is_error=True, error_type="invalid_params"
+            )
         try:
             with anyio.fail_after(self.tool_timeout_s + _CALL_GRACE_S):
                 raw = await conn.session.call_tool(

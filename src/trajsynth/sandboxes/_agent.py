@@ -83,6 +83,113 @@ def kill_session(sid: int) -> None:
         time.sleep(0.005)
 
 
+def _process_table() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, state) for every process this /proc shows."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            table[int(name)] = (int(fields[1]), fields[0])
+    return table
+
+
+def descendants(root: int) -> list[int]:
+    """Live (not zombie) processes under ``root`` in the process tree."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = [], list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        if table[pid][1] != b"Z":
+            found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def become_subreaper() -> bool:
+    """Make orphans of our descendants our children instead of init's.
+
+    A command that double-forks or calls ``setsid`` leaves its session and process group,
+    but not our subtree: with this set, ``kill_descendants`` still finds it.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def kill_descendants(root: int | None = None) -> None:
+    """SIGKILL every process under ``root`` (default: this process) until none is left, then
+    reap the zombies that were reparented to us."""
+    root = os.getpid() if root is None else root
+    deadline = time.monotonic() + _KILL_GRACE_S
+    while True:
+        members = descendants(root)
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if not members or time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
+
+
+def reap_orphans() -> None:
+    """Collect exit statuses of children we did not start (orphans a subreaper inherits)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_all_but(keep: set[int]) -> int:
+    """SIGKILL every process this /proc shows except ``keep`` and pid 1; how many there were.
+
+    Inside a container (its own pid namespace, one user) this is every process an episode
+    left, the MCP servers started with ``docker exec`` included.
+    """
+    deadline = time.monotonic() + _KILL_GRACE_S
+    killed: set[int] = set()
+    while True:
+        members = [
+            pid
+            for pid, (_, state) in _process_table().items()
+            if pid not in keep and pid != 1 and state != b"Z"
+        ]
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        if not members or time.monotonic() > deadline:
+            reap_orphans()
+            return len(killed)
+        time.sleep(0.005)
+
+
+def _raise_oom_score() -> None:
+    """Run in the child before exec: be the first the OOM killer picks, not the agent."""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as fh:
+        fh.write("1000")
+
+
 def _exited(pid: int) -> bool:
     """Whether ``pid`` has exited, without reaping it (so its pid stays ours)."""
     try:
@@ -99,14 +206,18 @@ def run_process(
     env: dict[str, str] | None,
     cwd: str,
     cap: int = OUTPUT_CAP,
+    own_tree: bool = False,
 ) -> dict:
     """Run ``argv`` in a new session; kill the whole session when ``timeout`` seconds pass.
 
     When the command exits, whatever it left running in its session is killed too, so an
-    exec never leaves work behind. Returns ``{"exit_code", "stdout", "stderr", "duration_s",
-    "timed_out"}`` with the outputs as bytes (each cut to ``cap`` bytes). A negative exit code
-    is the signal that killed it; a command that cannot be started gives exit code 127 and the
-    reason on stderr.
+    exec never leaves work behind. ``own_tree``: this process runs nothing else (the agent, a
+    subreaper), so every descendant is the command's and is killed too, ``setsid`` children
+    included; the command also gets the highest OOM score.
+
+    Returns ``{"exit_code", "stdout", "stderr", "duration_s", "timed_out"}`` with the outputs
+    as bytes (each cut to ``cap`` bytes). A negative exit code is the signal that killed it;
+    a command that cannot be started gives exit code 127 and the reason on stderr.
     """
     start = time.monotonic()
     try:
@@ -118,6 +229,7 @@ def run_process(
             env=env,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_raise_oom_score if own_tree else None,
         )
     except OSError as exc:
         return {
@@ -150,6 +262,8 @@ def run_process(
         if not exited and now >= deadline:
             timed_out = exited = True
             kill_session(proc.pid)
+            if own_tree:
+                kill_descendants()
             drain_until = time.monotonic() + 0.5
         if drain_until is not None and now >= drain_until:
             break  # an escaped process still holds a pipe; stop reading it
@@ -185,11 +299,15 @@ def run_process(
         if exited and drain_until is None:
             # the command is done: kill what it left behind, then read what is still buffered
             kill_session(proc.pid)
+            if own_tree:
+                kill_descendants()
             drain_until = time.monotonic() + 0.5
     sel.close()
     if pidfd is not None:
         os.close(pidfd)
     code = proc.wait()
+    if own_tree:
+        reap_orphans()
     stdout, stderr = bytes(out[proc.stdout.fileno()]), bytes(out[proc.stderr.fileno()])
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None and not stream.closed:
@@ -344,7 +462,12 @@ def _handle(workdir: str, op: str, req: dict, payload: bytes) -> tuple[dict, byt
         env = dict(os.environ)
         env.update(req.get("env") or {})
         res = run_process(
-            req["argv"], stdin=payload or None, timeout=req["timeout"], env=env, cwd=cwd
+            req["argv"],
+            stdin=payload or None,
+            timeout=req["timeout"],
+            env=env,
+            cwd=cwd,
+            own_tree=True,
         )
         stdout, stderr = res.pop("stdout"), res.pop("stderr")
         res["stdout_len"] = len(stdout)
@@ -359,6 +482,14 @@ def _handle(workdir: str, op: str, req: dict, payload: bytes) -> tuple[dict, byt
     if op == "restore":
         untar_into(workdir, payload)
         return {}, b""
+    if op == "reset":
+        # a new episode: no process and no file of the last one (servers included)
+        killed = kill_all_but({os.getpid()})
+        for tmp in req.get("clear") or []:
+            with contextlib.suppress(OSError):
+                clear_dir(tmp)
+        untar_into(workdir, payload)
+        return {"killed": killed}, b""
     if op == "ping":
         return {"pid": os.getpid()}, b""
     raise ValueError(f"unknown op {op!r}")
@@ -366,6 +497,7 @@ def _handle(workdir: str, op: str, req: dict, payload: bytes) -> tuple[dict, byt
 
 def serve(workdir: str) -> None:
     """Answer requests until stdin closes; each answer says ok or names the error."""
+    become_subreaper()
     chan = _Channel()
     chan.write({"ok": True, "ready": True, "pid": os.getpid()})
     while True:

@@ -75,6 +75,11 @@ class Sandbox(abc.ABC):
         them before a restore and start them again after.
         """
 
+    def reset(self, handle: SnapshotHandle) -> None:
+        """Start a new episode from ``handle``: kill every process the sandbox still runs
+        (servers and anything a command left behind), empty ``/tmp``, then ``restore``."""
+        self.restore(handle)
+
     def discard(self, handle: SnapshotHandle) -> None:  # noqa: B027 - optional to override
         """Free what ``handle`` holds; it cannot be restored afterwards (default: keep it)."""
 

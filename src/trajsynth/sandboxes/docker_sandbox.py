@@ -2,10 +2,13 @@
 
 The container runs with the network off, memory (no swap), pids and CPU limits, a read-only
 root, all capabilities dropped, ``no-new-privileges`` and the non-root ``sandbox`` user. The
-only writable places are the work directory (``/work``, a tmpfs charged to the memory limit)
-and a small ``/tmp``. The trajsynth package is bind-mounted read-only, so
-``python3 -m trajsynth.mcp_servers.servers.<name>`` runs against the host's code with the
-image's ``mcp``.
+only writable places are the work directory (``/work``) and ``/tmp``: size-limited tmpfs mounts
+charged to the memory limit and smaller than it (``tmpfs_sizes``), so filling them is ENOSPC.
+The agent is a child subreaper: when a command exits or times out, every process under the
+agent is killed, ``setsid`` children included; ``reset`` kills every process in the container
+but the agent (servers too) before it restores the work directory. The trajsynth package is
+bind-mounted read-only, so ``python3 -m trajsynth.mcp_servers.servers.<name>`` runs against the
+host's code with the image's ``mcp``.
 
 Its main process is ``_agent`` (under ``tini``), attached to our socket: ``exec``, file
 transfer, ``snapshot`` and ``restore`` are one framed request and answer each, which keeps an
@@ -52,12 +55,21 @@ __all__ = ["DockerSandbox"]
 log = logging.getLogger(__name__)
 
 LABEL = "trajsynth.sandbox"
-TMP_MB = 64
 _ANSWER_GRACE_S = 15.0  # how long past a command's own timeout we wait for the agent
 _OP_TIMEOUT_S = 120.0  # file transfer, snapshot and restore
 _MUX = struct.Struct(">BxxxI")  # Docker's attach stream: stream id, 3 pad bytes, size
 _AGENT_SOURCE = Path(_agent.__file__).read_text()
 _PACKAGE_DIR = Path(trajsynth.__file__).resolve().parent
+
+
+def tmpfs_sizes(limits: SandboxLimits) -> tuple[int, int]:
+    """(work dir, /tmp) sizes in MB. Both are tmpfs charged to the container's memory, so
+    together they take at most 5/8 of it: when they are full the agent, the servers and the
+    command still have room, and a full work dir is ENOSPC for the command (a tool error),
+    not an OOM kill that takes the container down."""
+    work = max(8, min(limits.disk_mb, limits.memory_mb // 2))
+    tmp = max(8, min(limits.tmp_mb, limits.memory_mb // 8))
+    return work, tmp
 
 
 class _AttachChannel:
@@ -153,6 +165,7 @@ class DockerSandbox(Sandbox):
 
     def _container_kwargs(self) -> dict[str, Any]:
         mem = f"{self.limits.memory_mb}m"
+        work_mb, tmp_mb = tmpfs_sizes(self.limits)
         return {
             "command": ["python3", "-I", "-S", "-c", _AGENT_SOURCE, WORKDIR],
             "name": f"trajsynth-{self.sandbox_id}",
@@ -175,9 +188,9 @@ class DockerSandbox(Sandbox):
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "tmpfs": {
-                WORKDIR: f"rw,nosuid,nodev,size={self.limits.memory_mb}m,"
+                WORKDIR: f"rw,nosuid,nodev,size={work_mb}m,"
                 f"uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755",
-                "/tmp": f"rw,nosuid,nodev,size={TMP_MB}m,mode=1777",
+                "/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777",
             },
             "volumes": {str(_PACKAGE_DIR): {"bind": f"{SRC_DIR}/trajsynth", "mode": "ro"}},
             "environment": {
@@ -304,6 +317,10 @@ class DockerSandbox(Sandbox):
 
     def restore(self, handle: SnapshotHandle) -> None:
         self._request({"op": "restore"}, self._snapshots.get(handle), _OP_TIMEOUT_S)
+
+    def reset(self, handle: SnapshotHandle) -> None:
+        payload = self._snapshots.get(handle)
+        self._request({"op": "reset", "clear": ["/tmp"]}, payload, _OP_TIMEOUT_S)
 
     def discard(self, handle: SnapshotHandle) -> None:
         self._snapshots.discard(handle)

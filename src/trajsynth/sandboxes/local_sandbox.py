@@ -1,17 +1,36 @@
-"""``LocalSandbox``: for machines with no Docker engine.
+"""``LocalSandbox``: for machines with no Docker engine. A boundary, or it refuses to start.
 
-With bubblewrap (``bwrap``) a command runs in fresh namespaces: no network, its own pids, a
-read-only view of the host file system, a private ``/tmp`` and the work directory as the one
-writable place. Without it, a command is a plain subprocess: only the rlimits below and the
-timeout hold, and it can reach the network and the host's files (a warning says so).
+With bubblewrap (``bwrap``) a command sees only what it needs, read-only: ``/usr`` (and the
+``/bin``, ``/lib`` links), a few files of ``/etc`` (a generated ``passwd``, no ``shadow``), the
+Python interpreter and its virtualenv, and the ``trajsynth`` package directory (not the rest of
+a checkout). Its work directory is the one writable place besides a size-limited ``/tmp``. No
+``/var/run``, no Docker socket, no host home, no network (its own network namespace: only a
+loopback of its own), and its own pid, ipc, uts and user namespaces.
 
-Both paths apply rlimits (address space from ``memory_mb``, CPU seconds from the timeout, no
-core files and, for a non-root user, a process count), start the command with a clean
-environment (no host variables, so no API keys), and kill its whole session on timeout.
+As root (how ``make run`` runs) the layers are:
+
+1. a per-sandbox cgroup (``cgroups``: v2, or v1 memory + pids) that every command and server
+   of the sandbox joins before anything else runs: ``memory_mb`` and ``pids`` hold for the
+   whole sandbox, whoever forks;
+2. an outer ``bwrap`` (root: it can read the interpreter under ``/root``) that builds the
+   read-only view, with the work directory and ``/tmp`` as size-limited tmpfs mounts
+   (``disk_mb``, ``tmp_mb``), in new pid, ipc, net and uts namespaces;
+3. ``setpriv`` to a per-sandbox unprivileged uid with every capability dropped and
+   ``no_new_privs``;
+4. an inner, unprivileged ``bwrap`` that adds the user namespace (and forbids nested ones);
+5. rlimits: CPU seconds from the timeout, no core files, a process count for that uid.
+
+Not as root, one unprivileged ``bwrap`` does 2 and 4; the work directory's size cannot be
+enforced (no tmpfs mount), nor memory and pids unless this user may make cgroups.
+
+Where a limit cannot be enforced here (``unenforced_limits``; ``synth doctor`` lists them),
+``start`` refuses unless ``limits.allow_unsafe_local_sandbox`` is set. With it, and without
+bubblewrap, a command is a plain subprocess with the rlimits and the timeout only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -28,9 +47,16 @@ from pathlib import Path
 import trajsynth
 from trajsynth.sandboxes import _agent
 from trajsynth.sandboxes.base import WORKDIR_ENV, Sandbox, TarSnapshots, as_bytes, decode
+from trajsynth.sandboxes.cgroups import (
+    Cgroup,
+    create_cgroup,
+    owner_alive,
+    probe_cgroups,
+    reap_stale_cgroups,
+)
 from trajsynth.schemas import ExecResult, SandboxError, SandboxLimits, SnapshotHandle
 
-__all__ = ["LocalSandbox", "bwrap_usable"]
+__all__ = ["LocalSandbox", "bwrap_usable", "unenforced_limits"]
 
 log = logging.getLogger(__name__)
 
@@ -50,23 +76,131 @@ except OSError as e:
     sys.stderr.write(f"cannot run {a[6]!r}: {e}\\n")
     sys.exit(127)
 """
-_PACKAGE_PARENT = str(Path(trajsynth.__file__).resolve().parent.parent)
+# Joins the cgroup (one procs file per hierarchy, up to "--"), then becomes the rest.
+_JOIN_SRC = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+_PACKAGE_DIR = str(Path(trajsynth.__file__).resolve().parent)
+_UID_BASE = 1_500_000_000  # per-sandbox uids: far above any real account
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/nsswitch.conf",
+    "/etc/ssl/certs",
+)
+UNSAFE_SETTING = "sandbox.allow_unsafe_local_sandbox"
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+@functools.cache
+def _tmpfs_mount_problem() -> str | None:
+    """Why a size-limited tmpfs cannot be mounted on the host here, or ``None``."""
+    if not _is_root():
+        return "not root: no size-limited tmpfs can be mounted for it"
+    probe = tempfile.mkdtemp(prefix="trajsynth-tmpfs-probe-")
+    try:
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "trajsynth-probe", probe],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            return f"mount -t tmpfs failed: {proc.stderr.strip()[:120]}"
+        subprocess.run(["umount", probe], capture_output=True)
+        return None
+    except OSError as exc:
+        return f"mount -t tmpfs failed: {exc}"
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(probe)
+
+
+@functools.cache
+def _cgroup_problem() -> str | None:
+    return probe_cgroups()
 
 
 @functools.cache
 def bwrap_usable() -> bool:
-    """Whether bubblewrap is installed and can make namespaces here (probed once)."""
-    exe = shutil.which("bwrap")
-    if exe is None:
-        return False
-    probe = [exe, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    try:
-        proc = subprocess.run([*probe, "--", "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    """Whether bubblewrap is installed and can build the sandbox here (probed once)."""
+    problem = _bwrap_problem()
+    if problem:
+        log.info("bubblewrap not usable: %s", problem)
+    return problem is None
+
+
+@functools.cache
+def _bwrap_problem() -> str | None:
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (bwrap) is not installed"
+    if _is_root() and shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is missing: root cannot drop to an unprivileged user"
+    with tempfile.TemporaryDirectory(prefix="trajsynth-bwrap-probe-") as tmp:
+        work = Path(tmp) / "work"
+        work.mkdir()
+        uid = _UID_BASE if _is_root() else os.getuid()
+        if _is_root():
+            os.chown(work, uid, uid)
+        argv = _bwrap_argv(
+            work=str(work), cwd=str(work), uid=uid, tmp_mb=8, passwd=None, extra_ro=()
+        )
+        try:
+            proc = subprocess.run([*argv, "true"], capture_output=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bwrap failed: {exc}"
     if proc.returncode != 0:
-        log.info("bwrap cannot make namespaces here: %s", proc.stderr.decode(errors="replace"))
-    return proc.returncode == 0
+        return f"bwrap cannot make the namespaces: {proc.stderr.decode(errors='replace')[:200]}"
+    return None
+
+
+def unenforced_limits() -> dict[str, str]:
+    """Each limit a ``LocalSandbox`` cannot enforce on this host, with why (empty: all hold)."""
+    missing: dict[str, str] = {}
+    problem = _bwrap_problem()
+    if problem:
+        missing["isolation (file system, network, namespaces)"] = problem
+        missing["unprivileged user"] = problem
+        missing["/tmp size"] = problem
+    cgroup = _cgroup_problem()
+    if cgroup:
+        missing["memory (whole sandbox)"] = cgroup
+        missing["pids (whole sandbox)"] = cgroup
+    if not problem and not _is_root():
+        missing.pop("pids (whole sandbox)", None)  # RLIMIT_NPROC holds for a non-root user
+    tmpfs = _tmpfs_mount_problem()
+    if tmpfs:
+        missing["work-dir size"] = tmpfs
+    return missing
+
+
+@functools.cache
+def _reap_stale_once() -> None:
+    """Once per process: remove the work-dir mounts and cgroups of sandboxes whose owner died
+    (``kill -9`` gives ``close`` no chance); a live owner's are never touched."""
+    if _cgroup_problem() is None:
+        n = reap_stale_cgroups()
+        if n:
+            log.info("removed %d cgroups of sandboxes whose process died", n)
+    if not _is_root():
+        return
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return
+    for line in mounts:
+        source, target, fstype = line.split()[:3]
+        if fstype != "tmpfs" or not source.startswith("trajsynth-") or owner_alive(source):
+            continue
+        subprocess.run(["umount", "-l", target], capture_output=True)
+        parent = Path(target).parent
+        if parent.name.startswith("trajsynth-sbx-") and target.endswith("/work"):
+            shutil.rmtree(parent, ignore_errors=True)
+        log.info("removed the work directory %s of a sandbox whose process died", target)
 
 
 def _user_tasks() -> int:
@@ -82,10 +216,97 @@ def _user_tasks() -> int:
     return count
 
 
-class LocalSandbox(Sandbox):
-    """A sandbox on this machine: bubblewrap when it works here, else a plain subprocess.
+def _ro_paths(extra: Sequence[str]) -> list[str]:
+    """Host paths the sandbox sees read-only at the same place: the interpreter, its
+    virtualenv and the trajsynth package (not the checkout around it), plus ``extra``."""
+    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, _PACKAGE_DIR, *extra}
+    wanted.add(str(Path(sys.executable).resolve().parent.parent))
+    paths = sorted(
+        os.path.abspath(p)
+        for p in wanted
+        if os.path.exists(p) and not (p == "/usr" or p.startswith("/usr/"))
+    )
+    kept: list[str] = []
+    for path in paths:  # sorted: a parent comes before what is under it
+        if not any(path == k or path.startswith(k + "/") for k in kept):
+            kept.append(path)
+    return kept
 
-    ``use_bwrap=None`` picks bubblewrap when ``bwrap_usable()``; ``True`` insists on it.
+
+def _dirs_for(dest: str, made: set[str]) -> list[str]:
+    """``--dir`` arguments (world-traversable) for the parents of ``dest`` not made yet:
+    bwrap would make them 0700, which the unprivileged inner layer could not cross."""
+    args: list[str] = []
+    parts = Path(dest).parts[1:-1]
+    for i in range(len(parts)):
+        parent = "/" + "/".join(parts[: i + 1])
+        if parent in made or parent == "/tmp":
+            continue
+        made.add(parent)
+        args += ["--perms", "0755", "--dir", parent]
+    return args
+
+
+def _bwrap_argv(
+    *,
+    work: str,
+    cwd: str,
+    uid: int,
+    tmp_mb: int,
+    passwd: str | None,
+    extra_ro: Sequence[str],
+) -> list[str]:
+    """The bubblewrap layers up to (not including) the command; see the module docstring."""
+    view = ["--ro-bind", "/usr", "/usr"]
+    for link in _SYSTEM_LINKS:
+        if os.path.islink(link):
+            view += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            view += ["--ro-bind", link, link]
+    made: set[str] = set()
+    for path in _ETC_FILES:
+        if os.path.exists(path):
+            view += [*_dirs_for(path, made), "--ro-bind", path, path]
+    if passwd is not None:
+        view += [*_dirs_for("/etc/passwd", made), "--ro-bind", f"{passwd}/passwd", "/etc/passwd"]
+        view += ["--ro-bind", f"{passwd}/group", "/etc/group"]
+    view += ["--dev", "/dev", "--proc", "/proc"]
+    for tmpfs in ("/tmp", "/dev/shm"):  # shm: multiprocessing's semaphores live there
+        view += ["--perms", "1777", "--size", str(tmp_mb * 1024 * 1024), "--tmpfs", tmpfs]
+    for path in _ro_paths(extra_ro):
+        view += [*_dirs_for(path, made), "--ro-bind", path, path]
+    view += [*_dirs_for(work, made), "--bind", work, work]
+    common = ["--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-uts"]
+    common += ["--unshare-pid", "--unshare-net", "--unshare-cgroup-try"]
+    if not _is_root():
+        # one unprivileged layer: its user namespace makes the mounts possible
+        return ["bwrap", *common, "--unshare-user", "--disable-userns", *view, "--chdir", cwd]
+    outer = ["bwrap", *common, *view, "--remount-ro", "/", "--"]
+    drop = [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+    inner = ["bwrap", "--unshare-user", "--disable-userns", "--die-with-parent"]
+    # --ro-bind marks every mount under it nodev; /dev gets its devices back (null, urandom)
+    inner += ["--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"]
+    inner += ["--bind", "/tmp", "/tmp", "--bind", work, work]
+    inner += ["--chdir", cwd]
+    return [*outer, *drop, *inner]
+
+
+class LocalSandbox(Sandbox):
+    """A sandbox on this machine: bubblewrap when it works here, else (only when unsafe is
+    allowed) a plain subprocess.
+
+    ``use_bwrap=None`` picks bubblewrap when ``bwrap_usable()``; ``True`` insists on it;
+    ``False`` is a plain subprocess, which needs ``limits.allow_unsafe_local_sandbox``.
+    ``extra_ro``: more host paths the commands may read (an outside server's files).
     """
 
     def __init__(
@@ -94,42 +315,122 @@ class LocalSandbox(Sandbox):
         *,
         use_bwrap: bool | None = None,
         root: Path | None = None,
+        extra_ro: Sequence[str] = (),
     ) -> None:
         self.limits = limits or SandboxLimits()
         if use_bwrap and not bwrap_usable():
-            raise SandboxError("bubblewrap (bwrap) is missing or cannot make namespaces here")
+            raise SandboxError(
+                f"bubblewrap cannot build the sandbox here: {_bwrap_problem() or 'not usable'}"
+            )
         self.use_bwrap = bwrap_usable() if use_bwrap is None else use_bwrap
         self.sandbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
         self.python = sys.executable
         self.workdir = ""
+        self.extra_ro = tuple(extra_ro)
+        # a uid of its own: RLIMIT_NPROC counts only this sandbox, and no other can signal it
+        self.uid = _UID_BASE + int(uuid.uuid4().int % 400_000_000) if _is_root() else os.getuid()
         self._parent = root
         self._root: Path | None = None
+        self._cgroup: Cgroup | None = None
+        self._work_mounted = False
+        # the owner's pid is in the mount's name: a later process reaps what a killed one left
+        self._mount_name = f"trajsynth-{os.getpid()}-{self.sandbox_id}"
         self._nproc = -1
         self._closed = False
         self._snapshots = TarSnapshots(self.sandbox_id)
+
+    def unenforced(self) -> dict[str, str]:
+        """The limits this sandbox cannot enforce, with why."""
+        if not self.use_bwrap:
+            missing = {
+                "isolation (file system, network, namespaces)": "plain subprocess (no bwrap)",
+                "unprivileged user": "plain subprocess (no bwrap)",
+                "/tmp size": "plain subprocess (no bwrap)",
+            }
+            for key, why in unenforced_limits().items():
+                missing.setdefault(key, why)
+            return missing
+        return unenforced_limits()
 
     def start(self) -> None:
         if self._closed:
             raise SandboxError(f"sandbox {self.sandbox_id} is closed")
         if self._root is not None:
             return
+        missing = self.unenforced()
+        if missing and not self.limits.allow_unsafe_local_sandbox:
+            what = "; ".join(f"{key}: {why}" for key, why in missing.items())
+            raise SandboxError(
+                f"LocalSandbox cannot enforce these limits here ({what}); use the Docker "
+                f"sandbox, or set {UNSAFE_SETTING} = true to run model code anyway"
+            )
+        _reap_stale_once()
         try:
             self._root = Path(
                 tempfile.mkdtemp(prefix=f"trajsynth-{self.sandbox_id}-", dir=self._parent)
             )
-            (self._root / "work").mkdir()
-            (self._root / "tmp").mkdir()
-        except OSError as exc:
-            raise SandboxError(f"cannot make the sandbox directory: {exc}") from exc
-        self.workdir = str(self._root / "work")
-        if os.geteuid() != 0:
+            work = self._root / "work"
+            work.mkdir()
+            self.workdir = str(work.resolve())
+            self._write_passwd()
+            self._mount_work()
+            if _cgroup_problem() is None:
+                self._cgroup = create_cgroup(self.limits.memory_mb * 1024 * 1024, self.limits.pids)
+        except (OSError, SandboxError) as exc:
+            self._closed = True
+            self._cleanup()
+            raise SandboxError(f"cannot make the sandbox: {exc}") from exc
+        if _is_root():
+            self._nproc = self.limits.pids
+        else:
             self._nproc = _user_tasks() + self.limits.pids
-        if not self.use_bwrap:
+        if missing:
             log.warning(
-                "sandbox %s: plain subprocess (no bubblewrap): rlimits and timeouts only, "
-                "no network or file-system isolation",
+                "sandbox %s runs with limits it cannot enforce (%s allows it): %s",
                 self.sandbox_id,
+                UNSAFE_SETTING,
+                ", ".join(missing),
             )
+
+    def _write_passwd(self) -> None:
+        assert self._root is not None
+        etc = self._root / "etc"
+        etc.mkdir()
+        home = self.workdir
+        (etc / "passwd").write_text(f"sandbox:x:{self.uid}:{self.uid}:sandbox:{home}:/bin/sh\n")
+        (etc / "group").write_text(f"sandbox:x:{self.uid}:\n")
+        for path in (etc, etc / "passwd", etc / "group"):
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+
+    def _mount_work(self) -> None:
+        """As root: the work directory is a tmpfs of ``disk_mb`` owned by the sandbox uid."""
+        if not _is_root():
+            return
+        if _tmpfs_mount_problem() is None:
+            opts = f"size={self.limits.disk_mb}m,mode=0700,uid={self.uid},gid={self.uid}"
+            proc = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"{opts},nosuid,nodev", self._mount_name,
+                 self.workdir],
+                capture_output=True,
+                text=True,
+            )  # fmt: skip
+            if proc.returncode != 0:
+                raise SandboxError(f"cannot mount the work directory: {proc.stderr.strip()}")
+            self._work_mounted = True
+        else:
+            os.chown(self.workdir, self.uid, self.uid)
+            os.chmod(self.workdir, 0o700)
+
+    def _hand_over(self, path: str) -> None:
+        """Give what the host wrote (as root) under ``path`` to the sandbox's uid."""
+        if not _is_root():
+            return
+        top = Path(path)
+        os.lchown(top, self.uid, self.uid)
+        if top.is_dir() and not top.is_symlink():
+            for dirpath, dirnames, filenames in os.walk(top):
+                for name in (*dirnames, *filenames):
+                    os.lchown(os.path.join(dirpath, name), self.uid, self.uid)
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
         bindir = str(Path(sys.executable).parent)
@@ -138,40 +439,40 @@ class LocalSandbox(Sandbox):
             "HOME": self.workdir,
             "LANG": "C.UTF-8",
             "TMPDIR": "/tmp" if self.use_bwrap else str(self._require_root() / "tmp"),
-            "PYTHONPATH": _PACKAGE_PARENT,
+            "PYTHONPATH": str(Path(_PACKAGE_DIR).parent),
             "PYTHONDONTWRITEBYTECODE": "1",
             WORKDIR_ENV: self.workdir,
             **(env or {}),
         }
 
     def _require_root(self) -> Path:
-        if self._root is None:
-            raise SandboxError(f"sandbox {self.sandbox_id} is not started")
         if self._closed:
             raise SandboxError(f"sandbox {self.sandbox_id} is closed")
+        if self._root is None:
+            raise SandboxError(f"sandbox {self.sandbox_id} is not started")
         return self._root
 
     def _wrap(self, argv: Sequence[str], cwd: str, cpu_s: int) -> list[str]:
-        mem = self.limits.memory_mb * 1024 * 1024
+        root = self._require_root()
+        # with a cgroup the memory limit is the sandbox's; RLIMIT_AS (per process, and fatal
+        # to runtimes that reserve address space) is the fallback only
+        mem = -1 if self._cgroup else self.limits.memory_mb * 1024 * 1024
         limited = [sys.executable, "-S", "-c", _RLIMIT_SRC, str(mem), str(self._nproc)]
         limited += [str(cpu_s), cwd, "--", *argv]
-        if not self.use_bwrap:
-            return limited
-        return [
-            "bwrap",
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--ro-bind", "/", "/",
-            "--dev", "/dev",
-            "--proc", "/proc",
-            "--tmpfs", "/tmp",
-            *_host_paths_under_tmp(),
-            "--bind", self.workdir, self.workdir,
-            "--chdir", cwd,
-            "--",
-            *limited,
-        ]  # fmt: skip
+        wrapped = limited
+        if self.use_bwrap:
+            layers = _bwrap_argv(
+                work=self.workdir,
+                cwd=cwd,
+                uid=self.uid,
+                tmp_mb=self.limits.tmp_mb,
+                passwd=str(root / "etc"),
+                extra_ro=self.extra_ro,
+            )
+            wrapped = [*layers, "--", *limited]
+        if self._cgroup is not None:
+            wrapped = ["sh", "-c", _JOIN_SRC, "sh", *self._cgroup.procs_files, "--", *wrapped]
+        return wrapped
 
     def exec(
         self,
@@ -182,19 +483,26 @@ class LocalSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> ExecResult:
-        self._require_root()
+        root = self._require_root()
         limit = self._timeout(timeout)
         workdir_cwd = _agent.resolve_in(self.workdir, cwd or ".")
+        if not self.use_bwrap:
+            (root / "tmp").mkdir(exist_ok=True)
         started = time.perf_counter()
         res = _agent.run_process(
             self._wrap(argv, workdir_cwd, math.ceil(limit) + 1),
             stdin=as_bytes(stdin),
             timeout=limit,
             env=self._env(env),
-            cwd=workdir_cwd,
+            cwd=workdir_cwd if not self.use_bwrap else str(root),
         )
+        code = res["exit_code"]
+        if self.use_bwrap and 128 < code <= 128 + 64:
+            # bwrap (like a shell) reports a command a signal killed as 128 + signal; the
+            # interface says -signal (-9: the OOM killer, or a kill at a limit)
+            code = 128 - code
         return ExecResult(
-            exit_code=res["exit_code"],
+            exit_code=code,
             stdout=decode(res["stdout"]),
             stderr=decode(res["stderr"]),
             duration_s=time.perf_counter() - started,
@@ -203,7 +511,14 @@ class LocalSandbox(Sandbox):
 
     def put_file(self, path: str, data: bytes) -> None:
         self._require_root()
+        full = _agent.resolve_in(self.workdir, path)
+        existed = {p for p in Path(full).parents if p.exists()}
         _agent.write_file(self.workdir, path, data)
+        for parent in Path(full).parents:
+            if parent in existed:
+                break
+            self._hand_over(str(parent))
+        self._hand_over(full)
 
     def get_file(self, path: str) -> bytes:
         self._require_root()
@@ -216,6 +531,17 @@ class LocalSandbox(Sandbox):
     def restore(self, handle: SnapshotHandle) -> None:
         self._require_root()
         _agent.untar_into(self.workdir, self._snapshots.get(handle))
+        self._hand_over(self.workdir)
+        if self._work_mounted:
+            os.chmod(self.workdir, 0o700)
+
+    def reset(self, handle: SnapshotHandle) -> None:
+        """Kill every process of the sandbox (servers too), then restore; each command's
+        ``/tmp`` already ended with it."""
+        self._require_root()
+        if self._cgroup is not None:
+            self._cgroup.kill()
+        self.restore(handle)
 
     def discard(self, handle: SnapshotHandle) -> None:
         self._snapshots.discard(handle)
@@ -223,33 +549,25 @@ class LocalSandbox(Sandbox):
     def stdio_command(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None
     ) -> list[str]:
-        """``env VAR=... <limits> argv``: the clean environment travels in the argv itself."""
+        """``env VAR=... <layers> argv``: the clean environment travels in the argv itself."""
         self._require_root()
         assignments = [f"{key}={value}" for key, value in self._env(env).items()]
         return ["env", "-i", *assignments, *self._wrap(argv, self.workdir, -1)]
 
     def close(self) -> None:
-        if self._closed:
+        if self._closed and self._root is None:
             return
         self._closed = True
         self._snapshots.clear()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
+        if self._work_mounted:
+            subprocess.run(["umount", "-l", self.workdir], capture_output=True)
+            self._work_mounted = False
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
-
-
-def _host_paths_under_tmp() -> list[str]:
-    """Read-only binds for the interpreter and the trajsynth package when they live under
-    /tmp (a checkout or virtualenv there), which the private /tmp would otherwise hide."""
-    import trajsynth
-
-    wanted = {
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        os.path.dirname(os.path.dirname(os.path.abspath(trajsynth.__file__))),
-        os.path.dirname(os.path.abspath(sys.executable)),
-    }
-    args: list[str] = []
-    for path in sorted(p for p in wanted if p.startswith("/tmp/") and os.path.exists(p)):
-        args += ["--ro-bind", path, path]
-    return args
+            self._root = None

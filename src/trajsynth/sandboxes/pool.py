@@ -1,8 +1,9 @@
 """Started sandboxes kept warm and reused across episodes (issue 5: "pool and reuse").
 
 An episode takes a sandbox with ``acquire`` and gives it back with ``release``. A sandbox that
-comes back is restored to the snapshot taken right after it started, so nothing of the last
-episode (files, seeded state, code the model wrote) reaches the next; one that cannot be
+comes back is reset to the snapshot taken right after it started (every process it still runs
+killed, ``/tmp`` emptied, the work directory restored), so nothing of the last episode (files,
+seeded state, code the model wrote, a process it planted) reaches the next; one that cannot be
 restored, or that the episode marks broken, is closed instead. At most ``max_idle`` wait per
 pool; the rest are closed. ``shared_pool`` gives one pool per (kind, limits, image) in this
 process, closed at exit.
@@ -76,7 +77,7 @@ class SandboxPool:
         keep = not broken and clean is not None and not self._closed
         if keep:
             try:
-                sandbox.restore(clean)  # type: ignore[arg-type]
+                sandbox.reset(clean)  # type: ignore[arg-type]
             except Exception as exc:  # any failure to reset means it must not be reused
                 log.info("sandbox %s not reused: restore failed: %s", sandbox.sandbox_id, exc)
                 keep = False

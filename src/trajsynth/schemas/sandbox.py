@@ -22,6 +22,12 @@ class SandboxLimits(Record):
     pids: int = Field(default=128, ge=8)
     cpus: float = Field(default=1.0, gt=0)
     timeout_s: float = Field(default=30.0, gt=0, description="default wall-clock limit per exec")
+    disk_mb: int = Field(default=256, ge=8, description="size of the work directory")
+    tmp_mb: int = Field(default=64, ge=8, description="size of /tmp")
+    allow_unsafe_local_sandbox: bool = Field(
+        default=False,
+        description="let LocalSandbox run where it cannot enforce every limit (see synth doctor)",
+    )
 
 
 class ExecResult(Record):

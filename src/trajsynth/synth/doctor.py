@@ -47,6 +47,19 @@ def _sandbox_image() -> tuple[bool, str]:
     return (True, tag) if image_exists() else (False, f"{tag} not built")
 
 
+def _local_sandbox(settings: Settings) -> tuple[bool, str]:
+    """Which limits LocalSandbox cannot enforce on this host (it refuses to run there)."""
+    from trajsynth.sandboxes.local_sandbox import unenforced_limits
+
+    missing = unenforced_limits()
+    if not missing:
+        return True, "isolation, unprivileged user, memory, pids, work-dir and /tmp size enforced"
+    listed = "; ".join(f"{limit}: {why}" for limit, why in missing.items())
+    if settings.sandbox.allow_unsafe_local_sandbox:
+        return True, f"UNSAFE (allow_unsafe_local_sandbox is set), not enforced: {listed}"
+    return False, f"refuses to run model code; not enforced: {listed}"
+
+
 def _embedded_files() -> tuple[bool, str]:
     from trajsynth.agents.embedded import embedded_available
 
@@ -106,6 +119,13 @@ def run_checks(settings: Settings, *, start_embedded: bool = True) -> list[Check
     checks = [
         Check("Docker engine", *_guard(_docker_engine), "make docker", docker_needed),
         Check("sandbox image", *_guard(_sandbox_image), "synth sandbox build", docker_needed),
+        Check(
+            "local sandbox limits",
+            *_guard(lambda: _local_sandbox(settings)),
+            "run as root with bubblewrap and cgroups, use the Docker sandbox, or set "
+            "sandbox.allow_unsafe_local_sandbox = true",
+            settings.sandbox.kind == SandboxKind.LOCAL,
+        ),
         Check(
             "embedded LLM files",
             *_guard(_embedded_files),

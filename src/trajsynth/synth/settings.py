@@ -85,7 +85,11 @@ class SandboxSettings(_Section):
     pids: int = Field(default=128, ge=8)
     cpus: float = Field(default=1.0, gt=0)
     timeout_s: float = Field(default=30.0, gt=0)
+    disk_mb: int = Field(default=256, ge=8)
+    tmp_mb: int = Field(default=64, ge=8)
     pool: int = Field(default=4, ge=0)
+    # LocalSandbox refuses to start where it cannot enforce a limit (`synth doctor` lists them)
+    allow_unsafe_local_sandbox: bool = False
 
 
 class Settings(BaseSettings):
@@ -155,6 +159,9 @@ class Settings(BaseSettings):
                 pids=self.sandbox.pids,
                 cpus=self.sandbox.cpus,
                 timeout_s=self.sandbox.timeout_s,
+                disk_mb=self.sandbox.disk_mb,
+                tmp_mb=self.sandbox.tmp_mb,
+                allow_unsafe_local_sandbox=self.sandbox.allow_unsafe_local_sandbox,
             ),
             planner_retries=run.planner_retries,
             assistant_tool_choice=run.assistant_tool_choice,
@@ -299,5 +306,9 @@ memory_mb = 512
 pids = 128
 cpus = 1.0
 timeout_s = 30.0
+disk_mb = 256                # work directory size (a tmpfs; in Docker charged to memory_mb)
+tmp_mb = 64                  # /tmp size
 pool = 4                     # warm sandboxes kept per process, reset between episodes (0: off)
+allow_unsafe_local_sandbox = false   # true: LocalSandbox runs model code even where it cannot
+                                     # enforce every limit (`synth doctor` lists which)
 """

@@ -1,8 +1,12 @@
 """Code interpreter: run Python and edit files in the sandbox work directory (MCP server).
 
 The whole server already runs inside the sandbox, so ``run_python`` is a plain subprocess in the
-work directory with a wall-clock limit (its process group is killed on timeout). State is the
-files under the work directory: first start writes a small seeded project from
+work directory with a wall-clock limit. The server is a child subreaper: when the program ends
+or its time is up, every process it started is killed, ``setsid`` children included, and only
+the first ``OUTPUT_CAP`` bytes of each stream are kept, so no program can outlive its call,
+hang the server or fill its memory. What the program's own code causes (a timeout, a full work
+directory, a kill at the sandbox's memory or process limit) is a tool error the model sees.
+State is the files under the work directory: first start writes a small seeded project from
 ``data/seeds/code.json`` (an inventory module with one real bug, its unittest tests, and CSV data
 whose quantities ``$TRAJSYNTH_SEED`` perturbs). Paths must stay inside the work directory.
 
@@ -12,13 +16,14 @@ Run: ``python -m trajsynth.mcp_servers.servers.code`` (stdio).
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import os
 import random
 import re
 import signal
-import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,6 +38,7 @@ from trajsynth.mcp_servers.servers._backend import (
     read_tool,
     write_tool,
 )
+from trajsynth.sandboxes._agent import become_subreaper, run_process
 
 __all__ = ["CLUSTER_META", "STORE", "main", "server"]
 
@@ -62,6 +68,12 @@ CLUSTER_META: dict[str, Any] = {
 
 MAX_FILE_BYTES = 1_000_000
 MAX_OUTPUT_CHARS = 8_000
+OUTPUT_CAP = 1_000_000  # bytes of each stream read into memory; the rest is read and dropped
+# the client's own limit for one call (the environment sets it): a program gets less, so its
+# timeout is this server's tool error, not the client's "no answer" (an infra fault)
+TOOL_TIMEOUT_ENV = "TRAJSYNTH_TOOL_TIMEOUT_S"
+_CALL_MARGIN_S = 3.0
+_RUN_LOCK = threading.Lock()  # one program at a time: after it, every descendant is killed
 _TIMING = re.compile(r" in \d+(\.\d+)?s\b")
 
 
@@ -155,6 +167,8 @@ def _root() -> Path:
 def _resolve(path: str, *, root: Path) -> Path:
     if not path.strip():
         raise fail("path is empty")
+    if "\x00" in path:
+        raise fail("path contains a NUL character")
     target = (root / path.strip()).resolve()
     try:
         rel = target.relative_to(root)
@@ -165,35 +179,50 @@ def _resolve(path: str, *, root: Path) -> Path:
     return target
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _clip(text: str) -> str:
     if len(text) <= MAX_OUTPUT_CHARS:
         return text
     return text[:MAX_OUTPUT_CHARS] + f"\n... [{len(text) - MAX_OUTPUT_CHARS} more characters cut]"
 
 
+def _time_limit(asked: float) -> float:
+    """``asked``, but never past the caller's own limit for the whole call."""
+    try:
+        budget = float(os.environ.get(TOOL_TIMEOUT_ENV, ""))
+    except ValueError:
+        return asked
+    return max(0.5, min(asked, budget - _CALL_MARGIN_S))
+
+
 def _run(argv: list[str], *, root: Path, timeout_s: float) -> tuple[int, str, str]:
-    """Run argv in the work directory; kill its whole process group on timeout."""
+    """Run argv in the work directory; when it ends or times out, kill all it started."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(root)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONHASHSEED"] = "0"
-    proc = subprocess.Popen(
-        argv,
-        cwd=root,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise fail(f"timed out after {timeout_s:g}s; the process was killed") from None
-    return proc.returncode, out, err
+    limit = _time_limit(timeout_s)
+    with _RUN_LOCK:
+        res = run_process(
+            argv, stdin=None, timeout=limit, env=env, cwd=str(root), cap=OUTPUT_CAP, own_tree=True
+        )
+    if res["timed_out"]:
+        raise fail(f"timed out after {limit:g}s; the program and all it started were killed")
+    out = res["stdout"].decode("utf-8", errors="replace")
+    err = res["stderr"].decode("utf-8", errors="replace")
+    code = res["exit_code"]
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        why = " (the sandbox's memory, process or CPU limit)" if code == -signal.SIGKILL else ""
+        err = f"{err}\nkilled by {name}{why}".lstrip()
+    return code, out, err
 
 
 # ---------------------------------------------------------------- tools
@@ -208,6 +237,10 @@ def run_python(
 ) -> RunResult:
     """Run a Python script in the work directory (it may read and write files there)."""
     root = _root()
+    if "\x00" in source:
+        raise fail("source contains a NUL character")
+    if not _encodable(source):
+        raise fail("source is not valid Unicode text (a lone surrogate)")
     code, out, err = _run([sys.executable, "-c", source], root=root, timeout_s=timeout_s)
     if code != 0:
         tail = err.strip()[-MAX_OUTPUT_CHARS:]
@@ -226,12 +259,19 @@ def write_file(
     target = _resolve(path, root=root)
     if target.is_dir():
         raise fail(f"'{path}' is a directory")
+    if not _encodable(content):
+        raise fail("content is not valid Unicode text (a lone surrogate)")
     data = content.encode("utf-8")
     if len(data) > MAX_FILE_BYTES:
         raise fail(f"content is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
     created = not target.exists()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise fail(f"cannot write '{path}': the work directory is full") from None
+        raise fail(f"cannot write '{path}': {exc.strerror}") from None
     return WriteResult(path=target.relative_to(root).as_posix(), size=len(data), created=created)
 
 
@@ -335,8 +375,31 @@ def run_tests(
     )
 
 
+def run_command(argv: list[str], timeout_s: float) -> int:
+    """Run ``argv`` in the work directory exactly as ``run_python`` runs a program (same
+    runner, limits, output cap and kill of everything it started); print its output and
+    return its exit status (124: timed out). ``synth sandbox run`` calls this in a sandbox."""
+    become_subreaper()
+    root = Path(os.environ.get("TRAJSYNTH_WORKDIR") or os.getcwd()).resolve()
+    try:
+        code, out, err = _run(argv, root=root, timeout_s=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - the ToolError the model would see
+        sys.stderr.write(f"{exc}\n")
+        return 124
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code if code >= 0 else 128 - code
+
+
 def main() -> None:
-    """Seed the work directory if needed, then serve over stdio."""
+    """Seed the work directory if needed, then serve over stdio.
+
+    ``python -m trajsynth.mcp_servers.servers.code exec TIMEOUT_S -- CMD ...`` instead runs
+    one command as ``run_python`` would (``run_command``).
+    """
+    if len(sys.argv) > 3 and sys.argv[1] == "exec" and sys.argv[3] == "--":
+        sys.exit(run_command(sys.argv[4:], float(sys.argv[2])))
+    become_subreaper()
     STORE.ensure()
     server.run("stdio")
 

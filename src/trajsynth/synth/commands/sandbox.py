@@ -10,12 +10,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trajsynth.sandboxes import bwrap_usable, docker_unusable, ensure_image, image_tag
+from trajsynth.sandboxes import (
+    bwrap_usable,
+    docker_unusable,
+    ensure_image,
+    image_tag,
+    unenforced_limits,
+)
 from trajsynth.sandboxes.image import DEFAULT_MIRROR, default_cache_dir, image_inputs
+from trajsynth.schemas import SandboxKind
 
 __all__ = ["app"]
 
-app = typer.Typer(no_args_is_help=True, help="The Docker sandbox image.")
+app = typer.Typer(no_args_is_help=True, help="The sandboxes: build the image, check, run.")
 console = Console()
 
 
@@ -65,9 +72,59 @@ def info() -> None:
         "Docker sandbox", "[green]usable[/]" if reason is None else f"[yellow]{reason}[/]"
     )
     table.add_row("bubblewrap", "[green]usable[/]" if bwrap_usable() else "[yellow]not usable[/]")
+    missing = unenforced_limits()
+    table.add_row(
+        "local sandbox limits",
+        "[green]all enforced[/]"
+        if not missing
+        else "[yellow]not enforced: " + ", ".join(missing) + " (it refuses to run)[/]",
+    )
     if reason is None:
         auto = "docker"
     else:
         auto = "local (bubblewrap)" if bwrap_usable() else "local (plain subprocess)"
     table.add_row("auto picks", auto)
     console.print(table)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    kind: Annotated[
+        SandboxKind | None,
+        typer.Option("--kind", help="docker | local | auto (default: the sandbox.kind setting)"),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="seconds, as run_python's timeout_s", min=1)
+    ] = 10.0,
+) -> None:
+    """Run `-- CMD ...` in a sandbox exactly as the code tool runs a program.
+
+    Same sandbox and limits as a run (the [sandbox] settings), started the same way, and the
+    command goes through the code tool's own runner: output capped, everything it started
+    killed when it ends or times out, the timeout kept under run.tool_timeout_s. Prints the
+    command's output and exits with its status (124: timed out, 128+N: killed by signal N).
+    """
+    import sys
+
+    from trajsynth.sandboxes import open_sandbox
+    from trajsynth.synth import cli  # the CLI mounts this module: import it late
+
+    command = list(ctx.args)
+    if not command:
+        raise typer.BadParameter("no command: use `synth sandbox run [--kind K] -- CMD ...`")
+    config = cli.settings().run_config()
+    chosen = kind or config.sandbox
+    tool_timeout = config.budgets.tool_timeout_s
+    with open_sandbox(chosen, config.sandbox_limits) as sandbox:
+        inner = [sandbox.python, "-m", "trajsynth.mcp_servers.servers.code"]
+        inner += ["exec", f"{timeout:g}", "--", *command]
+        res = sandbox.exec(
+            inner,
+            timeout=min(timeout, tool_timeout) + 30,
+            env={"TRAJSYNTH_TOOL_TIMEOUT_S": f"{tool_timeout:g}"},
+        )
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    code = res.exit_code
+    raise typer.Exit(124 if res.timed_out else code if code >= 0 else 128 - code)
