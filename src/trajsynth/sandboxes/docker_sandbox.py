@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 import struct
 import threading
@@ -55,6 +56,9 @@ __all__ = ["DockerSandbox"]
 log = logging.getLogger(__name__)
 
 LABEL = "trajsynth.sandbox"
+# the pid of the process that started the container: the CLI's watchdog removes what a killed
+# owner left, should the agent not see its socket close
+OWNER_LABEL = "trajsynth.owner_pid"
 _ANSWER_GRACE_S = 15.0  # how long past a command's own timeout we wait for the agent
 _OP_TIMEOUT_S = 120.0  # file transfer, snapshot and restore
 _MUX = struct.Struct(">BxxxI")  # Docker's attach stream: stream id, 3 pad bytes, size
@@ -169,7 +173,7 @@ class DockerSandbox(Sandbox):
         return {
             "command": ["python3", "-I", "-S", "-c", _AGENT_SOURCE, WORKDIR],
             "name": f"trajsynth-{self.sandbox_id}",
-            "labels": {LABEL: self.sandbox_id},
+            "labels": {LABEL: self.sandbox_id, OWNER_LABEL: str(os.getpid())},
             # with stdin open and not detached, the SDK sets StdinOnce: when our socket
             # closes, the agent's stdin closes and it exits
             "stdin_open": True,

@@ -23,12 +23,10 @@ import sys
 
 import psutil
 
-__all__ = ["OWNER_LABEL", "guard_descendants", "reap", "track_now", "watch"]
+__all__ = ["guard_descendants", "reap", "track_now", "watch"]
 
 log = logging.getLogger(__name__)
 
-# sandboxes label their containers with the pid of the process that started them
-OWNER_LABEL = "trajsynth.owner_pid"
 
 _watchdog: subprocess.Popen[bytes] | None = None
 
@@ -99,6 +97,8 @@ def reap(seen: dict[int, float], parent_pid: int, *, grace_s: float = 5.0) -> in
 def _remove_containers(parent_pid: int) -> None:
     try:
         import docker  # imported here: most commands never start a container
+
+        from trajsynth.sandboxes.docker_sandbox import OWNER_LABEL
 
         client = docker.from_env(timeout=10)
         for container in client.containers.list(
