@@ -7,9 +7,9 @@ from typer.testing import CliRunner
 
 from trajsynth.dashboards import dashboard_command, queries, tree_dot
 from trajsynth.schemas import InputError
-from trajsynth.synth.cli import app
-from trajsynth.synth.store import Store
-from trajsynth.synth.views import quotient_graph_svg
+from trajsynth.cli.main import app
+from trajsynth.store import Store
+from trajsynth.dashboards.views import quotient_graph_svg
 
 
 def test_runs_newest_first_with_state_and_pass_rate(known_store: Store) -> None:

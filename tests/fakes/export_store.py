@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fakes.store_rows import RUN, blueprint_row, write_round
 from fakes.trajectories import call, make_trajectory, verdicts_for
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 __all__ = ["RUN", "export_store", "select"]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from fakes.llm_server import FakeLLMServer
 
-from trajsynth.synth.commands.runs import list_runs
-from trajsynth.synth.store import Store
+from trajsynth.cli.commands.runs import list_runs
+from trajsynth.store import Store
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def llm() -> Iterator[FakeLLMServer]:
 
 def _command(llm: FakeLLMServer) -> list[str]:
     return [
-        sys.executable, "-m", "trajsynth.synth.cli", "-q", "run",
+        sys.executable, "-m", "trajsynth.cli", "-q", "run",
         "--base-url", llm.base_url, "--model", "fake",
         "--tasks", "6", "--samples", "2", "--seed", "11",
     ]  # fmt: skip

@@ -10,7 +10,7 @@ from prefect_dask import DaskTaskRunner
 
 from trajsynth.flows.runners import task_runner_for
 from trajsynth.schemas import InputError
-from trajsynth.synth.settings import Settings
+from trajsynth.cli.settings import Settings
 
 
 def test_thread_pool_is_the_default() -> None:
