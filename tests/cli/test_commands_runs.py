@@ -8,8 +8,8 @@ from datetime import datetime
 from fakes.trajectories import make_verdict
 from typer.testing import CliRunner
 
-from trajsynth.cli.main import app
 from trajsynth.cli.commands.runs import list_runs
+from trajsynth.cli.main import app
 from trajsynth.store import Store
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from trajsynth.schemas import InputError
 from trajsynth.cli.commands.tree import render_tree
+from trajsynth.schemas import InputError
 from trajsynth.store import Store
 
 

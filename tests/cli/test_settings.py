@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from trajsynth.schemas import InputError, RolloutMode, TreeConfig
 from trajsynth.cli.settings import default_toml, load_settings
+from trajsynth.schemas import InputError, RolloutMode, TreeConfig
 
 
 def test_default_toml_loads_and_matches_defaults(tmp_path: Path) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from trajsynth.dashboards import dashboard_command, queries, tree_dot
-from trajsynth.schemas import InputError
 from trajsynth.cli.main import app
-from trajsynth.store import Store
+from trajsynth.dashboards import dashboard_command, queries, tree_dot
 from trajsynth.dashboards.views import quotient_graph_svg
+from trajsynth.schemas import InputError
+from trajsynth.store import Store
 
 
 def test_runs_newest_first_with_state_and_pass_rate(known_store: Store) -> None:

@@ -10,8 +10,8 @@ import pytest
 from fakes.store_rows import RUN, hash_embedder, write_round
 from fakes.trajectories import call, make_trajectory, make_verdict, verdicts_for
 
-from trajsynth.schemas import CurationConfig, SFTSelectConfig
 from trajsynth.flows.curate import curate_round, embedding_model_id, next_weights
+from trajsynth.schemas import CurationConfig, SFTSelectConfig
 from trajsynth.store import Store
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from trajsynth.schemas import SandboxKind
 from trajsynth.cli.settings import Settings
+from trajsynth.schemas import SandboxKind
 from trajsynth.store import Store
 
 __all__ = ["Check", "run_checks"]

@@ -18,7 +18,6 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from trajsynth import schemas
-from trajsynth.schemas import InputError, RolloutMode, TrajsynthError
 from trajsynth.cli.commands import clusters as clusters_cmd
 from trajsynth.cli.commands import dashboard as dashboard_cmd
 from trajsynth.cli.commands import deploy as deploy_cmd
@@ -29,6 +28,7 @@ from trajsynth.cli.commands import stats as stats_cmd
 from trajsynth.cli.commands import topo as topo_cmd
 from trajsynth.cli.commands import train as train_cmd
 from trajsynth.cli.settings import DEFAULT_CONFIG_FILE, Settings, default_toml, load_settings
+from trajsynth.schemas import InputError, RolloutMode, TrajsynthError
 from trajsynth.store import TABLES, Store
 
 __all__ = ["app", "main"]

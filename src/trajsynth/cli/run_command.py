@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from trajsynth.schemas import RunConfig
 from trajsynth.cli.settings import Settings
+from trajsynth.schemas import RunConfig
 from trajsynth.store.summary import RunSummary
 
 __all__ = ["prefect_environment", "print_summary", "run_and_report"]

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trajsynth.schemas import RLRow, SFTRow
 from trajsynth.export.report import ExportReport
+from trajsynth.schemas import RLRow, SFTRow
 from trajsynth.store import Store
 
 __all__ = ["card_text", "pass_rates", "write_card", "write_plots"]

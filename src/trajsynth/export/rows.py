@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from trajsynth.schemas import Constraint, EnvSpec, Message, MessageRole, RLRow, SFTRow
 from trajsynth.export.report import ExportError
+from trajsynth.schemas import Constraint, EnvSpec, Message, MessageRole, RLRow, SFTRow
 from trajsynth.store import Store
 
 __all__ = ["canonical_arguments", "openai_messages", "resolve_run", "rl_rows", "sft_rows"]

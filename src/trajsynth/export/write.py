@@ -32,10 +32,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from trajsynth.schemas import RLRow, SFTRow
 from trajsynth.export import records
 from trajsynth.export.report import FORMATS, ExportError, ExportReport
 from trajsynth.export.rows import resolve_run, rl_rows, sft_rows
+from trajsynth.schemas import RLRow, SFTRow
 from trajsynth.store import Store
 
 __all__ = ["export_dataset", "export_rl", "export_sft", "render_rows"]

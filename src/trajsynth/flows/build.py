@@ -21,8 +21,8 @@ from trajsynth.agents.llm import open_llm_client
 from trajsynth.flows.stages import _clusters, plan_round, rollout_round
 from trajsynth.flows.units import run_id_for
 from trajsynth.schemas import RunConfig, SandboxError, SandboxKind, ToolCluster
-from trajsynth.store.manifest import run_manifest
 from trajsynth.store import Store
+from trajsynth.store.manifest import run_manifest
 from trajsynth.store.summary import RunSummary, summarize_run
 
 __all__ = ["build_dataset", "run_id_for"]
