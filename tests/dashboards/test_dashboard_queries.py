@@ -97,7 +97,11 @@ def test_task_tree_drawn_with_leaf_outcomes(known_store: Store) -> None:
 def test_quotient_graph_of_a_task(known_store: Store) -> None:
     svg, metrics = quotient_graph_svg(known_store, "task-a1")
     assert "<svg" in svg
-    assert metrics["n_rollouts"] == 4 and metrics["p"] == 0.75 and metrics["ebr"] == 0.5
+    assert (
+        metrics["n_rollouts"] == 4
+        and metrics["pass_rate"] == 0.75
+        and metrics["error_branch_ratio"] == 0.5
+    )
     with pytest.raises(InputError, match="no trajectories for task 'nope'"):
         quotient_graph_svg(known_store, "nope")
 

@@ -50,19 +50,27 @@ def test_methods_example_rows(store: Store) -> None:
     assert (report.n_trajectories, report.n_verified, report.n_tasks) == (4, 3, 1)
     (task,) = store.query("SELECT * FROM task_topology")
     assert task["task_id"] == "task-1" and task["run_id"] == RUN and task["round"] == 0
-    assert task["p"] == pytest.approx(0.75, abs=TOL)
-    assert task["ebr"] == pytest.approx(0.5, abs=TOL)
-    assert task["h_strat_norm"] == pytest.approx(0.75, abs=TOL)
+    assert task["pass_rate"] == pytest.approx(0.75, abs=TOL)
+    assert task["error_branch_ratio"] == pytest.approx(0.5, abs=TOL)
+    assert task["strategy_entropy_norm"] == pytest.approx(0.75, abs=TOL)
     assert task["rl_score"] == pytest.approx(0.46875, abs=TOL)
-    assert (task["n_succ_strat"], task["l_star"], task["n_branch_points"]) == (1, 2, 2)
+    assert (
+        task["n_success_strategies"],
+        task["shortest_success_len"],
+        task["n_branch_points"],
+    ) == (1, 2, 2)
     assert task["in_rl_pool"] is True
     kinds = sorted(n["kind"] for n in task["graph"]["nodes"])
     assert kinds == ["error", "fail", "start", "state", "success"]  # r1, r2, r3 merge on B
     assert len(task["graph"]["edges"]) == 5
     topo = {r["trajectory_id"]: r for r in store.query("SELECT * FROM trajectory_topology")}
-    assert (topo["r3"]["rec"], topo["r3"]["n_recovered"], topo["r3"]["eff"]) == (True, 1, 1.0)
+    assert (topo["r3"]["recovered"], topo["r3"]["n_recovered"], topo["r3"]["efficiency"]) == (
+        True,
+        1,
+        1.0,
+    )
     assert topo["r1"]["signature"] == topo["r2"]["signature"] != topo["r3"]["signature"]
-    assert topo["r4"]["eff"] is None and topo["r4"]["success"] is False
+    assert topo["r4"]["efficiency"] is None and topo["r4"]["success"] is False
     sft = by_item(store, "sft")
     assert (sft["r3"]["selected"], sft["r3"]["rank"], sft["r3"]["score"]) == (True, 1, 2.5)
     assert (sft["r1"]["selected"], sft["r1"]["rank"], sft["r1"]["score"]) == (True, 2, 1.5)
@@ -133,12 +141,15 @@ def test_bad_input_gets_defined_values_or_reasons(store: Store) -> None:
     report = curate_round(store, RUN, 0, embedder=picky)
     assert report.n_trajectories == 5 and report.n_tasks == 4
     scores = {r["trajectory_id"]: r for r in store.query("SELECT * FROM scores")}
-    assert scores["quiet"]["cac"] == 0.0 and scores["quiet"]["n_steps"] == 0
+    assert scores["quiet"]["action_complexity"] == 0.0 and scores["quiet"]["n_steps"] == 0
     assert report.skips["blank"] == "no embedding: empty text"
     assert report.skips["boom"].startswith("no embedding: embedder rejected the text")
     assert "t-quiet" in report.skips  # one rollout: EBR and H_strat are 0
     tasks = {r["task_id"]: r for r in store.query("SELECT * FROM task_topology")}
-    assert tasks["t-quiet"]["ebr"] == 0.0 and tasks["t-quiet"]["h_strat_norm"] == 0.0
+    assert (
+        tasks["t-quiet"]["error_branch_ratio"] == 0.0
+        and tasks["t-quiet"]["strategy_entropy_norm"] == 0.0
+    )
     rl = by_item(store, "rl")
     assert rl["t-quiet"]["selected"] is False and "fewer than 2" in rl["t-quiet"]["reason"]
     sft = by_item(store, "sft")
@@ -199,7 +210,7 @@ def test_next_weights_stores_every_change_with_its_reason(store: Store) -> None:
     rows = store.query("SELECT * FROM evolution WHERE level = 'domain' ORDER BY option")
     assert [r["option"] for r in rows] == ["retail", "travel"]
     assert all(r["round"] == 1 and r["reason"] for r in rows)
-    assert rows[1]["reason"] == "rarity" and rows[1]["p_new"] > rows[1]["p_old"]
+    assert rows[1]["reason"] == "rarity" and rows[1]["weight_new"] > rows[1]["weight_old"]
     n = store.counts()["evolution"]
     next_weights(store, RUN, 0)
     assert store.counts()["evolution"] == n  # recomputing replaces, never duplicates

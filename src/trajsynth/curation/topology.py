@@ -613,7 +613,7 @@ def task_metrics(graph: nx.MultiDiGraph) -> TaskTopology:
     """Task-level metrics of a quotient graph (METHODS.md §8, "Task-level metrics").
 
     ``p`` is the pass rate over valid rollouts, ``H_strat_norm = H(signatures) / ln(n)`` (0 for
-    one rollout), ``n_succ_strat`` the distinct success signatures with error nodes removed and
+    one rollout), ``n_success_strategies`` the distinct success signatures with error nodes removed and
     ``rl_score = 4·p·(1-p)·(EBR + H_strat_norm)/2``. A task with no valid rollout has ``p=None``
     and ``rl_score=0``.
     """
@@ -636,18 +636,18 @@ def task_metrics(graph: nx.MultiDiGraph) -> TaskTopology:
         n_rollouts=n,
         n_excluded=n_excluded,
         n_success=n_success,
-        p=p,
+        pass_rate=p,
         n_nodes=graph.number_of_nodes(),
         n_edges=graph.number_of_edges(),
         n_branch_points=n_points,
         n_branch_edges=n_branch,
         n_error_branch_edges=n_error,
-        ebr=ebr,
-        h_strat=h,
-        h_strat_norm=h_norm,
+        error_branch_ratio=ebr,
+        strategy_entropy=h,
+        strategy_entropy_norm=h_norm,
         n_signatures=len(sigs),
-        n_succ_strat=len(succ),
-        l_star=_l_star(graph),
+        n_success_strategies=len(succ),
+        shortest_success_len=_l_star(graph),
         rl_score=max(0.0, rl_score),
     )
 
@@ -681,8 +681,8 @@ def trajectory_metrics(graph: nx.MultiDiGraph) -> list[TrajectoryTopology]:
                 path_len=len(w["edges"]),
                 n_errors=n_errors,
                 n_recovered=recovered,
-                rec=success and n_errors > 0,
-                eff=eff,
+                recovered=success and n_errors > 0,
+                efficiency=eff,
                 redundancy=None if eff is None else 1.0 - eff,
             )
         )
@@ -790,11 +790,11 @@ def draw_quotient_graph(
     ax.set_xlim(min(xs) - 0.6, max(xs) + 0.6)
     ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
     metrics = task_metrics(graph)
-    p = "n/a" if metrics.p is None else f"{metrics.p:.2f}"
+    p = "n/a" if metrics.pass_rate is None else f"{metrics.pass_rate:.2f}"
     ax.set_title(
         title
         or f"task {metrics.task_id}: {metrics.n_rollouts} rollouts, p={p}, "
-        f"EBR={metrics.ebr:.2f}, H_norm={metrics.h_strat_norm:.2f}, "
+        f"EBR={metrics.error_branch_ratio:.2f}, H_norm={metrics.strategy_entropy_norm:.2f}, "
         f"rl_score={metrics.rl_score:.3f}",
         fontsize=9,
     )

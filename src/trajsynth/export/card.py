@@ -38,7 +38,7 @@ _FIGURES = (
     ("action_complexity", "cumulative action complexity (mean)"),
     ("error_branch_ratio", "error branch ratio (mean)"),
     ("strategic_heterogeneity", "strategic heterogeneity (mean)"),
-    ("n_succ_strat", "successful strategies per task (mean)"),
+    ("n_success_strategies", "successful strategies per task (mean)"),
     ("n_recovered", "trajectories that recover from an error"),
     ("n_duplicates", "near-duplicates"),
     ("n_sft_selected", "SFT selected"),

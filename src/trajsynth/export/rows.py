@@ -158,7 +158,7 @@ def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow
     rows = store.query(
         "SELECT s.item_id, s.task_id, s.run_id, s.round AS sel_round, s.score AS sel_score, "
         "s.reason, t.trajectory_id, t.messages, t.tools, t.cluster_id, t.round, t.n_turns, "
-        "t.n_calls, t.termination, v.passed, v.score AS verdict_score, sc.cac, "
+        "t.n_calls, t.termination, v.passed, v.score AS verdict_score, sc.action_complexity AS cac, "
         "coalesce(sc.mode_label, sc.rule_label, sc.mode, b.target_mode) AS mode, "
         "sc.recovered, sc.efficiency, coalesce(sc.domain, b.domain, c.domain) AS domain "
         "FROM selections s "
@@ -246,7 +246,7 @@ def rl_rows(store: Store, run_id: str, round: int | None = None) -> list[RLRow]:
         "SELECT s.item_id, s.run_id, s.round AS sel_round, s.score AS sel_score, s.reason, "
         "b.blueprint_id, b.cluster_id, b.domain, b.seed, b.initial_state_id, b.constraints, "
         "b.goal, b.difficulty, b.path_shape, b.target_mode, b.round, "
-        "tt.p, tt.n_rollouts, tt.ebr, tt.n_succ_strat, tt.rl_score "
+        "tt.pass_rate, tt.n_rollouts, tt.error_branch_ratio, tt.n_success_strategies, tt.rl_score "
         "FROM selections s "
         "LEFT JOIN blueprints b ON b.blueprint_id = s.item_id "
         "LEFT JOIN task_topology tt ON tt.task_id = s.item_id "
@@ -302,10 +302,10 @@ def rl_rows(store: Store, run_id: str, round: int | None = None) -> list[RLRow]:
                     "difficulty": r["difficulty"],
                     "path_shape": r["path_shape"],
                     "target_mode": r["target_mode"],
-                    "pass_rate": r["p"],
+                    "pass_rate": r["pass_rate"],
                     "n_rollouts": r["n_rollouts"],
-                    "error_branch_ratio": r["ebr"],
-                    "n_succ_strat": r["n_succ_strat"],
+                    "error_branch_ratio": r["error_branch_ratio"],
+                    "n_succ_strat": r["n_success_strategies"],
                     "selection_score": r["sel_score"],
                     "selection_reason": r["reason"],
                 },

@@ -678,7 +678,9 @@ class _Curation:
 
     def _sft_prescore(self, topo: TrajectoryTopology) -> float:
         s = self.cfg.sft
-        return s.w_rec * float(topo.rec) + s.w_eff * float(topo.eff or 0.0) + s.w_novelty
+        return (
+            s.w_rec * float(topo.recovered) + s.w_eff * float(topo.efficiency or 0.0) + s.w_novelty
+        )
 
     def _candidates(self) -> list[str]:
         out = []
@@ -770,7 +772,7 @@ class _Curation:
             mode_codebook=self.codebook.codebook_id,
             n_duplicates=len(self.duplicates) + self._earlier_duplicates(),
         )
-        ebr_values = [t.ebr for t in self.task_topos if t.n_rollouts > 0]
+        ebr_values = [t.error_branch_ratio for t in self.task_topos if t.n_rollouts > 0]
         ebr_all = ebr_values + self._earlier_ebr()
         verdicts = [self.data.verdicts.get(t.trajectory_id) for t in ts]
         counted = [v for v in verdicts if v is not None and not v.excluded]
@@ -799,7 +801,7 @@ class _Curation:
 
     def _earlier_accepted(self) -> list[dict[str, Any]]:
         rows = self.store.query(
-            "SELECT s.trajectory_id, s.domain, t.cluster_id, s.cac, s.mode, s.mode_codebook, "
+            "SELECT s.trajectory_id, s.domain, t.cluster_id, s.action_complexity AS cac, s.mode, s.mode_codebook, "
             "s.rule_label, s.digest_key FROM scores s JOIN trajectories t USING (trajectory_id) "
             "WHERE s.run_id = ? AND s.round < ? AND s.accepted ORDER BY s.trajectory_id",
             [self.run_id, self.round],
@@ -834,10 +836,10 @@ class _Curation:
 
     def _earlier_ebr(self) -> list[float]:
         rows = self.store.query(
-            "SELECT ebr FROM task_topology WHERE run_id = ? AND round < ? AND n_rollouts > 0",
+            "SELECT error_branch_ratio FROM task_topology WHERE run_id = ? AND round < ? AND n_rollouts > 0",
             [self.run_id, self.round],
         )
-        return [float(r["ebr"]) for r in rows]
+        return [float(r["error_branch_ratio"]) for r in rows]
 
     def _rows(
         self,
@@ -863,15 +865,15 @@ class _Curation:
                     "trajectory_id": tid,
                     "mode": a.mode_id if a else None,
                     "mode_codebook": a.codebook if a else None,
-                    "cac": breakdown.cac,
+                    "action_complexity": breakdown.cac,
                     "n_steps": breakdown.n_steps,
                     "n_distinct_tools": breakdown.n_distinct_tools,
                     "max_dep_depth": breakdown.max_dep_depth,
                     "n_bound_args": breakdown.n_bound_args,
                     "n_conditional": breakdown.n_conditional,
                     "signature": topo.signature if topo else None,
-                    "recovered": bool(topo.rec) if topo else False,
-                    "efficiency": topo.eff if topo else None,
+                    "recovered": bool(topo.recovered) if topo else False,
+                    "efficiency": topo.efficiency if topo else None,
                     "sft_score": sft_score.get(tid),
                     "duplicate_of": self.duplicates.get(tid),
                     "mode_label": a.label.value if a and a.label else None,
@@ -913,9 +915,9 @@ class _Curation:
             "reasoning_mode_entropy_norm": cumulative.h_mode_norm,
             "action_complexity": cumulative.cac_mean,
             "error_branch_ratio": float(np.mean(ebr_all)) if ebr_all else 0.0,
-            "strategic_heterogeneity": _mean([t.h_strat_norm for t in tasks_with]),
-            "n_succ_strat": _mean([float(t.n_succ_strat) for t in tasks_with]),
-            "n_recovered": sum(1 for t in self.traj_topos if t.rec),
+            "strategic_heterogeneity": _mean([t.strategy_entropy_norm for t in tasks_with]),
+            "n_success_strategies": _mean([float(t.n_success_strategies) for t in tasks_with]),
+            "n_recovered": sum(1 for t in self.traj_topos if t.recovered),
             "n_duplicates": report.n_duplicates,
             "n_sft_selected": report.n_sft_selected,
             "n_rl_selected": report.n_rl_selected,
@@ -1032,8 +1034,8 @@ def _catalog(store: Store, run_id: str, config: RunConfig | None) -> CellCatalog
 def _outcomes(store: Store, run_id: str, round: int) -> list[RolloutOutcome]:
     rows = store.query(
         "SELECT t.trajectory_id, t.round, t.cluster_id, t.failure_class, b.domain, b.cell, "
-        "v.passed, v.excluded, s.accepted, s.mode_label, s.rule_label, s.cac, "
-        "tt.p AS task_p, tt.ebr AS task_ebr "
+        "v.passed, v.excluded, s.accepted, s.mode_label, s.rule_label, s.action_complexity AS cac, "
+        "tt.pass_rate AS task_p, tt.error_branch_ratio AS task_ebr "
         "FROM trajectories t "
         "LEFT JOIN blueprints b ON b.blueprint_id = t.blueprint_id "
         "LEFT JOIN verdicts v ON v.trajectory_id = t.trajectory_id "
@@ -1089,14 +1091,14 @@ def _attempts(store: Store, run_id: str, round: int) -> list[BlueprintAttempt]:
 
 def _previous_weights(store: Store, run_id: str, round: int) -> RoundWeights | None:
     rows = store.query(
-        "SELECT level, option, p_new FROM evolution WHERE run_id = ? AND round = ?",
+        "SELECT level, option, weight_new FROM evolution WHERE run_id = ? AND round = ?",
         [run_id, round],
     )
     if not rows:
         return None
     weights: dict[str, dict[str, float]] = defaultdict(dict)
     for r in rows:
-        weights[r["level"]][r["option"]] = float(r["p_new"])
+        weights[r["level"]][r["option"]] = float(r["weight_new"])
     return RoundWeights(round=round, weights=dict(weights))
 
 
@@ -1142,11 +1144,11 @@ def next_weights(
                 "level": change.level,
                 "parent": change.parent,
                 "option": change.option,
-                "n": change.n,
-                "f": change.f,
-                "v": change.v,
-                "p_old": change.p_old,
-                "p_new": change.p_new,
+                "n_accepted": change.n,
+                "failure_rate": change.f,
+                "validity": change.v,
+                "weight_old": change.p_old,
+                "weight_new": change.p_new,
                 "reason": change.reason.value,
                 "detail": change.model_dump(mode="json"),
             }

@@ -14,430 +14,57 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 from pydantic import BaseModel
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from trajsynth.schemas import InputError
+from trajsynth.store.rows import ROW_MODELS, Row, column_types
 
 __all__ = ["SCHEMA_VERSION", "TABLES", "Store", "StoreLockedError", "work_unit_row"]
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Row)
 
 
 class StoreLockedError(InputError):
     """Another process held the store for longer than we were willing to wait."""
 
 
-# table -> (primary key, {column: duckdb type}). JSON columns hold nested fields; SQL reaches
-# into them with ->, ->> and json_extract.
+# table -> (primary key, {column: duckdb type}), read from the row models (store/rows.py).
+# JSON columns hold nested fields; SQL reaches into them with ->, ->> and json_extract.
 TABLES: dict[str, tuple[str, dict[str, str]]] = {
-    "runs": (
-        "run_id",
-        {
-            "run_id": "VARCHAR",
-            "created_at": "TIMESTAMP",
-            "updated_at": "TIMESTAMP",
-            "state": "VARCHAR",
-            "config": "JSON",
-            "manifest": "JSON",
-            "summary": "JSON",
-        },
-    ),
-    "clusters": (
-        "cluster_id",
-        {
-            "cluster_id": "VARCHAR",
-            "domain": "VARCHAR",
-            "description": "VARCHAR",
-            "source": "VARCHAR",
-            "server": "JSON",
-            "state_readable": "BOOLEAN",
-            "n_tools": "INTEGER",
-            "n_edges": "INTEGER",
-        },
-    ),
-    "tools": (
-        "tool_key",
-        {
-            "tool_key": "VARCHAR",
-            "cluster_id": "VARCHAR",
-            "name": "VARCHAR",
-            "access": "VARCHAR",
-            "description": "VARCHAR",
-            "input_schema": "JSON",
-            "output_schema": "JSON",
-        },
-    ),
-    "edges": (
-        "edge_key",
-        {
-            "edge_key": "VARCHAR",
-            "cluster_id": "VARCHAR",
-            "source": "VARCHAR",
-            "target": "VARCHAR",
-            "out_field": "VARCHAR",
-            "in_param": "VARCHAR",
-            "score": "DOUBLE",
-            "origin": "VARCHAR",
-            "verified": "BOOLEAN",
-        },
-    ),
-    "blueprints": (
-        "blueprint_id",
-        {
-            "blueprint_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "round": "INTEGER",
-            "cluster_id": "VARCHAR",
-            "domain": "VARCHAR",
-            "cell": "JSON",
-            "difficulty": "VARCHAR",
-            "path_shape": "VARCHAR",
-            "target_mode": "VARCHAR",
-            "initial_state_id": "VARCHAR",
-            "tool_path": "JSON",
-            "slots": "JSON",
-            "persona": "VARCHAR",
-            "goal": "VARCHAR",
-            "hidden_info": "JSON",
-            "uses_code_tool": "BOOLEAN",
-            "n_writes": "INTEGER",
-            "gold_run": "JSON",
-            "constraints": "JSON",
-            "max_turns": "INTEGER",
-            "seed": "BIGINT",
-            "words_source": "VARCHAR",
-        },
-    ),
-    "blueprint_attempts": (
-        "attempt_id",
-        {
-            "attempt_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "round": "INTEGER",
-            "cluster_id": "VARCHAR",
-            "cell": "JSON",
-            "seed": "BIGINT",
-            "accepted": "BOOLEAN",
-            "reason": "VARCHAR",
-            "detail": "VARCHAR",
-        },
-    ),
-    "trees": (
-        "tree_id",
-        {
-            "tree_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "blueprint_id": "VARCHAR",
-            "round": "INTEGER",
-            "rollout_mode": "VARCHAR",
-            "n_nodes": "INTEGER",
-            "n_leaves": "INTEGER",
-            "pass_rate": "DOUBLE",
-            "total_tokens": "BIGINT",
-            "wall_s": "DOUBLE",
-            "generated_tokens": "BIGINT",
-            "n_pruned": "INTEGER",
-            "n_passed": "INTEGER",
-            "budget": "JSON",
-        },
-    ),
-    "nodes": (
-        "node_id",
-        {
-            "node_id": "VARCHAR",
-            "tree_id": "VARCHAR",
-            "parent_id": "VARCHAR",
-            "depth": "INTEGER",
-            "messages": "JSON",
-            "calls": "JSON",
-            "usage": "JSON",
-            "step_entropy": "DOUBLE",
-            "confidence": "DOUBLE",
-            "branch_probability": "DOUBLE",
-            "n_children": "INTEGER",
-            "snapshot_id": "VARCHAR",
-            "prune_reason": "VARCHAR",
-            "value": "DOUBLE",
-            "advantage": "DOUBLE",
-            "process_reward": "DOUBLE",
-            "n_leaves": "INTEGER",
-            "branch": "JSON",
-        },
-    ),
-    "final_states": (
-        "state_hash",
-        {
-            "state_hash": "VARCHAR",
-            "state": "JSON",
-        },
-    ),
-    "trajectories": (
-        "trajectory_id",
-        {
-            "trajectory_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "blueprint_id": "VARCHAR",
-            "tree_id": "VARCHAR",
-            "leaf_node_id": "VARCHAR",
-            "cluster_id": "VARCHAR",
-            "round": "INTEGER",
-            "seed": "BIGINT",
-            "node_ids": "JSON",
-            "messages": "JSON",
-            "tools": "JSON",
-            "calls": "JSON",
-            "final_answer": "VARCHAR",
-            "termination": "VARCHAR",
-            "failure_class": "VARCHAR",
-            "failure_detail": "VARCHAR",
-            "attempts": "INTEGER",
-            "usage": "JSON",
-            "n_turns": "INTEGER",
-            "n_calls": "INTEGER",
-            "total_tokens": "BIGINT",
-            "final_state_hash": "VARCHAR",
-            "wall_s": "DOUBLE",
-        },
-    ),
-    "verdicts": (
-        "verdict_id",
-        {
-            "verdict_id": "VARCHAR",
-            "trajectory_id": "VARCHAR",
-            "results": "JSON",
-            "passed": "BOOLEAN",
-            "score": "DOUBLE",
-            "state_hash": "VARCHAR",
-            "state_diff": "JSON",
-            "excluded": "BOOLEAN",
-        },
-    ),
-    "scores": (
-        "trajectory_id",
-        {
-            "trajectory_id": "VARCHAR",
-            "mode": "VARCHAR",
-            "mode_codebook": "VARCHAR",
-            "cac": "DOUBLE",
-            "n_steps": "INTEGER",
-            "n_distinct_tools": "INTEGER",
-            "max_dep_depth": "INTEGER",
-            "n_bound_args": "INTEGER",
-            "n_conditional": "INTEGER",
-            "signature": "VARCHAR",
-            "recovered": "BOOLEAN",
-            "efficiency": "DOUBLE",
-            "sft_score": "DOUBLE",
-            "duplicate_of": "VARCHAR",
-            "run_id": "VARCHAR",
-            "round": "INTEGER",
-            "mode_label": "VARCHAR",
-            "mode_cosine": "DOUBLE",
-            "mode_reason": "VARCHAR",
-            "rule_label": "VARCHAR",
-            "accepted": "BOOLEAN",
-            "domain": "VARCHAR",
-            "digest_key": "VARCHAR",
-        },
-    ),
-    # --- curation (issue 7): one row per trajectory / task / decision / round / option -------
-    # round_stats: the figures of the dataset after the round (accepted trajectories of rounds
-    # <= round; ``report`` is that DiversityReport), ``round_report`` the round's own report,
-    # ``curation`` the CurationReport (counts, skips) of ``flows.curate.curate_round``.
-    # evolution: ``round`` is the round the weights are FOR (computed after round - 1).
-    # embeddings: ``text_hash`` hashes the model id and the text, so models never collide.
-    "signals": (
-        "trajectory_id",
-        {
-            "trajectory_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "round": "INTEGER",
-            "misalignment_ratio": "DOUBLE",
-            "misalignment": "BOOLEAN",
-            "efficiency": "DOUBLE",
-            "no_progress": "BOOLEAN",
-            "stagnation": "BOOLEAN",
-            "disengagement": "BOOLEAN",
-            "satisfaction_count": "INTEGER",
-            "satisfaction_confidence": "DOUBLE",
-            "satisfaction": "BOOLEAN",
-            "failure_rate": "DOUBLE",
-            "malformed_calls": "INTEGER",
-            "failure": "BOOLEAN",
-            "repetition_instances": "INTEGER",
-            "loop": "BOOLEAN",
-            "exhaustion": "BOOLEAN",
-            "triage": "DOUBLE",
-        },
-    ),
-    "task_topology": (
-        "task_id",
-        {
-            "task_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "round": "INTEGER",
-            "cluster_id": "VARCHAR",
-            "n_rollouts": "INTEGER",
-            "n_excluded": "INTEGER",
-            "n_success": "INTEGER",
-            "p": "DOUBLE",
-            "n_nodes": "INTEGER",
-            "n_edges": "INTEGER",
-            "n_branch_points": "INTEGER",
-            "n_branch_edges": "INTEGER",
-            "n_error_branch_edges": "INTEGER",
-            "ebr": "DOUBLE",
-            "h_strat": "DOUBLE",
-            "h_strat_norm": "DOUBLE",
-            "n_signatures": "INTEGER",
-            "n_succ_strat": "INTEGER",
-            "l_star": "INTEGER",
-            "rl_score": "DOUBLE",
-            "in_rl_pool": "BOOLEAN",
-            "graph": "JSON",
-        },
-    ),
-    "trajectory_topology": (
-        "trajectory_id",
-        {
-            "trajectory_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "round": "INTEGER",
-            "task_id": "VARCHAR",
-            "included": "BOOLEAN",
-            "skip_reason": "VARCHAR",
-            "success": "BOOLEAN",
-            "signature": "VARCHAR",
-            "signature_len": "INTEGER",
-            "path_len": "INTEGER",
-            "n_errors": "INTEGER",
-            "n_recovered": "INTEGER",
-            "rec": "BOOLEAN",
-            "eff": "DOUBLE",
-            "redundancy": "DOUBLE",
-        },
-    ),
-    "selections": (
-        "selection_id",
-        {
-            "selection_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "kind": "VARCHAR",
-            "item_id": "VARCHAR",
-            "task_id": "VARCHAR",
-            "round": "INTEGER",
-            "selected": "BOOLEAN",
-            "score": "DOUBLE",
-            "rank": "INTEGER",
-            "reason": "VARCHAR",
-            "components": "JSON",
-            "config_hash": "VARCHAR",
-        },
-    ),
-    "round_stats": (
-        "round_key",
-        {
-            "round_key": "VARCHAR",
-            "run_id": "VARCHAR",
-            "round": "INTEGER",
-            "input_hash": "VARCHAR",
-            "n_trajectories": "INTEGER",
-            "n_verified": "INTEGER",
-            "n_accepted": "INTEGER",
-            "pass_rate": "DOUBLE",
-            "n_tasks": "INTEGER",
-            "domain_entropy": "DOUBLE",
-            "domain_entropy_norm": "DOUBLE",
-            "cluster_entropy_norm": "DOUBLE",
-            "reasoning_mode_entropy": "DOUBLE",
-            "reasoning_mode_entropy_norm": "DOUBLE",
-            "action_complexity": "DOUBLE",
-            "error_branch_ratio": "DOUBLE",
-            "strategic_heterogeneity": "DOUBLE",
-            "n_succ_strat": "DOUBLE",
-            "n_recovered": "INTEGER",
-            "n_duplicates": "INTEGER",
-            "n_sft_selected": "INTEGER",
-            "n_rl_selected": "INTEGER",
-            "mode_codebook": "VARCHAR",
-            "skips": "JSON",
-            "timings": "JSON",
-            "report": "JSON",
-            "round_report": "JSON",
-            "curation": "JSON",
-        },
-    ),
-    "mode_codebooks": (
-        "codebook_id",
-        {
-            "codebook_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "round": "INTEGER",
-            "version": "VARCHAR",
-            "kind": "VARCHAR",
-            "n_fit": "INTEGER",
-            "silhouette": "DOUBLE",
-            "fallback_reason": "VARCHAR",
-            "record": "JSON",
-        },
-    ),
-    "evolution": (
-        "change_id",
-        {
-            "change_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "round": "INTEGER",
-            "level": "VARCHAR",
-            "parent": "VARCHAR",
-            "option": "VARCHAR",
-            "n": "INTEGER",
-            "f": "DOUBLE",
-            "v": "DOUBLE",
-            "p_old": "DOUBLE",
-            "p_new": "DOUBLE",
-            "reason": "VARCHAR",
-            "detail": "JSON",
-        },
-    ),
-    "embeddings": (
-        "text_hash",
-        {
-            "text_hash": "VARCHAR",
-            "model": "VARCHAR",
-            "vector": "FLOAT[]",
-        },
-    ),
-    "llm_calls": (
-        "call_key",
-        {
-            "call_key": "VARCHAR",
-            "run_id": "VARCHAR",
-            "trajectory_id": "VARCHAR",
-            "role": "VARCHAR",
-            "model": "VARCHAR",
-            "prompt_tokens": "INTEGER",
-            "completion_tokens": "INTEGER",
-            "latency_s": "DOUBLE",
-            "cached": "BOOLEAN",
-        },
-    ),
-    "work_units": (
-        "unit_id",
-        {
-            "unit_id": "VARCHAR",
-            "run_id": "VARCHAR",
-            "kind": "VARCHAR",
-            "done_at": "TIMESTAMP",
-        },
-    ),
+    name: (model.key(), column_types(model)) for name, model in ROW_MODELS.items()
+}
+
+# Columns renamed to words (issue 15): table -> {old name: new name}. A store written before
+# the rename gets them renamed in place by migration 4, its data kept.
+RENAMED: dict[str, dict[str, str]] = {
+    "task_topology": {
+        "p": "pass_rate",
+        "ebr": "error_branch_ratio",
+        "h_strat": "strategy_entropy",
+        "h_strat_norm": "strategy_entropy_norm",
+        "n_succ_strat": "n_success_strategies",
+        "l_star": "shortest_success_len",
+    },
+    "trajectory_topology": {"rec": "recovered", "eff": "efficiency"},
+    "scores": {"cac": "action_complexity"},
+    "round_stats": {"n_succ_strat": "n_success_strategies"},
+    "evolution": {
+        "n": "n_accepted",
+        "f": "failure_rate",
+        "v": "validity",
+        "p_old": "weight_old",
+        "p_new": "weight_new",
+    },
 }
 
 
@@ -452,18 +79,61 @@ def _add_columns(name: str, *columns: str) -> list[str]:
     return [f"ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {c} {cols[c]}" for c in columns]
 
 
+def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for table, column in con.execute(
+        "SELECT table_name, column_name FROM information_schema.columns"
+    ).fetchall():
+        out.setdefault(table, set()).add(column)
+    return out
+
+
+def _rename_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Rename the columns of ``RENAMED`` where the store still has the old name."""
+    present = _columns(con)
+    for table, renames in RENAMED.items():
+        for old, new in renames.items():
+            have = present.get(table, set())
+            if old in have and new not in have:
+                con.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
+
+
+def _reconcile(con: duckdb.DuckDBPyConnection) -> None:
+    """Create any table and add any column a row model has and the store lacks."""
+    present = _columns(con)
+    for name, (_, cols) in TABLES.items():
+        if name not in present:
+            con.execute(_create(name))
+            continue
+        for col in cols.keys() - present[name]:
+            con.execute(f"ALTER TABLE {name} ADD COLUMN {col} {cols[col]}")
+
+
+Migration = Callable[[duckdb.DuckDBPyConnection], None]
+
+
+def _statements(*sql: str) -> Migration:
+    def run(con: duckdb.DuckDBPyConnection) -> None:
+        for stmt in sql:
+            con.execute(stmt)
+
+    return run
+
+
 # Each migration takes the store from version i to i+1. Append, never edit. A new store runs
 # them all: the first creates every table with today's columns, the rest are then no-ops.
-MIGRATIONS: list[list[str]] = [
-    [_create(name) for name in TABLES],
+# After them ``_reconcile`` adds what the row models gained since (a new column needs no
+# migration of its own; a rename or a change of type does).
+MIGRATIONS: list[Migration] = [
+    _statements(*(_create(name) for name in TABLES)),
     # rollout trees (issue 5): budgets and branch decisions, node values, final states
-    [
+    _statements(
         *_add_columns("trees", "generated_tokens", "n_pruned", "n_passed", "budget"),
         *_add_columns("nodes", "process_reward", "n_leaves", "branch"),
         _create("final_states"),
-    ],
+    ),
     # curation (issue 7): signals, topology, selections, round figures, evolution, embeddings
-    [
+    _statements(
         *_add_columns(
             "scores",
             "run_id",
@@ -489,7 +159,9 @@ MIGRATIONS: list[list[str]] = [
                 "embeddings",
             )
         ),
-    ],
+    ),
+    # readable column names (issue 15)
+    _rename_columns,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -582,10 +254,10 @@ class Store:
                 )
             for version in range(current, SCHEMA_VERSION):
                 con.execute("BEGIN")
-                for stmt in MIGRATIONS[version]:
-                    con.execute(stmt)
+                MIGRATIONS[version](con)
                 con.execute("INSERT INTO schema_version VALUES (?)", [version + 1])
                 con.execute("COMMIT")
+            _reconcile(con)
         self._migrated = True
         return SCHEMA_VERSION
 
@@ -628,6 +300,10 @@ class Store:
             columns: dict[str, list[Any]] = {c: [] for c in names}
             for row in rows:
                 data = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
+                if not isinstance(row, BaseModel) and not data.keys() <= cols.keys():
+                    # a misspelt or renamed column would otherwise be stored as NULL
+                    unknown = sorted(data.keys() - cols.keys())
+                    raise InputError(f"{table} has no column {unknown[0]!r}")
                 for c in names:
                     columns[c].append(_to_cell(data.get(c), cols[c]))
             if columns[names[0]]:
@@ -656,6 +332,37 @@ class Store:
                 con.execute("ROLLBACK")
                 raise
         return added
+
+    def write(self, rows: Iterable[Row], **more: Iterable[Row]) -> int:
+        """Insert row models into their tables in ONE transaction; returns the new rows.
+
+        Rows of any mix of tables go in together (each model names its table), so a unit's
+        records and its done-marker commit at once.
+        """
+        batches: dict[str, list[Row]] = {}
+        for row in (*rows, *(r for group in more.values() for r in group)):
+            batches.setdefault(type(row).__table__, []).append(row)
+        return self.insert_bulk(dict(batches)) if batches else 0
+
+    def read(
+        self, model: type[R], where: str = "", params: Sequence[Any] = (), **equal: Any
+    ) -> list[R]:
+        """Rows of ``model``'s table as models: ``where`` (SQL) and ``column=value`` filters.
+
+        >>> Store(path).read(TaskTopologyRow, run_id=run_id, round=0)  # doctest: +SKIP
+        """
+        unknown = set(equal) - set(model.model_fields)
+        if unknown:
+            raise InputError(
+                f"{model.__table__} has no column {sorted(unknown)[0]!r}; "
+                f"one of: {', '.join(model.model_fields)}"
+            )
+        clauses = [f"{col} = ?" for col in equal] + ([f"({where})"] if where else [])
+        sql = f"SELECT {', '.join(model.model_fields)} FROM {model.__table__}"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        rows = self.query(sql + f" ORDER BY {model.key()}", [*equal.values(), *params])
+        return [model.model_validate(r) for r in rows]
 
     @_retry_on_lock
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:

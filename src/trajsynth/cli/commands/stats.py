@@ -35,7 +35,7 @@ FIGURES = (
     "action_complexity",
     "error_branch_ratio",
     "strategic_heterogeneity",
-    "n_succ_strat",
+    "n_success_strategies",
 )
 """The figures each round carries (and the top level, for the latest round)."""
 
