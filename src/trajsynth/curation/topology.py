@@ -613,7 +613,8 @@ def task_metrics(graph: nx.MultiDiGraph) -> TaskTopology:
     """Task-level metrics of a quotient graph (METHODS.md §8, "Task-level metrics").
 
     ``p`` is the pass rate over valid rollouts, ``H_strat_norm = H(signatures) / ln(n)`` (0 for
-    one rollout), ``n_success_strategies`` the distinct success signatures with error nodes removed and
+    one rollout), ``n_success_strategies`` the distinct success signatures with error nodes
+    removed and
     ``rl_score = 4·p·(1-p)·(EBR + H_strat_norm)/2``. A task with no valid rollout has ``p=None``
     and ``rl_score=0``.
     """

@@ -158,7 +158,8 @@ def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow
     rows = store.query(
         "SELECT s.item_id, s.task_id, s.run_id, s.round AS sel_round, s.score AS sel_score, "
         "s.reason, t.trajectory_id, t.messages, t.tools, t.cluster_id, t.round, t.n_turns, "
-        "t.n_calls, t.termination, v.passed, v.score AS verdict_score, sc.action_complexity AS cac, "
+        "t.n_calls, t.termination, v.passed, v.score AS verdict_score, "
+        "sc.action_complexity AS cac, "
         "coalesce(sc.mode_label, sc.rule_label, sc.mode, b.target_mode) AS mode, "
         "sc.recovered, sc.efficiency, coalesce(sc.domain, b.domain, c.domain) AS domain "
         "FROM selections s "

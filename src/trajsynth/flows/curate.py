@@ -801,7 +801,8 @@ class _Curation:
 
     def _earlier_accepted(self) -> list[dict[str, Any]]:
         rows = self.store.query(
-            "SELECT s.trajectory_id, s.domain, t.cluster_id, s.action_complexity AS cac, s.mode, s.mode_codebook, "
+            "SELECT s.trajectory_id, s.domain, t.cluster_id, s.action_complexity AS cac, s.mode, "
+            "s.mode_codebook, "
             "s.rule_label, s.digest_key FROM scores s JOIN trajectories t USING (trajectory_id) "
             "WHERE s.run_id = ? AND s.round < ? AND s.accepted ORDER BY s.trajectory_id",
             [self.run_id, self.round],
@@ -836,7 +837,8 @@ class _Curation:
 
     def _earlier_ebr(self) -> list[float]:
         rows = self.store.query(
-            "SELECT error_branch_ratio FROM task_topology WHERE run_id = ? AND round < ? AND n_rollouts > 0",
+            "SELECT error_branch_ratio FROM task_topology "
+            "WHERE run_id = ? AND round < ? AND n_rollouts > 0",
             [self.run_id, self.round],
         )
         return [float(r["error_branch_ratio"]) for r in rows]
