@@ -85,3 +85,12 @@ def test_schema_prints_json_schema(tmp_path: Path) -> None:
     assert out.returncode == 0
     assert json.loads(out.stdout)["title"] == "Blueprint"
     assert synth("schema", "Nope", cwd=tmp_path).returncode == 2
+
+
+def test_schema_of_a_table_gives_each_column_a_meaning(tmp_path: Path) -> None:
+    out = synth("schema", "task_topology", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "error_branch_ratio" in out.stdout and "shortest_success_len" in out.stdout
+    assert "fewest edges of a successful path" in out.stdout
+    bad = synth("schema", "task_topo", cwd=tmp_path)
+    assert bad.returncode == 2 and "task_topology" in bad.stderr

@@ -30,6 +30,7 @@ from trajsynth.cli.commands import train as train_cmd
 from trajsynth.cli.settings import DEFAULT_CONFIG_FILE, Settings, default_toml, load_settings
 from trajsynth.schemas import InputError, RolloutMode, TrajsynthError
 from trajsynth.store import TABLES, Store
+from trajsynth.store.rows import ROW_MODELS, column_types
 
 __all__ = ["app", "main"]
 
@@ -129,13 +130,28 @@ _SCHEMA_MODELS: dict[str, type[BaseModel]] = {
 
 
 @app.command()
-def schema(name: Annotated[str, typer.Argument(help="a model name, e.g. Blueprint")]) -> None:
-    """Print a data contract's JSON Schema."""
+def schema(
+    name: Annotated[str, typer.Argument(help="a table (e.g. task_topology) or a model name")],
+) -> None:
+    """A store table's columns, each with its type and one line of meaning; or a data
+    contract's JSON Schema."""
+    if name in ROW_MODELS:
+        model = ROW_MODELS[name]
+        table = Table(title=f"{name} (key: {model.key()})")
+        for col in ("column", "type", "meaning"):
+            table.add_column(col, overflow="fold")
+        for column, typ in column_types(model).items():
+            table.add_row(column, typ, model.model_fields[column].description or "")
+        console.print(table)
+        return
     lookup = {k.lower(): v for k, v in _SCHEMA_MODELS.items()}
-    model = lookup.get(name.lower())
-    if model is None:
-        raise InputError(f"unknown schema {name!r}; one of: {', '.join(sorted(_SCHEMA_MODELS))}")
-    console.print_json(json.dumps(model.model_json_schema()))
+    model_cls = lookup.get(name.lower())
+    if model_cls is None:
+        raise InputError(
+            f"unknown table or schema {name!r}; tables: {', '.join(ROW_MODELS)}; "
+            f"schemas: {', '.join(sorted(_SCHEMA_MODELS))}"
+        )
+    console.print_json(json.dumps(model_cls.model_json_schema()))
 
 
 class OutputFormat(StrEnum):
