@@ -167,7 +167,8 @@ class CurationConfig(Record):
 
 
 class CurationReport(Record):
-    """What ``flows.curate.curate_round`` (``curation.round.run_round``) did to one round: counts, figures, skips, timings.
+    """What one round's curation (``curation.round.run_round``) did: counts, figures, skips,
+    timings.
 
     ``diversity`` is the round's own report over its accepted trajectories; ``cumulative`` the
     report over every accepted trajectory of rounds <= ``round`` (the dataset so far).
