@@ -46,6 +46,7 @@ import networkx as nx
 import numpy as np
 
 from trajsynth.curation.canon import call_key, obs_digest, parse_json_maybe
+from trajsynth.curation.entropy import entropy, normalized_entropy
 from trajsynth.schemas import (
     FailureClass,
     InputError,
@@ -68,12 +69,10 @@ __all__ = [
     "Turn",
     "build_quotient_graph",
     "draw_quotient_graph",
-    "entropy",
     "env_state_hash",
     "err_key",
     "error_branch_ratio",
     "is_write_tool",
-    "normalized_entropy",
     "signature",
     "state_key",
     "task_metrics",
@@ -103,31 +102,6 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 SoftMerge = Literal["off", "difflib", "embedding"]
 Embedder = Callable[[Sequence[str]], np.ndarray]
-
-
-# --- §1.1 entropy helpers -------------------------------------------------------------------
-
-
-def entropy(counts: Iterable[int | float]) -> float:
-    """``H(p) = -sum p_i ln p_i`` with ``p_i = c_i / sum c`` (METHODS.md §1.1); 0 when empty.
-
-    >>> round(entropy([2, 1, 1]), 5)
-    1.03972
-    """
-    values = [float(c) for c in counts if c > 0]
-    total = sum(values)
-    if total <= 0:
-        return 0.0
-    return -sum((c / total) * math.log(c / total) for c in values)
-
-
-def normalized_entropy(counts: Iterable[int | float], k: int) -> float:
-    """``H(p) / ln K`` if ``K >= 2`` else 0, K the declared support (METHODS.md §1.1).
-
-    >>> round(normalized_entropy([2, 1, 1], 4), 5)
-    0.75
-    """
-    return entropy(counts) / math.log(k) if k >= 2 else 0.0
 
 
 # --- §1.2 state keys ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ from trajsynth.schemas import (
     stable_hash,
 )
 from trajsynth.store import Store
+from trajsynth.store.rows import model_from_row
 
 __all__ = ["curate_round", "embedding_model_id", "next_weights", "round_stats"]
 
@@ -92,7 +93,7 @@ def _load_round(store: Store, data: RoundInput) -> None:
             # drops the NULLs and names the first bad field
             try:
                 record = {**json.loads(row["doc"]), "tools": json.loads(row["tools"] or "[]")}
-                trajectories.append(Trajectory.model_validate(_fields(Trajectory, record)))
+                trajectories.append(model_from_row(Trajectory, record))
             except ValidationError as exc:
                 skips[str(row["trajectory_id"])] = f"unreadable trajectory row: {exc.errors()[0]}"
     verdicts: dict[str, Verdict] = {}
@@ -102,7 +103,7 @@ def _load_round(store: Store, data: RoundInput) -> None:
         [run_id, round],
     ):
         try:
-            verdicts[row["trajectory_id"]] = Verdict.model_validate(_fields(Verdict, row))
+            verdicts[row["trajectory_id"]] = model_from_row(Verdict, row)
         except ValidationError as exc:
             skips[f"verdict:{row.get('verdict_id')}"] = f"unreadable verdict: {exc.errors()[0]}"
     blueprints = {
@@ -149,10 +150,6 @@ def _input_hash(store: Store, run_id: str, round: int, config: CurationConfig) -
             "c": config.config_hash(),
         }
     )
-
-
-def _fields(model: type, row: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k in model.model_fields and v is not None}
 
 
 def _input_hash(store: Store, run_id: str, round: int, config: CurationConfig) -> str:
@@ -408,7 +405,7 @@ def _attempts(store: Store, run_id: str, round: int) -> list[BlueprintAttempt]:
         "SELECT * FROM blueprint_attempts WHERE run_id = ? AND round <= ?", [run_id, round]
     ):
         try:
-            out.append(BlueprintAttempt.model_validate(_fields(BlueprintAttempt, r)))
+            out.append(model_from_row(BlueprintAttempt, r))
         except ValidationError:
             continue
     return out

@@ -49,6 +49,7 @@ from trajsynth.schemas import (
     stable_hash,
 )
 from trajsynth.store import Store, work_unit_row
+from trajsynth.store.rows import model_from_row
 
 __all__ = [
     "curate_stage",
@@ -349,9 +350,7 @@ def verify_stage(store_path: str, run_id: str) -> dict[str, int]:
     for row in rows:
         if row["final_state"] is None:
             continue
-        trajectory = Trajectory.model_validate(
-            {k: v for k, v in row.items() if k in Trajectory.model_fields and v is not None}
-        )
+        trajectory = model_from_row(Trajectory, row)
         constraints = _CONSTRAINTS.validate_python(row["bp_constraints"])
         verdict = verify(trajectory, constraints, EnvState.model_validate(row["final_state"]))
         checked += 1

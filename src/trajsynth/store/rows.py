@@ -11,12 +11,21 @@ Every column but the key may be NULL: a row written by an older release lacks la
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-__all__ = ["ROW_MODELS", "BigInt", "Row", "Vector", "column_types", "row_model"]
+__all__ = [
+    "ROW_MODELS",
+    "BigInt",
+    "Row",
+    "Vector",
+    "column_types",
+    "model_from_row",
+    "row_model",
+]
 
 
 class _SQLType:
@@ -76,6 +85,16 @@ def _sql_type(annotation: Any, metadata: list[Any]) -> str:
 def column_types(model: type[Row]) -> dict[str, str]:
     """``{column: DuckDB type}`` in the model's field order."""
     return {name: _sql_type(f.annotation, f.metadata) for name, f in model.model_fields.items()}
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def model_from_row(model: type[M], row: Mapping[str, Any]) -> M:
+    """A library model (``Trajectory``, ``Verdict``, ...) from a stored row: the row's
+    columns the model lacks and its NULLs (the model's defaults apply) are left out."""
+    fields = model.model_fields
+    return model.model_validate({k: v for k, v in row.items() if k in fields and v is not None})
 
 
 def _c(meaning: str) -> Any:

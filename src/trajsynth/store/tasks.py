@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from trajsynth.schemas import InputError, Trajectory, Verdict
+from trajsynth.store.rows import model_from_row
 from trajsynth.store.store import Store
 
 __all__ = ["load_task"]
-
-
-def _model_fields(model: type[Trajectory] | type[Verdict], row: Mapping[str, Any]) -> dict:
-    return {k: v for k, v in row.items() if k in model.model_fields and v is not None}
 
 
 def load_task(
@@ -22,11 +18,11 @@ def load_task(
     rows = store.query("SELECT * FROM trajectories WHERE blueprint_id = ?", [task_id])
     if not rows:
         raise InputError(f"no trajectories for task {task_id!r} in {store.path}")
-    trajectories = [Trajectory.model_validate(_model_fields(Trajectory, r)) for r in rows]
+    trajectories = [model_from_row(Trajectory, r) for r in rows]
     ids = [t.trajectory_id for t in trajectories]
     placeholders = ", ".join("?" for _ in ids)
     verdicts = {
-        r["trajectory_id"]: Verdict.model_validate(_model_fields(Verdict, r))
+        r["trajectory_id"]: model_from_row(Verdict, r)
         for r in store.query(f"SELECT * FROM verdicts WHERE trajectory_id IN ({placeholders})", ids)
     }
     tools = store.query(
