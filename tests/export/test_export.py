@@ -9,6 +9,7 @@ import pytest
 from fakes.export_store import RUN, export_store, select
 
 from trajsynth.export import (
+    EmptySelectionError,
     ExportError,
     export_dataset,
     export_rl,
@@ -166,10 +167,10 @@ def test_row_the_template_rejects_is_an_error_with_its_id(tmp_path: Path, tokeni
 
 def test_empty_selection_is_an_error(tmp_path: Path) -> None:
     store = export_store(tmp_path / "s.duckdb", selections=False)
-    with pytest.raises(ExportError, match="empty selection"):
+    with pytest.raises(EmptySelectionError, match="empty selection"):
         export_dataset(store, tmp_path / "out")
     store = export_store(tmp_path / "s2.duckdb")
-    with pytest.raises(ExportError, match=r"empty selection: no selected SFT .* round 5"):
+    with pytest.raises(EmptySelectionError, match=r"no selected SFT .* round 5"):
         export_sft(store, tmp_path / "out", round=5, check_render=False)
     with pytest.raises(ExportError, match="run 'nope' has no selections"):
         export_rl(store, tmp_path / "out", run_id="nope")
@@ -191,7 +192,7 @@ def test_default_run_is_the_newest_that_selected_something(tmp_path: Path) -> No
     )
     assert resolve_run(store, None) == RUN
     assert export_dataset(store, tmp_path / "out", check_render=False).run_id == RUN
-    with pytest.raises(ExportError, match="empty selection: run 'run-later'"):
+    with pytest.raises(EmptySelectionError, match="run 'run-later'"):
         export_dataset(store, tmp_path / "out2", run_id="run-later", check_render=False)
 
 

@@ -1,11 +1,12 @@
 """SFT and RL datasets from the store's selections, with a dataset card (DESIGN.md step 11)."""
 
-from trajsynth.export.report import FORMATS, ExportError, ExportReport
+from trajsynth.export.report import FORMATS, EmptySelectionError, ExportError, ExportReport
 from trajsynth.export.rows import resolve_run, rl_rows, sft_rows
 from trajsynth.export.write import export_dataset, export_rl, export_sft, render_rows
 
 __all__ = [
     "FORMATS",
+    "EmptySelectionError",
     "ExportError",
     "ExportReport",
     "export_dataset",

@@ -6,13 +6,21 @@ from pydantic import Field
 
 from trajsynth.schemas import InputError, Record
 
-__all__ = ["ExportError", "ExportReport", "FORMATS"]
+__all__ = ["EmptySelectionError", "ExportError", "ExportReport", "FORMATS"]
 
 FORMATS = ("parquet", "openai-jsonl", "sharegpt")
 
 
 class ExportError(InputError):
     """A selected item cannot be exported; the message names it (trajectory or task id)."""
+
+
+class EmptySelectionError(ExportError):
+    """Nothing is selected to export (no curated round yet, or none of the kind asked for).
+
+    Callers that may meet it before curation ran (a scheduled export, the dataset export's
+    optional half) catch this type and skip; every other ``ExportError`` is a real fault.
+    """
 
 
 class ExportReport(Record):

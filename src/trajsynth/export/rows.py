@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from trajsynth.export.report import ExportError
+from trajsynth.export.report import EmptySelectionError, ExportError
 from trajsynth.schemas import Constraint, EnvSpec, Message, MessageRole, RLRow, SFTRow
 from trajsynth.store import Store
 
@@ -39,7 +39,9 @@ def resolve_run(store: Store, run_id: str | None) -> str:
     if run_id is not None:
         rows = store.query("SELECT count(*) AS n FROM selections WHERE run_id = ?", [run_id])
         if not rows or not rows[0]["n"]:
-            raise ExportError(f"empty selection: run {run_id!r} has no selections in {store.path}")
+            raise EmptySelectionError(
+                f"empty selection: run {run_id!r} has no selections in {store.path}"
+            )
         return run_id
     rows = store.query(
         "SELECT s.run_id FROM selections s LEFT JOIN runs r ON r.run_id = s.run_id "
@@ -47,7 +49,7 @@ def resolve_run(store: Store, run_id: str | None) -> str:
         "ORDER BY max(r.created_at) DESC NULLS LAST, s.run_id DESC LIMIT 1"
     )
     if not rows:
-        raise ExportError(
+        raise EmptySelectionError(
             f"empty selection: {store.path} has no selected items (curate a round first)"
         )
     return str(rows[0]["run_id"])
@@ -175,7 +177,9 @@ def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow
     )
     if not rows:
         at = "" if round is None else f" round {round}"
-        raise ExportError(f"empty selection: no selected SFT trajectories in run {run_id!r}{at}")
+        raise EmptySelectionError(
+            f"empty selection: no selected SFT trajectories in run {run_id!r}{at}"
+        )
     missing = [r["item_id"] for r in rows if r["trajectory_id"] is None]
     if missing:
         raise ExportError(f"selected trajectory {missing[0]} is not in the store")
@@ -258,7 +262,7 @@ def rl_rows(store: Store, run_id: str, round: int | None = None) -> list[RLRow]:
     )
     if not rows:
         at = "" if round is None else f" round {round}"
-        raise ExportError(f"empty selection: no selected RL tasks in run {run_id!r}{at}")
+        raise EmptySelectionError(f"empty selection: no selected RL tasks in run {run_id!r}{at}")
     missing = [r["item_id"] for r in rows if r["blueprint_id"] is None]
     if missing:
         raise ExportError(f"selected task {missing[0]} has no blueprint in the store")

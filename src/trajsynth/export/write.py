@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.export import records
-from trajsynth.export.report import FORMATS, ExportError, ExportReport
+from trajsynth.export.report import FORMATS, EmptySelectionError, ExportError, ExportReport
 from trajsynth.export.rows import resolve_run, rl_rows, sft_rows
 from trajsynth.schemas import RLRow, SFTRow
 from trajsynth.store import Store
@@ -194,11 +194,9 @@ def export_rl(
 def _optional(build: Any, store: Store, run: str, round: int | None, kind: str) -> list[Any]:
     try:
         return build(store, run, round)
-    except ExportError as exc:
-        if str(exc).startswith("empty selection"):
-            log.warning("%s: the %s part is left out", exc, kind)
-            return []
-        raise
+    except EmptySelectionError as exc:
+        log.warning("%s: the %s part is left out", exc, kind)
+        return []
 
 
 def export_dataset(
@@ -227,7 +225,9 @@ def export_dataset(
     rl = _optional(rl_rows, store, run, round, "RL")
     if not sft and not rl:
         at = "" if round is None else f" round {round}"
-        raise ExportError(f"empty selection: run {run!r}{at} has no selected SFT or RL items")
+        raise EmptySelectionError(
+            f"empty selection: run {run!r}{at} has no selected SFT or RL items"
+        )
     n_tok, n_asst = render_rows(sft, tokenizer) if check_render and sft else (0, 0)
     with _staged(out_dir) as tmp:
         files: list[Path] = []

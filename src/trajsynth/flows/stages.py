@@ -376,13 +376,11 @@ def export_stage(
     store_path: str, out_dir: str, run_id: str | None = None, overwrite: bool = True
 ) -> Any:
     """Write the SFT and RL datasets and their card (``export``)."""
-    from trajsynth.export import ExportError, export_dataset
+    from trajsynth.export import EmptySelectionError, export_dataset
 
     try:
         return export_dataset(Store(store_path), Path(out_dir), run_id=run_id, overwrite=overwrite)
-    except ExportError as exc:
-        if not str(exc).startswith("empty selection"):
-            raise
+    except EmptySelectionError as exc:
         # a scheduled export that fires before curation selected anything has nothing to
         # write; that is not a failure of the deployment
         log.warning("export skipped: %s", exc)
