@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from trajsynth.schemas import (
+    Registry,
     RLSelectConfig,
     Selection,
     SelectionKind,
@@ -53,27 +54,21 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_POLICIES: dict[str, Callable[..., list[Selection]]] = {}
+Policy = Callable[..., list[Selection]]
+POLICIES: Registry[Policy] = Registry("selection policy")
 
 
-def policy(name: str) -> Callable[[Callable[..., list[Selection]]], Callable[..., list[Selection]]]:
+def policy(name: str) -> Callable[[Policy], Policy]:
     """Register a selection policy under ``name`` (STYLE.md §1)."""
-
-    def register(fn: Callable[..., list[Selection]]) -> Callable[..., list[Selection]]:
-        if name in _POLICIES:
-            raise ValueError(f"a selection policy named {name!r} is already registered")
-        _POLICIES[name] = fn
-        return fn
-
-    return register
+    return POLICIES.register(name)
 
 
 def registered_policies() -> list[str]:
-    return sorted(_POLICIES)
+    return POLICIES.names()
 
 
-def get_policy(name: str) -> Callable[..., list[Selection]]:
-    return _POLICIES[name]
+def get_policy(name: str) -> Policy:
+    return POLICIES.get(name)
 
 
 def _record(
