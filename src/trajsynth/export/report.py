@@ -6,9 +6,7 @@ from pydantic import Field
 
 from trajsynth.schemas import InputError, Record
 
-__all__ = ["EmptySelectionError", "ExportError", "ExportReport", "FORMATS"]
-
-FORMATS = ("parquet", "openai-jsonl", "sharegpt")
+__all__ = ["EmptySelectionError", "ExportError", "ExportReport"]
 
 
 class ExportError(InputError):

@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.export import records
-from trajsynth.export.report import FORMATS, EmptySelectionError, ExportError, ExportReport
+from trajsynth.export.formats import EXPORT_FORMATS
+from trajsynth.export.report import EmptySelectionError, ExportError, ExportReport
 from trajsynth.export.rows import resolve_run, rl_rows, sft_rows
-from trajsynth.schemas import RLRow, SFTRow
+from trajsynth.schemas import SFTRow
 from trajsynth.store import Store
 
 __all__ = ["export_dataset", "export_rl", "export_sft", "render_rows"]
@@ -44,8 +45,8 @@ log = logging.getLogger(__name__)
 
 
 def _check_target(out_dir: Path, overwrite: bool, fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise ExportError(f"unknown format {fmt!r}; one of: {', '.join(FORMATS)}")
+    if fmt not in EXPORT_FORMATS:
+        raise ExportError(f"unknown format {fmt!r}; one of: {', '.join(EXPORT_FORMATS)}")
     if out_dir.exists():
         if not out_dir.is_dir():
             raise ExportError(f"{out_dir} exists and is not a folder")
@@ -91,35 +92,6 @@ def render_rows(rows: Sequence[SFTRow], tokenizer: Any | None = None) -> tuple[i
     return n_tokens, n_assistant
 
 
-def _write_sft(rows: Sequence[SFTRow], folder: Path, fmt: str) -> list[Path]:
-    if fmt == "parquet":
-        recs = [records.sft_record(r) for r in rows]
-        return records.write_parquet(recs, records.sft_features(), folder)
-    if fmt == "openai-jsonl":
-        main = [
-            {"messages": [m.to_openai() for m in r.messages], "tools": list(r.tools)} for r in rows
-        ]
-        meta = []
-        for r in rows:
-            rec = records.sft_record(r)
-            del rec["messages"], rec["tools"]
-            meta.append(rec)
-        return [
-            records.write_jsonl(main, folder / "train.jsonl"),
-            records.write_jsonl(meta, folder / "metadata.jsonl"),
-        ]
-    return [records.write_jsonl([records.sharegpt_record(r) for r in rows], folder / "train.jsonl")]
-
-
-def _write_rl(rows: Sequence[RLRow], folder: Path, fmt: str) -> list[Path]:
-    recs = [records.rl_record(r) for r in rows]
-    if fmt == "parquet":
-        return records.write_parquet(recs, records.rl_features(), folder)
-    for rec in recs:  # JSONL: OpenAI messages without nulls
-        rec["prompt"] = [{k: v for k, v in m.items() if v is not None} for m in rec["prompt"]]
-    return [records.write_jsonl(recs, folder / "train.jsonl")]
-
-
 def _relative(paths: Sequence[Path], root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in paths)
 
@@ -144,7 +116,7 @@ def export_sft(
     rows = sft_rows(store, run, round)
     n_tok, n_asst = render_rows(rows, tokenizer) if check_render else (0, 0)
     with _staged(out_dir) as tmp:
-        files = _write_sft(rows, tmp, fmt)
+        files = EXPORT_FORMATS.get(fmt).write_sft(rows, tmp)
         names = _relative(files, tmp)
     log.info("wrote %d SFT rows to %s", len(rows), out_dir)
     return ExportReport(
@@ -177,7 +149,7 @@ def export_rl(
     run = resolve_run(store, run_id)
     rows = rl_rows(store, run, round)
     with _staged(out_dir) as tmp:
-        names = _relative(_write_rl(rows, tmp, fmt), tmp)
+        names = _relative(EXPORT_FORMATS.get(fmt).write_rl(rows, tmp), tmp)
     log.info("wrote %d RL rows to %s", len(rows), out_dir)
     return ExportReport(
         out_dir=str(out_dir),
@@ -232,9 +204,9 @@ def export_dataset(
     with _staged(out_dir) as tmp:
         files: list[Path] = []
         if sft:
-            files += _write_sft(sft, tmp / "sft", fmt)
+            files += EXPORT_FORMATS.get(fmt).write_sft(sft, tmp / "sft")
         if rl:
-            files += _write_rl(rl, tmp / "rl", fmt)
+            files += EXPORT_FORMATS.get(fmt).write_rl(rl, tmp / "rl")
         report = ExportReport(
             out_dir=str(out_dir),
             kind="dataset",
