@@ -152,28 +152,6 @@ def _input_hash(store: Store, run_id: str, round: int, config: CurationConfig) -
     )
 
 
-def _input_hash(store: Store, run_id: str, round: int, config: CurationConfig) -> str:
-    """What the round's curation depends on: its trajectories, their verdicts, the config.
-
-    Read with one light query, so a round whose inputs did not change is recognised without
-    parsing its trajectories.
-    """
-    rows = store.query(
-        "SELECT t.trajectory_id, v.verdict_id, v.passed, v.excluded FROM trajectories t "
-        "LEFT JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ? AND t.round = ? "
-        "ORDER BY t.trajectory_id, v.verdict_id",
-        [run_id, round],
-    )
-    return stable_hash(
-        {
-            "rows": [
-                [r["trajectory_id"], r["verdict_id"], r["passed"], r["excluded"]] for r in rows
-            ],
-            "c": config.config_hash(),
-        }
-    )
-
-
 def _stored_report(store: Store, run_id: str, round: int, input_hash: str) -> dict | None:
     if not store.path.exists():
         return None
