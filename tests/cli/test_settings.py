@@ -56,3 +56,22 @@ def test_api_key_comes_from_env_and_is_secret(
     assert loaded.llm.api_key.get_secret_value() == "sk-secret-123"
     assert "sk-secret-123" not in repr(loaded)
     assert "sk-secret-123" not in loaded.run_config().model_dump_json()
+
+
+def test_one_default_per_knob(tmp_path: Path) -> None:
+    """The settings' defaults are RunConfig's: a run built from an empty synth.toml is
+    RunConfig() (same run id), and the file written by `synth init` says the same."""
+    from trajsynth.schemas import RunConfig
+
+    path = tmp_path / "synth.toml"
+    path.write_text("")
+    assert load_settings(path).run_config() == RunConfig()
+    path.write_text(default_toml())
+    assert load_settings(path).run_config() == RunConfig()
+
+
+def test_every_llm_knob_is_settable(tmp_path: Path) -> None:
+    path = tmp_path / "synth.toml"
+    path.write_text("[llm]\ntop_p = 0.5\ntop_logprobs = 2\n")
+    llm = load_settings(path).run_config().llm
+    assert (llm.top_p, llm.top_logprobs) == (0.5, 2)

@@ -47,8 +47,10 @@ class LLMSettings(_Section):
     # Read from SYNTH_LLM__API_KEY (or OPENAI_API_KEY through the CLI); never stored or logged.
     api_key: SecretStr | None = None
     temperature: float = Field(default=0.3, ge=0.0, le=2.0)
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
     max_tokens: int = Field(default=256, ge=1)
     logprobs: bool = True
+    top_logprobs: int = Field(default=5, ge=0, le=20)
     max_concurrency: int = Field(default=2, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
@@ -123,8 +125,10 @@ class Settings(BaseSettings):
             base_url=self.llm.base_url,
             model=self.llm.model,
             temperature=self.llm.temperature,
+            top_p=self.llm.top_p,
             max_tokens=self.llm.max_tokens,
             logprobs=self.llm.logprobs,
+            top_logprobs=self.llm.top_logprobs,
             max_concurrency=self.llm.max_concurrency,
             requests_per_minute=self.llm.requests_per_minute,
             tokens_per_minute=self.llm.tokens_per_minute,
@@ -212,8 +216,10 @@ cache_dir = "data/cache"           # LLM response cache (a re-run costs nothing)
                                            # unset: start the embedded llama.cpp server
 model = "SmolLM2-135M-Instruct"
 temperature = 0.3
+top_p = 0.95
 max_tokens = 256
 logprobs = true              # request top-k logprobs (token entropy for tree branching)
+top_logprobs = 5             # k of those logprobs
 max_concurrency = 2          # requests in flight at once
 # requests_per_minute = 60
 # tokens_per_minute = 100000
@@ -260,7 +266,7 @@ embeddings = true            # all-MiniLM-L6-v2 digest embeddings (modes, near-d
                              # false: rule-label modes, exact duplicates only
 embed_max_chars = 256        # digest characters embedded (each distinct text once, cached)
 embed_max_tokens = 64        # word pieces the model reads (cost grows with it)
-embed_batch_size = 64
+embed_batch_size = 128
 # embed_threads = 2          # torch threads while embedding (unset: min(2, cores))
 duplicate_cosine = 0.95      # near-duplicate digest cosine (§5.4)
 soft_merge = "off"           # off | difflib | embedding: merge near-equal observations (§1.2)
