@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from trajsynth.curation.canon import field_schema, is_identifier, parse_json_maybe, resolve_schema
+from trajsynth.curation.canon import field_schema, is_identifier, resolve_schema
 from trajsynth.schemas import (
     AnswerContains,
     AnswerMatches,
@@ -62,8 +62,6 @@ from trajsynth.schemas import (
     content_id,
 )
 
-# field_schema, is_identifier and parse_json_maybe are re-exported from curation.canon for the
-# planner (agents/ may import curation.verify, not the rest of curation).
 __all__ = [
     "Checker",
     "VerifyContext",
@@ -72,10 +70,7 @@ __all__ = [
     "call_matches",
     "checker",
     "extract_numbers",
-    "field_schema",
-    "is_identifier",
     "match_value",
-    "parse_json_maybe",
     "registered_kinds",
     "reward",
     "state_diff",
