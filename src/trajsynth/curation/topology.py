@@ -30,7 +30,6 @@ Decisions (METHODS.md leaves them open; change them here and there together):
 from __future__ import annotations
 
 import difflib
-import hashlib
 import html
 import io
 import logging
@@ -45,7 +44,7 @@ from typing import Any, Literal
 import networkx as nx
 import numpy as np
 
-from trajsynth.curation.canon import call_key, obs_digest, parse_json_maybe
+from trajsynth.curation.canon import call_key, obs_digest, parse_json_maybe, sha1_hex
 from trajsynth.curation.entropy import entropy, normalized_entropy
 from trajsynth.schemas import (
     FailureClass,
@@ -107,10 +106,6 @@ Embedder = Callable[[Sequence[str]], np.ndarray]
 # --- §1.2 state keys ------------------------------------------------------------------------
 
 
-def _sha1(text: str) -> str:
-    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
-
-
 def env_state_hash(write_calls: Sequence[tuple[str, str]]) -> str:
     """Stand-in for the environment hash: sha1 of the successful write calls so far, in order.
 
@@ -120,7 +115,7 @@ def env_state_hash(write_calls: Sequence[tuple[str, str]]) -> str:
     >>> env_state_hash([]) == env_state_hash(())
     True
     """
-    return _sha1(canonical_json([list(c) for c in write_calls]))
+    return sha1_hex(canonical_json([list(c) for c in write_calls]))
 
 
 def state_key(env_hash: str, info_set: Iterable[str], revealed_slots: Iterable[str]) -> str:
@@ -132,7 +127,7 @@ def state_key(env_hash: str, info_set: Iterable[str], revealed_slots: Iterable[s
     >>> state_key("e", {"a#1#x", "b#2#y"}, []) == state_key("e", ["b#2#y", "a#1#x"], ())
     True
     """
-    return _sha1(canonical_json([env_hash, sorted(set(info_set)), sorted(set(revealed_slots))]))
+    return sha1_hex(canonical_json([env_hash, sorted(set(info_set)), sorted(set(revealed_slots))]))
 
 
 def err_key(skey: str, call: tuple[str, str], error_type: str | None) -> str:
@@ -141,7 +136,7 @@ def err_key(skey: str, call: tuple[str, str], error_type: str | None) -> str:
     >>> err_key("s", ("get", "h"), "x") != err_key("s", ("get", "h"), "y")
     True
     """
-    return _sha1(canonical_json([skey, list(call), "error", error_type or ""]))
+    return sha1_hex(canonical_json([skey, list(call), "error", error_type or ""]))
 
 
 def is_write_tool(name: str, write_tools: Collection[str] | None = None) -> bool:
@@ -414,7 +409,7 @@ def signature(nodes: Sequence[str]) -> tuple[str, ...]:
 
 
 def _sig_id(sig: Sequence[str]) -> str:
-    return _sha1("\n".join(sig))[:16]
+    return sha1_hex("\n".join(sig))[:16]
 
 
 def build_quotient_graph(
