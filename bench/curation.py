@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fakes.store_rows import hash_embedder, write_round  # noqa: E402
 from fakes.trajectories import call, make_trajectory, make_verdict  # noqa: E402
 
-from trajsynth.schemas import CurationConfig  # noqa: E402
 from trajsynth.flows.curate import curate_round  # noqa: E402
+from trajsynth.schemas import CurationConfig  # noqa: E402
 from trajsynth.store import Store  # noqa: E402
 
 READS = ["get_order", "get_item", "list_items"]

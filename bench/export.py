@@ -73,7 +73,9 @@ def build_store(path: Path, n: int):
              "target_mode": ("direct_execute", "clarify")[i % 2], "seed": i,
              "initial_state_id": f"s{i % 7}", "constraints": [constraint], "goal": "order"}
         )  # fmt: skip
-        scores.append({"trajectory_id": tid, "action_complexity": 1.0 + (i % 11) / 2, "run_id": "bench"})
+        scores.append(
+            {"trajectory_id": tid, "action_complexity": 1.0 + (i % 11) / 2, "run_id": "bench"}
+        )
         for kind, item in (("sft", tid), ("rl", task)):
             selections.append(
                 {"selection_id": f"{kind}-{i}", "run_id": "bench", "kind": kind,

@@ -32,10 +32,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trajsynth.cli.settings import Settings
 from trajsynth.flows.build import build_dataset, run_id_for
 from trajsynth.flows.runners import task_runner_for
 from trajsynth.schemas import RolloutMode
-from trajsynth.cli.settings import Settings
 from trajsynth.store import Store
 
 
