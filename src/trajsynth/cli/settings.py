@@ -39,25 +39,17 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class LLMSettings(_Section):
-    base_url: str | None = Field(
-        default=None, description="OpenAI-compatible endpoint; empty starts the embedded server"
-    )
-    model: str = "SmolLM2-135M-Instruct"
+class LLMSettings(LLMConfig):
+    """``[llm]``: every ``LLMConfig`` knob with its one default, plus process-level ones."""
+
     # Read from SYNTH_LLM__API_KEY (or OPENAI_API_KEY through the CLI); never stored or logged.
     api_key: SecretStr | None = None
-    temperature: float = Field(default=0.3, ge=0.0, le=2.0)
-    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=256, ge=1)
-    logprobs: bool = True
-    top_logprobs: int = Field(default=5, ge=0, le=20)
-    max_concurrency: int = Field(default=2, ge=1)
-    requests_per_minute: int | None = Field(default=None, ge=1)
-    tokens_per_minute: int | None = Field(default=None, ge=1)
-    timeout_s: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=3, ge=0)
     cache: bool = True
     embedded_ctx: int = Field(default=4096, ge=512)
+
+    def config(self) -> LLMConfig:
+        """The run's part (no key, no process settings): what the run id hashes."""
+        return LLMConfig(**self.model_dump(include=set(LLMConfig.model_fields)))
 
 
 class RunSettings(_Section):
@@ -121,20 +113,6 @@ class Settings(BaseSettings):
     def run_config(self, **overrides: Any) -> RunConfig:
         """The RunConfig for a run: these settings plus command-line overrides."""
         run = self.run.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-        llm = LLMConfig(
-            base_url=self.llm.base_url,
-            model=self.llm.model,
-            temperature=self.llm.temperature,
-            top_p=self.llm.top_p,
-            max_tokens=self.llm.max_tokens,
-            logprobs=self.llm.logprobs,
-            top_logprobs=self.llm.top_logprobs,
-            max_concurrency=self.llm.max_concurrency,
-            requests_per_minute=self.llm.requests_per_minute,
-            tokens_per_minute=self.llm.tokens_per_minute,
-            timeout_s=self.llm.timeout_s,
-            max_retries=self.llm.max_retries,
-        )
         return RunConfig(
             tasks=run.tasks,
             clusters=list(run.clusters),
@@ -144,7 +122,7 @@ class Settings(BaseSettings):
             rollout_mode=run.rollout,
             tree=self.tree,
             curation=self.curation,
-            llm=llm,
+            llm=self.llm.config(),
             budgets=Budgets(
                 max_turns=run.max_turns,
                 max_tool_calls=run.max_tool_calls,
