@@ -73,13 +73,14 @@ class RunSettings(_Section):
     task_runner_workers: int = Field(default=2, ge=1)
 
 
-class SandboxSettings(_Section):
-    kind: SandboxKind = SandboxKind.AUTO
-    memory_mb: int = Field(default=512, ge=32)
-    pids: int = Field(default=128, ge=8)
-    cpus: float = Field(default=1.0, gt=0)
-    timeout_s: float = Field(default=30.0, gt=0)
-    pool: int = Field(default=4, ge=0)
+class SandboxSettings(SandboxLimits):
+    """``[sandbox]``: the ``SandboxLimits`` knobs, the sandbox kind and the warm pool."""
+
+    kind: SandboxKind = RunConfig.model_fields["sandbox"].default
+    pool: int = Field(default=RunConfig.model_fields["sandbox_pool"].default, ge=0)
+
+    def limits(self) -> SandboxLimits:
+        return SandboxLimits(**self.model_dump(include=set(SandboxLimits.model_fields)))
 
 
 class Settings(BaseSettings):
@@ -132,12 +133,7 @@ class Settings(BaseSettings):
             ),
             sandbox=self.sandbox.kind,
             sandbox_pool=self.sandbox.pool,
-            sandbox_limits=SandboxLimits(
-                memory_mb=self.sandbox.memory_mb,
-                pids=self.sandbox.pids,
-                cpus=self.sandbox.cpus,
-                timeout_s=self.sandbox.timeout_s,
-            ),
+            sandbox_limits=self.sandbox.limits(),
             planner_retries=run.planner_retries,
             assistant_tool_choice=run.assistant_tool_choice,
             assistant_tool_choice_after_tool=run.assistant_tool_choice_after_tool,
