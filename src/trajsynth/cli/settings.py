@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -35,10 +35,6 @@ __all__ = ["DEFAULT_CONFIG_FILE", "Settings", "default_toml", "load_settings"]
 DEFAULT_CONFIG_FILE = Path("synth.toml")
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 class LLMSettings(LLMConfig):
     """``[llm]``: every ``LLMConfig`` knob with its one default, plus process-level ones."""
 
@@ -52,25 +48,29 @@ class LLMSettings(LLMConfig):
         return LLMConfig(**self.model_dump(include=set(LLMConfig.model_fields)))
 
 
-class RunSettings(_Section):
-    tasks: int = Field(default=20, ge=1)
+_RUN = RunConfig.model_fields
+
+
+class RunSettings(Budgets):
+    """``[run]``: the run's knobs (their one default is RunConfig's), its budgets (a
+    ``Budgets``), and where its rollouts run."""
+
+    tasks: int = Field(default=_RUN["tasks"].default, ge=1)
     clusters: list[str] = Field(default_factory=list)
-    seed: int = 0
-    rounds: int = Field(default=1, ge=1)
-    samples: int = Field(default=4, ge=1)
-    rollout: RolloutMode = RolloutMode.TREE
-    max_turns: int = Field(default=6, ge=1)
-    max_tool_calls: int = Field(default=12, ge=0)
-    max_tokens: int = Field(default=6000, ge=1)
-    max_run_tokens: int | None = Field(default=None, ge=1)
-    tool_timeout_s: float = Field(default=20.0, gt=0)
-    planner_retries: int = Field(default=1, ge=0)
+    seed: int = _RUN["seed"].default
+    rounds: int = Field(default=_RUN["rounds"].default, ge=1)
+    samples: int = Field(default=_RUN["samples"].default, ge=1)
+    rollout: RolloutMode = _RUN["rollout_mode"].default
+    planner_retries: int = Field(default=_RUN["planner_retries"].default, ge=0)
     assistant_tool_choice: Literal["auto", "required"] | None = None
     assistant_tool_choice_after_tool: Literal["auto", "none"] | None = None
     # Where a round's rollouts run (flows/runners.py); not in RunConfig, so not in the run id.
     task_runner: Literal["thread", "dask", "ray"] = "thread"
     task_runner_address: str | None = None  # tcp://scheduler:8786 (dask), ray://head:10001
     task_runner_workers: int = Field(default=2, ge=1)
+
+    def budgets(self) -> Budgets:
+        return Budgets(**self.model_dump(include=set(Budgets.model_fields)))
 
 
 class SandboxSettings(SandboxLimits):
@@ -124,13 +124,7 @@ class Settings(BaseSettings):
             tree=self.tree,
             curation=self.curation,
             llm=self.llm.config(),
-            budgets=Budgets(
-                max_turns=run.max_turns,
-                max_tool_calls=run.max_tool_calls,
-                max_tokens=run.max_tokens,
-                max_run_tokens=run.max_run_tokens,
-                tool_timeout_s=run.tool_timeout_s,
-            ),
+            budgets=run.budgets(),
             sandbox=self.sandbox.kind,
             sandbox_pool=self.sandbox.pool,
             sandbox_limits=self.sandbox.limits(),
