@@ -102,3 +102,10 @@ def test_write_and_read_give_back_the_models(tmp_path: Path) -> None:
     assert store.read(TaskTopologyRow, "pass_rate > ?", [0.4]) == rows[:1]
     with pytest.raises(InputError, match="no column 'ebr'"):
         store.read(TaskTopologyRow, ebr=0.1)
+
+
+def test_a_row_under_a_columns_old_name_is_an_error_not_a_null(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.duckdb")
+    with pytest.raises(InputError, match="no column 'ebr' \\(renamed 'error_branch_ratio'\\)"):
+        store.insert("task_topology", [{"task_id": "t", "ebr": 0.5}])
+    assert store.insert("task_topology", [{"task_id": "t", "not_a_column": 1}]) == 1

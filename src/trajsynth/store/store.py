@@ -68,6 +68,11 @@ RENAMED: dict[str, dict[str, str]] = {
 }
 
 
+def _renamed_keys(table: str, data: dict[str, Any]) -> list[str]:
+    renamed = RENAMED.get(table)
+    return sorted(k for k in data if k in renamed and k not in TABLES[table][1]) if renamed else []
+
+
 def _create(name: str) -> str:
     pk, cols = TABLES[name]
     columns = ", ".join(f"{col} {typ}" for col, typ in cols.items())
@@ -300,10 +305,13 @@ class Store:
             columns: dict[str, list[Any]] = {c: [] for c in names}
             for row in rows:
                 data = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
-                if not isinstance(row, BaseModel) and not data.keys() <= cols.keys():
-                    # a misspelt or renamed column would otherwise be stored as NULL
-                    unknown = sorted(data.keys() - cols.keys())
-                    raise InputError(f"{table} has no column {unknown[0]!r}")
+                if not isinstance(row, BaseModel) and _renamed_keys(table, data):
+                    # a column's old name would otherwise be stored as NULL; keys that are no
+                    # column at all are left out, as rows carry extra fields on purpose
+                    old = _renamed_keys(table, data)[0]
+                    raise InputError(
+                        f"{table} has no column {old!r} (renamed {RENAMED[table][old]!r})"
+                    )
                 for c in names:
                     columns[c].append(_to_cell(data.get(c), cols[c]))
             if columns[names[0]]:
