@@ -1,4 +1,4 @@
-"""Speed of ``synth.curate.curate_round`` on stored trajectories, split by stage.
+"""Speed of ``flows.curate.curate_round`` on stored trajectories, split by stage.
 
     HF_HUB_OFFLINE=1 python bench/curation.py [--sizes 1000,2000,5000,10000] [--rollouts 5]
                                               [--no-embeddings] [--fake-embedder]
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fakes.store_rows import hash_embedder, write_round  # noqa: E402
 from fakes.trajectories import call, make_trajectory, make_verdict  # noqa: E402
 
+from trajsynth.flows.curate import curate_round  # noqa: E402
 from trajsynth.schemas import CurationConfig  # noqa: E402
-from trajsynth.synth.curate import curate_round  # noqa: E402
-from trajsynth.synth.store import Store  # noqa: E402
+from trajsynth.store import Store  # noqa: E402
 
 READS = ["get_order", "get_item", "list_items"]
 WRITES = ["cancel_order", "add_item"]

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from trajsynth.dashboards import free_port, queries, start_dashboard, wait_until_ready
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the row builder is shared with the tests

@@ -32,7 +32,7 @@ sys.path.insert(0, str(_HERE.parent / "tests"))
 from distributed import LocalCluster  # noqa: E402
 from fakes.llm_server import FakeLLMServer  # noqa: E402
 
-from trajsynth.synth.store import Store  # noqa: E402
+from trajsynth.store import Store  # noqa: E402
 
 
 def _run(base_url: str, args: argparse.Namespace, concurrency: int, **env: str) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def _run(base_url: str, args: argparse.Namespace, concurrency: int, **env: str) 
         }
         started = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "trajsynth.synth.cli", "-q", "run",
+            [sys.executable, "-m", "trajsynth.cli", "-q", "run",
              "--base-url", base_url, "--model", "fake", "--tasks", str(args.tasks),
              "--samples", str(args.samples), "--seed", str(args.seed), "--rounds", "1",
              "--concurrency", str(concurrency)],

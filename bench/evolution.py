@@ -22,9 +22,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from trajsynth.cli.settings import Settings  # noqa: E402
 from trajsynth.schemas import RunConfig  # noqa: E402
-from trajsynth.synth.settings import Settings  # noqa: E402
-from trajsynth.synth.store import Store  # noqa: E402
+from trajsynth.store import Store  # noqa: E402
 
 KEYS = ("domain_entropy", "reasoning_mode_entropy", "action_complexity", "error_branch_ratio")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def build_store(path: Path, n: int):
-    from trajsynth.synth.store import Store
+    from trajsynth.store import Store
 
     tools = [
         {
@@ -73,7 +73,9 @@ def build_store(path: Path, n: int):
              "target_mode": ("direct_execute", "clarify")[i % 2], "seed": i,
              "initial_state_id": f"s{i % 7}", "constraints": [constraint], "goal": "order"}
         )  # fmt: skip
-        scores.append({"trajectory_id": tid, "cac": 1.0 + (i % 11) / 2, "run_id": "bench"})
+        scores.append(
+            {"trajectory_id": tid, "action_complexity": 1.0 + (i % 11) / 2, "run_id": "bench"}
+        )
         for kind, item in (("sft", tid), ("rl", task)):
             selections.append(
                 {"selection_id": f"{kind}-{i}", "run_id": "bench", "kind": kind,
@@ -99,7 +101,7 @@ def main() -> None:
     parser.add_argument("--no-render", action="store_true")
     opts = parser.parse_args()
 
-    from trajsynth.synth.export import export_dataset, render_rows, rl_rows, sft_rows
+    from trajsynth.export import export_dataset, render_rows, rl_rows, sft_rows
     from trajsynth.training.chat_template import load_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:

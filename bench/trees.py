@@ -32,11 +32,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trajsynth.cli.settings import Settings
 from trajsynth.flows.build import build_dataset, run_id_for
 from trajsynth.flows.runners import task_runner_for
 from trajsynth.schemas import RolloutMode
-from trajsynth.synth.settings import Settings
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 
 def _config(args: argparse.Namespace, mode: RolloutMode):
@@ -73,7 +73,7 @@ def measure(store: Store, run_id: str, samples: int) -> dict[str, Any]:
             distinct.add((r["blueprint_id"], actions))
             solved.add(r["blueprint_id"])
     strategies = q(
-        "SELECT coalesce(avg(n_succ_strat), 0) AS s FROM task_topology WHERE run_id = ?",
+        "SELECT coalesce(avg(n_success_strategies), 0) AS s FROM task_topology WHERE run_id = ?",
         [run_id],
     )
     wall = q("SELECT coalesce(sum(wall_s), 0) AS s FROM trees WHERE run_id = ?", [run_id])[0]["s"]

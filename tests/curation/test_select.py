@@ -148,7 +148,14 @@ def test_sft_mode_novelty_when_signatures_may_repeat() -> None:
 
 def _task(task_id: str, n: int, p: float | None, ebr: float = 0.0, h: float = 0.0) -> TaskTopology:
     score = 0.0 if p is None else 4 * p * (1 - p) * (ebr + h) / 2
-    return TaskTopology(task_id=task_id, n_rollouts=n, p=p, ebr=ebr, h_strat_norm=h, rl_score=score)
+    return TaskTopology(
+        task_id=task_id,
+        n_rollouts=n,
+        pass_rate=p,
+        error_branch_ratio=ebr,
+        strategy_entropy_norm=h,
+        rl_score=score,
+    )
 
 
 def test_rl_pool_fraction_and_reasons() -> None:
@@ -202,8 +209,8 @@ def test_sft_respects_budgets_and_verdicts(rows, k, max_total) -> None:
                 task_id=task,
                 success=passed,
                 signature=sig,
-                rec=rec and passed,
-                eff=eff if passed else None,
+                recovered=rec and passed,
+                efficiency=eff if passed else None,
             )
         )
         if has_verdict:

@@ -78,25 +78,30 @@ def test_methods_example_task_metrics() -> None:
     m = task_metrics(build_quotient_graph(*methods_example()))
     assert m.task_id == "task-1"
     assert (m.n_rollouts, m.n_success, m.n_excluded) == (4, 3, 0)
-    assert m.p == pytest.approx(0.75, abs=TOL)
+    assert m.pass_rate == pytest.approx(0.75, abs=TOL)
     assert (m.n_branch_points, m.n_branch_edges, m.n_error_branch_edges) == (2, 4, 2)
-    assert m.ebr == pytest.approx(0.5, abs=TOL)
-    assert m.h_strat == pytest.approx(1.03972, abs=TOL)
-    assert m.h_strat_norm == pytest.approx(0.75, abs=TOL)
+    assert m.error_branch_ratio == pytest.approx(0.5, abs=TOL)
+    assert m.strategy_entropy == pytest.approx(1.03972, abs=TOL)
+    assert m.strategy_entropy_norm == pytest.approx(0.75, abs=TOL)
     assert m.rl_score == pytest.approx(0.46875, abs=TOL)
     assert m.n_signatures == 3
-    assert m.n_succ_strat == 1  # A-E-B-C without its error node is A-B-C
-    assert m.l_star == 2
+    assert m.n_success_strategies == 1  # A-E-B-C without its error node is A-B-C
+    assert m.shortest_success_len == 2
 
 
 def test_methods_example_trajectory_metrics() -> None:
     t = by_id(build_quotient_graph(*methods_example()))
     assert t["r1"].signature == t["r2"].signature != t["r3"].signature
     assert (t["r1"].signature_len, t["r3"].signature_len, t["r4"].signature_len) == (3, 4, 3)
-    assert (t["r3"].rec, t["r3"].path_len, t["r3"].n_recovered) == (True, 3, 1)
-    assert t["r3"].eff == pytest.approx(1.0, abs=TOL)  # 2 / max(2, 3 - 1)
-    assert (t["r1"].rec, t["r1"].eff, t["r1"].redundancy) == (False, 1.0, 0.0)
-    assert (t["r4"].success, t["r4"].rec, t["r4"].eff, t["r4"].n_errors) == (False, False, None, 1)
+    assert (t["r3"].recovered, t["r3"].path_len, t["r3"].n_recovered) == (True, 3, 1)
+    assert t["r3"].efficiency == pytest.approx(1.0, abs=TOL)  # 2 / max(2, 3 - 1)
+    assert (t["r1"].recovered, t["r1"].efficiency, t["r1"].redundancy) == (False, 1.0, 0.0)
+    assert (t["r4"].success, t["r4"].recovered, t["r4"].efficiency, t["r4"].n_errors) == (
+        False,
+        False,
+        None,
+        1,
+    )
 
 
 def test_entropy_helpers_match_section_1_1() -> None:
@@ -123,7 +128,7 @@ def test_independent_reads_in_either_order_merge() -> None:
     assert t["x"].signature != t["y"].signature
     walks = graph.graph["walks"]
     assert walks["x"]["nodes"][2] == walks["y"]["nodes"][2]
-    assert task_metrics(graph).n_succ_strat == 2
+    assert task_metrics(graph).n_success_strategies == 2
 
 
 def test_writes_change_state_and_their_order_matters() -> None:
@@ -165,7 +170,7 @@ def test_error_keeps_the_state_and_a_repeat_read_is_a_self_loop() -> None:
     graph = build_quotient_graph([traj], verdicts_for({"x": True}))
     t = by_id(graph)["x"]
     # edges: A->B, B->E, E->B, B->success; signature A,B,E,B,success; one error recovered
-    assert (t.path_len, t.n_errors, t.rec) == (4, 1, True)
+    assert (t.path_len, t.n_errors, t.recovered) == (4, 1, True)
     assert t.signature_len == 5
 
 
@@ -178,8 +183,8 @@ def test_redundant_repeat_read_lowers_efficiency() -> None:
     assert graph.has_edge(
         graph.graph["walks"]["slow"]["nodes"][1], graph.graph["walks"]["slow"]["nodes"][1]
     )
-    assert t["lean"].eff == pytest.approx(1.0, abs=TOL)
-    assert t["slow"].eff == pytest.approx(2 / 3, abs=TOL)
+    assert t["lean"].efficiency == pytest.approx(1.0, abs=TOL)
+    assert t["slow"].efficiency == pytest.approx(2 / 3, abs=TOL)
     assert t["slow"].redundancy == pytest.approx(1 / 3, abs=TOL)
     assert t["lean"].signature == t["slow"].signature  # the self-loop is not a new strategy
 
@@ -190,10 +195,10 @@ def test_l_star_falls_back_when_every_success_had_an_error() -> None:
         verdicts_for({"x": True, "y": True}),
     )
     m = task_metrics(graph)
-    assert m.l_star == 2  # x: 3 edges - 1 recovered error
+    assert m.shortest_success_len == 2  # x: 3 edges - 1 recovered error
     t = by_id(graph)
-    assert t["x"].eff == pytest.approx(1.0, abs=TOL)
-    assert t["y"].eff == pytest.approx(2 / 3, abs=TOL)
+    assert t["x"].efficiency == pytest.approx(1.0, abs=TOL)
+    assert t["y"].efficiency == pytest.approx(2 / 3, abs=TOL)
 
 
 def test_hidden_info_reveal_moves_the_state_and_an_empty_ask_loops() -> None:
@@ -251,19 +256,24 @@ def test_soft_merge_difflib_and_embedding() -> None:
 def test_no_tool_calls_goes_straight_to_the_terminal() -> None:
     graph = build_quotient_graph([make_trajectory("x", [])], verdicts_for({"x": True}))
     t = by_id(graph)["x"]
-    assert (t.path_len, t.eff, t.rec, t.signature_len) == (1, 1.0, False, 2)
+    assert (t.path_len, t.efficiency, t.recovered, t.signature_len) == (1, 1.0, False, 2)
     m = task_metrics(graph)
-    assert (m.p, m.h_strat_norm, m.ebr, m.rl_score) == (1.0, 0.0, 0.0, 0.0)
+    assert (m.pass_rate, m.strategy_entropy_norm, m.error_branch_ratio, m.rl_score) == (
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+    )
 
 
 def test_one_rollout_and_empty_task() -> None:
     m = task_metrics(
         build_quotient_graph([make_trajectory("x", [[BAD]])], verdicts_for({"x": False}))
     )
-    assert (m.n_rollouts, m.p, m.h_strat_norm, m.rl_score) == (1, 0.0, 0.0, 0.0)
+    assert (m.n_rollouts, m.pass_rate, m.strategy_entropy_norm, m.rl_score) == (1, 0.0, 0.0, 0.0)
     empty = build_quotient_graph([], {}, task_id="t0")
     m = task_metrics(empty)
-    assert (m.task_id, m.n_rollouts, m.p, m.rl_score) == ("t0", 0, None, 0.0)
+    assert (m.task_id, m.n_rollouts, m.pass_rate, m.rl_score) == ("t0", 0, None, 0.0)
     assert trajectory_metrics(empty) == []
 
 
@@ -288,9 +298,9 @@ def test_infra_simulator_and_unverified_rollouts_are_left_out_with_a_reason() ->
     assert "infra" in skipped["infra"] and "simulator" in skipped["sim"]
     assert skipped["noverdict"] == "no verdict" and "excluded" in skipped["excl"]
     m = task_metrics(graph)
-    assert (m.n_rollouts, m.n_excluded, m.p) == (1, 4, 1.0)
+    assert (m.n_rollouts, m.n_excluded, m.pass_rate) == (1, 4, 1.0)
     t = by_id(graph)
-    assert not t["infra"].included and t["infra"].eff is None
+    assert not t["infra"].included and t["infra"].efficiency is None
     assert all(r in graph.nodes[SUCCESS]["rollouts"] for r in ["ok"])
 
 
@@ -307,7 +317,7 @@ def test_malformed_call_becomes_an_error_node() -> None:
     )
     errs = [n for n, k in graph.nodes(data="kind") if k == "error"]
     assert len(errs) == 1 and graph.nodes[errs[0]]["error_type"] == "invalid_json"
-    assert by_id(graph)["x"].rec
+    assert by_id(graph)["x"].recovered
 
 
 def test_more_than_one_task_is_an_input_error() -> None:
@@ -346,5 +356,5 @@ def test_draw_png_and_html(tmp_path) -> None:
 def test_rl_score_is_zero_for_uniform_outcomes() -> None:
     ts = [make_trajectory("x", [[GOOD]]), make_trajectory("y", [[BAD], [GOOD]])]
     m = task_metrics(build_quotient_graph(ts, verdicts_for({"x": True, "y": True})))
-    assert m.h_strat_norm == pytest.approx(math.log(2) / math.log(2), abs=TOL)
+    assert m.strategy_entropy_norm == pytest.approx(math.log(2) / math.log(2), abs=TOL)
     assert m.rl_score == 0.0

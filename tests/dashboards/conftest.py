@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fakes.dashboard_rows import merge, round_stats_row, run_row, task_rows
 
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 
 def known_rows() -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trajsynth.dashboards import free_port, wait_until_ready
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def server(known_store: Store, tmp_path: Path) -> Iterator[str]:
     log = tmp_path / "dashboard.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "trajsynth.synth.cli", "dashboard",
+            [sys.executable, "-m", "trajsynth.cli", "dashboard",
              "--store", str(known_store.path), "--port", str(port)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
@@ -134,7 +134,7 @@ import sys, time
 from datetime import datetime
 sys.path.insert(0, {tests!r})
 from fakes.dashboard_rows import merge, run_row, synthetic_rows
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 store = Store({path!r})
 store.insert_many(run_row("run-live", "running", datetime(2026, 1, 3)))

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from trajsynth.dashboards import queries
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 BATCHES = 6
 PER_BATCH = 8  # trajectories: 2 tasks of 4 rollouts
@@ -20,7 +20,7 @@ WRITER = textwrap.dedent(
     import sys, time
     sys.path.insert(0, {tests!r})
     from fakes.dashboard_rows import synthetic_rows
-    from trajsynth.synth.store import Store
+    from trajsynth.store import Store
 
     store = Store({path!r})
     batches = [

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from trajsynth.cli.main import app
 from trajsynth.dashboards import dashboard_command, queries, tree_dot
+from trajsynth.dashboards.views import quotient_graph_svg
 from trajsynth.schemas import InputError
-from trajsynth.synth.cli import app
-from trajsynth.synth.store import Store
-from trajsynth.synth.views import quotient_graph_svg
+from trajsynth.store import Store
 
 
 def test_runs_newest_first_with_state_and_pass_rate(known_store: Store) -> None:
@@ -97,7 +97,11 @@ def test_task_tree_drawn_with_leaf_outcomes(known_store: Store) -> None:
 def test_quotient_graph_of_a_task(known_store: Store) -> None:
     svg, metrics = quotient_graph_svg(known_store, "task-a1")
     assert "<svg" in svg
-    assert metrics["n_rollouts"] == 4 and metrics["p"] == 0.75 and metrics["ebr"] == 0.5
+    assert (
+        metrics["n_rollouts"] == 4
+        and metrics["pass_rate"] == 0.75
+        and metrics["error_branch_ratio"] == 0.5
+    )
     with pytest.raises(InputError, match="no trajectories for task 'nope'"):
         quotient_graph_svg(known_store, "nope")
 

@@ -124,8 +124,8 @@ def task_rows(
             )  # fmt: skip
         if modes is not None:
             rows["scores"].append(
-                {"trajectory_id": tid, "mode": modes[i], "cac": 3.0 + i, "run_id": run_id,
-                 "round": round_}
+                {"trajectory_id": tid, "mode": modes[i], "action_complexity": 3.0 + i,
+                 "run_id": run_id, "round": round_}
             )  # fmt: skip
         rows["llm_calls"] += [
             _llm_call(run_id, tid, f"{tid}-u", "user", tokens // 4, tokens // 8),

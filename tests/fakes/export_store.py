@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fakes.store_rows import RUN, blueprint_row, write_round
 from fakes.trajectories import call, make_trajectory, verdicts_for
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 __all__ = ["RUN", "export_store", "select"]
 
@@ -63,7 +63,13 @@ def export_store(
         blueprints=blueprints,
     )
     scores = [
-        {"trajectory_id": tid, "cac": cac, "mode_label": mode, "domain": "retail", "run_id": RUN}
+        {
+            "trajectory_id": tid,
+            "action_complexity": cac,
+            "mode_label": mode,
+            "domain": "retail",
+            "run_id": RUN,
+        }
         for tid, cac, mode in (
             ("t1", 1.5, "direct_execute"),
             ("t2", 3.25, "clarify"),
@@ -81,7 +87,13 @@ def export_store(
             select("rl", "task-2", "task-2", selected=False),
         ]
         rows["task_topology"] = [
-            {"task_id": "task-1", "run_id": RUN, "round": 0, "cluster_id": "shop", "p": 2 / 3}
+            {
+                "task_id": "task-1",
+                "run_id": RUN,
+                "round": 0,
+                "cluster_id": "shop",
+                "pass_rate": 2 / 3,
+            }
         ]
     if stats:
         rows["round_stats"] = [

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from trajsynth.schemas import Trajectory, Verdict
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 __all__ = ["RUN", "blueprint_row", "hash_embedder", "write_round"]
 

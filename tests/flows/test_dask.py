@@ -17,7 +17,7 @@ import pytest
 from distributed import LocalCluster
 from fakes.llm_server import FakeLLMServer
 
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def _run(cwd: Path, llm: FakeLLMServer, **env: str) -> Store:
         **env,
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "trajsynth.synth.cli", "-q", "run",
+        [sys.executable, "-m", "trajsynth.cli", "-q", "run",
          "--base-url", llm.base_url, "--model", "fake", "--clusters", "shop,calendar",
          "--tasks", "6", "--samples", "2", "--seed", "21", "--concurrency", "3"],
         cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600,

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from trajsynth.cli.main import app
+from trajsynth.cli.settings import load_settings
 from trajsynth.flows.deployments import build_deployments, load_project, module_entrypoint
 from trajsynth.flows.grow import next_seed
 from trajsynth.schemas import InputError, RunConfig
-from trajsynth.synth.cli import app
-from trajsynth.synth.settings import load_settings
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,13 +22,13 @@ from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = REPO / "prefect.yaml"
-SYNTH = [sys.executable, "-m", "trajsynth.synth.cli"]
+SYNTH = [sys.executable, "-m", "trajsynth.cli"]
 
 
 def _free_port() -> int:

@@ -17,8 +17,8 @@ import psutil
 import pytest
 from fakes.llm_server import FakeLLMServer
 
-from trajsynth.synth.commands.runs import list_runs
-from trajsynth.synth.store import Store
+from trajsynth.cli.commands.runs import list_runs
+from trajsynth.store import Store
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def llm() -> Iterator[FakeLLMServer]:
 
 def _command(llm: FakeLLMServer) -> list[str]:
     return [
-        sys.executable, "-m", "trajsynth.synth.cli", "-q", "run",
+        sys.executable, "-m", "trajsynth.cli", "-q", "run",
         "--base-url", llm.base_url, "--model", "fake",
         "--tasks", "6", "--samples", "2", "--seed", "11",
     ]  # fmt: skip
@@ -170,7 +170,7 @@ def test_sigkill_of_synth_alone_leaves_no_process_behind(
             time.sleep(0.05)
         descendants = [
             p for p in psutil.Process(proc.pid).children(recursive=True)
-            if "trajsynth.synth.reaper" not in " ".join(p.cmdline())
+            if "trajsynth.cli.reaper" not in " ".join(p.cmdline())
         ]  # fmt: skip
         assert descendants, "the run started no server or sandbox"
     finally:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.docker]
 
 SECRET = "sk-test-never-stored-4242"
-RUN = [sys.executable, "-m", "trajsynth.synth.cli", "run", "--tasks", "3", "--seed", "5"]
+RUN = [sys.executable, "-m", "trajsynth.cli", "run", "--tasks", "3", "--seed", "5"]
 RUN += ["--samples", "3"]
 
 

@@ -8,9 +8,9 @@ import pytest
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
+from trajsynth.cli.settings import Settings
 from trajsynth.flows.runners import task_runner_for
 from trajsynth.schemas import InputError
-from trajsynth.synth.settings import Settings
 
 
 def test_thread_pool_is_the_default() -> None:

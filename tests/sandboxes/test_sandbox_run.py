@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from trajsynth.cli.settings import Settings
 from trajsynth.sandboxes import LocalSandbox
 from trajsynth.sandboxes.cgroups import create_cgroup, probe_cgroups
 from trajsynth.sandboxes.local_sandbox import unenforced_limits
 from trajsynth.schemas import SandboxError, SandboxLimits
-from trajsynth.synth.settings import Settings
 
 
 def _synth(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "trajsynth.synth.cli", *args],
+        [sys.executable, "-m", "trajsynth.cli", *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -66,8 +66,8 @@ def test_sandbox_run_without_a_command_is_one_clear_error(tmp_path: Path) -> Non
 
 
 def test_doctor_names_each_limit_the_host_cannot_enforce(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trajsynth.cli import doctor
     from trajsynth.sandboxes import local_sandbox
-    from trajsynth.synth import doctor
 
     enforced = doctor._local_sandbox(Settings())
     assert enforced[0] is (not unenforced_limits())

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from trajsynth.synth.cli import app
-from trajsynth.synth.grpo import load_train_config
+from trajsynth.cli.main import app
+from trajsynth.training.grpo import load_train_config
 
 DATA = Path(__file__).resolve().parents[2] / "src" / "trajsynth" / "data" / "train"
 
@@ -58,7 +58,7 @@ def test_synth_train_smoke_runs_grpo_steps_on_cpu(tmp_path: Path) -> None:
 def test_grpo_on_gpu_with_vllm_colocate(tmp_path: Path) -> None:
     """The GPU path: vLLM colocate generation, a small model, 3 steps (needs CUDA + vllm)."""
     pytest.importorskip("vllm")
-    from trajsynth.synth.grpo import run_grpo
+    from trajsynth.training.grpo import run_grpo
 
     cfg = load_train_config(
         DATA / "gpu.toml",

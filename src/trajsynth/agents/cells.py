@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import networkx as nx
 
+from trajsynth.curation.evolution import weighted_draw
 from trajsynth.mcp_servers.graph import dependency_graph
 from trajsynth.schemas import Cell, Difficulty, PathShape, ReasoningMode, ToolAccess, ToolCluster
 
@@ -126,15 +127,7 @@ def _draw(
             ws.append(default.get(option, 0.0))
         else:
             ws.append(1.0)
-    total = sum(ws)
-    if total <= 0:
-        ws, total = [1.0] * len(options), float(len(options))
-    x = rng.random() * total
-    for option, w in zip(options, ws, strict=True):
-        x -= w
-        if x < 0:
-            return option
-    return options[-1]
+    return weighted_draw(rng, options, ws)
 
 
 def sample_cells(

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trajsynth.curation.verify import field_schema, is_identifier, parse_json_maybe
+from trajsynth.curation.canon import field_schema, is_identifier, parse_json_maybe
 from trajsynth.schemas import (
     AnswerContains,
     CallPattern,

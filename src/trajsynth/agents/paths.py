@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import logging
 import random
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,8 @@ import networkx as nx
 from pydantic import Field
 
 from trajsynth.mcp_servers.graph import entry_tools as graph_entry_tools
-from trajsynth.mcp_servers.graph import normalize_name, output_fields
+from trajsynth.mcp_servers.graph import normalize_name, output_fields, singular
+from trajsynth.mcp_servers.tags import name_tokens
 from trajsynth.schemas import (
     Cell,
     Difficulty,
@@ -114,21 +114,6 @@ class Rejection(Record):
 
 # ---------------------------------------------------------------------------------------------
 # names and schemas
-
-
-def _tokens(name: str) -> list[str]:
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
-    return [t for t in re.split(r"[^a-zA-Z0-9]+", spaced.lower()) if t]
-
-
-def _singular(word: str) -> str:
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith(("sses", "xes", "ches", "shes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
-        return word[:-1]
-    return word
 
 
 def _is_id_like(param: str) -> bool:
@@ -250,10 +235,10 @@ def _rank_columns(
         kinds = _schema_types(_items_schema(schema))
     p = param.lower()
     p_single = p[:-1] if p.endswith("_ids") else p  # item_ids -> item_id
-    tool_nouns = {_singular(t) for t in _tokens(tool)}
+    tool_nouns = {singular(t) for t in name_tokens(tool)}
     ranked: list[tuple[float, str, str]] = []
     for table in sorted(tables.columns):
-        noun = _singular(table.lower())
+        noun = singular(table.lower())
         table_bonus = 1.0 if noun in tool_nouns else 0.0
         for column, sample in sorted(tables.columns[table].items()):
             if not _compatible(sample, kinds):
@@ -373,7 +358,7 @@ def _literal_or_choice_possible(param: str, schema: Mapping[str, JsonValue]) -> 
     if "default" in schema or "const" in schema or _schema_enum(schema):
         return True
     kinds = _schema_types(schema)
-    words = set(_tokens(param))
+    words = set(name_tokens(param))
     if kinds & {"integer", "number"} and (words & _COUNT_WORDS or "minimum" in schema):
         return True
     return "boolean" in kinds
@@ -499,7 +484,7 @@ class _Binder:
                 return LiteralArg(value=enum[0])
             return self._slot(param, enum[self.rng.randrange(len(enum))], "enum")
         kinds = _schema_types(schema)
-        words = set(_tokens(param))
+        words = set(name_tokens(param))
         if "boolean" in kinds:
             if words & _CONFIRM_WORDS:
                 return LiteralArg(value=True)
@@ -547,7 +532,7 @@ class _Binder:
         for other, chosen in self.rows.items():
             if other == table:
                 continue
-            noun = _singular(other.lower())
+            noun = singular(other.lower())
             for column, value in row.items():
                 if value is None:
                     continue

@@ -43,6 +43,7 @@ __all__ = [
     "obs_digest",
     "parse_json_maybe",
     "resolve_schema",
+    "sha1_hex",
 ]
 
 # Argument keys that hold program source: canonicalized by normalized source (§1.2, "code").
@@ -193,7 +194,9 @@ def canon_args(
     return out
 
 
-def _sha1(text: str) -> str:
+def sha1_hex(text: str) -> str:
+    """Hex SHA-1 of ``text``: the short content key of state keys, actions and signatures
+    (not a security hash)."""
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
@@ -215,9 +218,9 @@ def canon_call(
     if isinstance(args, str):
         parsed = parse_json_maybe(args)
         if not isinstance(parsed, Mapping):
-            return tool, _sha1("malformed:" + args.strip())[:16]
+            return tool, sha1_hex("malformed:" + args.strip())[:16]
         args = parsed
-    return tool, _sha1(canonical_json(canon_args(args, schema, volatile)))[:16]
+    return tool, sha1_hex(canonical_json(canon_args(args, schema, volatile)))[:16]
 
 
 _CALL_KEYS: ContextVar[dict[tuple[str, str], tuple[str, str]] | None] = ContextVar(
@@ -324,4 +327,4 @@ def obs_digest(result: Any, volatile: frozenset[str] = frozenset()) -> str:
     >>> obs_digest('{"b": 1, "a": 2, "ts": 5}', frozenset({"ts"})) == obs_digest({"a": 2, "b": 1})
     True
     """
-    return _sha1(canonical_json(_strip_volatile(parse_json_maybe(result), volatile)))
+    return sha1_hex(canonical_json(_strip_volatile(parse_json_maybe(result), volatile)))

@@ -28,14 +28,13 @@ products blocked by cluster, and the per-item loops never visit pairs one by one
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from trajsynth.curation.canon import call_key, canon_call
+from trajsynth.curation.canon import call_key, canon_call, sha1_hex
 from trajsynth.curation.complexity import cac, cac_tertiles, difficulty_of
 from trajsynth.curation.digests import (
     CODE_TOOL_WORDS,
@@ -144,7 +143,7 @@ def action_key(trajectory: Trajectory) -> str:
     leftover = [_call_action(c) for c in trajectory.calls if c.call_id not in used]
     seq = leftover + seq if not used else seq + leftover
     blob = json.dumps(seq, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha1(blob.encode(), usedforsecurity=False).hexdigest()
+    return sha1_hex(blob)
 
 
 def near_duplicates(

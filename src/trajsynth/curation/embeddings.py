@@ -186,12 +186,14 @@ def load_embedder(
     batch_size: int = 64,
     max_seq_length: int | None = None,
     dtype: EmbedDtype = "float32",
+    threads: int | None = None,
 ) -> Embedder:
     """An embedder returning L2-normalised float32 rows, one per text.
 
     ``max_seq_length`` caps the word pieces read per text (the model's default is 256);
     attention cost grows with it, so short digests embed several times faster. ``dtype``
-    is the weights' precision (see :func:`resolve_dtype`).
+    is the weights' precision (see :func:`resolve_dtype`); ``threads`` torch's threads while
+    it embeds (None: leave torch's setting).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -206,9 +208,15 @@ def load_embedder(
         model.max_seq_length = max_seq_length
 
     def embed(texts: Sequence[str]) -> np.ndarray:
-        vectors = model.encode(
-            list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False
-        )
+        before = torch.get_num_threads()
+        if threads:  # torch's pool is process-wide: set for this call, then given back
+            torch.set_num_threads(threads)
+        try:
+            vectors = model.encode(
+                list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False
+            )
+        finally:
+            torch.set_num_threads(before)
         # normalised in float32: bf16 rows would be off unit length by up to ~1%
         vectors = vectors.float().cpu().numpy()
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)

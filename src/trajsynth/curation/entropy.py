@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
+import scipy.stats
 
 from trajsynth.schemas import EntropyStats
 
@@ -54,11 +55,9 @@ def entropy(counts: Counts) -> float:
     (0.0, 0.0, 0.0)
     """
     arr = _counts_array(counts)
-    total = arr.sum()
-    if total <= 0:
+    if arr.sum() <= 0:
         return 0.0
-    p = arr[arr > 0] / total
-    return max(0.0, float(-(p * np.log(p)).sum()))
+    return max(0.0, float(scipy.stats.entropy(arr)))  # normalises the counts; natural log
 
 
 def normalized_entropy(counts: Counts, k: int) -> float:

@@ -55,6 +55,7 @@ __all__ = [
     "next_round_weights",
     "option_stats",
     "sample_cell",
+    "weighted_draw",
     "should_stop",
     "validity_rate",
     "water_fill_cap",
@@ -408,10 +409,19 @@ def _old_within(old: Mapping[str, float] | None, options: Sequence[str]) -> dict
 # --- drawing a cell --------------------------------------------------------------------------
 
 
-def _draw(rng: random.Random, options: Sequence[str], given: Mapping[str, float] | None) -> str:
+def weighted_draw(
+    rng: random.Random, options: Sequence[str], weights: Sequence[float] | None
+) -> str:
+    """One option, drawn with probability proportional to its weight (one ``rng.random()``).
+
+    Negative weights count as 0; no weights, or all 0, draw uniformly.
+
+    >>> weighted_draw(random.Random(0), ["a", "b"], [0.0, 1.0])
+    'b'
+    """
     if not options:
         raise ValueError("no option to draw from")
-    ws = [max(0.0, float((given or {}).get(o, 0.0))) for o in options] if given else []
+    ws = [max(0.0, float(w)) for w in weights or ()]
     total = sum(ws)
     if total <= 0:
         ws, total = [1.0] * len(options), float(len(options))
@@ -421,6 +431,10 @@ def _draw(rng: random.Random, options: Sequence[str], given: Mapping[str, float]
         if x < 0:
             return option
     return options[-1]
+
+
+def _draw(rng: random.Random, options: Sequence[str], given: Mapping[str, float] | None) -> str:
+    return weighted_draw(rng, options, [given.get(o, 0.0) for o in options] if given else None)
 
 
 def sample_cell(

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from trajsynth.schemas import (
+    Registry,
     RLSelectConfig,
     Selection,
     SelectionKind,
@@ -53,27 +54,21 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_POLICIES: dict[str, Callable[..., list[Selection]]] = {}
+Policy = Callable[..., list[Selection]]
+POLICIES: Registry[Policy] = Registry("selection policy")
 
 
-def policy(name: str) -> Callable[[Callable[..., list[Selection]]], Callable[..., list[Selection]]]:
+def policy(name: str) -> Callable[[Policy], Policy]:
     """Register a selection policy under ``name`` (STYLE.md §1)."""
-
-    def register(fn: Callable[..., list[Selection]]) -> Callable[..., list[Selection]]:
-        if name in _POLICIES:
-            raise ValueError(f"a selection policy named {name!r} is already registered")
-        _POLICIES[name] = fn
-        return fn
-
-    return register
+    return POLICIES.register(name)
 
 
 def registered_policies() -> list[str]:
-    return sorted(_POLICIES)
+    return POLICIES.names()
 
 
-def get_policy(name: str) -> Callable[..., list[Selection]]:
-    return _POLICIES[name]
+def get_policy(name: str) -> Policy:
+    return POLICIES.get(name)
 
 
 def _record(
@@ -232,7 +227,7 @@ def _greedy(
 
     def parts(t: TrajectoryTopology) -> dict[str, float]:
         nov = novelty(t.signature, mode_of.get(t.trajectory_id), chosen)
-        return {"rec": float(t.rec), "eff": float(t.eff or 0.0), "novelty": nov}
+        return {"rec": float(t.recovered), "eff": float(t.efficiency or 0.0), "novelty": nov}
 
     def blocked(t: TrajectoryTopology, nov: float) -> bool:
         repeated = any(s == t.signature for s, _ in chosen)
@@ -243,13 +238,13 @@ def _greedy(
         for t in remaining:
             comp = parts(t)
             if not blocked(t, comp["novelty"]):
-                scored.append((sft_score(t.rec, t.eff, comp["novelty"], cfg), t, comp))
+                scored.append((sft_score(t.recovered, t.efficiency, comp["novelty"], cfg), t, comp))
         if not scored:
             break
         score, best, comp = min(scored, key=lambda x: (-x[0], x[1].trajectory_id))
         rank = len(picked) + 1
         reason = (
-            f"pick {rank} of task: rec={int(best.rec)}, eff={comp['eff']:.3g}, "
+            f"pick {rank} of task: rec={int(best.recovered)}, eff={comp['eff']:.3g}, "
             f"novelty={comp['novelty']:g}"
         )
         picked.append(
@@ -261,7 +256,7 @@ def _greedy(
     rejected = []
     for t in remaining:
         comp = parts(t)
-        score = sft_score(t.rec, t.eff, comp["novelty"], cfg)
+        score = sft_score(t.recovered, t.efficiency, comp["novelty"], cfg)
         if any(s == t.signature for s, _ in chosen) and (
             cfg.distinct_signatures or comp["novelty"] <= 0.0
         ):
@@ -325,21 +320,21 @@ def select_rl(
 
 def _rl_parts(task: TaskTopology) -> dict[str, float]:
     parts: dict[str, Any] = {
-        "p": task.p,
-        "ebr": task.ebr,
-        "h_strat_norm": task.h_strat_norm,
-        "n_succ_strat": float(task.n_succ_strat),
+        "p": task.pass_rate,
+        "ebr": task.error_branch_ratio,
+        "h_strat_norm": task.strategy_entropy_norm,
+        "n_succ_strat": float(task.n_success_strategies),
     }
     return {k: float(v) for k, v in parts.items() if v is not None}
 
 
 def _rl_ineligible(task: TaskTopology, cfg: RLSelectConfig) -> str | None:
-    if task.p is None or task.n_rollouts == 0:
+    if task.pass_rate is None or task.n_rollouts == 0:
         return "no valid rollout (all infra, simulator or unverified)"
     if task.n_rollouts < cfg.min_rollouts:
         return f"{task.n_rollouts} valid rollout(s), fewer than {cfg.min_rollouts}: no variance"
-    if task.p >= 1.0:
+    if task.pass_rate >= 1.0:
         return "every rollout passed (p=1): no GRPO signal"
-    if task.p <= 0.0:
+    if task.pass_rate <= 0.0:
         return "every rollout failed (p=0): no GRPO signal"
     return None

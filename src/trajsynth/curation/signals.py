@@ -40,6 +40,7 @@ from trajsynth.schemas import (
     FailureClass,
     MessageRole,
     ObsClass,
+    Registry,
     Signals,
     Termination,
     Trajectory,
@@ -223,24 +224,17 @@ class SignalContext:
 
 
 SignalDetector = Callable[[SignalContext], dict[str, Any]]
-_DETECTORS: dict[str, SignalDetector] = {}
+DETECTORS: Registry[SignalDetector] = Registry("signal detector")
 
 
 def detector(name: str) -> Callable[[SignalDetector], SignalDetector]:
     """Register a signal detector: ``(ctx) -> {Signals field: value}`` (STYLE.md §1)."""
-
-    def register(fn: SignalDetector) -> SignalDetector:
-        if name in _DETECTORS:
-            raise ValueError(f"a signal detector named {name!r} is already registered")
-        _DETECTORS[name] = fn
-        return fn
-
-    return register
+    return DETECTORS.register(name)
 
 
 def registered_detectors() -> list[str]:
     """The registered signal names, sorted."""
-    return sorted(_DETECTORS)
+    return DETECTORS.names()
 
 
 # --- the detectors (METHODS.md §7 table) ----------------------------------------------------
@@ -385,7 +379,7 @@ def compute_signals(
     ctx.known_steps = steps
     values: dict[str, Any] = {}
     for name in registered_detectors():
-        values.update(_DETECTORS[name](ctx))
+        values.update(DETECTORS.get(name)(ctx))
     flags = {
         "misalignment": values["misalignment"],
         "stagnation": values["stagnation"],

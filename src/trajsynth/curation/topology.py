@@ -30,7 +30,6 @@ Decisions (METHODS.md leaves them open; change them here and there together):
 from __future__ import annotations
 
 import difflib
-import hashlib
 import html
 import io
 import logging
@@ -45,7 +44,8 @@ from typing import Any, Literal
 import networkx as nx
 import numpy as np
 
-from trajsynth.curation.canon import call_key, obs_digest, parse_json_maybe
+from trajsynth.curation.canon import call_key, obs_digest, parse_json_maybe, sha1_hex
+from trajsynth.curation.entropy import entropy, normalized_entropy
 from trajsynth.schemas import (
     FailureClass,
     InputError,
@@ -68,12 +68,10 @@ __all__ = [
     "Turn",
     "build_quotient_graph",
     "draw_quotient_graph",
-    "entropy",
     "env_state_hash",
     "err_key",
     "error_branch_ratio",
     "is_write_tool",
-    "normalized_entropy",
     "signature",
     "state_key",
     "task_metrics",
@@ -105,36 +103,7 @@ SoftMerge = Literal["off", "difflib", "embedding"]
 Embedder = Callable[[Sequence[str]], np.ndarray]
 
 
-# --- §1.1 entropy helpers -------------------------------------------------------------------
-
-
-def entropy(counts: Iterable[int | float]) -> float:
-    """``H(p) = -sum p_i ln p_i`` with ``p_i = c_i / sum c`` (METHODS.md §1.1); 0 when empty.
-
-    >>> round(entropy([2, 1, 1]), 5)
-    1.03972
-    """
-    values = [float(c) for c in counts if c > 0]
-    total = sum(values)
-    if total <= 0:
-        return 0.0
-    return -sum((c / total) * math.log(c / total) for c in values)
-
-
-def normalized_entropy(counts: Iterable[int | float], k: int) -> float:
-    """``H(p) / ln K`` if ``K >= 2`` else 0, K the declared support (METHODS.md §1.1).
-
-    >>> round(normalized_entropy([2, 1, 1], 4), 5)
-    0.75
-    """
-    return entropy(counts) / math.log(k) if k >= 2 else 0.0
-
-
 # --- §1.2 state keys ------------------------------------------------------------------------
-
-
-def _sha1(text: str) -> str:
-    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def env_state_hash(write_calls: Sequence[tuple[str, str]]) -> str:
@@ -146,7 +115,7 @@ def env_state_hash(write_calls: Sequence[tuple[str, str]]) -> str:
     >>> env_state_hash([]) == env_state_hash(())
     True
     """
-    return _sha1(canonical_json([list(c) for c in write_calls]))
+    return sha1_hex(canonical_json([list(c) for c in write_calls]))
 
 
 def state_key(env_hash: str, info_set: Iterable[str], revealed_slots: Iterable[str]) -> str:
@@ -158,7 +127,7 @@ def state_key(env_hash: str, info_set: Iterable[str], revealed_slots: Iterable[s
     >>> state_key("e", {"a#1#x", "b#2#y"}, []) == state_key("e", ["b#2#y", "a#1#x"], ())
     True
     """
-    return _sha1(canonical_json([env_hash, sorted(set(info_set)), sorted(set(revealed_slots))]))
+    return sha1_hex(canonical_json([env_hash, sorted(set(info_set)), sorted(set(revealed_slots))]))
 
 
 def err_key(skey: str, call: tuple[str, str], error_type: str | None) -> str:
@@ -167,7 +136,7 @@ def err_key(skey: str, call: tuple[str, str], error_type: str | None) -> str:
     >>> err_key("s", ("get", "h"), "x") != err_key("s", ("get", "h"), "y")
     True
     """
-    return _sha1(canonical_json([skey, list(call), "error", error_type or ""]))
+    return sha1_hex(canonical_json([skey, list(call), "error", error_type or ""]))
 
 
 def is_write_tool(name: str, write_tools: Collection[str] | None = None) -> bool:
@@ -440,7 +409,7 @@ def signature(nodes: Sequence[str]) -> tuple[str, ...]:
 
 
 def _sig_id(sig: Sequence[str]) -> str:
-    return _sha1("\n".join(sig))[:16]
+    return sha1_hex("\n".join(sig))[:16]
 
 
 def build_quotient_graph(
@@ -613,7 +582,8 @@ def task_metrics(graph: nx.MultiDiGraph) -> TaskTopology:
     """Task-level metrics of a quotient graph (METHODS.md §8, "Task-level metrics").
 
     ``p`` is the pass rate over valid rollouts, ``H_strat_norm = H(signatures) / ln(n)`` (0 for
-    one rollout), ``n_succ_strat`` the distinct success signatures with error nodes removed and
+    one rollout), ``n_success_strategies`` the distinct success signatures with error nodes
+    removed and
     ``rl_score = 4·p·(1-p)·(EBR + H_strat_norm)/2``. A task with no valid rollout has ``p=None``
     and ``rl_score=0``.
     """
@@ -636,18 +606,18 @@ def task_metrics(graph: nx.MultiDiGraph) -> TaskTopology:
         n_rollouts=n,
         n_excluded=n_excluded,
         n_success=n_success,
-        p=p,
+        pass_rate=p,
         n_nodes=graph.number_of_nodes(),
         n_edges=graph.number_of_edges(),
         n_branch_points=n_points,
         n_branch_edges=n_branch,
         n_error_branch_edges=n_error,
-        ebr=ebr,
-        h_strat=h,
-        h_strat_norm=h_norm,
+        error_branch_ratio=ebr,
+        strategy_entropy=h,
+        strategy_entropy_norm=h_norm,
         n_signatures=len(sigs),
-        n_succ_strat=len(succ),
-        l_star=_l_star(graph),
+        n_success_strategies=len(succ),
+        shortest_success_len=_l_star(graph),
         rl_score=max(0.0, rl_score),
     )
 
@@ -681,8 +651,8 @@ def trajectory_metrics(graph: nx.MultiDiGraph) -> list[TrajectoryTopology]:
                 path_len=len(w["edges"]),
                 n_errors=n_errors,
                 n_recovered=recovered,
-                rec=success and n_errors > 0,
-                eff=eff,
+                recovered=success and n_errors > 0,
+                efficiency=eff,
                 redundancy=None if eff is None else 1.0 - eff,
             )
         )
@@ -790,11 +760,11 @@ def draw_quotient_graph(
     ax.set_xlim(min(xs) - 0.6, max(xs) + 0.6)
     ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
     metrics = task_metrics(graph)
-    p = "n/a" if metrics.p is None else f"{metrics.p:.2f}"
+    p = "n/a" if metrics.pass_rate is None else f"{metrics.pass_rate:.2f}"
     ax.set_title(
         title
         or f"task {metrics.task_id}: {metrics.n_rollouts} rollouts, p={p}, "
-        f"EBR={metrics.ebr:.2f}, H_norm={metrics.h_strat_norm:.2f}, "
+        f"EBR={metrics.error_branch_ratio:.2f}, H_norm={metrics.strategy_entropy_norm:.2f}, "
         f"rl_score={metrics.rl_score:.3f}",
         fontsize=9,
     )

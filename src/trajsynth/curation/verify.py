@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from trajsynth.curation.canon import field_schema, is_identifier, parse_json_maybe, resolve_schema
+from trajsynth.curation.canon import field_schema, is_identifier, resolve_schema
 from trajsynth.schemas import (
     AnswerContains,
     AnswerMatches,
@@ -52,6 +52,7 @@ from trajsynth.schemas import (
     MessageRole,
     ObsClass,
     Order,
+    Registry,
     ToolCalled,
     ToolCallRecord,
     ToolNotCalled,
@@ -61,8 +62,6 @@ from trajsynth.schemas import (
     content_id,
 )
 
-# field_schema, is_identifier and parse_json_maybe are re-exported from curation.canon for the
-# planner (agents/ may import curation.verify, not the rest of curation).
 __all__ = [
     "Checker",
     "VerifyContext",
@@ -71,10 +70,7 @@ __all__ = [
     "call_matches",
     "checker",
     "extract_numbers",
-    "field_schema",
-    "is_identifier",
     "match_value",
-    "parse_json_maybe",
     "registered_kinds",
     "reward",
     "state_diff",
@@ -146,24 +142,17 @@ class VerifyContext:
 
 
 Checker = Callable[[Any, VerifyContext], tuple[bool, str]]
-_CHECKERS: dict[str, Checker] = {}
+CHECKERS: Registry[Checker] = Registry("constraint checker")
 
 
 def checker(kind: str) -> Callable[[Checker], Checker]:
     """Register the checker of one constraint kind: ``(constraint, ctx) -> (passed, detail)``."""
-
-    def register(fn: Checker) -> Checker:
-        if kind in _CHECKERS:
-            raise ValueError(f"a checker for constraint kind {kind!r} is already registered")
-        _CHECKERS[kind] = fn
-        return fn
-
-    return register
+    return CHECKERS.register(kind)
 
 
 def registered_kinds() -> list[str]:
     """The constraint kinds that have a checker, sorted."""
-    return sorted(_CHECKERS)
+    return CHECKERS.names()
 
 
 # --- value and call matching ---------------------------------------------------------------
@@ -530,7 +519,7 @@ def verify(
     diff: dict[str, JsonValue] = {}
     parsed = [_as_constraint(c) for c in constraints]
     for index, constraint in enumerate(parsed):
-        check = _CHECKERS.get(constraint.kind)
+        check = CHECKERS.find(constraint.kind)
         if check is None:
             ok, detail = False, f"no checker for constraint kind {constraint.kind!r}"
         else:

@@ -20,7 +20,7 @@ import streamlit as st
 from trajsynth.dashboards import queries
 from trajsynth.dashboards.tree import tree_dot
 from trajsynth.schemas import InputError
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 CACHE_TTL_S = 5.0
 ALL_RUNS = "(all runs)"
@@ -69,7 +69,7 @@ def _tree(store_path: str, tree_id: str) -> tuple[list[dict[str, Any]], list[dic
 
 @st.cache_data(ttl=60.0, show_spinner=False)
 def _quotient(store_path: str, task_id: str) -> tuple[str, dict[str, Any]]:
-    from trajsynth.synth.views import quotient_graph_svg  # curation code, loaded on demand
+    from trajsynth.dashboards.views import quotient_graph_svg  # curation code, loaded on demand
 
     return quotient_graph_svg(Store(store_path), task_id)
 

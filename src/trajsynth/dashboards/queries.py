@@ -1,7 +1,7 @@
 """The dashboard's SQL: every figure on the page, aggregated inside DuckDB.
 
 Each function takes a ``Store`` and returns rows as dicts. Every query is one read-only
-connection (``Store.query``), so the page reads while a run writes (see ``synth/store.py``).
+connection (``Store.query``), so the page reads while a run writes (see ``store/store.py``).
 Nothing here reads a ``messages`` column: the page stays fast on a store of many trajectories.
 
 Pass rates follow DESIGN.md: a verdict marked ``excluded`` (infra or simulator faults) is left
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 __all__ = [
     "PAGE_QUERIES",

@@ -20,14 +20,26 @@ from pydantic import SecretStr
 from trajsynth.agents.llm import open_llm_client
 from trajsynth.flows.stages import _clusters, plan_round, rollout_round
 from trajsynth.flows.units import run_id_for
-from trajsynth.schemas import RunConfig, ToolCluster
-from trajsynth.synth.manifest import run_manifest
-from trajsynth.synth.store import Store
-from trajsynth.synth.summary import RunSummary, summarize_run
+from trajsynth.schemas import RunConfig, SandboxError, SandboxKind, ToolCluster
+from trajsynth.store import Store
+from trajsynth.store.manifest import run_manifest
+from trajsynth.store.summary import RunSummary, summarize_run
 
 __all__ = ["build_dataset", "run_id_for"]
 
 log = logging.getLogger(__name__)
+
+
+def _sandbox_image(kind: SandboxKind) -> str | None:
+    if kind == SandboxKind.LOCAL:
+        return None
+    try:
+        from trajsynth.sandboxes.image import image_id, image_tag
+
+        found = image_id()
+    except SandboxError:  # no engine: the manifest records what it can
+        return None
+    return f"{image_tag()}@{found}" if found else None
 
 
 def _cluster_rows(clusters: list[ToolCluster]) -> dict[str, list[dict[str, Any]]]:
@@ -75,7 +87,7 @@ def _curate(store: Store, run_id: str, round_index: int, config: RunConfig) -> N
 def _next_weights(
     store: Store, run_id: str, round_index: int, config: RunConfig
 ) -> dict[str, dict[str, float]] | None:
-    from trajsynth.synth.curate import next_weights
+    from trajsynth.flows.curate import next_weights
 
     weights = next_weights(store, run_id, round_index, config.curation)
     return weights.weights if weights is not None else None
@@ -102,7 +114,11 @@ async def build_dataset(
     store.start_run(
         run_id,
         config.model_dump(mode="json"),
-        run_manifest(config, clusters=[c.cluster_id for c in clusters]),
+        run_manifest(
+            config,
+            clusters=[c.cluster_id for c in clusters],
+            sandbox_image=_sandbox_image(config.sandbox),
+        ),
     )
     store.insert_many(_cluster_rows(clusters))
     state = "completed"

@@ -13,16 +13,17 @@ it is never a deployment parameter, so it never reaches the Prefect server.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from trajsynth.flows.build import build_dataset
 from trajsynth.flows.runners import task_runner_for
 from trajsynth.schemas import InputError, RunConfig
-from trajsynth.synth.store import Store
+from trajsynth.store import Store
 
 __all__ = ["grow_dataset", "next_seed"]
 
@@ -44,13 +45,11 @@ def next_seed(store: Store, base: RunConfig) -> int:
     )
 
 
-def _api_key() -> Any:
-    from trajsynth.synth.settings import Settings
-
-    try:
-        return Settings().llm.api_key  # the environment only: SYNTH_LLM__API_KEY
-    except ValidationError:
-        return None
+def _api_key() -> SecretStr | None:
+    """The key from the environment only (``SYNTH_LLM__API_KEY``, the variable the CLI's
+    settings read): flows sit beside the CLI, so they read the one variable themselves."""
+    value = os.environ.get("SYNTH_LLM__API_KEY")
+    return SecretStr(value) if value else None
 
 
 @flow(name="grow-dataset", log_prints=False, validate_parameters=False)

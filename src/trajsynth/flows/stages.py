@@ -1,6 +1,6 @@
 """One Prefect flow per stage: plan, rollout (with verification), verify, curate, export, train.
 
-The library functions stay Prefect-free (``flows.units``, ``synth.curate``, ``synth.export``,
+The library functions stay Prefect-free (``flows.units``, ``flows.curate``, ``export``,
 ``training``); here they become tasks with retries where a retry helps (LLM and sandbox faults)
 and cache policies keyed on their inputs, so an unchanged unit is not recomputed. Each stage
 is also a flow of its own (``rollout_stage`` and so on) for running or deploying one stage
@@ -48,7 +48,8 @@ from trajsynth.schemas import (
     ToolCluster,
     stable_hash,
 )
-from trajsynth.synth.store import Store, work_unit_row
+from trajsynth.store import Store, work_unit_row
+from trajsynth.store.rows import model_from_row
 
 __all__ = [
     "curate_stage",
@@ -349,9 +350,7 @@ def verify_stage(store_path: str, run_id: str) -> dict[str, int]:
     for row in rows:
         if row["final_state"] is None:
             continue
-        trajectory = Trajectory.model_validate(
-            {k: v for k, v in row.items() if k in Trajectory.model_fields and v is not None}
-        )
+        trajectory = model_from_row(Trajectory, row)
         constraints = _CONSTRAINTS.validate_python(row["bp_constraints"])
         verdict = verify(trajectory, constraints, EnvState.model_validate(row["final_state"]))
         checked += 1
@@ -361,14 +360,14 @@ def verify_stage(store_path: str, run_id: str) -> dict[str, int]:
 
 @task(name="curate-round", retries=0)
 def curate_task(store_path: str, run_id: str, round_index: int, config: RunConfig) -> Any:
-    from trajsynth.synth.curate import curate_round
+    from trajsynth.flows.curate import curate_round
 
     return curate_round(Store(store_path), run_id, round_index, config.curation)
 
 
 @flow(name="curate-stage", log_prints=False, validate_parameters=False)
 def curate_stage(store_path: str, run_id: str, round_index: int, config: RunConfig) -> Any:
-    """Signals, topology, diversity and selection of one round (``synth.curate``)."""
+    """Signals, topology, diversity and selection of one round (``flows.curate``)."""
     return curate_task(store_path, run_id, round_index, config)
 
 
@@ -376,14 +375,12 @@ def curate_stage(store_path: str, run_id: str, round_index: int, config: RunConf
 def export_stage(
     store_path: str, out_dir: str, run_id: str | None = None, overwrite: bool = True
 ) -> Any:
-    """Write the SFT and RL datasets and their card (``synth.export``)."""
-    from trajsynth.synth.export import ExportError, export_dataset
+    """Write the SFT and RL datasets and their card (``export``)."""
+    from trajsynth.export import EmptySelectionError, export_dataset
 
     try:
         return export_dataset(Store(store_path), Path(out_dir), run_id=run_id, overwrite=overwrite)
-    except ExportError as exc:
-        if not str(exc).startswith("empty selection"):
-            raise
+    except EmptySelectionError as exc:
         # a scheduled export that fires before curation selected anything has nothing to
         # write; that is not a failure of the deployment
         log.warning("export skipped: %s", exc)
@@ -393,7 +390,7 @@ def export_stage(
 @flow(name="train-stage", log_prints=False, validate_parameters=False)
 def train_stage(config_path: str | None = None, smoke: bool = False) -> dict[str, Any]:
     """GRPO (``training``) on the RL rows of a TOML config, or the CPU smoke setting."""
-    from trajsynth.synth.grpo import load_train_config, run_grpo
+    from trajsynth.training.grpo import load_train_config, run_grpo
     from trajsynth.training.run import smoke_config
 
     if smoke:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from trajsynth.agents.assistant import Assistant
+from trajsynth.agents.judge import JudgedTree, judge_episode, judge_tree
 from trajsynth.agents.llm import LLMClient, open_llm_client
 from trajsynth.agents.planner import (
     Planner,
@@ -24,9 +25,8 @@ from trajsynth.agents.planner import (
     plan_blueprint,
 )
 from trajsynth.agents.rollout import Episode, EpisodeResult, run_episode
-from trajsynth.agents.tree import TreeResult, grow_tree, node_values
+from trajsynth.agents.tree import TreeResult, grow_tree
 from trajsynth.agents.user_sim import UserSimulator
-from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.sandboxes.pool import SandboxPool, shared_pool
 from trajsynth.schemas import (
@@ -43,7 +43,6 @@ from trajsynth.schemas import (
     RunConfig,
     ToolCluster,
     Trajectory,
-    Verdict,
     content_id,
     counts_against_policy,
 )
@@ -200,29 +199,6 @@ def rollout_unit_id(blueprint_id: str, mode: RolloutMode, sample: int = 0) -> st
     return f"rollout:{blueprint_id}:{sample}"
 
 
-def _classify(trajectory: Trajectory, verdict: Verdict) -> FailureClass | None:
-    """A failed, counted trajectory is `tool` when a tool error is its last failing step,
-    else `model` (malformed output, a wrong final answer or end state, a pruned dead end)."""
-    if trajectory.failure_class is not None or verdict.passed:
-        return trajectory.failure_class
-    failing = [c for c in trajectory.calls if c.failure_class is not None]
-    return failing[-1].failure_class if failing else FailureClass.MODEL
-
-
-def _judge(
-    blueprint: Blueprint, trajectory: Trajectory, state: EnvState | None, attempt: int
-) -> tuple[Trajectory, Verdict]:
-    verdict = verify(
-        trajectory,
-        blueprint.constraints,
-        state or EnvState(state_hash="unavailable", readable=False),
-    )
-    trajectory = trajectory.model_copy(
-        update={"failure_class": _classify(trajectory, verdict), "attempts": attempt}
-    )
-    return trajectory, verdict
-
-
 def _trajectory_row(trajectory: Trajectory) -> dict[str, Any]:
     row = trajectory.model_dump(mode="json")
     row.update(n_calls=len(trajectory.calls), total_tokens=trajectory.total_tokens)
@@ -237,59 +213,31 @@ def _state_rows(states: list[EnvState | None]) -> list[dict[str, Any]]:
     ]
 
 
+def _judged_rows(
+    run_id: str, judged: JudgedTree, owner: str, usage: list[LLMUsage]
+) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "trees": [judged.tree.model_dump(mode="json")],
+        "nodes": [n.model_dump(mode="json") for n in judged.nodes],
+        "trajectories": [_trajectory_row(t) for t in judged.trajectories],
+        "verdicts": [v.model_dump(mode="json") for v in judged.verdicts],
+        "final_states": _state_rows(judged.final_states),
+        "llm_calls": _usage_rows(run_id, owner, usage),
+    }
+
+
 def _tree_rows(
     run_id: str, blueprint: Blueprint, result: TreeResult, attempt: int
 ) -> dict[str, list[dict[str, Any]]]:
-    trajectories, verdicts = [], []
-    for leaf in result.leaves:
-        traj, verdict = _judge(blueprint, leaf.trajectory, leaf.final_state, attempt)
-        trajectories.append(traj)
-        verdicts.append(verdict)
-    scores = [None if v.excluded else v.score for v in verdicts]
-    values = node_values(result.nodes, [t.node_ids for t in trajectories], scores)
-    nodes = [n.model_copy(update=values[n.node_id]) for n in result.nodes]
-    counted = [v for v in verdicts if not v.excluded]
-    passed = sum(1 for v in counted if v.passed)
-    tree = result.tree.model_copy(
-        update={
-            "pass_rate": passed / len(counted) if counted else None,
-            "n_passed": passed,
-            "n_pruned": sum(1 for t in trajectories if t.termination.value == "pruned"),
-        }
-    )
-    return {
-        "trees": [tree.model_dump(mode="json")],
-        "nodes": [n.model_dump(mode="json") for n in nodes],
-        "trajectories": [_trajectory_row(t) for t in trajectories],
-        "verdicts": [v.model_dump(mode="json") for v in verdicts],
-        "final_states": _state_rows([leaf.final_state for leaf in result.leaves]),
-        "llm_calls": _usage_rows(run_id, result.tree.tree_id, result.usage),
-    }
+    judged = judge_tree(blueprint, result, attempt)
+    return _judged_rows(run_id, judged, result.tree.tree_id, result.usage)
 
 
 def _linear_rows(
     run_id: str, blueprint: Blueprint, result: EpisodeResult, attempt: int
 ) -> dict[str, list[dict[str, Any]]]:
-    traj, verdict = _judge(blueprint, result.trajectory, result.final_state, attempt)
-    score = None if verdict.excluded else verdict.score
-    values = node_values(result.nodes, [traj.node_ids], [score])
-    nodes = [n.model_copy(update=values[n.node_id]) for n in result.nodes]
-    tree = result.tree.model_copy(
-        update={
-            "pass_rate": None if verdict.excluded else float(verdict.passed),
-            "n_passed": int(verdict.passed and not verdict.excluded),
-            "n_pruned": 0,
-            "generated_tokens": sum(u.completion_tokens for u in result.usage),
-        }
-    )
-    return {
-        "trees": [tree.model_dump(mode="json")],
-        "nodes": [n.model_dump(mode="json") for n in nodes],
-        "trajectories": [_trajectory_row(traj)],
-        "verdicts": [verdict.model_dump(mode="json")],
-        "final_states": _state_rows([result.final_state]),
-        "llm_calls": _usage_rows(run_id, traj.trajectory_id, result.usage),
-    }
+    judged = judge_episode(blueprint, result, attempt)
+    return _judged_rows(run_id, judged, judged.trajectories[0].trajectory_id, result.usage)
 
 
 def failed_unit(

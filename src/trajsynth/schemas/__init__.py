@@ -74,6 +74,7 @@ from trajsynth.schemas.failures import (
     counts_against_policy,
 )
 from trajsynth.schemas.messages import FunctionCall, Message, MessageRole, ToolCall
+from trajsynth.schemas.registry import Registry
 from trajsynth.schemas.rollout import (
     AgentRole,
     LLMUsage,
@@ -109,7 +110,8 @@ __all__ = [
     "GoldRun", "InfraError", "InputError", "JsonValue", "LLMConfig", "LLMError", "LLMUsage",
     "LiteralArg", "MCPServerError", "MaxCalls", "Message", "MessageRole", "ModelOutputError",
     "Node", "ObsClass", "Order", "PathShape", "PlannedCall", "RLRow", "RLSelectConfig",
-    "ReasoningMode", "Record", "RefArg", "RolloutMode", "RolloutTree", "RunConfig", "SFTRow",
+    "ReasoningMode", "Record", "RefArg", "Registry", "RolloutMode", "RolloutTree", "RunConfig",
+    "SFTRow",
     "TreeConfig",
     "SFTSelectConfig", "SandboxError", "SandboxKind", "SandboxLimits", "SandboxTimeout",
     "Scores", "Selection", "SelectionKind", "ServerKind", "ServerSpec", "Signals",

@@ -29,7 +29,7 @@ class LLMConfig(Record):
     max_tokens: int = Field(default=256, ge=1)
     logprobs: bool = True
     top_logprobs: int = Field(default=5, ge=0, le=20)
-    max_concurrency: int = Field(default=4, ge=1)
+    max_concurrency: int = Field(default=2, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=120.0, gt=0)
@@ -77,7 +77,7 @@ class TreeConfig(Record):
 
 
 class RunConfig(Record):
-    tasks: int = Field(default=12, ge=1, description="blueprints per round")
+    tasks: int = Field(default=20, ge=1, description="blueprints per round")
     clusters: list[str] = Field(default_factory=list, description="empty: every cluster")
     seed: int = 0
     rounds: int = Field(default=1, ge=1)
@@ -97,7 +97,7 @@ class RunConfig(Record):
         description="started sandboxes kept warm per process and reused, reset between "
         "episodes (0: a new sandbox per episode); not part of the run id",
     )
-    planner_retries: int = Field(default=2, ge=0)
+    planner_retries: int = Field(default=1, ge=0)
     assistant_tool_choice: Literal["auto", "required"] | None = Field(
         default=None,
         description=(

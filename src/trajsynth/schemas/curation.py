@@ -30,25 +30,29 @@ __all__ = [
 class TaskTopology(Record):
     """Metrics of one task's quotient graph (METHODS.md §8, task level).
 
-    ``p`` is ``None`` when the task has no valid rollout (all infra/simulator/unverified).
+    ``pass_rate`` is ``None`` when the task has no valid rollout (all infra/simulator/unverified).
     """
 
     task_id: str
     n_rollouts: int = Field(default=0, ge=0, description="valid rollouts in the graph")
     n_excluded: int = Field(default=0, ge=0, description="left out: infra, simulator, no verdict")
     n_success: int = Field(default=0, ge=0)
-    p: float | None = Field(default=None, ge=0.0, le=1.0, description="pass rate")
+    pass_rate: float | None = Field(default=None, ge=0.0, le=1.0, description="pass rate")
     n_nodes: int = 0
     n_edges: int = 0
     n_branch_points: int = 0
     n_branch_edges: int = Field(default=0, description="edges leaving branch points")
     n_error_branch_edges: int = Field(default=0, description="error edges leaving branch points")
-    ebr: float = Field(default=0.0, ge=0.0, le=1.0, description="error branch ratio")
-    h_strat: float = Field(default=0.0, ge=0.0, description="signature entropy (nats)")
-    h_strat_norm: float = Field(default=0.0, ge=0.0)
+    error_branch_ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="error branch ratio")
+    strategy_entropy: float = Field(default=0.0, ge=0.0, description="signature entropy (nats)")
+    strategy_entropy_norm: float = Field(default=0.0, ge=0.0)
     n_signatures: int = 0
-    n_succ_strat: int = Field(default=0, description="distinct success signatures, errors removed")
-    l_star: int | None = Field(default=None, description="fewest edges of a success path")
+    n_success_strategies: int = Field(
+        default=0, description="distinct success signatures, errors removed"
+    )
+    shortest_success_len: int | None = Field(
+        default=None, description="fewest edges of a success path"
+    )
     rl_score: float = Field(default=0.0, ge=0.0)
 
 
@@ -56,7 +60,7 @@ class TrajectoryTopology(Record):
     """One rollout's path through its task's quotient graph (METHODS.md §8, trajectory level).
 
     A rollout left out of the graph (infra, simulator, no verdict) has ``included=False`` and
-    its ``skip_reason``; ``eff``/``redundancy`` are ``None`` for every rollout that did not
+    its ``skip_reason``; ``efficiency``/``redundancy`` are ``None`` for every rollout that did not
     succeed (efficiency is measured against the shortest *successful* path).
     """
 
@@ -70,8 +74,8 @@ class TrajectoryTopology(Record):
     path_len: int = Field(default=0, description="edges traversed, self-loops included")
     n_errors: int = Field(default=0, description="failing calls (edges into error nodes)")
     n_recovered: int = Field(default=0, description="e(τ): failing calls later recovered")
-    rec: bool = False
-    eff: float | None = None
+    recovered: bool = False
+    efficiency: float | None = None
     redundancy: float | None = None
 
 
@@ -139,10 +143,10 @@ class CurationConfig(Record):
     embed_batch_size: int = Field(default=128, ge=1)
     embed_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto",
-        description="model precision; auto: bfloat16 where the CPU has bf16 dot products",
+        description="model precision; auto: the faster one on this machine, measured once",
     )
     embed_threads: int | None = Field(
-        default=None, ge=1, description="torch threads while embedding (None: min(2, cores))"
+        default=None, ge=1, description="torch threads while embedding (None: measured once)"
     )
     duplicate_cosine: float = Field(default=0.95, gt=0.0, le=1.0, description="§5.4")
     soft_merge: Literal["off", "difflib", "embedding"] = Field(
@@ -163,7 +167,8 @@ class CurationConfig(Record):
 
 
 class CurationReport(Record):
-    """What ``synth.curate.curate_round`` did to one round: counts, figures, skips, timings.
+    """What one round's curation (``curation.round.run_round``) did: counts, figures, skips,
+    timings.
 
     ``diversity`` is the round's own report over its accepted trajectories; ``cumulative`` the
     report over every accepted trajectory of rounds <= ``round`` (the dataset so far).

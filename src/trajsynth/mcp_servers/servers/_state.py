@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
+from trajsynth.mcp_servers.servers import BUNDLED
 from trajsynth.mcp_servers.servers._backend import (
     PRIVATE_DIR,
     canonical_json,
@@ -31,7 +32,6 @@ from trajsynth.mcp_servers.servers._backend import (
 
 __all__ = ["BUNDLED", "NoStateError", "dump_state", "main", "state_exists", "state_store"]
 
-BUNDLED = ("shop", "travel", "calendar", "code")
 FILE_CLUSTERS = frozenset({"code"})
 
 

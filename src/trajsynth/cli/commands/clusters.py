@@ -1,0 +1,205 @@
+"""`synth clusters`: list, show and draw tool clusters; add outside MCP servers as clusters."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trajsynth.schemas import Domain, ToolAccess, ToolCluster
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+__all__ = ["app"]
+
+
+def _registry() -> ModuleType:
+    # Imported on use: the registry loads the mcp SDK (seconds), which every other `synth`
+    # command would otherwise pay for at start-up.
+    from trajsynth.mcp_servers import registry
+
+    return registry
+
+
+def _graph() -> ModuleType:
+    from trajsynth.mcp_servers import graph
+
+    return graph
+
+
+app = typer.Typer(no_args_is_help=True, help="Tool clusters (bundled and outside MCP servers).")
+
+
+def _console() -> Console:
+    return Console()  # per command: it reads the terminal width (COLUMNS) when it runs
+
+
+def _table(title: str, *columns: str, numeric: tuple[str, ...] = ()) -> Table:
+    table = Table(title=title)
+    for col in columns:
+        # names fold instead of turning into "get_curre…": every character matters here
+        table.add_column(col, justify="right" if col in numeric else "left", overflow="fold")
+    return table
+
+
+ClustersDirOpt = Annotated[
+    Path | None,
+    typer.Option("--clusters-dir", help="where outside clusters are saved (default: settings)"),
+]
+
+
+def _clusters_dir(explicit: Path | None) -> Path:
+    if explicit is not None:
+        return explicit
+    from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
+
+    return cli.settings().clusters_dir
+
+
+def _server_label(c: ToolCluster) -> str:
+    if c.server.module:
+        return c.server.module.removeprefix("trajsynth.mcp_servers.")
+    if c.server.command:
+        argv = list(c.server.command)
+        return shlex.join([Path(argv[0]).name, *argv[1:]])
+    return c.server.url or ""
+
+
+@app.command("list")
+def list_(clusters_dir: ClustersDirOpt = None) -> None:
+    """Every cluster: where it comes from, its domain, tools (read/write) and edges."""
+    table = _table(
+        "tool clusters",
+        *("cluster", "source", "domain", "server", "tools", "read", "write", "edges"),
+        numeric=("tools", "read", "write", "edges"),
+    )
+    for c in _registry().list_clusters(clusters_dir=_clusters_dir(clusters_dir)):
+        n_write = sum(t.access == ToolAccess.WRITE for t in c.tools)
+        server = _server_label(c)
+        table.add_row(
+            c.cluster_id,
+            c.source,
+            str(c.domain),
+            server,
+            str(len(c.tools)),
+            str(len(c.tools) - n_write),
+            str(n_write),
+            str(len(c.edges)),
+        )
+    _console().print(table)
+
+
+@app.command()
+def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
+    """One cluster: its tools (tag, where the tag came from, parameters) and its edges."""
+    c = _registry().get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
+    _console().print(
+        f"[bold]{c.cluster_id}[/] ({c.domain}, {c.source}, state "
+        f"{'readable' if c.state_readable else 'not readable: constraints from the call trace'})"
+    )
+    if c.description:
+        _console().print(c.description)
+    entries = set(_graph().entry_tools(c))
+    tools = _table(
+        f"{len(c.tools)} tools",
+        *("tool", "access", "tag from", "entry", "required", "optional", "description"),
+    )
+    for t in c.tools:
+        params = _graph().input_params(t.input_schema)
+        tools.add_row(
+            t.name,
+            str(t.access),
+            t.access_source or "",
+            "yes" if t.name in entries else "",
+            ", ".join(p.name for p in params if p.required),
+            ", ".join(p.name for p in params if not p.required),
+            (t.description or "").split("\n")[0][:80],
+        )
+    _console().print(tools)
+    edges = _table(
+        f"{len(c.edges)} edges",
+        *("source", "target", "out_field", "in_param", "score", "origin", "verified"),
+    )
+    for e in c.edges:
+        edges.add_row(
+            e.source,
+            e.target,
+            e.out_field,
+            e.in_param,
+            f"{e.score:.3f}",
+            str(e.origin),
+            "yes" if e.verified else "",
+        )
+    _console().print(edges)
+
+
+@app.command()
+def graph(
+    name: str,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="PNG file")] = None,
+    clusters_dir: ClustersDirOpt = None,
+) -> None:
+    """Draw a cluster's dependency graph as a PNG (read tools blue, write tools orange)."""
+    c = _registry().get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
+    path = _graph().draw_graph(c, out or Path(f"{c.cluster_id}.graph.png"))
+    _console().print(f"wrote {path} ({len(c.tools)} tools, {len(c.edges)} edges)")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def add(
+    ctx: typer.Context,
+    name: str,
+    url: Annotated[str | None, typer.Option("--url", help="streamable HTTP endpoint")] = None,
+    domain: Annotated[Domain, typer.Option("--domain", help="domain label")] = Domain.OTHER,
+    description: Annotated[str | None, typer.Option("--description")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", help="KEY=VALUE for the server (repeatable)")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="seconds to wait for tools/list")
+    ] = 30.0,
+    clusters_dir: ClustersDirOpt = None,
+) -> None:
+    """Add an outside MCP server: `add NAME -- COMMAND [ARGS...]` or `add NAME --url URL`."""
+    command = list(ctx.args)
+    server_env: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--env {item!r}: expected KEY=VALUE")
+        server_env[key] = value
+    parts = _registry().add_outside_cluster(
+        name,
+        command=command or None,
+        url=url,
+        clusters_dir=_clusters_dir(clusters_dir),
+        domain=domain,
+        description=description,
+        env=server_env or None,
+        timeout_s=timeout,
+    )
+    table = _table(f"added {name}", "cluster", "tools", "read", "write", "edges", "tags from")
+    for part in parts:
+        n_write = sum(t.access == ToolAccess.WRITE for t in part.tools)
+        sources = sorted({t.access_source or "" for t in part.tools})
+        table.add_row(
+            part.cluster_id,
+            str(len(part.tools)),
+            str(len(part.tools) - n_write),
+            str(n_write),
+            str(len(part.edges)),
+            ", ".join(sources),
+        )
+    _console().print(table)
+
+
+@app.command()
+def remove(name: str, clusters_dir: ClustersDirOpt = None) -> None:
+    """Forget a saved outside cluster."""
+    removed = _registry().remove_outside_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
+    _console().print(f"removed {', '.join(str(p) for p in removed)}")

@@ -1,0 +1,97 @@
+"""`synth export --out DIR`: the store's SFT and RL selections as datasets with a card."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trajsynth.export import FORMATS, ExportError, ExportReport, export_dataset
+from trajsynth.store import Store
+
+__all__ = ["export", "push_to_hub"]
+
+console = Console()
+log = logging.getLogger(__name__)
+
+
+def push_to_hub(report: ExportReport, repo: str) -> None:
+    """Upload each exported config with ``datasets`` (Parquet only; needs the Hub and a
+    token from ``huggingface-cli login``; not testable offline)."""
+    import datasets
+
+    if report.fmt != "parquet":
+        raise ExportError("--push-to-hub needs --format parquet")
+    out = Path(report.out_dir)
+    for name, n in (("sft", report.n_sft), ("rl", report.n_rl)):
+        if n:
+            ds = datasets.load_dataset("parquet", data_files=str(out / name / "*.parquet"))
+            ds.push_to_hub(repo, config_name=name)
+    from huggingface_hub import HfApi
+
+    HfApi().upload_file(
+        path_or_fileobj=str(out / "README.md"), path_in_repo="README.md", repo_id=repo,
+        repo_type="dataset",
+    )  # fmt: skip
+    for png in sorted((out / "plots").glob("*.png")):
+        HfApi().upload_file(
+            path_or_fileobj=str(png), path_in_repo=f"plots/{png.name}", repo_id=repo,
+            repo_type="dataset",
+        )  # fmt: skip
+
+
+def export(
+    out: Annotated[Path, typer.Option("--out", "-o", help="dataset folder to write")],
+    run: Annotated[
+        str | None, typer.Option("--run", help="run id (default: newest run with selected items)")
+    ] = None,
+    round: Annotated[
+        int | None, typer.Option("--round", help="one round only (default: every round)")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help=f"one of: {', '.join(FORMATS)}")] = "parquet",
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="replace an existing output folder")
+    ] = False,
+    push_to: Annotated[
+        str | None,
+        typer.Option(
+            "--push-to-hub",
+            help="also upload to this Hub dataset repo with `datasets` push_to_hub (needs "
+            "network and a Hub token; not tested offline)",
+        ),
+    ] = None,
+    store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
+) -> None:
+    """Write SFT (messages + tools) and RL (prompt + env + constraints) datasets, a
+    README.md dataset card and its plots; every SFT row is checked to render through the
+    tool-aware chat template with the assistant turns masked."""
+    if store_path is None:
+        from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
+
+        store_path = cli.settings().store_path
+    report = export_dataset(
+        Store(store_path), out, run_id=run, round=round, fmt=fmt, overwrite=overwrite
+    )
+    if push_to:
+        push_to_hub(report, push_to)
+    table = Table(title=f"synth export: run {report.run_id}")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for key, value in (
+        ("SFT rows", report.n_sft),
+        ("RL rows", report.n_rl),
+        ("SFT tokens", report.n_tokens),
+        ("assistant tokens", report.n_assistant_tokens),
+        ("format", report.fmt),
+        ("seconds", f"{report.seconds:.1f}"),
+    ):
+        table.add_row(key, str(value))
+    console.print(table)
+    for name in report.files:
+        console.print(f"wrote {Path(report.out_dir) / name}")
+    if push_to:
+        console.print(f"pushed to https://huggingface.co/datasets/{push_to}")

@@ -1,0 +1,130 @@
+"""`synth sandbox`: build the Docker sandbox image locally, and say which sandbox a run gets."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trajsynth.sandboxes import (
+    bwrap_usable,
+    docker_unusable,
+    ensure_image,
+    image_tag,
+    unenforced_limits,
+)
+from trajsynth.sandboxes.image import DEFAULT_MIRROR, default_cache_dir, image_inputs
+from trajsynth.schemas import SandboxKind
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, help="The sandboxes: build the image, check, run.")
+console = Console()
+
+
+@app.command()
+def build(
+    force: Annotated[
+        bool, typer.Option("--force", help="rebuild even when the image exists")
+    ] = False,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option("--cache-dir", help="root file system and wheel cache (~/.cache/trajsynth)"),
+    ] = None,
+    mirror: Annotated[str, typer.Option("--mirror", help="Debian mirror")] = DEFAULT_MIRROR,
+) -> None:
+    """Build the sandbox image (debootstrap + offline wheels + commit); no registry needed.
+
+    Tagged by a hash of its inputs, so it is rebuilt only when they change.
+    """
+    started = time.monotonic()
+    with console.status("sandbox image") as status:
+
+        def progress(message: str) -> None:
+            status.update(message)
+            console.log(message)
+
+        tag = ensure_image(force, cache_dir=cache_dir, mirror=mirror, progress=progress)
+    inputs = image_inputs()
+    table = Table(title="synth sandbox build", show_header=False)
+    table.add_column("what")
+    table.add_column("value", overflow="fold")
+    table.add_row("image", tag)
+    table.add_row("made from", f"debian {inputs['rootfs']['suite']} + {', '.join(inputs['site'])}")
+    table.add_row("cache", str((cache_dir or default_cache_dir()) / "sandbox"))
+    table.add_row("time", f"{time.monotonic() - started:.1f}s")
+    console.print(table)
+
+
+@app.command()
+def info() -> None:
+    """Which sandbox `auto` picks here, and why."""
+    reason = docker_unusable()
+    table = Table(title="synth sandbox info")
+    table.add_column("part")
+    table.add_column("status")
+    table.add_row("image tag", image_tag())
+    table.add_row(
+        "Docker sandbox", "[green]usable[/]" if reason is None else f"[yellow]{reason}[/]"
+    )
+    table.add_row("bubblewrap", "[green]usable[/]" if bwrap_usable() else "[yellow]not usable[/]")
+    missing = unenforced_limits()
+    table.add_row(
+        "local sandbox limits",
+        "[green]all enforced[/]"
+        if not missing
+        else "[yellow]not enforced: " + ", ".join(missing) + " (it refuses to run)[/]",
+    )
+    if reason is None:
+        auto = "docker"
+    else:
+        auto = "local (bubblewrap)" if bwrap_usable() else "local (plain subprocess)"
+    table.add_row("auto picks", auto)
+    console.print(table)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    kind: Annotated[
+        SandboxKind | None,
+        typer.Option("--kind", help="docker | local | auto (default: the sandbox.kind setting)"),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="seconds, as run_python's timeout_s", min=1)
+    ] = 10.0,
+) -> None:
+    """Run `-- CMD ...` in a sandbox exactly as the code tool runs a program.
+
+    Same sandbox and limits as a run (the [sandbox] settings), started the same way, and the
+    command goes through the code tool's own runner: output capped, everything it started
+    killed when it ends or times out, the timeout kept under run.tool_timeout_s. Prints the
+    command's output and exits with its status (124: timed out, 128+N: killed by signal N).
+    """
+    import sys
+
+    from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
+    from trajsynth.sandboxes import open_sandbox
+
+    command = list(ctx.args)
+    if not command:
+        raise typer.BadParameter("no command: use `synth sandbox run [--kind K] -- CMD ...`")
+    config = cli.settings().run_config()
+    chosen = kind or config.sandbox
+    tool_timeout = config.budgets.tool_timeout_s
+    with open_sandbox(chosen, config.sandbox_limits) as sandbox:
+        inner = [sandbox.python, "-m", "trajsynth.mcp_servers.servers.code"]
+        inner += ["exec", f"{timeout:g}", "--", *command]
+        res = sandbox.exec(
+            inner,
+            timeout=min(timeout, tool_timeout) + 30,
+            env={"TRAJSYNTH_TOOL_TIMEOUT_S": f"{tool_timeout:g}"},
+        )
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    code = res.exit_code
+    raise typer.Exit(124 if res.timed_out else code if code >= 0 else 128 - code)

@@ -1,0 +1,190 @@
+"""`synth stats [--json] [--run RUN_ID]`: the dataset's figures and how they moved per round.
+
+Sizes, pass rates by cluster, the three diversity figures (METHODS.md §5: domain entropy,
+reasoning-mode entropy, mean cumulative action complexity) and the topology figures (§8: mean
+error branch ratio, strategic heterogeneity, recoveries), read from the rows that
+``flows.curate.curate_round`` stored. The top level holds the latest round; ``rounds`` one
+entry per round. Every figure is of the dataset after that round (accepted trajectories of
+all rounds so far), except ``round_*`` keys, which are of that round alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trajsynth.schemas import InputError
+from trajsynth.store import Store
+
+__all__ = ["FIGURES", "collect_stats", "stats"]
+
+console = Console()
+
+FIGURES = (
+    "domain_entropy",
+    "domain_entropy_norm",
+    "cluster_entropy_norm",
+    "reasoning_mode_entropy",
+    "reasoning_mode_entropy_norm",
+    "action_complexity",
+    "error_branch_ratio",
+    "strategic_heterogeneity",
+    "n_success_strategies",
+)
+"""The figures each round carries (and the top level, for the latest round)."""
+
+_COUNTS = (
+    "n_trajectories",
+    "n_verified",
+    "n_accepted",
+    "pass_rate",
+    "n_tasks",
+    "n_recovered",
+    "n_duplicates",
+    "n_sft_selected",
+    "n_rl_selected",
+)
+
+
+def _latest_run(store: Store) -> str | None:
+    rows = store.query("SELECT run_id FROM runs ORDER BY updated_at DESC NULLS LAST LIMIT 1")
+    if rows:
+        return rows[0]["run_id"]
+    rows = store.query("SELECT run_id FROM trajectories ORDER BY round DESC, run_id LIMIT 1")
+    return rows[0]["run_id"] if rows else None
+
+
+def _round_entry(row: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"round": row["round"]}
+    entry.update({k: row.get(k) for k in FIGURES})
+    entry.update({k: row.get(k) for k in _COUNTS})
+    own = row.get("round_report") or {}
+    entry["round_domain_entropy"] = own.get("h_dom")
+    entry["round_reasoning_mode_entropy"] = own.get("h_mode")
+    entry["round_action_complexity"] = own.get("cac_mean")
+    entry["mode_codebook"] = row.get("mode_codebook")
+    return entry
+
+
+def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
+    """The figures of one run (default: the latest) as a JSON-ready dict."""
+    run = run_id or _latest_run(store)
+    if run is None:
+        raise InputError(f"no runs in {store.path} (run `synth run` first)")
+    size = store.query(
+        "SELECT count(*) AS n_trajectories, count(DISTINCT t.blueprint_id) AS n_tasks, "
+        "count(*) FILTER (WHERE v.passed AND NOT coalesce(v.excluded, false)) AS n_passed, "
+        "count(*) FILTER (WHERE v.excluded) AS n_excluded, max(t.round) AS last_round "
+        "FROM trajectories t LEFT JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ?",
+        [run],
+    )[0]
+    if not size["n_trajectories"]:
+        raise InputError(f"run {run!r} has no trajectories in {store.path}")
+    clusters = store.query(
+        "SELECT t.cluster_id, count(*) AS n, "
+        "count(*) FILTER (WHERE v.passed AND NOT coalesce(v.excluded, false)) AS passed, "
+        "count(*) FILTER (WHERE v.excluded) AS excluded "
+        "FROM trajectories t LEFT JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ? "
+        "GROUP BY t.cluster_id ORDER BY t.cluster_id",
+        [run],
+    )
+    for c in clusters:
+        counted = c["n"] - c["excluded"]
+        c["pass_rate"] = c["passed"] / counted if counted else None
+    selected = store.query(
+        "SELECT kind, count(*) FILTER (WHERE selected) AS n FROM selections "
+        "WHERE run_id = ? GROUP BY kind",
+        [run],
+    )
+    modes = store.query(
+        "SELECT coalesce(mode_label, 'unassigned') AS mode, count(*) AS n FROM scores "
+        "WHERE run_id = ? AND accepted GROUP BY 1 ORDER BY n DESC, mode",
+        [run],
+    )
+    rounds = [
+        _round_entry(r)
+        for r in store.query("SELECT * FROM round_stats WHERE run_id = ? ORDER BY round", [run])
+    ]
+    counted = size["n_trajectories"] - size["n_excluded"]
+    out: dict[str, Any] = {
+        "run_id": run,
+        "curated": bool(rounds),
+        "n_rounds": (size["last_round"] or 0) + 1,
+        "n_trajectories": size["n_trajectories"],
+        "n_tasks": size["n_tasks"],
+        "n_passed": size["n_passed"],
+        "n_excluded": size["n_excluded"],
+        "pass_rate": size["n_passed"] / counted if counted else None,
+        "selected": {r["kind"]: r["n"] for r in selected},
+        "pass_rate_by_cluster": clusters,
+        "modes": {m["mode"]: m["n"] for m in modes},
+    }
+    latest = rounds[-1] if rounds else {}
+    out.update({k: latest.get(k) for k in FIGURES})
+    out["rounds"] = rounds
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _print(data: dict[str, Any]) -> None:
+    head = Table(title=f"run {data['run_id']}", show_header=False)
+    head.add_column("key")
+    head.add_column("value", justify="right")
+    for key in ("n_rounds", "n_trajectories", "n_tasks", "n_passed", "n_excluded", "pass_rate"):
+        head.add_row(key, _fmt(data[key]))
+    for kind, n in sorted(data["selected"].items()):
+        head.add_row(f"selected {kind}", str(n))
+    for key in FIGURES:
+        head.add_row(key, _fmt(data.get(key)))
+    console.print(head)
+    clusters = Table(title="pass rate by cluster")
+    for col in ("cluster", "trajectories", "passed", "excluded", "pass rate"):
+        clusters.add_column(col, justify="left" if col == "cluster" else "right")
+    for c in data["pass_rate_by_cluster"]:
+        clusters.add_row(
+            c["cluster_id"], str(c["n"]), str(c["passed"]), str(c["excluded"]),
+            _fmt(c["pass_rate"]),
+        )  # fmt: skip
+    console.print(clusters)
+    if not data["rounds"]:
+        console.print("[yellow]not curated yet: no per-round figures[/]")
+        return
+    per_round = Table(title="per round (dataset after the round)")
+    cols = ("round", "n_trajectories", "pass_rate", "domain_entropy", "reasoning_mode_entropy",
+            "action_complexity", "error_branch_ratio", "n_recovered", "n_duplicates",
+            "n_sft_selected", "n_rl_selected")  # fmt: skip
+    for col in cols:
+        per_round.add_column(col.replace("_", " "), justify="right")
+    for r in data["rounds"]:
+        per_round.add_row(*(_fmt(r.get(c)) for c in cols))
+    console.print(per_round)
+
+
+def stats(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    run: Annotated[str | None, typer.Option("--run", help="run id (default: latest)")] = None,
+    store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
+) -> None:
+    """The dataset's figures: sizes, pass rates, diversity and topology, per round."""
+    if store_path is None:
+        from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
+
+        store_path = cli.settings().store_path
+    data = collect_stats(Store(store_path), run)
+    if as_json:
+        sys.stdout.write(json.dumps(data, default=str, indent=2) + "\n")
+    else:
+        _print(data)

@@ -1,0 +1,96 @@
+"""`synth show trajectory ID`: the transcript drawn in the terminal (``--json`` keeps the raw
+record). The reading itself is ``curation.transcript``; this only colours it."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from trajsynth.curation.transcript import Transcript, transcript
+from trajsynth.schemas import InputError, Signals, Trajectory, Verdict
+from trajsynth.store import Store
+from trajsynth.store.rows import model_from_row
+
+__all__ = ["load_transcript", "render_transcript"]
+
+
+def load_transcript(store: Store, trajectory_id: str) -> Transcript:
+    """The transcript of a stored trajectory (any unique id prefix), with its verdict and
+    signals when curation stored them."""
+    row = store.get("trajectories", trajectory_id)
+    if row is None:
+        raise InputError(f"no trajectory with id {trajectory_id!r} in {store.path}")
+    trajectory = model_from_row(Trajectory, row)
+    tid = [trajectory.trajectory_id]
+    verdicts = store.query("SELECT * FROM verdicts WHERE trajectory_id = ?", tid)
+    signals = store.query("SELECT * FROM signals WHERE trajectory_id = ?", tid)
+    return transcript(
+        trajectory,
+        model_from_row(Verdict, verdicts[0]) if verdicts else None,
+        model_from_row(Signals, signals[0]) if signals else None,
+    )
+
+
+_ROLE_STYLE = {"system": "dim", "user": "green", "assistant": "bold"}
+
+
+def _header(t: Transcript) -> Text:
+    text = Text(f"{t.trajectory_id}  ", style="bold")
+    text.append(f"cluster {t.cluster_id}  termination {t.termination}  ")
+    if t.passed is None:
+        text.append("not verified", style="yellow")
+    elif t.excluded:
+        text.append(f"excluded ({t.failure_class})", style="yellow")
+    else:
+        text.append("PASSED" if t.passed else "FAILED", style="green" if t.passed else "red")
+        text.append(f"  score {t.score:.2f}")
+    if t.failure_class:
+        text.append(f"\nfailure: {t.failure_class}", style="red")
+        if t.failure_detail:
+            text.append(f" — {t.failure_detail[:300]}")
+    return text
+
+
+def _dialogue(t: Transcript) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for e in t.entries:
+        if e.kind == "call":
+            out.append(Text(f"  → {e.name}({e.arguments})", style="cyan"))
+        elif e.kind == "result":
+            style = "red" if e.error else "dim cyan"
+            body = Text(f"  ← {e.name or 'result'}: ", style=style)
+            body.append(e.text)
+            if e.folded_lines:
+                body.append(f"\n    … {e.folded_lines} more lines folded", style="dim")
+            out.append(body)
+        else:
+            label = Text(f"{e.kind}: ", style=_ROLE_STYLE.get(e.kind, ""))
+            label.append(e.text)
+            out.append(label)
+    return out
+
+
+def _verdict(t: Transcript) -> Table:
+    table = Table(title="verdict", show_lines=False, expand=False)
+    table.add_column("constraint")
+    table.add_column("hard")
+    table.add_column("result")
+    table.add_column("why", overflow="fold")
+    for c in t.constraints:
+        table.add_row(
+            c.kind,
+            "hard" if c.hard else "soft",
+            Text("pass", style="green") if c.passed else Text("FAIL", style="red"),
+            c.why,
+        )
+    return table
+
+
+def render_transcript(t: Transcript) -> RenderableType:
+    parts: list[RenderableType] = [_header(t), Panel(Group(*_dialogue(t)), title="dialogue")]
+    if t.constraints:
+        parts.append(_verdict(t))
+    parts.append(Text("signals: " + (", ".join(t.signals_fired) or "none fired"), style="dim"))
+    return Group(*parts)

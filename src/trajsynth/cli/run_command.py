@@ -1,0 +1,116 @@
+"""`synth run`: the flow under a rich progress bar, then the summary table."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from trajsynth.cli.reaper import guard_descendants
+from trajsynth.cli.settings import Settings
+from trajsynth.schemas import RunConfig
+from trajsynth.store.summary import RunSummary
+
+__all__ = ["prefect_environment", "print_summary", "run_and_report"]
+
+
+def prefect_environment() -> None:
+    """Prefect offline and quiet: no telemetry, ephemeral API, warnings only."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    # the ephemeral API server starts in a subprocess; on a loaded machine 20 s is too short
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def run_and_report(
+    settings: Settings, config: RunConfig, *, console: Console, concurrency: int
+) -> bool:
+    guard_descendants()  # a `kill -9` of this command must not orphan its servers
+    prefect_environment()
+    from trajsynth.flows.api import start_api, wait_api
+
+    start_api()  # overlaps the imports below; wait_api() reports a start that fails
+    from trajsynth.flows.build import build_dataset, run_id_for
+    from trajsynth.flows.progress import progress_sink
+    from trajsynth.flows.runners import task_runner_for
+
+    runner = task_runner_for(
+        settings.run.task_runner, settings.run.task_runner_address, workers=concurrency
+    )
+
+    console.print(
+        f"run [bold]{run_id_for(config)}[/]: {config.tasks} tasks x {config.rounds} round(s), "
+        f"{config.samples} sample(s) each, store {settings.store_path}"
+    )
+    columns = (
+        TextColumn("{task.description:<9}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        bars: dict[str, int] = {}
+
+        def on_event(event: tuple[str, int, int, str]) -> None:
+            stage, done, total, note = event
+            if stage not in bars:
+                bars[stage] = progress.add_task(stage, total=total, note="")
+            progress.update(bars[stage], completed=done, total=total, note=note)
+
+        with progress_sink(on_event):
+            wait_api()
+            summary = asyncio.run(
+                build_dataset.with_options(task_runner=runner)(
+                    config,
+                    store_path=str(settings.store_path),
+                    cache_dir=str(settings.cache_dir / "llm") if settings.llm.cache else None,
+                    clusters_dir=str(settings.clusters_dir),
+                    api_key=settings.llm.api_key,
+                    concurrency=concurrency,
+                )
+            )
+    print_summary(summary, console=console, store_path=str(settings.store_path))
+    return True
+
+
+def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> None:
+    table = Table(title=f"synth run {summary.run_id}", show_header=False)
+    table.add_column("figure")
+    table.add_column("value")
+    rate = f"{summary.pass_rate:.0%}" if summary.pass_rate is not None else "n/a"
+    table.add_row("tasks planned", str(summary.tasks_planned))
+    if summary.blueprints_rejected:
+        table.add_row(
+            "blueprints rejected",
+            ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items()),
+        )
+    table.add_row("trajectories", str(summary.trajectories))
+    table.add_row("passed / counted", f"{summary.passed} / {summary.counted} ({rate})")
+    table.add_row(
+        "failures by class",
+        ", ".join(f"{k}: {v}" for k, v in sorted(summary.failures_by_class.items())) or "none",
+    )
+    table.add_row(
+        "terminations", ", ".join(f"{k}: {v}" for k, v in sorted(summary.terminations.items()))
+    )
+    for role, tokens in sorted(summary.tokens_by_role.items()):
+        secs = summary.llm_seconds_by_role.get(role, 0.0)
+        table.add_row(f"tokens ({role})", f"{tokens:,} in {secs:.1f} s")
+    table.add_row(
+        "tokens per verified trajectory",
+        f"{summary.tokens_per_verified:,.0f}" if summary.tokens_per_verified else "n/a",
+    )
+    table.add_row(
+        "tool calls", f"{summary.tool_calls} (median {summary.median_tool_ms or 0:.0f} ms)"
+    )
+    table.add_row("wall time", f"{summary.wall_s:.1f} s (LLM busy {summary.llm_s:.1f} s)")
+    table.add_row(
+        "written to", f"{store_path}  (try: synth query 'select count(*) from trajectories')"
+    )
+    console.print(table)

@@ -1,0 +1,23 @@
+"""SFT and RL datasets from the store's selections, with a dataset card (DESIGN.md step 11)."""
+
+from trajsynth.export.formats import EXPORT_FORMATS
+from trajsynth.export.report import EmptySelectionError, ExportError, ExportReport
+from trajsynth.export.rows import resolve_run, rl_rows, sft_rows
+from trajsynth.export.write import export_dataset, export_rl, export_sft, render_rows
+
+FORMATS = tuple(EXPORT_FORMATS)  # the registered format names, sorted
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "FORMATS",
+    "EmptySelectionError",
+    "ExportError",
+    "ExportReport",
+    "export_dataset",
+    "export_rl",
+    "export_sft",
+    "render_rows",
+    "resolve_run",
+    "rl_rows",
+    "sft_rows",
+]

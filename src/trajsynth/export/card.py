@@ -1,0 +1,261 @@
+"""The dataset card: ``README.md`` with YAML front matter the Hub reads, and PNG plots.
+
+Figures come from the store: the diversity and topology figures from the run's last
+``round_stats`` row (METHODS.md §5-§8 as curation computed them), else counted from the
+exported rows; pass rates by cluster from ``trajectories`` and ``verdicts`` (excluded
+verdicts, infra faults, are left out of the rate); the run config from ``runs`` with any
+key that looks like a secret masked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trajsynth.export.report import ExportReport
+from trajsynth.schemas import RLRow, SFTRow
+from trajsynth.store import Store
+
+__all__ = ["card_text", "pass_rates", "write_card", "write_plots"]
+
+_SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
+_FIGURES = (
+    ("n_trajectories", "rollouts"),
+    ("n_verified", "verified rollouts"),
+    ("n_accepted", "accepted trajectories"),
+    ("pass_rate", "pass rate"),
+    ("n_tasks", "tasks"),
+    ("domain_entropy", "domain entropy (bits)"),
+    ("domain_entropy_norm", "domain entropy, normalised"),
+    ("cluster_entropy_norm", "cluster entropy, normalised"),
+    ("reasoning_mode_entropy", "reasoning-mode entropy (bits)"),
+    ("reasoning_mode_entropy_norm", "reasoning-mode entropy, normalised"),
+    ("action_complexity", "cumulative action complexity (mean)"),
+    ("error_branch_ratio", "error branch ratio (mean)"),
+    ("strategic_heterogeneity", "strategic heterogeneity (mean)"),
+    ("n_success_strategies", "successful strategies per task (mean)"),
+    ("n_recovered", "trajectories that recover from an error"),
+    ("n_duplicates", "near-duplicates"),
+    ("n_sft_selected", "SFT selected"),
+    ("n_rl_selected", "RL selected"),
+)
+
+
+def _mask(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: "***" if _SECRET.search(str(k)) else _mask(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v) for v in value]
+    return value
+
+
+def _size_category(n: int) -> str:
+    for bound, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K")):
+        if n < bound:
+            return name
+    return "100K<n<1M" if n < 1_000_000 else "n>1M"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def pass_rates(store: Store, run_id: str, round: int | None = None) -> list[dict[str, Any]]:
+    """Per cluster: rollouts, excluded (infra), passed, pass rate over the non-excluded."""
+    where, params = ("", []) if round is None else (" AND t.round = ?", [round])
+    return store.query(
+        "SELECT t.cluster_id, count(*) AS n, "
+        "count(*) FILTER (WHERE coalesce(v.excluded, false)) AS excluded, "
+        "count(*) FILTER (WHERE v.passed AND NOT coalesce(v.excluded, false)) AS passed, "
+        "count(*) FILTER (WHERE v.passed AND NOT coalesce(v.excluded, false)) / "
+        "nullif(count(*) FILTER (WHERE v.verdict_id IS NOT NULL "
+        "AND NOT coalesce(v.excluded, false)), 0) AS pass_rate "
+        "FROM trajectories t LEFT JOIN verdicts v ON v.trajectory_id = t.trajectory_id "
+        f"WHERE t.run_id = ?{where} GROUP BY t.cluster_id ORDER BY t.cluster_id",
+        [run_id, *params],
+    )
+
+
+def _counts(sft: Sequence[SFTRow], rl: Sequence[RLRow], key: str) -> Counter[str]:
+    rows = sft if sft else rl
+    return Counter(str(r.metadata.get(key) or "unknown") for r in rows)
+
+
+def write_plots(sft: Sequence[SFTRow], rl: Sequence[RLRow], folder: Path) -> list[Path]:
+    """``domains.png``, ``modes.png`` (bars) and ``cac.png`` (histogram) of the SFT rows
+    (the RL rows' domains and target modes when there is no SFT row)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    bars = (
+        ("domains", "domain", _counts(sft, rl, "domain")),
+        ("modes", "reasoning mode", _counts(sft, rl, "mode" if sft else "target_mode")),
+    )
+    for name, label, counts in bars:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        keys = sorted(counts, key=lambda k: (-counts[k], k))
+        ax.bar(keys, [counts[k] for k in keys], color="#4c72b0")
+        ax.set_xlabel(label)
+        ax.set_ylabel("rows")
+        ax.set_title(f"{label} distribution ({'SFT' if sft else 'RL'})")
+        ax.tick_params(axis="x", labelrotation=30)
+        fig.tight_layout()
+        path = folder / f"{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    cac = [float(r.metadata["cac"]) for r in sft if r.metadata.get("cac") is not None]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if cac:
+        ax.hist(cac, bins=min(30, max(5, len(set(cac)))), color="#55a868")
+    else:
+        ax.text(0.5, 0.5, "no CAC scores in the store", ha="center", va="center")
+    ax.set_xlabel("cumulative action complexity (CAC)")
+    ax.set_ylabel("SFT rows")
+    ax.set_title("complexity histogram")
+    fig.tight_layout()
+    path = folder / "cac.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    paths.append(path)
+    return paths
+
+
+def _front_matter(report: ExportReport) -> str:
+    import yaml
+
+    ext = "parquet" if report.fmt == "parquet" else "jsonl"
+    configs = [
+        {"config_name": name, "data_files": [{"split": "train", "path": f"{name}/*.{ext}"}]}
+        for name, n in (("sft", report.n_sft), ("rl", report.n_rl))
+        if n
+    ]
+    if report.fmt == "openai-jsonl" and report.n_sft:
+        configs[0]["data_files"][0]["path"] = "sft/train.jsonl"
+    meta = {
+        "pretty_name": f"trajsynth dataset, run {report.run_id}",
+        "tags": ["trajsynth", "synthetic", "tool-use", "agents", "function-calling"],
+        "task_categories": ["text-generation"],
+        "size_categories": [_size_category(max(report.n_sft, report.n_rl))],
+        "configs": configs,
+    }
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def card_text(
+    store: Store, report: ExportReport, sft: Sequence[SFTRow], rl: Sequence[RLRow]
+) -> str:
+    """The README.md text (front matter, sizes, figures, pass rates, config, plots)."""
+    run, rnd = report.run_id, report.round
+    where, params = ("", []) if rnd is None else (" AND round <= ?", [rnd])
+    stats = store.query(
+        f"SELECT * FROM round_stats WHERE run_id = ?{where} ORDER BY round DESC LIMIT 1",
+        [run, *params],
+    )
+    runs = store.query("SELECT config, state FROM runs WHERE run_id = ?", [run])
+    scope = "every round" if rnd is None else f"round {rnd}"
+    out = [_front_matter(report), f"# trajsynth dataset: run `{run}`", ""]
+    out += [
+        f"Tool-use agent trajectories built by trajsynth (run `{run}`, {scope}): SFT rows "
+        "are verified trajectories chosen by curation, RL rows are tasks whose rollouts "
+        "both pass and fail. Every SFT row renders through a tool-aware ChatML template "
+        "with the assistant turns marked for the loss.",
+        "",
+        "## Sizes",
+        "",
+    ]
+    sizes = [["sft", report.n_sft, "messages, tools"], ["rl", report.n_rl, "prompt, env"]]
+    out += _table(["config", "rows", "main columns"], sizes)
+    out += [
+        "",
+        f"SFT tokens (SmolLM2 tokenizer, tool-aware template): {report.n_tokens}, "
+        f"of which assistant (trained on): {report.n_assistant_tokens}.",
+        "",
+    ]
+    if not report.n_sft or not report.n_rl:
+        empty = "SFT" if not report.n_sft else "RL"
+        out += [f"The {empty} selection of this run is empty, so it is left out.", ""]
+    out += ["## Diversity and topology", ""]
+    if stats:
+        s = stats[0]
+        out += [f"From curation's figures after round {s['round']} (`round_stats`).", ""]
+        out += _table(["figure", "value"], [[label, s.get(k)] for k, label in _FIGURES])
+    else:
+        out += ["No `round_stats` in the store; counted from the exported rows.", ""]
+        cac = [float(r.metadata["cac"]) for r in sft if r.metadata.get("cac") is not None]
+        counted = [
+            ["domains", len(_counts(sft, rl, "domain"))],
+            ["reasoning modes", len(_counts(sft, rl, "mode" if sft else "target_mode"))],
+            ["tasks in SFT", len({r.task_id for r in sft})],
+            ["mean CAC (SFT)", sum(cac) / len(cac) if cac else None],
+        ]
+        out += _table(["figure", "value"], counted)
+    if rl:
+        rates = [r.metadata.get("pass_rate") for r in rl if r.metadata.get("pass_rate") is not None]
+        mean = sum(rates) / len(rates) if rates else None
+        out += ["", f"RL tasks: mean rollout pass rate {_fmt(mean)} over {len(rl)} tasks."]
+    out += ["", "## Pass rates by cluster", ""]
+    rates_rows = pass_rates(store, run, rnd)
+    out += _table(
+        ["cluster", "rollouts", "excluded (infra)", "passed", "pass rate"],
+        [[r["cluster_id"], r["n"], r["excluded"], r["passed"], r["pass_rate"]] for r in rates_rows],
+    )
+    out += ["", "## Distributions", ""]
+    for name, label in (("domains", "domains"), ("modes", "reasoning modes"), ("cac", "CAC")):
+        out.append(f"![{label}](plots/{name}.png)")
+    out += [""]
+    out += _table(
+        ["domain", "rows"], sorted(_counts(sft, rl, "domain").items(), key=lambda kv: -kv[1])
+    )
+    out += ["", "## Run config", ""]
+    if runs:
+        config = _mask(runs[0]["config"] or {})
+        out += ["```json", json.dumps(config, indent=2, sort_keys=True, default=str), "```"]
+    else:
+        out += ["The run is not recorded in the store's `runs` table."]
+    out += [
+        "",
+        "## Loading",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        'sft = load_dataset("path/to/this/folder", "sft", split="train")',
+        "```",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def write_card(
+    store: Store,
+    folder: Path,
+    report: ExportReport,
+    sft: Sequence[SFTRow],
+    rl: Sequence[RLRow],
+    *,
+    plots: bool = True,
+) -> list[Path]:
+    """Write ``README.md`` (and ``plots/*.png``) into ``folder``; returns the paths."""
+    paths = write_plots(sft, rl, folder / "plots") if plots else []
+    card = folder / "README.md"
+    card.write_text(card_text(store, report, sft, rl), encoding="utf-8")
+    return [card, *paths]

@@ -1,0 +1,319 @@
+"""Selected items from the store as ``SFTRow`` / ``RLRow`` records (DESIGN.md step 11).
+
+SFT: one row per selected trajectory (``selections.kind = 'sft'``, ``item_id`` = trajectory
+id), its messages in the OpenAI layout with every tool call's arguments canonicalised to
+``json.dumps`` text, the trailing turns after the last assistant message cut (they carry no
+loss), its tools as OpenAI JSON schemas (the cluster's tools when the trajectory has none).
+RL: one row per selected task (``kind = 'rl'``, ``item_id`` = blueprint id): the prompt is
+the messages before the first assistant turn of the task's first rollout (by id), else the
+blueprint's goal as the user's turn; the environment spec and constraints come from the
+blueprint. Anything that does not fit raises ``ExportError`` naming the item.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from trajsynth.export.report import EmptySelectionError, ExportError
+from trajsynth.schemas import Constraint, EnvSpec, Message, MessageRole, RLRow, SFTRow
+from trajsynth.store import Store
+
+__all__ = ["canonical_arguments", "openai_messages", "resolve_run", "rl_rows", "sft_rows"]
+
+log = logging.getLogger(__name__)
+
+_CONSTRAINTS = TypeAdapter(list[Constraint])
+
+
+def resolve_run(store: Store, run_id: str | None) -> str:
+    """``run_id`` if it has selections, else the newest run whose curation selected something.
+
+    A scheduled export after a round that selected nothing still writes the last dataset
+    rather than nothing.
+    """
+    if run_id is not None:
+        rows = store.query("SELECT count(*) AS n FROM selections WHERE run_id = ?", [run_id])
+        if not rows or not rows[0]["n"]:
+            raise EmptySelectionError(
+                f"empty selection: run {run_id!r} has no selections in {store.path}"
+            )
+        return run_id
+    rows = store.query(
+        "SELECT s.run_id FROM selections s LEFT JOIN runs r ON r.run_id = s.run_id "
+        "WHERE s.selected GROUP BY s.run_id "
+        "ORDER BY max(r.created_at) DESC NULLS LAST, s.run_id DESC LIMIT 1"
+    )
+    if not rows:
+        raise EmptySelectionError(
+            f"empty selection: {store.path} has no selected items (curate a round first)"
+        )
+    return str(rows[0]["run_id"])
+
+
+def canonical_arguments(raw: Any, where: str) -> str:
+    """Tool-call arguments as ``json.dumps`` text of a JSON object (what ``tojson`` writes).
+
+    >>> canonical_arguments('{"a":1}', "row x")
+    '{"a": 1}'
+    """
+    if isinstance(raw, Mapping):
+        value: Any = dict(raw)
+    else:
+        try:
+            value = json.loads(raw if isinstance(raw, str) else "")
+        except json.JSONDecodeError as exc:
+            raise ExportError(
+                f"{where}: arguments are not valid JSON ({exc.msg}): {str(raw)[:80]!r}"
+            ) from exc
+    if not isinstance(value, dict):
+        raise ExportError(f"{where}: arguments are not a JSON object: {str(raw)[:80]!r}")
+    return json.dumps(value, ensure_ascii=False)
+
+
+def openai_messages(raw: Sequence[Mapping[str, Any]], item: str) -> list[Message]:
+    """Stored messages as ``Message`` records with canonical arguments, cut after the last
+    assistant turn. Raises ``ExportError`` naming ``item`` and the message."""
+    out: list[Message] = []
+    for i, m in enumerate(raw):
+        data = dict(m)
+        calls = []
+        for call in data.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            name = fn.get("name")
+            where = f"{item}: message {i}, call {name!r}"
+            if not isinstance(name, str) or not name:
+                raise ExportError(f"{item}: message {i} has a tool call without a name")
+            calls.append(
+                {
+                    "id": call.get("id") or f"call_{i}_{len(calls)}",
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "arguments": canonical_arguments(fn.get("arguments", "{}"), where),
+                    },
+                }
+            )
+        data["tool_calls"] = calls or None
+        try:
+            out.append(Message.model_validate(data))
+        except ValidationError as exc:
+            raise ExportError(f"{item}: message {i} is not a chat message: {exc}") from exc
+    last = max((i for i, m in enumerate(out) if m.role is MessageRole.ASSISTANT), default=-1)
+    if last < 0:
+        raise ExportError(f"{item}: no assistant turn to train on")
+    return out[: last + 1]
+
+
+def _check_tools(tools: Any, item: str) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        raise ExportError(f"{item}: tools are not a list of JSON schemas")
+    for k, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ExportError(f"{item}: tool {k} is not an OpenAI function schema (no name)")
+        params = fn.get("parameters", {})
+        if not isinstance(params, dict):
+            raise ExportError(f"{item}: tool {fn['name']!r} has parameters that are not an object")
+    return tools
+
+
+def _cluster_tools(store: Store, cluster_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
+    if not cluster_ids:
+        return {}
+    marks = ", ".join("?" for _ in cluster_ids)
+    rows = store.query(
+        "SELECT cluster_id, name, description, input_schema FROM tools "
+        f"WHERE cluster_id IN ({marks}) ORDER BY cluster_id, name",
+        sorted(cluster_ids),
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["cluster_id"], []).append(
+            {
+                "type": "function",
+                "function": {
+                    "name": r["name"],
+                    "description": r["description"] or "",
+                    "parameters": r["input_schema"] or {"type": "object"},
+                },
+            }
+        )
+    return out
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _round_filter(round: int | None) -> tuple[str, list[Any]]:
+    return ("", []) if round is None else (" AND s.round = ?", [round])
+
+
+def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow]:
+    """The run's selected trajectories (``round`` None: every round) as SFT rows."""
+    where, params = _round_filter(round)
+    rows = store.query(
+        "SELECT s.item_id, s.task_id, s.run_id, s.round AS sel_round, s.score AS sel_score, "
+        "s.reason, t.trajectory_id, t.messages, t.tools, t.cluster_id, t.round, t.n_turns, "
+        "t.n_calls, t.termination, v.passed, v.score AS verdict_score, "
+        "sc.action_complexity AS cac, "
+        "coalesce(sc.mode_label, sc.rule_label, sc.mode, b.target_mode) AS mode, "
+        "sc.recovered, sc.efficiency, coalesce(sc.domain, b.domain, c.domain) AS domain "
+        "FROM selections s "
+        "LEFT JOIN trajectories t ON t.trajectory_id = s.item_id "
+        "LEFT JOIN verdicts v ON v.trajectory_id = s.item_id "
+        "LEFT JOIN scores sc ON sc.trajectory_id = s.item_id "
+        "LEFT JOIN blueprints b ON b.blueprint_id = t.blueprint_id "
+        "LEFT JOIN clusters c ON c.cluster_id = t.cluster_id "
+        f"WHERE s.kind = 'sft' AND s.selected AND s.run_id = ?{where} "
+        "QUALIFY row_number() OVER (PARTITION BY s.item_id ORDER BY s.round DESC, "
+        "v.verdict_id) = 1 ORDER BY s.item_id",
+        [run_id, *params],
+    )
+    if not rows:
+        at = "" if round is None else f" round {round}"
+        raise EmptySelectionError(
+            f"empty selection: no selected SFT trajectories in run {run_id!r}{at}"
+        )
+    missing = [r["item_id"] for r in rows if r["trajectory_id"] is None]
+    if missing:
+        raise ExportError(f"selected trajectory {missing[0]} is not in the store")
+    fallback = _cluster_tools(store, {r["cluster_id"] for r in rows if not _json(r["tools"])})
+    out = []
+    for r in rows:
+        item = f"trajectory {r['item_id']}"
+        tools = _json(r["tools"]) or fallback.get(r["cluster_id"], [])
+        metadata = {
+            "run_id": r["run_id"],
+            "round": r["round"],
+            "domain": r["domain"],
+            "mode": r["mode"],
+            "cac": r["cac"],
+            "recovered": r["recovered"],
+            "efficiency": r["efficiency"],
+            "selection_score": r["sel_score"],
+            "selection_reason": r["reason"],
+            "termination": r["termination"],
+            "n_turns": r["n_turns"],
+            "n_calls": r["n_calls"],
+        }
+        out.append(
+            SFTRow(
+                id=r["item_id"],
+                messages=openai_messages(_json(r["messages"]) or [], item),
+                tools=_check_tools(tools, item),
+                task_id=r["task_id"],
+                cluster_id=r["cluster_id"],
+                score=float(r["verdict_score"] or 0.0),
+                verdict=bool(r["passed"]),
+                metadata=metadata,
+            )
+        )
+    return out
+
+
+def _prompt(messages: Sequence[Mapping[str, Any]], goal: str | None, item: str) -> list[Message]:
+    if messages:
+        head = []
+        for m in _prefix_messages(messages, item):
+            if m.role is MessageRole.ASSISTANT:
+                break
+            head.append(m)
+        if any(m.role is MessageRole.USER for m in head):
+            return head
+    if not goal:
+        raise ExportError(f"{item}: no rollout and no goal to build the prompt from")
+    return [Message(role=MessageRole.USER, content=goal)]
+
+
+def _prefix_messages(raw: Sequence[Mapping[str, Any]], item: str) -> list[Message]:
+    """The messages before the first assistant turn as records (no assistant turn needed)."""
+    out = []
+    for i, m in enumerate(raw):
+        if m.get("role") == MessageRole.ASSISTANT.value:
+            break
+        try:
+            out.append(Message.model_validate(dict(m)))
+        except ValidationError as exc:
+            raise ExportError(f"{item}: message {i} is not a chat message: {exc}") from exc
+    return out
+
+
+def rl_rows(store: Store, run_id: str, round: int | None = None) -> list[RLRow]:
+    """The run's selected tasks (``round`` None: every round) as RL rows."""
+    where, params = _round_filter(round)
+    rows = store.query(
+        "SELECT s.item_id, s.run_id, s.round AS sel_round, s.score AS sel_score, s.reason, "
+        "b.blueprint_id, b.cluster_id, b.domain, b.seed, b.initial_state_id, b.constraints, "
+        "b.goal, b.difficulty, b.path_shape, b.target_mode, b.round, "
+        "tt.pass_rate, tt.n_rollouts, tt.error_branch_ratio, tt.n_success_strategies, tt.rl_score "
+        "FROM selections s "
+        "LEFT JOIN blueprints b ON b.blueprint_id = s.item_id "
+        "LEFT JOIN task_topology tt ON tt.task_id = s.item_id "
+        f"WHERE s.kind = 'rl' AND s.selected AND s.run_id = ?{where} "
+        "QUALIFY row_number() OVER (PARTITION BY s.item_id ORDER BY s.round DESC) = 1 "
+        "ORDER BY s.item_id",
+        [run_id, *params],
+    )
+    if not rows:
+        at = "" if round is None else f" round {round}"
+        raise EmptySelectionError(f"empty selection: no selected RL tasks in run {run_id!r}{at}")
+    missing = [r["item_id"] for r in rows if r["blueprint_id"] is None]
+    if missing:
+        raise ExportError(f"selected task {missing[0]} has no blueprint in the store")
+    ids = [r["item_id"] for r in rows]
+    marks = ", ".join("?" for _ in ids)
+    first = {
+        r["blueprint_id"]: r
+        for r in store.query(
+            "SELECT blueprint_id, arg_min(messages, trajectory_id) AS messages, "
+            "arg_min(tools, trajectory_id) AS tools FROM trajectories "
+            f"WHERE blueprint_id IN ({marks}) GROUP BY blueprint_id",
+            ids,
+        )
+    }
+    fallback = _cluster_tools(store, {r["cluster_id"] for r in rows})
+    out = []
+    for r in rows:
+        item = f"task {r['item_id']}"
+        if not r["initial_state_id"]:
+            raise ExportError(f"{item}: its blueprint has no initial_state_id")
+        try:
+            constraints = _CONSTRAINTS.validate_python(_json(r["constraints"]) or [])
+        except ValidationError as exc:
+            raise ExportError(f"{item}: constraints do not validate: {exc}") from exc
+        rollout = first.get(r["item_id"]) or {}
+        tools = _json(rollout.get("tools")) or fallback.get(r["cluster_id"], [])
+        out.append(
+            RLRow(
+                id=r["item_id"],
+                prompt=_prompt(_json(rollout.get("messages")) or [], r["goal"], item),
+                tools=_check_tools(tools, item),
+                env=EnvSpec(
+                    cluster_id=r["cluster_id"],
+                    seed=int(r["seed"] or 0),
+                    initial_state_id=r["initial_state_id"],
+                ),
+                constraints=constraints,
+                metadata={
+                    "run_id": r["run_id"],
+                    "round": r["round"],
+                    "domain": r["domain"],
+                    "difficulty": r["difficulty"],
+                    "path_shape": r["path_shape"],
+                    "target_mode": r["target_mode"],
+                    "pass_rate": r["pass_rate"],
+                    "n_rollouts": r["n_rollouts"],
+                    "error_branch_ratio": r["error_branch_ratio"],
+                    "n_succ_strat": r["n_success_strategies"],
+                    "selection_score": r["sel_score"],
+                    "selection_reason": r["reason"],
+                },
+            )
+        )
+    return out

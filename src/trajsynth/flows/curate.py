@@ -1,0 +1,461 @@
+"""Curate one round against the store: load a ``RoundInput``, call ``curation.round.run_round``,
+write the rows it returns; and the §6 evolution over the stored outcomes (``next_weights``).
+
+Rows are derived, so curating a round again with the same inputs and config reuses what is
+stored (nothing is added), and with changed inputs (a resumed run added rollouts) replaces
+the round's rows in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import JsonValue, TypeAdapter, ValidationError
+
+from trajsynth.curation.canon import call_key_memo
+from trajsynth.curation.complexity import cac_tertiles, difficulty_of
+from trajsynth.curation.embeddings import Embedder
+from trajsynth.curation.evolution import next_round_weights
+from trajsynth.curation.modes import ModeCodebook
+from trajsynth.curation.round import (
+    RoundInput,
+    embedding_model_id,
+    gc_paused,
+    run_round,
+    stored_hash,
+)
+from trajsynth.schemas import (
+    BlueprintAttempt,
+    Cell,
+    CellCatalog,
+    CurationConfig,
+    CurationReport,
+    Difficulty,
+    FailureClass,
+    ModeCodebookRecord,
+    ReasoningMode,
+    RolloutOutcome,
+    RoundWeights,
+    RunConfig,
+    ToolAccess,
+    Trajectory,
+    Verdict,
+    content_id,
+    stable_hash,
+)
+from trajsynth.store import Store
+from trajsynth.store.rows import model_from_row
+
+__all__ = ["curate_round", "embedding_model_id", "next_weights", "round_stats"]
+
+log = logging.getLogger(__name__)
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+_TOOL_LIST = TypeAdapter(list[dict[str, JsonValue]])
+
+
+def _load_round(store: Store, data: RoundInput) -> None:
+    """Fill ``data`` with the round's trajectories, verdicts, blueprints, domains, access."""
+    run_id, round = data.run_id, data.round
+    skips: dict[str, str] = {}
+    trajectories: list[Trajectory] = []
+    # each row as one JSON document: pydantic validates JSON text twice as fast as the dicts
+    # json.loads would make of it. The tool schemas (deep JsonValue trees, the same for every
+    # rollout of a task) are validated once per distinct text and shared.
+    fields = ", ".join(f for f in Trajectory.model_fields if f != "tools")
+    rows = store.query(
+        f"SELECT trajectory_id, to_json(struct_pack({fields}))::VARCHAR AS doc, "
+        "tools::VARCHAR AS tools FROM trajectories WHERE run_id = ? AND round = ? "
+        "ORDER BY trajectory_id",
+        [run_id, round],
+    )
+    tool_lists: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        try:
+            trajectory = Trajectory.model_validate_json(row["doc"])
+            if row["tools"] is not None:
+                tools = tool_lists.get(row["tools"])
+                if tools is None:
+                    tools = tool_lists[row["tools"]] = _TOOL_LIST.validate_json(row["tools"])
+                trajectory = trajectory.model_copy(update={"tools": tools})
+            trajectories.append(trajectory)
+        except ValidationError:
+            # NULLs where the model has defaults, or a truly bad row: the field-by-field path
+            # drops the NULLs and names the first bad field
+            try:
+                record = {**json.loads(row["doc"]), "tools": json.loads(row["tools"] or "[]")}
+                trajectories.append(model_from_row(Trajectory, record))
+            except ValidationError as exc:
+                skips[str(row["trajectory_id"])] = f"unreadable trajectory row: {exc.errors()[0]}"
+    verdicts: dict[str, Verdict] = {}
+    for row in store.query(
+        "SELECT v.* FROM verdicts v JOIN trajectories t USING (trajectory_id) "
+        "WHERE t.run_id = ? AND t.round = ? ORDER BY v.verdict_id",
+        [run_id, round],
+    ):
+        try:
+            verdicts[row["trajectory_id"]] = model_from_row(Verdict, row)
+        except ValidationError as exc:
+            skips[f"verdict:{row.get('verdict_id')}"] = f"unreadable verdict: {exc.errors()[0]}"
+    blueprints = {
+        r["blueprint_id"]: r
+        for r in store.query(
+            "SELECT blueprint_id, cluster_id, domain, cell, hidden_info, tool_path, round "
+            "FROM blueprints WHERE run_id = ?",
+            [run_id],
+        )
+    }
+    domains = {
+        r["cluster_id"]: r["domain"]
+        for r in store.query("SELECT cluster_id, domain FROM clusters")
+        if r["domain"]
+    }
+    for bp in blueprints.values():
+        if bp.get("domain") and bp.get("cluster_id"):
+            domains.setdefault(bp["cluster_id"], bp["domain"])
+    access: dict[str, dict[str, ToolAccess]] = defaultdict(dict)
+    for r in store.query("SELECT cluster_id, name, access FROM tools"):
+        if r["access"] in ("read", "write"):
+            access[r["cluster_id"]][r["name"]] = ToolAccess(r["access"])
+    data.trajectories, data.verdicts, data.blueprints = trajectories, verdicts, blueprints
+    data.domains, data.access, data.skips = domains, dict(access), skips
+
+
+def _input_hash(store: Store, run_id: str, round: int, config: CurationConfig) -> str:
+    """What the round's curation depends on: its trajectories, their verdicts, the config.
+
+    Read with one light query, so a round whose inputs did not change is recognised without
+    parsing its trajectories.
+    """
+    rows = store.query(
+        "SELECT t.trajectory_id, v.verdict_id, v.passed, v.excluded FROM trajectories t "
+        "LEFT JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ? AND t.round = ? "
+        "ORDER BY t.trajectory_id, v.verdict_id",
+        [run_id, round],
+    )
+    return stable_hash(
+        {
+            "rows": [
+                [r["trajectory_id"], r["verdict_id"], r["passed"], r["excluded"]] for r in rows
+            ],
+            "c": config.config_hash(),
+        }
+    )
+
+
+def _stored_report(store: Store, run_id: str, round: int, input_hash: str) -> dict | None:
+    if not store.path.exists():
+        return None
+    rows = store.query(
+        "SELECT * FROM round_stats WHERE round_key = ? AND input_hash = ?",
+        [f"{run_id}:{round}", input_hash],
+    )
+    return rows[0] if rows else None
+
+
+def _vector_lookup(store: Store) -> Any:
+    """``RoundInput.cached_vectors`` over the ``embeddings`` table."""
+
+    def lookup(model_id: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        wanted = {stored_hash(model_id, k): k for k in set(keys)}
+        if not wanted or not store.path.exists():
+            return {}
+        rows = store.query(
+            "SELECT text_hash, vector FROM embeddings WHERE model = ? AND text_hash IN "
+            "(SELECT unnest(?::VARCHAR[]))",
+            [model_id, list(wanted)],
+        )
+        return {wanted[r["text_hash"]]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
+
+    return lookup
+
+
+def _load_history(store: Store, data: RoundInput) -> None:
+    """What earlier rounds of the run left: codebook, accepted rows, duplicates, EBRs."""
+    run_id, round = data.run_id, data.round
+    rows = store.query("SELECT count(*) AS n FROM clusters")
+    data.n_registered_clusters = int(rows[0]["n"]) if rows else 0
+    rows = store.query(
+        "SELECT record FROM mode_codebooks WHERE run_id = ? AND round < ? "
+        "ORDER BY round DESC, codebook_id LIMIT 1",
+        [run_id, round],
+    )
+    n_versions = store.query(
+        "SELECT count(DISTINCT version) AS n FROM mode_codebooks "
+        "WHERE run_id = ? AND round < ? AND kind = 'kmeans'",
+        [run_id, round],
+    )
+    data.n_codebook_versions = int(n_versions[0]["n"]) if n_versions else 0
+    if rows and rows[0]["record"]:
+        record = ModeCodebookRecord.model_validate(rows[0]["record"])
+        data.prior_codebook = ModeCodebook.from_record(record)
+    data.earlier_accepted = store.query(
+        "SELECT s.trajectory_id, s.domain, t.cluster_id, s.action_complexity AS cac, s.mode, "
+        "s.mode_codebook, s.rule_label, s.digest_key "
+        "FROM scores s JOIN trajectories t USING (trajectory_id) "
+        "WHERE s.run_id = ? AND s.round < ? AND s.accepted ORDER BY s.trajectory_id",
+        [run_id, round],
+    )
+    rows = store.query(
+        "SELECT count(*) AS n FROM scores WHERE run_id = ? AND round < ? "
+        "AND duplicate_of IS NOT NULL",
+        [run_id, round],
+    )
+    data.earlier_duplicates = int(rows[0]["n"]) if rows else 0
+    data.earlier_error_branch_ratios = [
+        float(r["error_branch_ratio"])
+        for r in store.query(
+            "SELECT error_branch_ratio FROM task_topology "
+            "WHERE run_id = ? AND round < ? AND n_rollouts > 0",
+            [run_id, round],
+        )
+    ]
+
+
+def _write(store: Store, run_id: str, round: int, rows: dict[str, list[dict]]) -> int:
+    """Replace the round's derived rows with ``rows`` in one transaction."""
+    in_round = "SELECT trajectory_id FROM trajectories WHERE run_id = ? AND round = ?"
+    params = [run_id, round]
+    tasks = "SELECT blueprint_id FROM blueprints WHERE run_id = ? AND round = ?"
+    delete = [
+        (f"DELETE FROM signals WHERE trajectory_id IN ({in_round})", params),
+        (f"DELETE FROM trajectory_topology WHERE trajectory_id IN ({in_round})", params),
+        (f"DELETE FROM scores WHERE trajectory_id IN ({in_round})", params),
+        ("DELETE FROM task_topology WHERE run_id = ? AND round = ?", params),
+        (f"DELETE FROM task_topology WHERE task_id IN ({tasks})", params),
+        ("DELETE FROM selections WHERE run_id = ? AND round = ?", params),
+        ("DELETE FROM mode_codebooks WHERE run_id = ? AND round = ?", params),
+        ("DELETE FROM round_stats WHERE round_key = ?", [f"{run_id}:{round}"]),
+    ]
+    store.migrate()
+    return store.insert_bulk(rows, delete=delete)
+
+
+def curate_round(
+    store: Store,
+    run_id: str,
+    round: int,
+    config: CurationConfig | None = None,
+    *,
+    embedder: Embedder | None = None,
+) -> CurationReport:
+    """Curate one round of a run and store every derived row (see ``curation.round``).
+
+    ``embedder`` replaces all-MiniLM-L6-v2 (tests); it is loaded only when a text needs it.
+    Returns the round's report; with unchanged inputs and config the stored one (``reused``).
+    """
+    cfg = config or CurationConfig()
+    start = time.perf_counter()
+    store.migrate()  # a store from before issue 7 gets the curation tables
+    ihash = _input_hash(store, run_id, round, cfg)
+    stored = _stored_report(store, run_id, round, ihash)
+    if stored is not None:
+        report = CurationReport.model_validate(
+            {**(stored.get("curation") or {}), "reused": True, "rows_added": 0}
+        )
+        log.info("round %d of %s: inputs unchanged, stored curation kept", round, run_id)
+        return report
+    data = RoundInput(
+        run_id=run_id,
+        round=round,
+        config=cfg,
+        input_hash=ihash,
+        cached_vectors=_vector_lookup(store),
+        embedder=embedder,
+    )
+    with gc_paused(), call_key_memo():
+        if store.path.exists():
+            _load_round(store, data)
+            _load_history(store, data)
+        load_s = time.perf_counter() - start
+        out = run_round(data)
+        start = time.perf_counter()
+        added = _write(store, run_id, round, out.rows)
+    timings = {"load": load_s, **out.report.timings, "write": time.perf_counter() - start}
+    report = out.report.model_copy(update={"rows_added": added, "timings": timings})
+    log.info(
+        "curated round %d of %s: %d trajectories, %d tasks, sft %d, rl %d (%.1f s)",
+        round, run_id, report.n_trajectories, report.n_tasks,
+        report.n_sft_selected, report.n_rl_selected, sum(timings.values()),
+    )  # fmt: skip
+    return report
+
+
+# --- reading the figures ----------------------------------------------------------------------
+
+
+def round_stats(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The stored ``round_stats`` rows of a run, by round."""
+    if not store.path.exists():
+        return []
+    return store.query("SELECT * FROM round_stats WHERE run_id = ? ORDER BY round", [run_id])
+
+
+# --- evolution (§6) ---------------------------------------------------------------------------
+
+
+def _run_config(store: Store, run_id: str) -> RunConfig | None:
+    rows = store.query("SELECT config FROM runs WHERE run_id = ?", [run_id])
+    if not rows or not isinstance(rows[0]["config"], dict):
+        return None
+    try:
+        return RunConfig.model_validate(rows[0]["config"])
+    except ValidationError:
+        return None
+
+
+def _catalog(store: Store, run_id: str, config: RunConfig | None) -> CellCatalog:
+    clusters = {
+        r["cluster_id"]: r["domain"]
+        for r in store.query("SELECT cluster_id, domain FROM clusters")
+        if r["domain"]
+    }
+    for r in store.query(
+        "SELECT DISTINCT cluster_id, domain FROM blueprints WHERE run_id = ?", [run_id]
+    ):
+        if r["domain"]:
+            clusters.setdefault(r["cluster_id"], r["domain"])
+    if config is not None and config.clusters:
+        wanted = set(config.clusters)
+        chosen = {c: d for c, d in clusters.items() if c in wanted}
+        clusters = chosen or clusters
+    return CellCatalog(clusters=clusters)
+
+
+def _outcomes(store: Store, run_id: str, round: int) -> list[RolloutOutcome]:
+    rows = store.query(
+        "SELECT t.trajectory_id, t.round, t.cluster_id, t.failure_class, b.domain, b.cell, "
+        "v.passed, v.excluded, s.accepted, s.mode_label, s.rule_label, s.action_complexity AS cac, "
+        "tt.pass_rate AS task_p, tt.error_branch_ratio AS task_ebr "
+        "FROM trajectories t "
+        "LEFT JOIN blueprints b ON b.blueprint_id = t.blueprint_id "
+        "LEFT JOIN verdicts v ON v.trajectory_id = t.trajectory_id "
+        "LEFT JOIN scores s ON s.trajectory_id = t.trajectory_id "
+        "LEFT JOIN task_topology tt ON tt.task_id = t.blueprint_id "
+        "WHERE t.run_id = ? AND t.round <= ? ORDER BY t.trajectory_id",
+        [run_id, round],
+    )
+    edges = cac_tertiles(
+        [r["cac"] for r in rows if r["round"] == 0 and r["accepted"] and r["cac"] is not None]
+    )
+    out = []
+    for r in rows:
+        if not isinstance(r["cell"], dict):
+            continue
+        try:
+            cell = Cell.model_validate(r["cell"])
+            label = r["mode_label"] or r["rule_label"]
+            mode = ReasoningMode(label) if label else None
+            diff = difficulty_of(r["cac"], edges) if r["cac"] is not None else None
+            fc = FailureClass(r["failure_class"]) if r["failure_class"] else None
+        except (ValidationError, ValueError):
+            continue
+        out.append(
+            RolloutOutcome(
+                trajectory_id=r["trajectory_id"],
+                round=r["round"],
+                domain=r["domain"] or "",
+                cell=cell,
+                mode=mode,
+                difficulty=diff if isinstance(diff, Difficulty) else None,
+                accepted=bool(r["accepted"]),
+                passed=bool(r["passed"]) and not r["excluded"],
+                failure_class=fc,
+                task_pass_rate=r["task_p"],
+                task_ebr=r["task_ebr"],
+            )
+        )
+    return out
+
+
+def _attempts(store: Store, run_id: str, round: int) -> list[BlueprintAttempt]:
+    out = []
+    for r in store.query(
+        "SELECT * FROM blueprint_attempts WHERE run_id = ? AND round <= ?", [run_id, round]
+    ):
+        try:
+            out.append(model_from_row(BlueprintAttempt, r))
+        except ValidationError:
+            continue
+    return out
+
+
+def _previous_weights(store: Store, run_id: str, round: int) -> RoundWeights | None:
+    rows = store.query(
+        "SELECT level, option, weight_new FROM evolution WHERE run_id = ? AND round = ?",
+        [run_id, round],
+    )
+    if not rows:
+        return None
+    weights: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        weights[r["level"]][r["option"]] = float(r["weight_new"])
+    return RoundWeights(round=round, weights=dict(weights))
+
+
+def next_weights(
+    store: Store, run_id: str, round: int, config: CurationConfig | None = None
+) -> RoundWeights | None:
+    """The sampling weights for round ``round + 1`` from the outcomes of rounds <= ``round``
+    (METHODS.md §6), or None when evolution is off.
+
+    ``config`` defaults to the run's stored ``RunConfig.curation`` (else the defaults).
+    Every option's change is stored in ``evolution`` (``round`` = the round the weights are
+    for) with its reason; computing them again replaces that round's rows. The returned
+    ``weights`` is what ``agents.cells.sample_cells`` takes.
+    """
+    run_cfg = _run_config(store, run_id)
+    cfg = config or (run_cfg.curation if run_cfg is not None else CurationConfig())
+    if not cfg.evolution:
+        return None
+    catalog = _catalog(store, run_id, run_cfg)
+    if not catalog.clusters:
+        log.warning("evolution: no clusters known for %s; uniform sampling", run_id)
+        return None
+    outcomes = _outcomes(store, run_id, round)
+    last = [o for o in outcomes if o.round == round]
+    weights = next_round_weights(
+        outcomes,
+        last,
+        _attempts(store, run_id, round),
+        catalog,
+        cfg.evolution_params,
+        round=round + 1,
+        previous=_previous_weights(store, run_id, round),
+    )
+    rows = []
+    for change in weights.changes:
+        key = {"run_id": run_id, "round": change.round, "level": change.level,
+               "parent": change.parent, "option": change.option}  # fmt: skip
+        rows.append(
+            {
+                "change_id": content_id("chg", key),
+                "run_id": run_id,
+                "round": change.round,
+                "level": change.level,
+                "parent": change.parent,
+                "option": change.option,
+                "n_accepted": change.n,
+                "failure_rate": change.f,
+                "validity": change.v,
+                "weight_old": change.p_old,
+                "weight_new": change.p_new,
+                "reason": change.reason.value,
+                "detail": change.model_dump(mode="json"),
+            }
+        )
+    store.migrate()
+    store.insert_bulk(
+        {"evolution": rows},
+        delete=[("DELETE FROM evolution WHERE run_id = ? AND round = ?", [run_id, round + 1])],
+    )
+    return weights

@@ -1,0 +1,5 @@
+"""The DuckDB store (DESIGN.md step "store"): every record the pipeline makes, queryable in SQL."""
+
+from trajsynth.store.store import SCHEMA_VERSION, TABLES, Store, StoreLockedError, work_unit_row
+
+__all__ = ["SCHEMA_VERSION", "TABLES", "Store", "StoreLockedError", "work_unit_row"]

@@ -1,0 +1,88 @@
+"""A run's summary, computed from the store with SQL (so it is the same after a resume)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from trajsynth.store import Store
+
+__all__ = ["RunSummary", "summarize_run"]
+
+
+class RunSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    tasks_planned: int
+    blueprints_rejected: dict[str, int]
+    trajectories: int
+    counted: int
+    passed: int
+    pass_rate: float | None
+    failures_by_class: dict[str, int]
+    terminations: dict[str, int]
+    tokens_by_role: dict[str, int]
+    llm_seconds_by_role: dict[str, float]
+    tokens_per_verified: float | None
+    wall_s: float
+    llm_s: float
+    tool_calls: int
+    median_tool_ms: float | None
+
+
+def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
+    q = store.query
+    planned = q("SELECT count(*) AS n FROM blueprints WHERE run_id = ?", [run_id])
+    rejected = q(
+        "SELECT reason, count(*) AS n FROM blueprint_attempts WHERE run_id = ? AND NOT accepted "
+        "GROUP BY reason ORDER BY n DESC",
+        [run_id],
+    )
+    verdicts = q(
+        "SELECT count(*) AS n, count(*) FILTER (WHERE NOT v.excluded) AS counted, "
+        "count(*) FILTER (WHERE v.passed AND NOT v.excluded) AS passed "
+        "FROM trajectories t JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ?",
+        [run_id],
+    )
+    failures = q(
+        "SELECT coalesce(failure_class, 'none') AS k, count(*) AS n FROM trajectories "
+        "WHERE run_id = ? GROUP BY 1",
+        [run_id],
+    )
+    terms = q(
+        "SELECT termination AS k, count(*) AS n FROM trajectories WHERE run_id = ? GROUP BY 1",
+        [run_id],
+    )
+    usage = q(
+        "SELECT role, sum(prompt_tokens + completion_tokens) AS tokens, sum(latency_s) AS secs "
+        "FROM llm_calls WHERE run_id = ? GROUP BY role",
+        [run_id],
+    )
+    tools = q(
+        "SELECT count(*) AS n, median(CAST(c->>'latency_s' AS DOUBLE)) * 1000 AS ms "
+        "FROM trajectories t, unnest(CAST(t.calls AS JSON[])) AS u(c) WHERE t.run_id = ?",
+        [run_id],
+    )
+    v = verdicts[0] if verdicts else {"n": 0, "counted": 0, "passed": 0}
+    tokens = {r["role"]: int(r["tokens"] or 0) for r in usage}
+    secs = {r["role"]: float(r["secs"] or 0.0) for r in usage}
+    passed = int(v["passed"] or 0)
+    counted = int(v["counted"] or 0)
+    return RunSummary(
+        run_id=run_id,
+        tasks_planned=int(planned[0]["n"]) if planned else 0,
+        blueprints_rejected={r["reason"]: int(r["n"]) for r in rejected},
+        trajectories=int(v["n"] or 0),
+        counted=counted,
+        passed=passed,
+        pass_rate=passed / counted if counted else None,
+        failures_by_class={r["k"]: int(r["n"]) for r in failures if r["k"] != "none"},
+        terminations={r["k"]: int(r["n"]) for r in terms},
+        tokens_by_role=tokens,
+        llm_seconds_by_role=secs,
+        tokens_per_verified=sum(tokens.values()) / passed if passed else None,
+        wall_s=wall_s,
+        llm_s=sum(secs.values()),
+        tool_calls=int(tools[0]["n"]) if tools else 0,
+        median_tool_ms=float(tools[0]["ms"]) if tools and tools[0]["ms"] is not None else None,
+    )

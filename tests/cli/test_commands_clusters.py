@@ -1,0 +1,57 @@
+"""`synth clusters`: list, show, graph, add (stdio, for real with mcp-server-time), remove."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from trajsynth.cli.commands.clusters import app
+
+runner = CliRunner()
+
+
+def _run(*args: str) -> str:
+    result = runner.invoke(app, list(args), catch_exceptions=False, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_list_show_and_graph(tmp_path: Path) -> None:
+    listed = _run("list", "--clusters-dir", str(tmp_path))
+    for name in ("shop", "travel", "calendar", "code"):
+        assert name in listed
+    shown = _run("show", "shop", "--clusters-dir", str(tmp_path))
+    assert "search_products" in shown and "add_to_cart" in shown
+    assert "products[].product_id" in shown  # an edge's out_field
+    out = tmp_path / "shop.png"
+    drawn = _run("graph", "shop", "--out", str(out), "--clusters-dir", str(tmp_path))
+    assert str(out) in drawn.replace("\n", "")
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_add_a_stdio_server_then_use_it_like_any_cluster(tmp_path: Path) -> None:
+    added = _run(
+        "add", "time", "--clusters-dir", str(tmp_path), "--domain", "productivity",
+        "--", sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC",
+    )  # fmt: skip
+    assert "time" in added and "annotation" in added
+    saved = json.loads((tmp_path / "time.json").read_text())
+    assert saved["domain"] == "productivity"
+    assert saved["server"]["command"][-3:] == ["mcp_server_time", "--local-timezone", "UTC"]
+    assert {t["name"] for t in saved["tools"]} == {"get_current_time", "convert_time"}
+    assert "time" in _run("list", "--clusters-dir", str(tmp_path))
+    shown = _run("show", "time", "--clusters-dir", str(tmp_path))
+    assert "convert_time" in shown and "not readable" in shown
+    _run("remove", "time", "--clusters-dir", str(tmp_path))
+    assert not (tmp_path / "time.json").exists()
+
+
+def test_add_reports_a_bad_command(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["add", "x", "--clusters-dir", str(tmp_path), "--", "no-such-server-cmd-42"]
+    )
+    assert result.exit_code != 0
+    assert "no-such-server-cmd-42" in str(result.exception)

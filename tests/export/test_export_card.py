@@ -1,0 +1,55 @@
+"""The dataset card: front matter the Hub reads, the store's figures, plots beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from fakes.export_store import export_store
+
+from trajsynth.export import export_dataset
+
+
+def _front_matter(text: str) -> dict:
+    assert text.startswith("---\n")
+    return yaml.safe_load(text.split("---\n")[1])
+
+
+def test_card_carries_the_store_numbers_and_plots(tmp_path: Path) -> None:
+    store = export_store(tmp_path / "s.duckdb")
+    report = export_dataset(store, tmp_path / "ds", check_render=False)
+    card = (tmp_path / "ds" / "README.md").read_text()
+    meta = _front_matter(card)
+    assert meta["configs"] == [
+        {"config_name": "sft", "data_files": [{"split": "train", "path": "sft/*.parquet"}]},
+        {"config_name": "rl", "data_files": [{"split": "train", "path": "rl/*.parquet"}]},
+    ]
+    assert meta["size_categories"] == ["n<1K"]
+    assert "| sft | 3 |" in card and "| rl | 1 |" in card
+    assert "after round 0 (`round_stats`)" in card
+    assert "| reasoning-mode entropy (bits) | 0.918 |" in card
+    assert "| cumulative action complexity (mean) | 2.25 |" in card
+    # pass rates by cluster: t1, t2, t4 pass, t3 fails
+    assert "| shop | 4 | 0 | 3 | 0.75 |" in card
+    assert '"rounds": 1' in card and "sk-secret" not in card and '"llm_api_key": "***"' in card
+    for name in ("domains", "modes", "cac"):
+        png = tmp_path / "ds" / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"(plots/{name}.png)" in card
+    assert set(report.files) >= {"README.md", "plots/cac.png", "sft/train-00000-of-00001.parquet"}
+
+
+def test_card_counts_from_rows_without_round_stats(tmp_path: Path) -> None:
+    import datasets
+
+    store = export_store(tmp_path / "s.duckdb", stats=False)
+    export_dataset(store, tmp_path / "ds", check_render=False, plots=False)
+    card = (tmp_path / "ds" / "README.md").read_text()
+    assert "No `round_stats` in the store" in card
+    assert "| reasoning modes | 2 |" in card and "| tasks in SFT | 2 |" in card
+    assert "| mean CAC (SFT) | 2.25 |" in card
+    assert "not recorded in the store's `runs` table" in card
+    # the card's configs load as written
+    sft = datasets.load_dataset(str(tmp_path / "ds"), "sft", split="train")
+    rl = datasets.load_dataset(str(tmp_path / "ds"), "rl", split="train")
+    assert (len(sft), len(rl)) == (3, 1)

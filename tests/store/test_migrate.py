@@ -1,0 +1,111 @@
+"""A store written by the release before the typed store opens with no data lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from trajsynth.schemas import InputError
+from trajsynth.store import SCHEMA_VERSION, TABLES, Store
+from trajsynth.store.rows import (
+    EvolutionRow,
+    ScoreRow,
+    TaskTopologyRow,
+    TrajectoryTopologyRow,
+    WorkUnitRow,
+    column_types,
+)
+
+OLD_STORE = Path(__file__).parent / "fixtures" / "store_v3.sql"
+
+
+@pytest.fixture
+def old_store(tmp_path: Path) -> Path:
+    """A DuckDB file with trajsynth 392ae75's DDL (schema version 3) and a few rows."""
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(OLD_STORE.read_text())
+    con.close()
+    return path
+
+
+def test_an_old_store_migrates_with_its_columns_renamed_and_its_rows_kept(old_store: Path) -> None:
+    store = Store(old_store)
+    assert store.migrate() == SCHEMA_VERSION
+    [task] = store.read(TaskTopologyRow, run_id="run_old")
+    assert (task.pass_rate, task.error_branch_ratio, task.shortest_success_len) == (0.5, 0.25, 3)
+    assert (task.strategy_entropy_norm, task.n_success_strategies) == (1.0, 1)
+    assert task.graph == {"nodes": []}
+    [traj] = store.read(TrajectoryTopologyRow)
+    assert (traj.recovered, traj.efficiency, traj.redundancy) == (True, 0.75, 0.25)
+    assert store.read(ScoreRow)[0].action_complexity == 4.5
+    [change] = store.read(EvolutionRow)
+    assert (change.n_accepted, change.failure_rate, change.validity) == (3, 0.2, 0.8)
+    assert (change.weight_old, change.weight_new) == (0.5, 0.6)
+    assert store.query("SELECT n_success_strategies FROM round_stats") == [
+        {"n_success_strategies": 1.5}
+    ]
+    assert store.counts()["runs"] == 1
+
+
+def test_a_migrated_store_has_exactly_the_columns_a_new_one_has(
+    old_store: Path, tmp_path: Path
+) -> None:
+    def columns(path: Path) -> dict[str, list[tuple[str, str]]]:
+        con = duckdb.connect(str(path), read_only=True)
+        rows = con.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "ORDER BY table_name, ordinal_position"
+        ).fetchall()
+        con.close()
+        out: dict[str, list[tuple[str, str]]] = {}
+        for table, column, typ in rows:
+            out.setdefault(table, []).append((column, typ))
+        return out
+
+    Store(old_store).migrate()
+    fresh = tmp_path / "new.duckdb"
+    Store(fresh).migrate()
+    assert {t: sorted(c) for t, c in columns(old_store).items()} == {
+        t: sorted(c) for t, c in columns(fresh).items()
+    }
+
+
+def test_migrating_twice_changes_nothing(old_store: Path) -> None:
+    Store(old_store).migrate()
+    assert Store(old_store).migrate() == SCHEMA_VERSION
+    assert len(Store(old_store).read(TaskTopologyRow)) == 1
+
+
+def test_the_ddl_is_read_from_the_row_models() -> None:
+    assert TABLES["task_topology"][0] == "task_id"
+    assert column_types(TaskTopologyRow)["error_branch_ratio"] == "DOUBLE"
+    assert TABLES["trajectories"][1]["seed"] == "BIGINT"
+    assert TABLES["embeddings"][1]["vector"] == "FLOAT[]"
+    assert TABLES["work_units"][1]["done_at"] == "TIMESTAMP"
+    assert TABLES["task_topology"][1]["graph"] == "JSON"
+
+
+def test_write_and_read_give_back_the_models(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.duckdb")
+    rows = [
+        TaskTopologyRow(task_id="t1", run_id="r", round=0, pass_rate=0.5, graph={"a": [1]}),
+        TaskTopologyRow(task_id="t2", run_id="r", round=1),
+    ]
+    unit = WorkUnitRow(unit_id="u1", run_id="r", kind="curate")
+    assert store.write(rows, units=[unit]) == 3
+    assert store.write(rows) == 0  # idempotent by key
+    assert store.read(TaskTopologyRow) == rows
+    assert store.read(TaskTopologyRow, round=1) == rows[1:]
+    assert store.read(TaskTopologyRow, "pass_rate > ?", [0.4]) == rows[:1]
+    with pytest.raises(InputError, match="no column 'ebr'"):
+        store.read(TaskTopologyRow, ebr=0.1)
+
+
+def test_a_row_under_a_columns_old_name_is_an_error_not_a_null(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.duckdb")
+    with pytest.raises(InputError, match="no column 'ebr' \\(renamed 'error_branch_ratio'\\)"):
+        store.insert("task_topology", [{"task_id": "t", "ebr": 0.5}])
+    assert store.insert("task_topology", [{"task_id": "t", "not_a_column": 1}]) == 1
