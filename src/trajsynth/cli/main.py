@@ -6,13 +6,14 @@ import csv
 import io
 import json
 import logging
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
@@ -80,6 +81,9 @@ def _main(
     )
     for noisy in ("httpx", "httpcore", "docker", "urllib3", "mcp", "prefect"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    # Prefect logs every failed unit's traceback; a run records failures and sums them up
+    # itself, so Prefect speaks only when asked (-v)
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING" if verbose else "CRITICAL")
     _State.config = config
 
 
@@ -279,6 +283,15 @@ def run(
         samples=samples,
         rollout=rollout,
     )
+    from trajsynth.mcp_servers.registry import cluster_names
+
+    known = cluster_names(clusters_dir=loaded.clusters_dir)
+    unknown = [c for c in config.clusters if c not in known]
+    if unknown:
+        raise InputError(
+            f"unknown cluster {unknown[0]!r} in --clusters; known: {', '.join(known)} "
+            "(add an outside server with `synth clusters add`)"
+        )
     workers = concurrency or loaded.run.task_runner_workers
     ok = run_and_report(loaded, config, console=console, concurrency=workers)
     if not ok:
@@ -289,8 +302,18 @@ def main() -> None:
     try:
         app()
     except TrajsynthError as exc:
-        err_console.print(f"[red]error:[/] {exc}")
+        err_console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         sys.exit(2)
+    except ValidationError as exc:  # a command-line value a model refused
+        err_console.print(f"[red]error:[/] {_one_line(exc)}", soft_wrap=True)
+        sys.exit(2)
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first refused value: its option, the value and what is allowed."""
+    err = exc.errors()[0]
+    option = "--" + "-".join(str(p) for p in err["loc"]).replace("_", "-")
+    return f"invalid value {err.get('input')!r} for {option}: {err['msg']}"
 
 
 if __name__ == "__main__":

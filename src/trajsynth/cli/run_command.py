@@ -11,7 +11,7 @@ from rich.table import Table
 
 from trajsynth.cli.reaper import guard_descendants
 from trajsynth.cli.settings import Settings
-from trajsynth.schemas import RunConfig
+from trajsynth.schemas import InputError, RunConfig
 from trajsynth.store.summary import RunSummary
 
 __all__ = ["prefect_environment", "print_summary", "run_and_report"]
@@ -27,9 +27,25 @@ def prefect_environment() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def check_reachable(base_url: str, timeout_s: float = 10.0) -> None:
+    """One line, before any work starts, when nothing answers at ``base_url`` (any HTTP
+    answer, even 401 or 404, means a server is there: its own errors are reported later)."""
+    import httpx
+
+    try:
+        httpx.get(f"{base_url.rstrip('/')}/models", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise InputError(
+            f"nothing answers at --base-url {base_url} ({type(exc).__name__}): start the "
+            "server, fix the URL, or leave --base-url out to use the embedded model"
+        ) from exc
+
+
 def run_and_report(
     settings: Settings, config: RunConfig, *, console: Console, concurrency: int
 ) -> bool:
+    if settings.llm.base_url:
+        check_reachable(settings.llm.base_url)
     guard_descendants()  # a `kill -9` of this command must not orphan its servers
     prefect_environment()
     from trajsynth.flows.api import start_api, wait_api
