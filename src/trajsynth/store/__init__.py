@@ -1,5 +1,19 @@
 """The DuckDB store (DESIGN.md step "store"): every record the pipeline makes, queryable in SQL."""
 
-from trajsynth.store.store import SCHEMA_VERSION, TABLES, Store, StoreLockedError, work_unit_row
+from trajsynth.store.store import (
+    SCHEMA_VERSION,
+    TABLES,
+    Store,
+    StoreCorruptError,
+    StoreLockedError,
+    work_unit_row,
+)
 
-__all__ = ["SCHEMA_VERSION", "TABLES", "Store", "StoreLockedError", "work_unit_row"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "TABLES",
+    "Store",
+    "StoreCorruptError",
+    "StoreLockedError",
+    "work_unit_row",
+]

@@ -1,0 +1,70 @@
+"""A damaged store file is named, not read as if whole: cut short (a full disk, a partial
+copy) or not a DuckDB file at all. Both are one line from the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trajsynth.schemas import Termination, Trajectory
+from trajsynth.store import Store, StoreCorruptError
+
+
+def _store(path: Path) -> Store:
+    store = Store(path)
+    store.insert(
+        "trajectories",
+        [
+            Trajectory(
+                trajectory_id=f"traj_{i:04d}", run_id="run_1", blueprint_id="bp_1",
+                tree_id="tree_1", leaf_node_id=f"node_{i}", cluster_id="shop",
+                messages=[{"role": "user", "content": "hello " * 50}],
+                termination=Termination.USER_STOP,
+            )
+            for i in range(200)
+        ],
+    )  # fmt: skip
+    return store
+
+
+def test_an_intact_store_opens(tmp_path: Path) -> None:
+    store = _store(tmp_path / "s.duckdb")
+    assert Store(store.path).counts()["trajectories"] == 200
+
+
+@pytest.mark.parametrize("keep", [0.15, 0.97])
+def test_a_truncated_store_is_refused_by_name(tmp_path: Path, keep: float) -> None:
+    path = _store(tmp_path / "s.duckdb").path
+    os.truncate(path, int(path.stat().st_size * keep))
+    # cut deep, DuckDB fails to open it; cut at the tail, it opens and our size check refuses
+    with pytest.raises(StoreCorruptError, match=r"s\.duckdb (is truncated|cannot be opened)"):
+        Store(path).counts()
+
+
+def test_a_store_cut_at_its_tail_is_refused_before_any_read(tmp_path: Path) -> None:
+    path = _store(tmp_path / "s.duckdb").path
+    os.truncate(path, path.stat().st_size - 1000)
+    with pytest.raises(StoreCorruptError, match=r"is truncated: [\d,]+ bytes of the [\d,]+"):
+        Store(path).counts()
+
+
+def test_a_file_that_is_not_a_store_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    path.write_bytes(b"not a database at all\n" * 1000)
+    with pytest.raises(StoreCorruptError, match="cannot be opened as a DuckDB store"):
+        Store(path).counts()
+
+
+def test_the_cli_says_so_in_one_line(tmp_path: Path) -> None:
+    path = _store(tmp_path / "data" / "synth.duckdb").path
+    os.truncate(path, int(path.stat().st_size * 0.15))
+    out = subprocess.run(
+        [sys.executable, "-m", "trajsynth.cli", "query", "select count(*) from trajectories"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "synth.duckdb" in out.stderr and "Traceback" not in out.stderr
