@@ -503,14 +503,17 @@ async def open_llm_client(
 ) -> AsyncIterator[OpenAILLMClient]:
     """A client for ``config``, starting the embedded llama.cpp server when it has no URL.
 
-    The embedded server is stopped when the block exits (also on Ctrl-C).
+    The embedded server (context ``config.embedded_ctx``) is stopped when the block exits
+    (also on Ctrl-C); while it runs, a retry after it died or was given up on restarts it.
     """
     async with contextlib.AsyncExitStack() as stack:
         if not config.base_url:
             from trajsynth.agents.embedded import EmbeddedLLMServer
 
             server = EmbeddedLLMServer(
-                model_alias=config.model, startup_timeout_s=startup_timeout_s
+                model_alias=config.model,
+                n_ctx=config.embedded_ctx,
+                startup_timeout_s=startup_timeout_s,
             )
             stack.callback(server.stop)
             # Started on this thread, not in a worker: the child is tied to the starting
@@ -609,7 +612,7 @@ def _completion_json(content: bytes) -> dict[str, Any]:
 
 
 def _clean(text: str) -> str:
-    """``text`` with unpaired surrogates replaced by U+FFFD (valid text is unchanged).
+    r"""``text`` with unpaired surrogates replaced by U+FFFD (valid text is unchanged).
 
     >>> _clean("ok"), _clean("a\ud800b")
     ('ok', 'a\ufffdb')
@@ -641,7 +644,7 @@ _TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
 
 
 def split_text_calls(text: str) -> tuple[str | None, list[tuple[str, str]]]:
-    """Calls a model wrote as text, cut out of it: ``(the words left, [(name, arguments)])``.
+    r"""Calls a model wrote as text, cut out of it: ``(the words left, [(name, arguments)])``.
 
     Two forms: the embedded server's own call syntax, a line ``functions.<name>:`` followed
     by the arguments (up to the next such line), and Hermes-style
