@@ -781,13 +781,21 @@ def _usage_int(completion: dict[str, Any], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+def _has_usage(completion: dict[str, Any]) -> bool:
+    usage = completion.get("usage")
+    return isinstance(usage, dict) and all(
+        isinstance(usage.get(k), int) and not isinstance(usage.get(k), bool)
+        for k in ("prompt_tokens", "completion_tokens")
+    )
+
+
 def _count_usage(
     body: dict[str, Any], completions: list[dict[str, Any]], choices: list[ChatChoice]
 ) -> tuple[int, int]:
     """Tokens from the responses' usage; an estimate where a server sent none."""
     prompt = sum(_usage_int(c, "prompt_tokens") for c in completions)
     completion = sum(_usage_int(c, "completion_tokens") for c in completions)
-    if any(not isinstance(c.get("usage"), dict) for c in completions):
+    if not all(_has_usage(c) for c in completions):
         log.debug("server sent no usage; estimating token counts")
         prompt = prompt or estimate_tokens(canonical_json(body["messages"])) * len(completions)
         completion = completion or sum(_completion_tokens(c) for c in choices)
