@@ -357,6 +357,8 @@ class OpenAILLMClient:
         completion, latency = await self._send(body, role)
         completions = [completion]
         choices = _parse_choices(completion, tools_sent=bool(tools))
+        if not choices:  # asking again would compute the same unusable answer
+            raise LLMError(f"{self.config.base_url} answered with no usable choice ({role})")
         if len(choices) < n:
             if self._n_supported is None:
                 log.info("server sent %d of n=%d choices; asking one at a time", len(choices), n)
@@ -753,7 +755,13 @@ def _parse_choice(choice: dict[str, Any], *, tools_sent: bool) -> ChatChoice:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether ``value`` can be a logprob: a finite number, at most 0."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value <= 0.0
+    )
 
 
 def _logprobs(data: Any) -> tuple[list[float] | None, list[list[float]] | None]:
