@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
@@ -350,6 +351,7 @@ class Faults:
         self.fail_first = fail_first
         self.fault = fault
         self.failed = 0
+        self.computed = 0
         self.in_flight = 0
         self.in_flight_peak = 0
         self._lock = threading.Lock()
@@ -373,10 +375,13 @@ def create_app(
     model: str = "fake",
     counter: list[int] | None = None,
     faults: Faults | None = None,
+    slots: int | None = None,
 ) -> FastAPI:
-    """The ASGI app. ``counter`` (a one-item list) counts chat requests, if given."""
+    """The ASGI app. ``counter`` (a one-item list) counts chat requests, if given; with
+    ``slots`` at most that many are computed at once, the rest queue (as in llama.cpp)."""
     app = FastAPI(title="fake-llm")
     faults = faults or Faults()
+    slot = asyncio.Semaphore(slots) if slots else contextlib.nullcontext()
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -403,8 +408,12 @@ def create_app(
         faults.in_flight += 1
         faults.in_flight_peak = max(faults.in_flight_peak, faults.in_flight)
         try:
-            if delay_s:
-                await asyncio.sleep(delay_s)
+            async with slot:
+                if delay_s:
+                    await asyncio.sleep(delay_s)
+                # counted whether or not the client still waits (it is not cancelled when
+                # the client goes away, like llama.cpp's server)
+                faults.computed += 1
             return JSONResponse(respond(body, stop_after=stop_after, model=model))
         finally:
             faults.in_flight -= 1
@@ -430,6 +439,7 @@ class FakeLLMServer:
         port: int = 0,
         fail_first: int = 0,
         fault: str = "500",
+        slots: int | None = None,
     ) -> None:
         self._counter = [0]
         self.faults = Faults(fail_first, fault)
@@ -439,6 +449,7 @@ class FakeLLMServer:
             model=model,
             counter=self._counter,
             faults=self.faults,
+            slots=slots,
         )
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -54,6 +54,7 @@ from typing import Any
 
 __all__ = [
     "CHAT_FORMAT",
+    "COMPUTED_MARK",
     "MAX_PARALLEL_CALLS",
     "CompactRAMCache",
     "chatml_tools_handler",
@@ -66,6 +67,8 @@ MAX_PARALLEL_CALLS = 4
 """The most tool calls one turn may hold (``--max_parallel_calls`` lowers it)."""
 _limits: dict[str, Any] = {"max_parallel_calls": MAX_PARALLEL_CALLS, "call_bias": 0.0}
 _END = "<|im_end|>"
+COMPUTED_MARK = "trajsynth-chat-computed"
+"""Starts the server's log line for each chat request it computed."""
 _MIN_LOGPROB = -9999.0  # JSON has no -inf
 
 
@@ -324,6 +327,7 @@ def chatml_tools_handler(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """A ``llama_cpp`` chat completion handler: ChatML with tool calls (see module doc)."""
+    started = time.perf_counter()
     if stream:
         raise ValueError(f"{CHAT_FORMAT} does not stream")
     if functions and not tools:
@@ -470,6 +474,14 @@ def chatml_tools_handler(
         "completion_tokens": sum(c["usage"]["completion_tokens"] for c in completions),
     }
     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    # one line per computed request in the server's log: what the server did, whether or
+    # not a client was still waiting (bench/llm_footprint.py counts duplicated work by it)
+    print(
+        f"{COMPUTED_MARK} prompt={usage['prompt_tokens']} "
+        f"completion={usage['completion_tokens']} seconds={time.perf_counter() - started:.2f}",
+        file=sys.stderr,
+        flush=True,
+    )
     return {
         "id": "chat" + first["id"],
         "object": "chat.completion",

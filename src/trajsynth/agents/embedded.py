@@ -66,7 +66,7 @@ from types import TracebackType
 
 import httpx
 
-from trajsynth.agents.chatml_tools import CHAT_FORMAT
+from trajsynth.agents.chatml_tools import CHAT_FORMAT, COMPUTED_MARK
 from trajsynth.agents.endpoints import forget_endpoint, register_endpoint
 from trajsynth.schemas import LLMError
 
@@ -313,6 +313,17 @@ class EmbeddedLLMServer:
                         f"{self.startup_timeout_s:.0f}s:\n{self.log_tail()}"
                     )
                 time.sleep(0.2)
+
+    def computed_requests(self) -> int:
+        """Chat requests the server computed since it was first started (restarts included),
+        counted from its log, whether or not a client still waited for them."""
+        if self._log_file is None:
+            return 0
+        try:
+            text = Path(self._log_file.name).read_text(errors="replace")
+        except OSError:
+            return 0
+        return text.count(COMPUTED_MARK)
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines the server wrote (stdout and stderr together)."""
