@@ -104,6 +104,27 @@ async def test_a_retry_after_a_timeout_waits_until_the_keeper_made_the_server_id
     assert events == ["request", "keep:timeout", "request"]
 
 
+async def test_a_request_given_up_on_for_good_leaves_the_server_idle() -> None:
+    """After the last timeout the server is made idle too: the next request (of any unit)
+    must not queue behind the abandoned one."""
+    events: list[str] = []
+
+    def timeout(body: dict[str, Any]) -> Any:
+        events.append("request")
+        return httpx.ReadTimeout("scripted")
+
+    url = "http://kept-server-2/v1"
+    register_endpoint(url, slots=1, keeper=lambda why: events.append(f"keep:{why}"))
+    try:
+        fake = ScriptedLLM([timeout, timeout])
+        with pytest.raises(LLMError, match="timed out after retries"):
+            await _scripted(fake, url, max_retries=1).chat(USER, role=AgentRole.ASSISTANT)
+    finally:
+        forget_endpoint(url)
+    fake.assert_consumed()
+    assert events == ["request", "keep:timeout", "request", "keep:timeout"]
+
+
 async def test_a_refused_request_is_not_retried_and_the_keeper_is_not_called() -> None:
     kept: list[str] = []
     url = "http://refusing-server/v1"

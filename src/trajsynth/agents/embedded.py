@@ -168,6 +168,7 @@ class EmbeddedLLMServer:
         self.cache_mb = cache_mb
         self.restarts: list[str] = []  # why each restart happened (the keeper's log)
         self._keep_lock = threading.Lock()
+        self._registered = False
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = list(extra_args or [])
         self._proc: subprocess.Popen[bytes] | None = None
@@ -258,7 +259,9 @@ class EmbeddedLLMServer:
         except BaseException:
             self.stop()
             raise
-        register_endpoint(self.base_url, slots=1, keeper=self.keep)
+        if not self._registered:  # a restart keeps the endpoint (and its one slot)
+            register_endpoint(self.base_url, slots=1, keeper=self.keep)
+            self._registered = True
         return self
 
     def keep(self, why: str) -> None:
@@ -337,8 +340,9 @@ class EmbeddedLLMServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Terminate the server (then kill it if it lingers); safe to call twice."""
-        if self.port is not None:
+        if self._registered:
             forget_endpoint(self.base_url)
+            self._registered = False
         self._terminate(timeout_s)
         if self._log_file is not None:
             self._log_file.close()

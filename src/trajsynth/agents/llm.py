@@ -446,6 +446,11 @@ class OpenAILLMClient:
                             raise
                         computed = time.perf_counter() - start
             except openai.APIError as exc:
+                if _idle_reason(exc) != "error":
+                    # given up for good: the server must not go on computing the abandoned
+                    # request while the next one (of this or another unit) waits behind it
+                    with contextlib.suppress(LLMError):
+                        await ep.make_idle(_idle_reason(exc))
                 raise _llm_error(exc, self.config.base_url, role) from exc
             except _MalformedResponse as exc:
                 raise LLMError(f"{self.config.base_url} ({role}): {exc} (after retries)") from exc
