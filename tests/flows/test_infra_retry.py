@@ -4,8 +4,11 @@ every retry silently not happen)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from prefect import flow, task
+from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
 from prefect.states import Failed
 
 from trajsynth.flows.stages import _infra_only
@@ -40,9 +43,11 @@ def test_an_async_task_failing_twice_with_infra_faults_is_retried_to_success() -
     async def run(kind: str) -> str:
         return await unit(kind)
 
-    assert run("infra") == "done"
-    assert attempts == ["infra"] * 3
-    attempts.clear()
-    with pytest.raises(ModelOutputError):
-        run("model")
+    # a loaded machine starts the ephemeral API slowly (Prefect waits 20 s by default)
+    with temporary_settings({PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 300}):
+        assert asyncio.run(run("infra")) == "done"
+        assert attempts == ["infra"] * 3
+        attempts.clear()
+        with pytest.raises(ModelOutputError):
+            asyncio.run(run("model"))
     assert attempts == ["model"]  # a model fault would fail the same way again
