@@ -183,12 +183,13 @@ async def test_a_gate_waiter_cancelled_while_waiting_gives_no_slot_away() -> Non
 
 def test_the_timeout_grows_with_the_measured_speed_and_never_shrinks_below_the_setting() -> None:
     ep = Endpoint("u", SlotGate(1))
-    assert ep.timeout_for(256, 120.0) == 120.0  # nothing measured yet
-    ep.observe(latency_s=2.0, completion_tokens=100)  # fast: 0.02 s a token
-    assert ep.timeout_for(256, 120.0) == 120.0
+    assert ep.timeout_for(2000, 256, 120.0) == 120.0  # nothing measured yet
+    assert ep.timeout_for(2000, 256, 120.0, attempt=3) == 480.0  # doubled on each retry
+    ep.observe(latency_s=2.0, prompt_tokens=500, completion_tokens=100)  # fast
+    assert ep.timeout_for(2000, 256, 120.0) == 120.0
     for _ in range(10):
-        ep.observe(latency_s=200.0, completion_tokens=100)  # a loaded box: 2 s a token
-    assert ep.timeout_for(256, 120.0) > 3 * 256 * 1.5
+        ep.observe(latency_s=300.0, prompt_tokens=500, completion_tokens=100)  # 2 s a token
+    assert ep.timeout_for(2000, 256, 120.0) > 3 * (256 + 200) * 1.5
 
 
 # -- answers of any shape ----------------------------------------------------------------

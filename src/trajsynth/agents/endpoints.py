@@ -9,9 +9,10 @@ Every ``OpenAILLMClient`` of the process that talks to one base URL shares one `
   has one slot (it computes one request at a time); any other server gets the client's
   ``max_concurrency``.
 * ``timeout_for``: the per-attempt timeout, never below the configured one and longer when
-  the server has been measured slower than that allows (seconds per generated token, an
-  exponentially weighted mean over answered requests), so a slow but working server is not
-  given up on while it computes.
+  the server has been measured slower than that allows (seconds per token of work, an
+  exponentially weighted mean over answered requests, a prompt token counting a tenth of a
+  generated one), doubled on each retry, so a slow but working server is not given up on
+  while it computes.
 * ``keeper``: for a server this process started (``agents.embedded``), a function that
   makes it idle before a retry: a dead server is started again, and one that was given up
   on mid-request is restarted, since llama.cpp goes on computing an abandoned request and a
@@ -38,6 +39,12 @@ Keeper = Callable[[str], None]
 _TIMEOUT_FACTOR = 3.0  # an attempt may take this many times its expected time
 _TIMEOUT_SLACK_S = 5.0
 _EWMA = 0.3
+_PROMPT_WEIGHT = 0.1  # reading a prompt token costs about a tenth of generating one on CPU
+
+
+def _work(prompt_tokens: int, completion_tokens: int) -> float:
+    """A request's work in generated-token equivalents."""
+    return completion_tokens + _PROMPT_WEIGHT * prompt_tokens
 
 
 @dataclass(eq=False)
@@ -121,28 +128,34 @@ class Endpoint:
     recovered: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def observe(self, latency_s: float, completion_tokens: int) -> None:
-        """Fold one answered request (wall seconds at the server, tokens made) into the speed."""
-        rate = latency_s / max(1, completion_tokens)
+    def observe(self, latency_s: float, prompt_tokens: int, completion_tokens: int) -> None:
+        """Fold one answered request (seconds at the server, its tokens) into the speed."""
+        rate = latency_s / max(1.0, _work(prompt_tokens, completion_tokens))
         with self._lock:
             old = self.seconds_per_token
             self.seconds_per_token = rate if old is None else (1 - _EWMA) * old + _EWMA * rate
             self.answered += 1
 
-    def timeout_for(self, max_tokens: int, floor_s: float) -> float:
-        """Seconds one attempt of a request for ``max_tokens`` tokens may take.
+    def timeout_for(
+        self, prompt_tokens: int, max_tokens: int, floor_s: float, attempt: int = 1
+    ) -> float:
+        """Seconds attempt ``attempt`` of a request may take: three times what the measured
+        speed says it needs (prompt and ``max_tokens``), never less than ``floor_s``,
+        doubled on each retry (a cold server, restarted and without its prompt cache, is
+        slower than the one measured).
 
         >>> e = Endpoint("u", SlotGate(1))
-        >>> e.timeout_for(256, 120.0)
-        120.0
-        >>> e.observe(10.0, 10)  # one second a token: 256 tokens need about 256 s
-        >>> e.timeout_for(256, 120.0)
-        773.0
+        >>> e.timeout_for(1000, 256, 120.0), e.timeout_for(1000, 256, 120.0, attempt=2)
+        (120.0, 240.0)
+        >>> e.observe(10.0, 0, 10)  # one second a generated token
+        >>> e.timeout_for(1000, 256, 120.0)  # (256 + 1000 / 10) s, times 3, plus 5 s
+        1073.0
         """
-        if self.seconds_per_token is None:
-            return floor_s
-        expected = self.seconds_per_token * max_tokens
-        return max(floor_s, _TIMEOUT_FACTOR * expected + _TIMEOUT_SLACK_S)
+        expected = 0.0
+        if self.seconds_per_token is not None:
+            expected = self.seconds_per_token * _work(prompt_tokens, max_tokens)
+        single = max(floor_s, _TIMEOUT_FACTOR * expected + _TIMEOUT_SLACK_S)
+        return single * 2 ** max(0, attempt - 1)
 
     async def make_idle(self, why: str) -> None:
         """Before a retry: have the keeper restart a dead or abandoned server (if any)."""

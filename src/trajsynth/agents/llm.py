@@ -419,6 +419,7 @@ class OpenAILLMClient:
             estimate = estimate_tokens(canonical_json(body["messages"])) + body["max_tokens"]
             await state.tpm.acquire(min(estimate, state.tpm.max_rate))
         ep = self.endpoint
+        prompt_estimate = estimate_tokens(canonical_json([body["messages"], body.get("tools")]))
         async with ep.gate.slot():
             retrying = AsyncRetrying(
                 stop=stop_after_attempt(self.config.max_retries + 1),
@@ -439,7 +440,12 @@ class OpenAILLMClient:
                             completion = await self._create(
                                 state.client,
                                 body,
-                                ep.timeout_for(body["max_tokens"], self.config.timeout_s),
+                                ep.timeout_for(
+                                    prompt_estimate,
+                                    body["max_tokens"],
+                                    self.config.timeout_s,
+                                    attempt.retry_state.attempt_number,
+                                ),
                             )
                         except (openai.APIError, _MalformedResponse) as exc:
                             last = exc
@@ -454,7 +460,11 @@ class OpenAILLMClient:
                 raise _llm_error(exc, self.config.base_url, role) from exc
             except _MalformedResponse as exc:
                 raise LLMError(f"{self.config.base_url} ({role}): {exc} (after retries)") from exc
-        ep.observe(computed, _usage_int(completion, "completion_tokens") or body["max_tokens"])
+        ep.observe(
+            computed,
+            _usage_int(completion, "prompt_tokens") or prompt_estimate,
+            _usage_int(completion, "completion_tokens") or body["max_tokens"],
+        )
         return completion, time.perf_counter() - began
 
     async def _create(
