@@ -68,10 +68,10 @@ class _RssSampler(threading.Thread):
         self.server = server
         self.peak_mb = 0.0
         self.samples: list[float] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._halt.wait(0.2):
             proc = getattr(self.server, "_proc", None)
             if proc is not None:
                 mb = _rss_mb(proc.pid)
@@ -79,7 +79,7 @@ class _RssSampler(threading.Thread):
                 self.peak_mb = max(self.peak_mb, mb)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5)
 
 
