@@ -183,8 +183,10 @@ async def test_a_gate_waiter_cancelled_while_waiting_gives_no_slot_away() -> Non
 
 def test_the_timeout_grows_with_the_measured_speed_and_never_shrinks_below_the_setting() -> None:
     ep = Endpoint("u", SlotGate(1))
-    assert ep.timeout_for(2000, 256, 120.0) == 120.0  # nothing measured yet
-    assert ep.timeout_for(2000, 256, 120.0, attempt=3) == 480.0  # doubled on each retry
+    assert ep.timeout_for(100, 64, 120.0) == 120.0  # a small request: the setting
+    assert ep.timeout_for(100, 64, 120.0, attempt=3) == 480.0  # doubled on each retry
+    cold = ep.timeout_for(2000, 256, 120.0)
+    assert cold > 120.0  # nothing measured: a long prompt gets a pessimistic prior's time
     ep.observe(latency_s=2.0, prompt_tokens=500, completion_tokens=100)  # fast
     assert ep.timeout_for(2000, 256, 120.0) == 120.0
     for _ in range(10):

@@ -11,8 +11,8 @@ Every ``OpenAILLMClient`` of the process that talks to one base URL shares one `
 * ``timeout_for``: the per-attempt timeout, never below the configured one and longer when
   the server has been measured slower than that allows (seconds per token of work, an
   exponentially weighted mean over answered requests, a prompt token counting a tenth of a
-  generated one), doubled on each retry, so a slow but working server is not given up on
-  while it computes.
+  generated one; before any answer, a pessimistic 4 tokens/s), doubled on each retry, so a
+  slow but working server is not given up on while it computes.
 * ``keeper``: for a server this process started (``agents.embedded``), a function that
   makes it idle before a retry: a dead server is started again, and one that was given up
   on mid-request is restarted, since llama.cpp goes on computing an abandoned request and a
@@ -39,6 +39,7 @@ Keeper = Callable[[str], None]
 _TIMEOUT_FACTOR = 3.0  # an attempt may take this many times its expected time
 _TIMEOUT_SLACK_S = 5.0
 _EWMA = 0.3
+_PRIOR_SECONDS_PER_TOKEN = 0.25  # before any measurement: 4 tokens/s, a loaded 2-core box
 _PROMPT_WEIGHT = 0.1  # reading a prompt token costs about a tenth of generating one on CPU
 
 
@@ -145,15 +146,18 @@ class Endpoint:
         slower than the one measured).
 
         >>> e = Endpoint("u", SlotGate(1))
-        >>> e.timeout_for(1000, 256, 120.0), e.timeout_for(1000, 256, 120.0, attempt=2)
+        >>> e.timeout_for(100, 64, 120.0), e.timeout_for(100, 64, 120.0, attempt=2)
         (120.0, 240.0)
-        >>> e.observe(10.0, 0, 10)  # one second a generated token
+        >>> e.timeout_for(2000, 256, 120.0)  # the prior: (256 + 2000 / 10) x 0.25 s x 3 + 5 s
+        347.0
+        >>> e.observe(10.0, 0, 10)  # measured: one second a generated token
         >>> e.timeout_for(1000, 256, 120.0)  # (256 + 1000 / 10) s, times 3, plus 5 s
         1073.0
         """
-        expected = 0.0
-        if self.seconds_per_token is not None:
-            expected = self.seconds_per_token * _work(prompt_tokens, max_tokens)
+        rate = (
+            _PRIOR_SECONDS_PER_TOKEN if self.seconds_per_token is None else self.seconds_per_token
+        )
+        expected = rate * _work(prompt_tokens, max_tokens)
         single = max(floor_s, _TIMEOUT_FACTOR * expected + _TIMEOUT_SLACK_S)
         return single * 2 ** max(0, attempt - 1)
 
