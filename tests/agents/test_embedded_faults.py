@@ -62,9 +62,8 @@ async def test_a_killed_server_is_restarted_and_the_request_answered(
 
 async def test_a_request_given_up_on_is_never_computed(server: EmbeddedLLMServer) -> None:
     """0.2 s (0.4 s on the retry) is far too little for 512 tokens: each attempt is given up
-    on, and the server
-    is restarted before the retry and after the last one, so neither is computed to the
-    end; the next request is then computed exactly once."""
+    on, and the server is restarted before the retry and after the last one, so neither is
+    computed to the end; the next request is then computed exactly once."""
     async with _client(server, timeout_s=0.2, max_tokens=512, max_retries=1) as client:
         # as if the server had been measured very fast: the timeout is the 0.2 s setting
         client.endpoint.observe(latency_s=0.001, prompt_tokens=0, completion_tokens=1000)
