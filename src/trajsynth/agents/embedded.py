@@ -19,7 +19,7 @@ Server options, and why:
 * ``--interrupt_requests false``: the default cancels a streaming request when another
   arrives; concurrent rollouts must queue instead. (The server runs one request at a time.)
 * ``--cache true --cache_type ram --cache_size`` (``prompt_cache``, ``cache_mb``, default
-  256 MB): llama-cpp-python's RAM cache of evaluated prompt states, bounded. Without it
+  192 MB): llama-cpp-python's RAM cache of evaluated prompt states, bounded. Without it
   the server reuses only the prefix of the prompt it ran last, so when two conversations
   alternate (the assistant and the user simulator, or concurrent rollouts) every turn
   re-reads its whole prompt. Measured: two alternating conversations growing to about
@@ -31,6 +31,10 @@ Server options, and why:
 * ``--n_ctx``: ``[llm] embedded_ctx`` (``LLMConfig.embedded_ctx``, 4096 by default): a
   rollout's prompt (system, tool list, up to ``max_turns`` turns) stays under 4,096
   tokens, and the KV cache and the cache entries grow with it.
+* ``--n_batch 256`` (``n_batch``; llama-cpp-python's default is 512): the logits buffer is
+  ``n_batch x n_vocab`` floats and every request's saved state copies it once more before
+  the cache drops it (100 MB each at 512 for SmolLM2's 49,152-token vocabulary); 256
+  halves both, and a prompt is still read 256 tokens at a time.
 * one slot: the server computes one request at a time, so it registers one slot with
   ``agents.endpoints``; every client of the process waits for it there, and a retry after
   a timeout or a lost connection first restarts the server (``keep``), so an abandoned
@@ -148,9 +152,10 @@ class EmbeddedLLMServer:
         host: str = "127.0.0.1",
         port: int | None = None,
         n_ctx: int = 4096,
+        n_batch: int = 256,
         n_threads: int | None = None,
         prompt_cache: bool = True,
-        cache_mb: int = 256,
+        cache_mb: int = 192,
         max_parallel_calls: int = 1,
         call_bias: float = 0.0,
         startup_timeout_s: float = 180.0,
@@ -161,6 +166,7 @@ class EmbeddedLLMServer:
         self.host = host
         self.port = port
         self.n_ctx = n_ctx
+        self.n_batch = n_batch
         self.n_threads = n_threads
         self.max_parallel_calls = max_parallel_calls
         self.call_bias = call_bias
@@ -204,6 +210,8 @@ class EmbeddedLLMServer:
             str(self.port),
             "--n_ctx",
             str(self.n_ctx),
+            "--n_batch",
+            str(self.n_batch),
             "--logits_all",
             "false",
             "--interrupt_requests",
