@@ -280,7 +280,7 @@ def main() -> None:
     fp.add_argument("--max-tokens", type=int, default=48)
     fp.add_argument("--timeout", type=float, default=120.0)
     fp.add_argument("--ctx", type=int, default=4096)
-    fp.add_argument("--cache-mb", type=int, default=192)
+    fp.add_argument("--cache-mb", type=int, default=256)
     dp = sub.add_parser("duplicates")
     dp.add_argument("--units", type=int, default=2, help="threads, a client each")
     dp.add_argument("--requests", type=int, default=3, help="requests at once per unit")

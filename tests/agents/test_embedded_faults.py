@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from trajsynth.agents import endpoints
 from trajsynth.agents.embedded import EmbeddedLLMServer
 from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.schemas import AgentRole, LLMConfig, LLMError, Message, MessageRole, ToolCall
@@ -60,12 +61,16 @@ async def test_a_killed_server_is_restarted_and_the_request_answered(
     assert server.running and server.restarts == ["connection"]
 
 
-async def test_a_request_given_up_on_is_never_computed(server: EmbeddedLLMServer) -> None:
+async def test_a_request_given_up_on_is_never_computed(
+    server: EmbeddedLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """0.2 s (0.4 s on the retry) is far too little for 512 tokens: each attempt is given up
     on, and the server is restarted before the retry and after the last one, so neither is
     computed to the end; the next request is then computed exactly once."""
     async with _client(server, timeout_s=0.2, max_tokens=512, max_retries=1) as client:
-        # as if the server had been measured very fast: the timeout is the 0.2 s setting
+        # as if the server had been measured very fast, with no slack: the timeout is the
+        # 0.2 s setting
+        monkeypatch.setattr(endpoints, "_TIMEOUT_SLACK_S", 0.0)
         client.endpoint.observe(latency_s=0.001, prompt_tokens=0, completion_tokens=1000)
         with pytest.raises(LLMError, match="timed out"):
             await client.chat(ASK, role=AgentRole.USER, seed=2)
@@ -113,4 +118,5 @@ async def test_calls_the_model_writes_as_text_never_stay_in_the_content(
             if _CALL_TEXT.search(str(raw)):
                 text_calls += 1
                 assert result.message.tool_calls, raw
+                print(f"seed {seed}: {raw!r} -> {result.message.tool_calls}")
     print(f"\n{text_calls} of 6 answers were calls written as text")

@@ -55,3 +55,12 @@ def test_a_restored_entry_fills_the_logits_rows_it_is_loaded_into() -> None:
     entry = cache[[7]]
     scores[: entry.n_tokens, :] = entry.scores.copy()  # what Llama.load_state does
     assert not scores[:300].any() and scores[300:].all()
+
+
+def test_a_longer_state_of_the_same_conversation_replaces_the_shorter() -> None:
+    cache = CompactRAMCache.make(capacity_bytes=10 * 2**20)
+    cache[[1, 2]] = _state(2, kv_bytes=1_000)
+    cache[[9, 9]] = _state(2, kv_bytes=1_000)
+    cache[[1, 2, 3, 4]] = _state(4, kv_bytes=2_000)
+    assert sorted(cache.cache_state) == [(1, 2, 3, 4), (9, 9)]
+    assert cache[[1, 2, 5]].n_tokens == 4  # the longer state still serves the shared prefix

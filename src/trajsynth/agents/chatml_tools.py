@@ -508,7 +508,9 @@ class CompactRAMCache:
     10 GB and the server was OOM-killed. A restored state is always decoded again before
     sampling (``Llama.generate`` replays at least one token: ``_requires_eval``), so the
     logits are never read back: an entry keeps one row of zeros instead (``load_state``
-    broadcasts it), and the capacity counts every byte an entry holds.
+    broadcasts it), and the capacity counts every byte an entry holds. An entry whose
+    tokens extend an older one replaces it, so each conversation holds one entry rather
+    than one per turn (and per completion of a tool-call turn).
 
     Built lazily (``make``) so that importing this module does not import llama_cpp.
     """
@@ -527,6 +529,11 @@ class CompactRAMCache:
                 scores = getattr(value, "scores", None)
                 if scores is not None and getattr(scores, "ndim", 0) == 2 and len(scores) > 1:
                     value.scores = np.zeros((1, scores.shape[1]), dtype=scores.dtype)
+                # a state whose tokens begin with an older entry's serves that entry's
+                # prompts too (lookup is by longest prefix): one entry per conversation
+                new = tuple(key)
+                for old in [k for k in self.cache_state if new[: len(k)] == k and k != new]:
+                    del self.cache_state[old]
                 super().__setitem__(key, value)
 
         return _Compact(capacity_bytes=capacity_bytes)

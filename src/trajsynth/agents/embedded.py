@@ -19,7 +19,7 @@ Server options, and why:
 * ``--interrupt_requests false``: the default cancels a streaming request when another
   arrives; concurrent rollouts must queue instead. (The server runs one request at a time.)
 * ``--cache true --cache_type ram --cache_size`` (``prompt_cache``, ``cache_mb``, default
-  192 MB): llama-cpp-python's RAM cache of evaluated prompt states, bounded. Without it
+  256 MB): llama-cpp-python's RAM cache of evaluated prompt states, bounded. Without it
   the server reuses only the prefix of the prompt it ran last, so when two conversations
   alternate (the assistant and the user simulator, or concurrent rollouts) every turn
   re-reads its whole prompt. Measured: two alternating conversations growing to about
@@ -155,7 +155,7 @@ class EmbeddedLLMServer:
         n_batch: int = 256,
         n_threads: int | None = None,
         prompt_cache: bool = True,
-        cache_mb: int = 192,
+        cache_mb: int = 256,
         max_parallel_calls: int = 1,
         call_bias: float = 0.0,
         startup_timeout_s: float = 180.0,

@@ -656,7 +656,7 @@ def _content_text(content: Any) -> str | None:
     return _as_text(content)
 
 
-_TEXT_CALL = re.compile(r"(?m)^[ \t]*functions\.([^\s:]*)[ \t]*:[ \t]*\n?")
+_TEXT_CALL = re.compile(r"(?m)^[ \t]*functions\.([^\s:]*)((?:[ \t]+returned)?)[ \t]*:[ \t]*\n?")
 _TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
 
 
@@ -664,12 +664,15 @@ def split_text_calls(text: str) -> tuple[str | None, list[tuple[str, str]]]:
     r"""Calls a model wrote as text, cut out of it: ``(the words left, [(name, arguments)])``.
 
     Two forms: the embedded server's own call syntax, a line ``functions.<name>:`` followed
-    by the arguments (up to the next such line), and Hermes-style
+    by the arguments (up to the next such line; ``functions.<name> returned:``, a made-up
+    tool result, gives the name ``"<name> returned"``), and Hermes-style
     ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``. Arguments are kept as the
     text the model wrote, so a broken one is judged (and recorded) like any other call.
 
     >>> split_text_calls('Sure.\nfunctions.create_event:\n{"date": "2024-05-01"}')
     ('Sure.', [('create_event', '{"date": "2024-05-01"}')])
+    >>> split_text_calls('functions.create_event returned:\n{"id": 1}')
+    (None, [('create_event returned', '{"id": 1}')])
     >>> split_text_calls("The functions.x: syntax is not at a line start.")
     ('The functions.x: syntax is not at a line start.', [])
     >>> split_text_calls('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>')
@@ -682,7 +685,10 @@ def split_text_calls(text: str) -> tuple[str | None, list[tuple[str, str]]]:
         words = text[: marks[0].start()]
         for i, mark in enumerate(marks):
             stop = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-            calls.append((mark.group(1), text[mark.end() : stop].strip()))
+            # "functions.<name> returned:" is the prompt's tool-result syntax: a result the
+            # model made up. Kept as a call to "<name> returned", which no tool is, so it is
+            # recorded as a `model` failure (unknown tool) with what the model wrote.
+            calls.append((mark.group(1) + mark.group(2), text[mark.end() : stop].strip()))
     tagged = list(_TAGGED_CALL.finditer(words))
     if tagged:
         for match in tagged:
