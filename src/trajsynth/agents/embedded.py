@@ -285,7 +285,7 @@ class EmbeddedLLMServer:
             state = "running" if self.running else f"dead (exit {self._exit_code()})"
             log.warning("restarting the embedded LLM (%s, %s):\n%s", why, state, self.log_tail(5))
             self.restarts.append(why)
-            self._terminate()
+            self._terminate(now=True)
             self.start()
 
     def _exit_code(self) -> int | None:
@@ -359,11 +359,14 @@ class EmbeddedLLMServer:
             self._log_file = None
         atexit.unregister(self.stop)
 
-    def _terminate(self, timeout_s: float = 10.0) -> None:
+    def _terminate(self, timeout_s: float = 10.0, *, now: bool = False) -> None:
+        """Stop the process: SIGTERM (uvicorn then finishes the requests in flight), or
+        with ``now`` SIGKILL, which a restart needs: the request in flight was given up on,
+        and finishing it is exactly the work a restart is there to avoid."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             log.info("stopping the embedded LLM on %s", self.base_url)
-            proc.terminate()
+            proc.kill() if now else proc.terminate()
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
