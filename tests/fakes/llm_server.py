@@ -17,6 +17,9 @@ Prefect worker or a Dask worker can all talk to it through the real ``openai`` c
   ``usage`` (word-level token counts) and, when asked, ``logprobs`` with ``top_logprobs``
   alternatives whose spread is derived from the hash (so entropy varies).
 * ``GET /v1/models``: the one model, named ``model`` (default ``"fake"``).
+* faults on demand: the first ``fail_first`` chat requests get a 500, a body that is not
+  JSON, or JSON that is not a completion (``Faults``), then it answers, so retries can be
+  tested end to end through real HTTP.
 
 The same body always gets the same answer; a different ``seed`` usually a different one.
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
@@ -43,9 +47,17 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
-__all__ = ["STOP_MARKER", "FakeLLMServer", "create_app", "respond", "schema_value"]
+__all__ = [
+    "FAULTS",
+    "STOP_MARKER",
+    "FakeLLMServer",
+    "Faults",
+    "create_app",
+    "respond",
+    "schema_value",
+]
 
 STOP_MARKER = "###STOP###"
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -321,15 +333,55 @@ def respond(body: dict[str, Any], *, stop_after: int = 2, model: str = "fake") -
     }
 
 
+FAULTS = ("500", "garbage", "not-a-completion")
+
+
+class Faults:
+    """Faults for the first chat requests, and what the server saw (shared with the app).
+
+    ``fail_first`` requests get ``fault``: ``"500"`` (an OpenAI-format server error),
+    ``"garbage"`` (200 with a body that is not JSON) or ``"not-a-completion"`` (200 with
+    JSON that is not a chat completion); later requests are answered. ``in_flight_peak`` is
+    the most chat requests the server held at once.
+    """
+
+    def __init__(self, fail_first: int = 0, fault: str = "500") -> None:
+        if fault not in FAULTS:
+            raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
+        self.fail_first = fail_first
+        self.fault = fault
+        self.failed = 0
+        self.computed = 0
+        self.in_flight = 0
+        self.in_flight_peak = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> Response | None:
+        with self._lock:
+            if self.failed >= self.fail_first:
+                return None
+            self.failed += 1
+        if self.fault == "500":
+            return _error(500, "scripted server fault")
+        if self.fault == "garbage":
+            return Response(b"<html>502 Bad Gateway</html>{", media_type="application/json")
+        return JSONResponse({"object": "error", "detail": ["not", "a", "completion"]})
+
+
 def create_app(
     *,
     delay_s: float = 0.0,
     stop_after: int = 2,
     model: str = "fake",
     counter: list[int] | None = None,
+    faults: Faults | None = None,
+    slots: int | None = None,
 ) -> FastAPI:
-    """The ASGI app. ``counter`` (a one-item list) counts chat requests, if given."""
+    """The ASGI app. ``counter`` (a one-item list) counts chat requests, if given; with
+    ``slots`` at most that many are computed at once, the rest queue (as in llama.cpp)."""
     app = FastAPI(title="fake-llm")
+    faults = faults or Faults()
+    slot = asyncio.Semaphore(slots) if slots else contextlib.nullcontext()
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -350,9 +402,21 @@ def create_app(
             return _error(400, "the fake LLM does not stream")
         if counter is not None:
             counter[0] += 1
-        if delay_s:
-            await asyncio.sleep(delay_s)
-        return JSONResponse(respond(body, stop_after=stop_after, model=model))
+        fault = faults.take()
+        if fault is not None:
+            return fault
+        faults.in_flight += 1
+        faults.in_flight_peak = max(faults.in_flight_peak, faults.in_flight)
+        try:
+            async with slot:
+                if delay_s:
+                    await asyncio.sleep(delay_s)
+                # counted whether or not the client still waits (it is not cancelled when
+                # the client goes away, like llama.cpp's server)
+                faults.computed += 1
+            return JSONResponse(respond(body, stop_after=stop_after, model=model))
+        finally:
+            faults.in_flight -= 1
 
     return app
 
@@ -373,9 +437,20 @@ class FakeLLMServer:
         model: str = "fake",
         host: str = "127.0.0.1",
         port: int = 0,
+        fail_first: int = 0,
+        fault: str = "500",
+        slots: int | None = None,
     ) -> None:
         self._counter = [0]
-        app = create_app(delay_s=delay_s, stop_after=stop_after, model=model, counter=self._counter)
+        self.faults = Faults(fail_first, fault)
+        app = create_app(
+            delay_s=delay_s,
+            stop_after=stop_after,
+            model=model,
+            counter=self._counter,
+            faults=self.faults,
+            slots=slots,
+        )
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))

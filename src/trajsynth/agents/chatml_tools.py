@@ -52,13 +52,23 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CHAT_FORMAT", "MAX_PARALLEL_CALLS", "chatml_tools_handler", "main", "render_prompt"]
+__all__ = [
+    "CHAT_FORMAT",
+    "COMPUTED_MARK",
+    "MAX_PARALLEL_CALLS",
+    "CompactRAMCache",
+    "chatml_tools_handler",
+    "main",
+    "render_prompt",
+]
 
 CHAT_FORMAT = "trajsynth-chatml-tools"
 MAX_PARALLEL_CALLS = 4
 """The most tool calls one turn may hold (``--max_parallel_calls`` lowers it)."""
 _limits: dict[str, Any] = {"max_parallel_calls": MAX_PARALLEL_CALLS, "call_bias": 0.0}
 _END = "<|im_end|>"
+COMPUTED_MARK = "trajsynth-chat-computed"
+"""Starts the server's log line for each chat request it computed."""
 _MIN_LOGPROB = -9999.0  # JSON has no -inf
 
 
@@ -317,6 +327,7 @@ def chatml_tools_handler(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """A ``llama_cpp`` chat completion handler: ChatML with tool calls (see module doc)."""
+    started = time.perf_counter()
     if stream:
         raise ValueError(f"{CHAT_FORMAT} does not stream")
     if functions and not tools:
@@ -463,6 +474,14 @@ def chatml_tools_handler(
         "completion_tokens": sum(c["usage"]["completion_tokens"] for c in completions),
     }
     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    # one line per computed request in the server's log: what the server did, whether or
+    # not a client was still waiting (bench/llm_footprint.py counts duplicated work by it)
+    print(
+        f"{COMPUTED_MARK} prompt={usage['prompt_tokens']} "
+        f"completion={usage['completion_tokens']} seconds={time.perf_counter() - started:.2f}",
+        file=sys.stderr,
+        flush=True,
+    )
     return {
         "id": "chat" + first["id"],
         "object": "chat.completion",
@@ -478,6 +497,58 @@ def chatml_tools_handler(
         ],
         "usage": usage,
     }
+
+
+class CompactRAMCache:
+    """llama-cpp-python's RAM prompt cache, with its size counted and its entries compacted.
+
+    The stock ``LlamaRAMCache`` counts only each state's KV bytes against its capacity, but
+    every ``LlamaState`` also holds a copy of the model's logits buffer (``n_batch x
+    n_vocab`` floats: 512 x 49,152 x 4 B, about 100 MB for SmolLM2), so a "2 GiB" cache held
+    10 GB and the server was OOM-killed. A restored state is always decoded again before
+    sampling (``Llama.generate`` replays at least one token: ``_requires_eval``), so the
+    logits are never read back: an entry keeps one row of zeros instead (``load_state``
+    broadcasts it), and the capacity counts every byte an entry holds. An entry whose
+    tokens extend an older one replaces it, so each conversation holds one entry rather
+    than one per turn (and per completion of a tool-call turn).
+
+    Built lazily (``make``) so that importing this module does not import llama_cpp.
+    """
+
+    @staticmethod
+    def make(capacity_bytes: int) -> Any:
+        import numpy as np
+        from llama_cpp.llama_cache import LlamaRAMCache
+
+        class _Compact(LlamaRAMCache):  # type: ignore[misc]
+            @property
+            def cache_size(self) -> int:
+                return sum(_entry_bytes(state) for state in self.cache_state.values())
+
+            def __setitem__(self, key: Sequence[int], value: Any) -> None:
+                scores = getattr(value, "scores", None)
+                if scores is not None and getattr(scores, "ndim", 0) == 2 and len(scores) > 1:
+                    value.scores = np.zeros((1, scores.shape[1]), dtype=scores.dtype)
+                # a state whose tokens begin with an older entry's serves that entry's
+                # prompts too (lookup is by longest prefix): one entry per conversation
+                new = tuple(key)
+                for old in [k for k in self.cache_state if new[: len(k)] == k and k != new]:
+                    del self.cache_state[old]
+                super().__setitem__(key, value)
+
+        return _Compact(capacity_bytes=capacity_bytes)
+
+
+def _entry_bytes(state: Any) -> int:
+    return int(state.llama_state_size) + int(state.scores.nbytes) + int(state.input_ids.nbytes)
+
+
+def _use_compact_cache() -> None:
+    """Have ``llama_cpp.server`` build ``CompactRAMCache`` where it builds its RAM cache
+    (``server/model.py`` looks ``llama_cpp.LlamaRAMCache`` up when it loads the model)."""
+    import llama_cpp
+
+    llama_cpp.LlamaRAMCache = CompactRAMCache.make  # type: ignore[assignment]
 
 
 def register() -> None:
@@ -526,6 +597,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.argv = [sys.argv[0], *args]
     _scrub_server_env()
     register()
+    _use_compact_cache()
     from llama_cpp.server.__main__ import main as server_main
 
     server_main()

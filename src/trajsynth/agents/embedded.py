@@ -18,12 +18,28 @@ Server options, and why:
   about 0.8 GB at 4096 tokens) are not needed.
 * ``--interrupt_requests false``: the default cancels a streaming request when another
   arrives; concurrent rollouts must queue instead. (The server runs one request at a time.)
-* ``--cache true`` (``prompt_cache``): llama-cpp-python's RAM cache of evaluated prompt
-  states (2 GiB). Without it the server reuses only the prefix of the prompt it ran last,
-  so when two conversations alternate (the assistant and the user simulator, or
-  concurrent rollouts) every turn re-reads its whole prompt. Measured: two alternating
-  conversations growing to about 1,000 prompt tokens over 4 turns each took 165 s and
-  168 s without the cache, 52 s and 48 s with it (2-core box, busy).
+* ``--cache true --cache_type ram --cache_size`` (``prompt_cache``, ``cache_mb``, default
+  256 MB): llama-cpp-python's RAM cache of evaluated prompt states, bounded. Without it
+  the server reuses only the prefix of the prompt it ran last, so when two conversations
+  alternate (the assistant and the user simulator, or concurrent rollouts) every turn
+  re-reads its whole prompt. Measured: two alternating conversations growing to about
+  1,000 prompt tokens over 4 turns each took 165 s and 168 s without the cache, 52 s and
+  48 s with it (2-core box, busy). The stock cache undercounts its entries (each holds
+  a 100 MB logits copy it does not count), which grew the server to 4-7 GB resident;
+  ``chatml_tools.CompactRAMCache`` drops that copy and counts every byte, so the server
+  stays near its fixed footprint plus ``cache_mb`` (``bench/llm_footprint.py``).
+* ``--n_ctx``: ``[llm] embedded_ctx`` (``LLMConfig.embedded_ctx``, 4096 by default): a
+  rollout's prompt (system, tool list, up to ``max_turns`` turns) stays under 4,096
+  tokens, and the KV cache and the cache entries grow with it.
+* ``--n_batch 256`` (``n_batch``; llama-cpp-python's default is 512): the logits buffer is
+  ``n_batch x n_vocab`` floats and every request's saved state copies it once more before
+  the cache drops it (100 MB each at 512 for SmolLM2's 49,152-token vocabulary); 256
+  halves both, and a prompt is still read 256 tokens at a time.
+* one slot: the server computes one request at a time, so it registers one slot with
+  ``agents.endpoints``; every client of the process waits for it there, and a retry after
+  a timeout or a lost connection first restarts the server (``keep``), so an abandoned
+  request is never computed on while its retry waits. A server that died is started
+  again on the same port the same way.
 * ``--max_parallel_calls 1`` (ours): one tool call per turn. Asked whether to add another,
   SmolLM2-135M nearly always repeats the call it just made.
 * ``--call_bias 0`` (ours): under ``tool_choice="auto"`` the turn is a call with the
@@ -54,7 +70,8 @@ from types import TracebackType
 
 import httpx
 
-from trajsynth.agents.chatml_tools import CHAT_FORMAT
+from trajsynth.agents.chatml_tools import CHAT_FORMAT, COMPUTED_MARK
+from trajsynth.agents.endpoints import forget_endpoint, register_endpoint
 from trajsynth.schemas import LLMError
 
 __all__ = [
@@ -135,8 +152,10 @@ class EmbeddedLLMServer:
         host: str = "127.0.0.1",
         port: int | None = None,
         n_ctx: int = 4096,
+        n_batch: int = 256,
         n_threads: int | None = None,
         prompt_cache: bool = True,
+        cache_mb: int = 256,
         max_parallel_calls: int = 1,
         call_bias: float = 0.0,
         startup_timeout_s: float = 180.0,
@@ -147,10 +166,15 @@ class EmbeddedLLMServer:
         self.host = host
         self.port = port
         self.n_ctx = n_ctx
+        self.n_batch = n_batch
         self.n_threads = n_threads
         self.max_parallel_calls = max_parallel_calls
         self.call_bias = call_bias
         self.prompt_cache = prompt_cache
+        self.cache_mb = cache_mb
+        self.restarts: list[str] = []  # why each restart happened (the keeper's log)
+        self._keep_lock = threading.Lock()
+        self._registered = False
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = list(extra_args or [])
         self._proc: subprocess.Popen[bytes] | None = None
@@ -186,12 +210,18 @@ class EmbeddedLLMServer:
             str(self.port),
             "--n_ctx",
             str(self.n_ctx),
+            "--n_batch",
+            str(self.n_batch),
             "--logits_all",
             "false",
             "--interrupt_requests",
             "false",
             "--cache",
             "true" if self.prompt_cache else "false",
+            "--cache_type",
+            "ram",
+            "--cache_size",
+            str(self.cache_mb * 2**20),
             "--verbose",
             "false",
             "--max_parallel_calls",
@@ -211,9 +241,10 @@ class EmbeddedLLMServer:
             raise LLMError(f"the embedded LLM cannot start: {why}")
         if self.port is None:
             self.port = free_port(self.host)
-        self._log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept open while running
-            prefix="trajsynth-llama-", suffix=".log", delete=False
-        )
+        if self._log_file is None:  # a restart appends to the same log
+            self._log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - open while running
+                prefix="trajsynth-llama-", suffix=".log", delete=False
+            )
         argv = self.command()
         log.info("starting the embedded LLM on %s", self.base_url)
         log.debug("embedded LLM argv: %s", argv)
@@ -236,7 +267,35 @@ class EmbeddedLLMServer:
         except BaseException:
             self.stop()
             raise
+        if not self._registered:  # a restart keeps the endpoint (and its one slot)
+            register_endpoint(self.base_url, slots=1, keeper=self.keep)
+            self._registered = True
         return self
+
+    def keep(self, why: str) -> None:
+        """Make the server idle and alive before a client retries (``agents.endpoints``).
+
+        A dead server is started again; after a timeout or a lost connection a live one is
+        restarted too, because llama.cpp would go on computing the request the client gave
+        up on and the retry would queue behind it. Other faults (a 5xx) leave it running.
+        """
+        with self._keep_lock:
+            if self.running and why not in ("timeout", "connection"):
+                return
+            state = "running" if self.running else f"dead (exit {self._exit_code()})"
+            log.warning("restarting the embedded LLM (%s, %s):\n%s", why, state, self.log_tail(5))
+            self.restarts.append(why)
+            self._terminate(now=True)
+            self.start()
+
+    def _exit_code(self) -> int | None:
+        return self._proc.poll() if self._proc is not None else None
+
+    def rss_bytes(self) -> tuple[int, int]:
+        """The server's resident memory now and its peak (``VmRSS``, ``VmHWM``), in bytes."""
+        if self._proc is None:
+            return 0, 0
+        return _rss(self._proc.pid)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -266,6 +325,17 @@ class EmbeddedLLMServer:
                     )
                 time.sleep(0.2)
 
+    def computed_requests(self) -> int:
+        """Chat requests the server computed since it was first started (restarts included),
+        counted from its log, whether or not a client still waited for them."""
+        if self._log_file is None:
+            return 0
+        try:
+            text = Path(self._log_file.name).read_text(errors="replace")
+        except OSError:
+            return 0
+        return text.count(COMPUTED_MARK)
+
     def log_tail(self, lines: int = 30) -> str:
         """The last lines the server wrote (stdout and stderr together)."""
         if self._log_file is None:
@@ -278,21 +348,30 @@ class EmbeddedLLMServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Terminate the server (then kill it if it lingers); safe to call twice."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            log.info("stopping the embedded LLM on %s", self.base_url)
-            proc.terminate()
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=timeout_s)
+        if self._registered:
+            forget_endpoint(self.base_url)
+            self._registered = False
+        self._terminate(timeout_s)
         if self._log_file is not None:
             self._log_file.close()
             with contextlib.suppress(OSError):
                 os.unlink(self._log_file.name)
             self._log_file = None
         atexit.unregister(self.stop)
+
+    def _terminate(self, timeout_s: float = 10.0, *, now: bool = False) -> None:
+        """Stop the process: SIGTERM (uvicorn then finishes the requests in flight), or
+        with ``now`` SIGKILL, which a restart needs: the request in flight was given up on,
+        and finishing it is exactly the work a restart is there to avoid."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            log.info("stopping the embedded LLM on %s", self.base_url)
+            proc.kill() if now else proc.terminate()
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=timeout_s)
 
     def __enter__(self) -> EmbeddedLLMServer:
         return self.start()
@@ -304,3 +383,17 @@ class EmbeddedLLMServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _rss(pid: int) -> tuple[int, int]:
+    """``VmRSS`` and ``VmHWM`` of a process from ``/proc`` (0, 0 when it is gone)."""
+    fields = {}
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    fields[key] = int(value.split()[0]) * 1024
+    except OSError:
+        return 0, 0
+    return fields.get("VmRSS", 0), fields.get("VmHWM", 0)

@@ -1,12 +1,20 @@
 """One async LLM client for any OpenAI-compatible server (vLLM, hosted APIs, llama.cpp).
 
-``OpenAILLMClient`` wraps ``openai.AsyncOpenAI``. The SDK does the retries (429, 5xx,
-timeouts and connection faults, with exponential backoff that honours ``Retry-After``) and
-the per-attempt timeout, from ``LLMConfig.max_retries`` and ``LLMConfig.timeout_s``. On top
-of it this module adds:
+``OpenAILLMClient`` wraps ``openai.AsyncOpenAI``. On top of it this module adds:
 
-* a bounded number of requests in flight (``max_concurrency``) and optional
-  requests-per-minute and tokens-per-minute limits (leaky buckets, ``aiolimiter``);
+* retries of infrastructure faults (429, 408/409, 5xx, timeouts, connection faults, an
+  answer that is not a chat completion) through ``tenacity``, ``LLMConfig.max_retries`` of
+  them, with exponential backoff and jitter that honours ``Retry-After``. They are done
+  here rather than by the SDK because a retry must wait for the server to be idle: a
+  server this process runs (``agents.embedded``) is restarted before a retry after a
+  timeout or a lost connection, since llama.cpp goes on computing a request the client gave
+  up on and the retry would queue behind it (``agents.endpoints``);
+* requests in flight bounded by what the server computes at once, across every client,
+  event loop and thread of the process (one for the embedded server, ``max_concurrency``
+  otherwise), so a request waits in the client and its timeout measures computing, not
+  queueing; the per-attempt timeout is ``LLMConfig.timeout_s`` or longer when the server
+  was measured slower (``agents.endpoints``); optional requests-per-minute and
+  tokens-per-minute limits (leaky buckets, ``aiolimiter``);
 * an on-disk response cache (``diskcache``) keyed by the sha256 of the full canonical
   request (model, messages, tools, sampling parameters, seed, logprob options), so a re-run
   returns the same turns and costs nothing. Identical requests share one answer, so callers
@@ -15,9 +23,15 @@ of it this module adds:
 * logprobs requested when ``LLMConfig.logprobs`` is set; a server that rejects them with a
   400 is asked once more without them, and never again for this client.
 
-Faults left after the SDK's retries become ``LLMError`` (an ``InfraError``): never shown to
-a model, never counted against the policy. Malformed tool-call JSON from the model is not a
-fault here: it stays verbatim in ``FunctionCall.arguments`` and the agent layer decides.
+Faults left after the retries become ``LLMError`` (an ``InfraError``): never shown to a
+model, never counted against the policy. The answer is parsed from the JSON the server
+sent, not from the SDK's unvalidated objects, so no model output crashes the parse: a field
+of the wrong type is kept as text, unpaired surrogates become U+FFFD, and a call written as
+text (``functions.<name>:`` then its arguments, the embedded server's call syntax, or
+``<tool_call>{...}</tool_call>``) becomes a tool call, never assistant content (the agent
+layer then records it as a call, or as a ``model`` failure when it does not parse).
+Malformed tool-call JSON is not a fault here: it stays verbatim in
+``FunctionCall.arguments`` and the agent layer decides.
 The API key is a ``SecretStr``; it is handed to the SDK and nowhere else (not the cache key,
 not a cached value, not a log line).
 """
@@ -26,9 +40,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
+import json
 import logging
 import math
+import random
+import re
+import ssl
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -40,7 +59,9 @@ import diskcache
 import openai
 from aiolimiter import AsyncLimiter
 from pydantic import Field, SecretStr, ValidationError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from trajsynth.agents.endpoints import Endpoint, endpoint
 from trajsynth.schemas import (
     AgentRole,
     FunctionCall,
@@ -66,6 +87,7 @@ __all__ = [
     "estimate_tokens",
     "open_llm_client",
     "request_key",
+    "split_text_calls",
 ]
 
 log = logging.getLogger(__name__)
@@ -165,10 +187,9 @@ def request_key(body: dict[str, Any]) -> str:
 
 @dataclass
 class _LoopState:
-    """What must belong to one event loop: the SDK client, the semaphore, the limiters."""
+    """What must belong to one event loop: the SDK client and the limiters."""
 
     client: openai.AsyncOpenAI
-    semaphore: asyncio.Semaphore
     rpm: AsyncLimiter | None
     tpm: AsyncLimiter | None
 
@@ -182,8 +203,9 @@ class OpenAILLMClient:
     turns the response cache off. ``http_client`` (an ``httpx.AsyncClient``) replaces the
     SDK's own, e.g. with a mock transport in tests.
 
-    The SDK client, the concurrency semaphore and the rate limiters are made per running
-    event loop, so one client object can serve several ``asyncio.run`` calls in turn.
+    The SDK client and the rate limiters are made per running event loop (an httpx client
+    belongs to one loop), so one client object can serve several ``asyncio.run`` calls in
+    turn; they share one TLS context. The slots of the server are shared by the process.
     """
 
     def __init__(
@@ -211,6 +233,7 @@ class OpenAILLMClient:
         self._logprobs_supported: bool | None = None if config.logprobs else False
         # Whether the server answers `n > 1` with n choices (llama.cpp ignores `n`).
         self._n_supported: bool | None = None
+        self.endpoint: Endpoint = endpoint(config.base_url, config.max_concurrency)
 
     def __repr__(self) -> str:
         return f"OpenAILLMClient(base_url={self.config.base_url!r}, model={self.config.model!r})"
@@ -244,13 +267,13 @@ class OpenAILLMClient:
             client = openai.AsyncOpenAI(
                 base_url=cfg.base_url,
                 api_key=key,
-                max_retries=cfg.max_retries,
+                max_retries=0,  # retried in _send, after the server is idle again
                 timeout=cfg.timeout_s,
-                http_client=self._http_client,
+                http_client=self._http_client
+                or openai.DefaultAsyncHttpxClient(verify=_tls_context()),
             )
             state = _LoopState(
                 client=client,
-                semaphore=asyncio.Semaphore(cfg.max_concurrency),
                 rpm=AsyncLimiter(cfg.requests_per_minute, 60) if cfg.requests_per_minute else None,
                 tpm=AsyncLimiter(cfg.tokens_per_minute, 60) if cfg.tokens_per_minute else None,
             )
@@ -333,7 +356,9 @@ class OpenAILLMClient:
 
         completion, latency = await self._send(body, role)
         completions = [completion]
-        choices = [_parse_choice(c) for c in completion.choices]
+        choices = _parse_choices(completion, tools_sent=bool(tools))
+        if not choices:  # asking again would compute the same unusable answer
+            raise LLMError(f"{self.config.base_url} answered with no usable choice ({role})")
         if len(choices) < n:
             if self._n_supported is None:
                 log.info("server sent %d of n=%d choices; asking one at a time", len(choices), n)
@@ -347,7 +372,7 @@ class OpenAILLMClient:
             extras = await asyncio.gather(*(self._send(b, role) for b in extra_bodies))
             for extra_completion, extra_latency in extras:
                 completions.append(extra_completion)
-                choices.extend(_parse_choice(c) for c in extra_completion.choices[:1])
+                choices.extend(_parse_choices(extra_completion, tools_sent=bool(tools))[:1])
                 latency += extra_latency
         if not choices:
             raise LLMError(f"{self.config.base_url} answered with no choices ({role})")
@@ -383,8 +408,8 @@ class OpenAILLMClient:
         self._cache_put(key, result)
         return result
 
-    async def _send(self, body: dict[str, Any], role: AgentRole) -> tuple[Any, float]:
-        """Throttle, take a concurrency slot, call the SDK; returns (completion, seconds)."""
+    async def _send(self, body: dict[str, Any], role: AgentRole) -> tuple[dict[str, Any], float]:
+        """Throttle, take a server slot, call with retries; returns (completion JSON, seconds)."""
         state = self._state()
         if self._logprobs_supported is False:
             body = {k: v for k, v in body.items() if k not in _LOGPROB_KEYS}
@@ -393,33 +418,77 @@ class OpenAILLMClient:
         if state.tpm is not None:
             estimate = estimate_tokens(canonical_json(body["messages"])) + body["max_tokens"]
             await state.tpm.acquire(min(estimate, state.tpm.max_rate))
-        async with state.semaphore:
-            start = time.perf_counter()
+        ep = self.endpoint
+        prompt_estimate = estimate_tokens(canonical_json([body["messages"], body.get("tools")]))
+        async with ep.gate.slot():
+            retrying = AsyncRetrying(
+                stop=stop_after_attempt(self.config.max_retries + 1),
+                wait=_backoff,
+                retry=retry_if_exception(_retryable),
+                reraise=True,
+            )
+            last: BaseException | None = None
+            began = time.perf_counter()  # the call's cost includes the retries' waits
             try:
-                completion = await self._create(state.client, body)
+                async for attempt in retrying:
+                    with attempt:
+                        if last is not None:
+                            # the server must be idle before the retry (module doc)
+                            await ep.make_idle(_idle_reason(last))
+                        start = time.perf_counter()
+                        try:
+                            completion = await self._create(
+                                state.client,
+                                body,
+                                ep.timeout_for(
+                                    prompt_estimate,
+                                    body["max_tokens"],
+                                    self.config.timeout_s,
+                                    attempt.retry_state.attempt_number,
+                                ),
+                            )
+                        except (openai.APIError, _MalformedResponse) as exc:
+                            last = exc
+                            raise
+                        computed = time.perf_counter() - start
             except openai.APIError as exc:
+                if _idle_reason(exc) != "error":
+                    # given up for good: the server must not go on computing the abandoned
+                    # request while the next one (of this or another unit) waits behind it
+                    with contextlib.suppress(LLMError):
+                        await ep.make_idle(_idle_reason(exc))
                 raise _llm_error(exc, self.config.base_url, role) from exc
-            return completion, time.perf_counter() - start
+            except _MalformedResponse as exc:
+                raise LLMError(f"{self.config.base_url} ({role}): {exc} (after retries)") from exc
+        ep.observe(
+            computed,
+            _usage_int(completion, "prompt_tokens") or prompt_estimate,
+            _usage_int(completion, "completion_tokens") or body["max_tokens"],
+        )
+        return completion, time.perf_counter() - began
 
-    async def _create(self, client: openai.AsyncOpenAI, body: dict[str, Any]) -> Any:
+    async def _create(
+        self, client: openai.AsyncOpenAI, body: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
         asks_logprobs = any(k in body for k in _LOGPROB_KEYS)
+        create = client.chat.completions.with_raw_response.create
         try:
-            completion = await client.chat.completions.create(**body)
+            response = await create(**body, timeout=timeout)
         except openai.BadRequestError as exc:
             if not asks_logprobs or self._logprobs_supported is not None:
                 raise
             stripped = {k: v for k, v in body.items() if k not in _LOGPROB_KEYS}
-            completion = await client.chat.completions.create(**stripped)
+            response = await create(**stripped, timeout=timeout)
             log.warning(
                 "%s refused logprobs (%s); asking without them from now on",
                 self.config.base_url,
                 exc.message,
             )
             self._logprobs_supported = False
-            return completion
+            return _completion_json(response.http_response.content)
         if asks_logprobs:
             self._logprobs_supported = True
-        return completion
+        return _completion_json(response.http_response.content)
 
     # -- cache -------------------------------------------------------------------------
 
@@ -451,14 +520,17 @@ async def open_llm_client(
 ) -> AsyncIterator[OpenAILLMClient]:
     """A client for ``config``, starting the embedded llama.cpp server when it has no URL.
 
-    The embedded server is stopped when the block exits (also on Ctrl-C).
+    The embedded server (context ``config.embedded_ctx``) is stopped when the block exits
+    (also on Ctrl-C); while it runs, a retry after it died or was given up on restarts it.
     """
     async with contextlib.AsyncExitStack() as stack:
         if not config.base_url:
             from trajsynth.agents.embedded import EmbeddedLLMServer
 
             server = EmbeddedLLMServer(
-                model_alias=config.model, startup_timeout_s=startup_timeout_s
+                model_alias=config.model,
+                n_ctx=config.embedded_ctx,
+                startup_timeout_s=startup_timeout_s,
             )
             stack.callback(server.stop)
             # Started on this thread, not in a worker: the child is tied to the starting
@@ -471,6 +543,59 @@ async def open_llm_client(
         yield client
 
 
+# -- faults and retries ----------------------------------------------------------------------
+
+
+class _MalformedResponse(Exception):
+    """The server answered 2xx with something that is not a chat completion."""
+
+
+_RETRY_STATUS = frozenset({408, 409, 429})
+_BACKOFF_INITIAL_S = 0.5
+_BACKOFF_MAX_S = 8.0
+_RETRY_AFTER_MAX_S = 60.0
+_jitter = random.Random()  # its own generator: seeded sampling elsewhere is not disturbed
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Infrastructure faults worth another attempt (those the SDK itself would retry)."""
+    if isinstance(exc, _MalformedResponse | openai.APIConnectionError):  # timeouts included
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
+    return False
+
+
+def _idle_reason(exc: BaseException) -> str:
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    return "error"
+
+
+def _backoff(state: RetryCallState) -> float:
+    """Seconds before the next attempt: the server's ``Retry-After`` when it sent one, else
+    exponential (0.5 s doubling to 8 s) with up to 25% jitter."""
+    exc = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(exc, openai.APIStatusError):
+        header = exc.response.headers.get("retry-after")
+        with contextlib.suppress(TypeError, ValueError):
+            if header is not None and 0 <= float(header) <= _RETRY_AFTER_MAX_S:
+                return float(header)
+    base = min(_BACKOFF_MAX_S, _BACKOFF_INITIAL_S * 2 ** (state.attempt_number - 1))
+    return base * (1.0 + 0.25 * _jitter.random())
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context (certifi's roots) for every SDK client of the process: building one
+    reads the CA bundle, which a new client per event loop would do each time."""
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 # -- wire format helpers -------------------------------------------------------------------
 
 
@@ -479,52 +604,227 @@ def _wire_message(message: Message) -> dict[str, Any]:
     return message.to_openai()
 
 
-def _parse_choice(choice: Any) -> ChatChoice:
-    msg = choice.message
+_MAX_INT_DIGITS = 4000  # below Python's int <-> str limit (4300)
+_RAW_DEPTH = 32
+
+
+def _int_or_text(digits: str) -> int | str:
+    return int(digits) if len(digits) <= _MAX_INT_DIGITS else digits
+
+
+def _completion_json(content: bytes) -> dict[str, Any]:
+    """The response body as JSON, or ``_MalformedResponse``: never an exception of the
+    JSON parser (an integer too long for Python is kept as its digits)."""
+    try:
+        data = json.loads(content, parse_int=_int_or_text)
+    except (ValueError, RecursionError) as exc:
+        excerpt = content[:120].decode("utf-8", "replace")
+        raise _MalformedResponse(f"answered with a body that is not JSON: {excerpt!r}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        excerpt = _clean(canonical_json(data))[:120]
+        raise _MalformedResponse(
+            f"answered with something that is not a chat completion: {excerpt}"
+        )
+    return data
+
+
+def _clean(text: str) -> str:
+    r"""``text`` with unpaired surrogates replaced by U+FFFD (valid text is unchanged).
+
+    >>> _clean("ok"), _clean("a\ud800b")
+    ('ok', 'a\ufffdb')
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _as_text(value: Any) -> str:
+    """Any JSON value as text: strings as they are (cleaned), anything else as JSON."""
+    return _clean(value if isinstance(value, str) else canonical_json(value))
+
+
+def _content_text(content: Any) -> str | None:
+    if content is None:
+        return None
+    if isinstance(content, list):  # content parts
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        if all(isinstance(t, str) for t in parts) and len(parts) == len(content):
+            return _clean("".join(parts))
+    return _as_text(content)
+
+
+_TEXT_CALL = re.compile(r"(?m)^[ \t]*functions\.([^\s:]*)((?:[ \t]+returned)?)[ \t]*:[ \t]*\n?")
+_TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
+
+
+def split_text_calls(text: str) -> tuple[str | None, list[tuple[str, str]]]:
+    r"""Calls a model wrote as text, cut out of it: ``(the words left, [(name, arguments)])``.
+
+    Two forms: the embedded server's own call syntax, a line ``functions.<name>:`` followed
+    by the arguments (up to the next such line; ``functions.<name> returned:``, a made-up
+    tool result, gives the name ``"<name> returned"``), and Hermes-style
+    ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``. Arguments are kept as the
+    text the model wrote, so a broken one is judged (and recorded) like any other call.
+
+    >>> split_text_calls('Sure.\nfunctions.create_event:\n{"date": "2024-05-01"}')
+    ('Sure.', [('create_event', '{"date": "2024-05-01"}')])
+    >>> split_text_calls('functions.create_event returned:\n{"id": 1}')
+    (None, [('create_event returned', '{"id": 1}')])
+    >>> split_text_calls("The functions.x: syntax is not at a line start.")
+    ('The functions.x: syntax is not at a line start.', [])
+    >>> split_text_calls('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>')
+    (None, [('f', '{"a":1}')])
+    """
+    calls: list[tuple[str, str]] = []
+    words = text
+    marks = list(_TEXT_CALL.finditer(text))
+    if marks:
+        words = text[: marks[0].start()]
+        for i, mark in enumerate(marks):
+            stop = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+            # "functions.<name> returned:" is the prompt's tool-result syntax: a result the
+            # model made up. Kept as a call to "<name> returned", which no tool is, so it is
+            # recorded as a `model` failure (unknown tool) with what the model wrote.
+            calls.append((mark.group(1) + mark.group(2), text[mark.end() : stop].strip()))
+    tagged = list(_TAGGED_CALL.finditer(words))
+    if tagged:
+        for match in tagged:
+            calls.append(_tagged_call(match.group(1)))
+        words = _TAGGED_CALL.sub("", words)
+    words = words.strip()
+    return (words or None), calls
+
+
+def _tagged_call(body: str) -> tuple[str, str]:
+    try:
+        data = json.loads(body, parse_int=_int_or_text)
+    except (ValueError, RecursionError):
+        return "", body
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        return "", body
+    arguments = data.get("arguments", data.get("parameters", {}))
+    return data["name"], _as_text(arguments)
+
+
+def _parse_choices(completion: dict[str, Any], *, tools_sent: bool) -> list[ChatChoice]:
+    """Every usable choice of a completion (a choice that is not an object is skipped)."""
+    choices = []
+    for choice in completion["choices"]:
+        if isinstance(choice, dict):
+            choices.append(_parse_choice(choice, tools_sent=tools_sent))
+        else:
+            log.warning("skipping a choice that is not an object: %.80s", _as_text(choice))
+    return choices
+
+
+def _parse_choice(choice: dict[str, Any], *, tools_sent: bool) -> ChatChoice:
+    """One choice of the server's JSON as a ``ChatChoice``; any shape gives one."""
+    msg = choice.get("message")
+    if not isinstance(msg, dict):
+        msg = {"content": msg}
+    content = _content_text(msg.get("content"))
+    raw_calls = msg.get("tool_calls")
+    if raw_calls is not None and not isinstance(raw_calls, list):
+        raw_calls = [raw_calls]
     tool_calls: list[ToolCall] = []
-    for i, call in enumerate(msg.tool_calls or []):
-        function = getattr(call, "function", None)
-        if function is None:
-            log.warning("ignoring a tool call of type %r", getattr(call, "type", None))
+    for i, call in enumerate(raw_calls or []):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            # not a function call: kept as one with no name, which the agent records as
+            # a `model` failure (unknown tool) with this text as its raw arguments
+            tool_calls.append(
+                ToolCall(id=f"call_{i}", function=FunctionCall(name="", arguments=_as_text(call)))
+            )
             continue
-        arguments = function.arguments
-        if not isinstance(arguments, str):  # some servers send an object; keep it as text
-            arguments = canonical_json(arguments)
+        call_id = call.get("id")
+        name = function.get("name")
         tool_calls.append(
             ToolCall(
-                id=call.id or f"call_{i}",
-                function=FunctionCall(name=function.name or "", arguments=arguments),
+                id=_as_text(call_id) if call_id else f"call_{i}",
+                function=FunctionCall(
+                    name=_as_text(name) if name is not None else "",
+                    arguments=_as_text(function.get("arguments", "{}")),
+                ),
             )
         )
-    message = Message(
-        role=MessageRole.ASSISTANT, content=msg.content, tool_calls=tool_calls or None
-    )
-    token_logprobs: list[float] | None = None
-    top_logprobs: list[list[float]] | None = None
-    content = getattr(choice.logprobs, "content", None) if choice.logprobs else None
-    if content:
-        tokens = [t for t in content if t.logprob is not None]
-        token_logprobs = [float(t.logprob) for t in tokens]
-        tops = [[float(x.logprob) for x in (t.top_logprobs or [])] for t in tokens]
-        top_logprobs = tops if any(tops) else None
+    if tools_sent and content:
+        words, text_calls = split_text_calls(content)
+        if text_calls:
+            log.info("%d call(s) written as text were parsed as calls", len(text_calls))
+            content = words
+            offset = len(tool_calls)
+            tool_calls += [
+                ToolCall(
+                    id=f"call_text_{offset + j}", function=FunctionCall(name=_clean(n), arguments=a)
+                )
+                for j, (n, a) in enumerate(text_calls)
+            ]
+    message = Message(role=MessageRole.ASSISTANT, content=content, tool_calls=tool_calls or None)
+    token_logprobs, top_logprobs = _logprobs(choice.get("logprobs"))
+    finish = choice.get("finish_reason")
+    if tool_calls and finish == "stop":
+        finish = "tool_calls"
     return ChatChoice(
         message=message,
-        finish_reason=choice.finish_reason or "unknown",
-        token_logprobs=token_logprobs or None,
+        finish_reason=_as_text(finish) if finish else "unknown",
+        token_logprobs=token_logprobs,
         top_logprobs=top_logprobs,
     )
 
 
+def _finite(value: Any) -> bool:
+    """Whether ``value`` can be a logprob: a finite number, at most 0."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value <= 0.0
+    )
+
+
+def _logprobs(data: Any) -> tuple[list[float] | None, list[list[float]] | None]:
+    """Per-token logprobs and top alternatives; None for anything not shaped as OpenAI's."""
+    content = data.get("content") if isinstance(data, dict) else None
+    if not isinstance(content, list) or not content:
+        return None, None
+    tokens = [t for t in content if isinstance(t, dict) and t.get("logprob") is not None]
+    if not all(_finite(t["logprob"]) for t in tokens):
+        return None, None
+    tops: list[list[float]] = []
+    for t in tokens:
+        alternatives = t.get("top_logprobs") or []
+        if not isinstance(alternatives, list):
+            return [float(t["logprob"]) for t in tokens] or None, None
+        values = [x.get("logprob") for x in alternatives if isinstance(x, dict)]
+        tops.append([float(v) for v in values if _finite(v)])
+    token_logprobs = [float(t["logprob"]) for t in tokens]
+    return token_logprobs or None, (tops if any(tops) else None)
+
+
+def _usage_int(completion: dict[str, Any], key: str) -> int:
+    usage = completion.get("usage")
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _has_usage(completion: dict[str, Any]) -> bool:
+    usage = completion.get("usage")
+    return isinstance(usage, dict) and all(
+        isinstance(usage.get(k), int) and not isinstance(usage.get(k), bool)
+        for k in ("prompt_tokens", "completion_tokens")
+    )
+
+
 def _count_usage(
-    body: dict[str, Any], completions: list[Any], choices: list[ChatChoice]
+    body: dict[str, Any], completions: list[dict[str, Any]], choices: list[ChatChoice]
 ) -> tuple[int, int]:
     """Tokens from the responses' usage; an estimate where a server sent none."""
-    prompt = completion = 0
-    for c in completions:
-        if c.usage is not None:
-            prompt += c.usage.prompt_tokens or 0
-            completion += c.usage.completion_tokens or 0
-    if any(c.usage is None for c in completions):
+    prompt = sum(_usage_int(c, "prompt_tokens") for c in completions)
+    completion = sum(_usage_int(c, "completion_tokens") for c in completions)
+    if not all(_has_usage(c) for c in completions):
         log.debug("server sent no usage; estimating token counts")
         prompt = prompt or estimate_tokens(canonical_json(body["messages"])) * len(completions)
         completion = completion or sum(_completion_tokens(c) for c in choices)
@@ -540,15 +840,33 @@ def _completion_tokens(choice: ChatChoice) -> int:
     return estimate_tokens(text)
 
 
-def _raw(completion: Any) -> dict[str, JsonValue]:
-    data = completion.model_dump(mode="json", exclude_none=True)
-    for choice in data.get("choices", []):
-        choice.pop("logprobs", None)
-    return data
+def _raw(completion: dict[str, Any]) -> dict[str, JsonValue]:
+    """The response as sent, less per-token logprobs; text cleaned, and anything nested
+    deeper than 32 levels kept as its JSON text (so the record always validates)."""
+    data = {k: v for k, v in completion.items() if k != "choices"}
+    data["choices"] = [
+        {k: v for k, v in c.items() if k != "logprobs"} if isinstance(c, dict) else c
+        for c in completion["choices"]
+    ]
+    return _jsonable(data, 0)
+
+
+def _jsonable(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return _clean(value)
+    if isinstance(value, dict | list) and depth >= _RAW_DEPTH:
+        return _as_text(value)
+    if isinstance(value, dict):
+        return {_clean(str(k)): _jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v, depth + 1) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _llm_error(exc: openai.APIError, base_url: str | None, role: AgentRole) -> LLMError:
-    """The SDK's fault, after its retries, as an ``LLMError`` naming server and role."""
+    """The SDK's fault, after the retries, as an ``LLMError`` naming server and role."""
     where = f"{base_url} ({role})"
     if isinstance(exc, openai.APITimeoutError):
         return LLMError(f"{where}: timed out after retries")

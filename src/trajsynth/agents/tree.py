@@ -144,9 +144,11 @@ def _sibling_key(result: ChatResult) -> str:
 
 
 def _parsed(arguments: str) -> Any:
+    """The arguments as JSON when they parse, else the text (a model's output may not:
+    broken JSON, an integer past Python's digit limit, nesting past the recursion limit)."""
     try:
         return json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
 
 

@@ -41,7 +41,6 @@ class LLMSettings(LLMConfig):
     # Read from SYNTH_LLM__API_KEY (or OPENAI_API_KEY through the CLI); never stored or logged.
     api_key: SecretStr | None = None
     cache: bool = True
-    embedded_ctx: int = Field(default=4096, ge=512)
 
     def config(self) -> LLMConfig:
         """The run's part (no key, no process settings): what the run id hashes."""

@@ -82,14 +82,12 @@ ROLLOUT_RETRIES = 2
 
 
 def _infra_only(task: Task[..., Any], task_run: Any, state: Any) -> bool:
-    """Retry a unit only for infrastructure faults; anything else is a bug to see at once."""
-    try:
-        state.result()
-    except InfraError:
-        return True
-    except Exception:  # noqa: BLE001 - Prefect hands us whatever the task raised
-        return False
-    return False
+    """Retry a unit only for infrastructure faults; anything else is a bug to see at once.
+
+    Prefect hands the condition ``Failed(data=<the task's exception>)``; reading the
+    exception from ``state.data`` works for sync and async tasks alike (``state.result()``
+    is a coroutine in an async engine, which made this always False)."""
+    return isinstance(getattr(state, "data", None), InfraError)
 
 
 @task(

@@ -9,6 +9,7 @@ and GRPO's tool environment both build their records here).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -89,10 +90,18 @@ def check_tool_call(call: ToolCall, tools: Mapping[str, ToolSpec], *, turn: int)
             None,
             _failure(call, turn, "invalid_json", f"arguments are not valid JSON ({exc.msg})"),
         )
+    except (ValueError, RecursionError) as exc:  # an integer past Python's digit limit, depth
+        why = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        return CheckedCall(
+            call, None, _failure(call, turn, "invalid_json", f"arguments cannot be read ({why})")
+        )
     if not isinstance(args, dict):
         return CheckedCall(
             call, None, _failure(call, turn, "invalid_json", "arguments must be a JSON object")
         )
+    problem = _unstorable(args)
+    if problem is not None:
+        return CheckedCall(call, None, _failure(call, turn, "invalid_json", problem))
     validator = jsonschema.Draft202012Validator(spec.input_schema)
     errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
     if errors:
@@ -103,6 +112,41 @@ def check_tool_call(call: ToolCall, tools: Mapping[str, ToolSpec], *, turn: int)
             _failure(call, turn, "schema_violation", f"{where}: {errors[0].message}", args=args),
         )
     return CheckedCall(call, args, None)
+
+
+MAX_ARGUMENT_DEPTH = 32
+"""Deepest nesting of arguments accepted; deeper is a ``model`` failure, not a crash later
+(JSON encoders, schema validation and pydantic recurse)."""
+
+
+def _unstorable(args: dict[str, JsonValue]) -> str | None:
+    """Why parsed arguments cannot be validated, stored and hashed, or None.
+
+    JSON parsers accept what later steps refuse: nesting deeper than the encoders recurse,
+    unpaired surrogates (``"\\ud800"``) that UTF-8 cannot encode, and NaN or infinite
+    numbers that strict JSON (DuckDB) cannot hold.
+
+    >>> _unstorable({"a": [1, {"b": "x"}]}) is None
+    True
+    >>> _unstorable({"a": chr(0xD800)})
+    'arguments contain an unpaired surrogate (U+D800-U+DFFF)'
+    """
+    stack: list[tuple[object, int]] = [(args, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_ARGUMENT_DEPTH:
+                return f"arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return "arguments contain an unpaired surrogate (U+D800-U+DFFF)"
+        elif isinstance(value, float) and not math.isfinite(value):
+            return "arguments contain a number JSON cannot hold (NaN or infinite)"
+    return None
 
 
 class ToolResult(Protocol):

@@ -34,6 +34,11 @@ class LLMConfig(Record):
     tokens_per_minute: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
+    embedded_ctx: int = Field(
+        default=4096,
+        ge=512,
+        description="context of the embedded server (base_url None); not part of the run id",
+    )
 
 
 class Budgets(Record):
@@ -114,5 +119,8 @@ class RunConfig(Record):
     )
 
     def config_hash(self) -> str:
-        # how sandboxes are recycled changes no result, so a run resumes across pool sizes
-        return stable_hash(self.model_dump(mode="json", exclude={"sandbox_pool"}), length=16)
+        # how sandboxes are recycled and how large the embedded server's context is change
+        # no result (a prompt too long for it is refused, an infra fault), so a run resumes
+        # across pool and context sizes
+        dump = self.model_dump(mode="json", exclude={"sandbox_pool": True, "llm": {"embedded_ctx"}})
+        return stable_hash(dump, length=16)

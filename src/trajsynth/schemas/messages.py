@@ -26,8 +26,12 @@ class FunctionCall(Record):
     arguments: str = "{}"
 
     def parsed_arguments(self) -> dict[str, JsonValue]:
-        """The arguments as a dict; raises ``ValueError`` when they are not a JSON object."""
-        value = json.loads(self.arguments or "{}")
+        """The arguments as a dict; raises ``ValueError`` when they are not a JSON object
+        (also for JSON nested past the parser's recursion limit)."""
+        try:
+            value = json.loads(self.arguments or "{}")
+        except RecursionError as exc:
+            raise ValueError("tool arguments are nested too deeply") from exc
         if not isinstance(value, dict):
             raise ValueError(f"tool arguments must be a JSON object, got {type(value).__name__}")
         return value
