@@ -101,7 +101,7 @@ def fits_schema(value: JsonValue, schema: Mapping[str, Any]) -> bool:
 
 def _sql(name: str, description: str) -> str | None:
     text = f"{name} {description}".lower()
-    if "sql" not in text and "query" not in name.lower():
+    if "sql" not in text and "select" not in text:
         return None
     if "create" in name.lower():
         return "CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, body TEXT)"
@@ -114,7 +114,7 @@ def _by_name(param: str, schema: Mapping[str, Any], tool: str) -> JsonValue:
     description = str(schema.get("description") or "")
     sql = _sql(param, description) if param.lower() in ("query", "sql", "statement") else None
     if sql is not None:
-        return _sql(tool, description) or sql
+        return _sql(tool, description + " sql") or sql
     tokens = set(name_tokens(param))
     for words, value in _BY_NAME:
         if tokens & words:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajsynth.mcp_servers.arguments import fits_schema, generate_arguments, schema_kinds
-from trajsynth.mcp_servers.graph import name_sim
-from trajsynth.mcp_servers.tags import tag_from_name
+from trajsynth.mcp_servers.graph import singular
+from trajsynth.mcp_servers.tags import name_tokens, tag_from_name
 from trajsynth.schemas import (
     EdgeOrigin,
     JsonValue,
@@ -162,6 +162,27 @@ class _Prober:
         return out
 
 
+_DESTROY = frozenset({"delete", "remove", "drop", "clear", "purge", "truncate", "reset"})
+
+
+def _key_sim(key: str, param: str) -> float:
+    """How well a returned key names a parameter: 1 for the same words (singular), 0.7 when
+    one's words hold the other's (``name`` / ``entityName``), else their Jaccard index.
+
+    >>> _key_sim("name", "names"), _key_sim("name", "entityName"), _key_sim("id", "path")
+    (1.0, 0.7, 0.0)
+    """
+    a = {singular(t) for t in name_tokens(key)}
+    b = {singular(t) for t in name_tokens(param)}
+    if not a or not b:
+        return 0.0
+    if a == b:
+        return 1.0
+    if a <= b or b <= a:
+        return 0.7
+    return len(a & b) / len(a | b)
+
+
 def _annotated(spec: ToolSpec) -> bool:
     return spec.access_source == "annotation"
 
@@ -255,7 +276,8 @@ async def discover(
 
     # 2. writes produce values reads can return: call each write once more if it failed
     for t in tagged:
-        if t.access is ToolAccess.WRITE and t.name not in p.ok_args:
+        destroys = bool(set(name_tokens(t.name)) & _DESTROY)
+        if t.access is ToolAccess.WRITE and t.name not in p.ok_args and not destroys:
             await p.call(
                 t.name, generate_arguments(t.input_schema, t.name, known=p.known(), fixed=p.fixed)
             )
@@ -311,7 +333,7 @@ async def _value_flow(p: _Prober, tools: list[ToolSpec]) -> list[ToolEdge]:
             for v in p.values:
                 if v.tool == target.name or not fits_schema(v.value, item_schema):
                     continue
-                score = 1.0 if v.key == "$text" else name_sim(v.key, param)
+                score = 1.0 if v.key == "$text" else _key_sim(v.key, param)
                 if v.key != "$text" and score < 0.5:
                     continue
                 if v.key == "$text" and not ({"string"} & schema_kinds(item_schema)):

@@ -47,6 +47,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HOST_FLAG = "--on-host-state-not-isolated"
+_LOCAL_AS_MB = 16384
 # System folders are the sandbox image's own: mounting the host's over them would break it.
 _SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc", "/sys", "/dev")
 
@@ -249,6 +250,10 @@ def open_mounted_sandbox(
     if kind is SandboxKind.DOCKER:
         sandbox = MountedDockerSandbox(limits, image=image, mounts=mounts)
     else:
+        # the local sandbox caps address space (RLIMIT_AS); a JIT runtime (node's V8) reserves
+        # gigabytes of it up front without using them, so an outside server gets room for that
+        limits = limits or SandboxLimits()
+        limits = limits.model_copy(update={"memory_mb": max(limits.memory_mb, _LOCAL_AS_MB)})
         sandbox = MountedLocalSandbox(limits, mounts=mounts)
     try:
         sandbox.start()
