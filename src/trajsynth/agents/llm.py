@@ -458,7 +458,9 @@ async def open_llm_client(
             from trajsynth.agents.embedded import EmbeddedLLMServer
 
             server = EmbeddedLLMServer(
-                model_alias=config.model, startup_timeout_s=startup_timeout_s
+                model_alias=config.model,
+                startup_timeout_s=startup_timeout_s,
+                n_ctx=config.embedded_ctx,
             )
             stack.callback(server.stop)
             # Started on this thread, not in a worker: the child is tied to the starting

@@ -34,6 +34,8 @@ class LLMConfig(Record):
     tokens_per_minute: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
+    # context of the embedded llama.cpp server ([llm] embedded_ctx); unused with a base_url
+    embedded_ctx: int = Field(default=4096, ge=512)
 
 
 class Budgets(Record):

@@ -130,6 +130,7 @@ class Settings(BaseSettings):
             tokens_per_minute=self.llm.tokens_per_minute,
             timeout_s=self.llm.timeout_s,
             max_retries=self.llm.max_retries,
+            embedded_ctx=self.llm.embedded_ctx,
         )
         return RunConfig(
             tasks=run.tasks,
