@@ -70,6 +70,14 @@ def run_and_report(
                 )
             )
     print_summary(summary, console=console, store_path=str(settings.store_path))
+    if summary.trajectories == 0:
+        # issue 17: a run that yields no task (or no trajectory) says so and fails
+        reasons = ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items())
+        console.print(
+            f"[yellow]warning:[/] the run produced nothing: {summary.tasks_planned} task(s) "
+            f"planned, 0 trajectories" + (f"; blueprints rejected ({reasons})" if reasons else "")
+        )
+        return False
     return True
 
 
