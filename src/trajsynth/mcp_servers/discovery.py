@@ -19,6 +19,7 @@ Runs in a throw-away environment started exactly as a run starts it (``Environme
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -74,8 +75,6 @@ class _Value:
 def _observation(result: Any) -> JsonValue:
     if result.structured is not None:
         return result.structured
-    import json
-
     try:
         return json.loads(result.text)
     except ValueError:
@@ -95,6 +94,13 @@ def _leaves(value: Any, key: str = "", depth: int = 0) -> list[tuple[str, JsonVa
         for item in value[:10]:
             out += _leaves(item, key, depth + 1)
         return out
+    if isinstance(value, str) and value[:1] in "[{":  # JSON inside a string ({"result": "..."})
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            inner = None
+        if isinstance(inner, dict | list):
+            return _leaves(inner, key, depth + 1)
     if isinstance(value, str) and depth == 0:  # plain text: its path- and file-like tokens
         return [("$text", t) for t in _TOKEN.findall(value)[:20]]
     if isinstance(value, str | int | float) and not isinstance(value, bool):
@@ -229,22 +235,24 @@ async def discover(
     order = sorted(
         (t for t in tools if t.name not in tags), key=lambda t: (not looks_read(t), t.name)
     )
-    for t in order:
+    failed: list[ToolSpec] = []
+
+    async def probe_one(t: ToolSpec, args: dict[str, JsonValue], last: bool) -> None:
         before = await p.view([r for r in readers if r[0] != t.name])
-        args = p.args_for(t)
         result = await p.call(t.name, args)
         after = await p.view([r for r in readers if r[0] != t.name])
         shown = canonical_json(args)[:160]
         by_name = tag_from_name(t.name)
         if result is None or result.is_error:
             why = "no answer" if result is None else (result.text or "error")[:120]
-            access = by_name or ToolAccess.WRITE
             tags[t.name] = (
-                access,
+                by_name or ToolAccess.WRITE,
                 "name" if by_name else "default",
                 f"probe {t.name}({shown}) failed ({why}); tag from the name",
             )
-            continue
+            if not last:
+                failed.append(t)
+            return
         changed = sorted(k for k in before if before.get(k) != after.get(k))
         if changed:
             what = ", ".join("work dir files" if k == "$files" else f"{k} result" for k in changed)
@@ -263,6 +271,14 @@ async def discover(
                 f"{t.name}({shown}) succeeded and changed none of {len(before)} views "
                 "(work dir files and read results)",
             )
+
+    for t in order:
+        await probe_one(t, p.args_for(t), last=False)
+    # a call that failed for want of data (a note that did not exist yet) is tried again with
+    # the values the other probes returned
+    for t in list(failed):
+        args = generate_arguments(t.input_schema, t.name, known=p.known(), fixed=p.fixed)
+        await probe_one(t, args, last=True)
     tagged = [
         t.model_copy(
             update={

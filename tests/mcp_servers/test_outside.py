@@ -1,0 +1,177 @@
+"""Outside servers (issue 17): launch roots, env keys never stored, argument values, discovery
+against a real MCP server started exactly as a run starts it, and the slow tier with servers
+installed from PyPI and npm into a tmp dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trajsynth.mcp_servers.arguments import generate_arguments, param_values
+from trajsynth.mcp_servers.launch import copied_file, server_env, server_mounts
+from trajsynth.mcp_servers.registry import add_outside_cluster, get_cluster
+from trajsynth.schemas import EdgeOrigin, InputError, ResetMode, ServerKind, ServerSpec, ToolAccess
+
+NOTES_SERVER = textwrap.dedent(
+    """
+    import json, pathlib
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("notes")
+    DB = pathlib.Path("notes.json")
+
+    def load():
+        return json.loads(DB.read_text()) if DB.exists() else {}
+
+    @server.tool()
+    def put(title: str, body: str) -> str:
+        \"\"\"Keep a note under a title.\"\"\"
+        notes = load(); notes[title] = body; DB.write_text(json.dumps(notes))
+        return json.dumps({"title": title})
+
+    @server.tool()
+    def titles() -> str:
+        \"\"\"Every note title.\"\"\"
+        return json.dumps({"titles": sorted(load())})
+
+    @server.tool()
+    def cat(title: str) -> str:
+        \"\"\"One note's text.\"\"\"
+        notes = load()
+        if title not in notes:
+            raise ValueError(f"no note {title}")
+        return notes[title]
+
+    server.run()
+    """
+)
+
+
+def test_server_mounts_find_the_venv_and_the_interpreter_prefix(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    script = venv / "bin" / "my-server"
+    script.write_text(f"#!{sys.executable}\nprint(1)\n")
+    script.chmod(0o755)
+    mounts = server_mounts([str(script)], extra=[str(tmp_path)])
+    assert str(tmp_path) in mounts  # --mount given, and the venv inside it is folded in
+    assert str(venv) not in mounts
+    with pytest.raises(InputError, match="--mount '/no/such/dir'"):
+        server_mounts([str(script)], extra=["/no/such/dir"])
+
+
+def test_env_values_come_from_the_environment_and_are_never_stored() -> None:
+    spec = ServerSpec(kind=ServerKind.STDIO, command=["x"], env_keys=["API_TOKEN"])
+    assert server_env(spec, {"API_TOKEN": "s3cret"}) == {"API_TOKEN": "s3cret"}
+    assert "s3cret" not in spec.model_dump_json()
+    with pytest.raises(InputError, match="API_TOKEN not set"):
+        server_env(spec, {})
+
+
+def test_copied_files_are_hashed(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("one")
+    first = copied_file(str(tmp_path / "a.txt"))
+    (tmp_path / "a.txt").write_text("two")
+    assert copied_file(str(tmp_path / "a.txt")).sha256 != first.sha256
+    assert first.dest == "a.txt"
+
+
+def test_argument_values_follow_the_schema() -> None:
+    assert param_values("unit", {"type": "string", "enum": ["c", "f"]}) == ["c", "f"]
+    assert param_values("when", {"type": "string", "format": "date"})[0] == "2025-03-14"
+    assert param_values("n", {"type": "integer", "default": 7})[0] == 7
+    assert param_values("repo_path", {"type": "string"}, fixed={"repo_path": "/w"})[0] == "/w"
+    args = generate_arguments(
+        {
+            "type": "object",
+            "properties": {
+                "entities": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+                        "required": ["name", "n"],
+                    },
+                }
+            },
+            "required": ["entities"],
+        }
+    )
+    assert args == {"entities": [{"name": "notes", "n": 1}]}
+
+
+def test_discovery_probes_an_unannotated_server_in_the_sandbox(tmp_path: Path) -> None:
+    """Tags by probing (the work dir changed -> write), value-flow edges with evidence and
+    end-state probes, on a real server started in the local sandbox (bubblewrap)."""
+    script = tmp_path / "notes_server.py"
+    script.write_text(NOTES_SERVER)
+    [c] = add_outside_cluster(
+        "notes", command=[sys.executable, str(script)], clusters_dir=tmp_path / "c",
+        sandbox_kind="local", reset=ResetMode.SNAPSHOT,
+    )  # fmt: skip
+    tags = {t.name: (t.access, t.access_source) for t in c.tools}
+    assert tags["put"] == (ToolAccess.WRITE, "probe")
+    assert tags["titles"][0] == ToolAccess.READ
+    assert tags["cat"][0] == ToolAccess.READ
+    assert "changed work dir files" in (c.tool("put").access_evidence or "")
+    flow = [e for e in c.edges if e.origin == EdgeOrigin.VALUE_FLOW]
+    assert any(e.target == "cat" and e.in_param == "title" and e.evidence for e in flow)
+    assert {p.tool for p in c.probes} >= {"titles"}
+    assert c.state_readable
+    assert get_cluster("notes", clusters_dir=tmp_path / "c") == c
+
+
+def _install(tmp_path: Path) -> tuple[list[str], list[str]]:
+    """mcp-server-time from PyPI into its own venv, server-memory from npm; skip when the
+    registries cannot be reached."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run(
+        [str(venv / "bin/pip"), "install", "-q", "mcp-server-time"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if pip.returncode != 0:
+        pytest.skip(f"PyPI unreachable or mcp-server-time failed to install: {pip.stderr[-300:]}")
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed")
+    npm = subprocess.run(
+        ["npm", "install", "--silent", "--prefix", str(tmp_path / "npm"),
+         "@modelcontextprotocol/server-memory"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if npm.returncode != 0:
+        pytest.skip(f"npm registry unreachable: {npm.stderr[-300:]}")
+    return (
+        [str(venv / "bin/mcp-server-time")],
+        ["node", str(tmp_path / "npm/node_modules/.bin/mcp-server-memory")],
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+def test_two_registry_servers_join_and_yield_trajectories(tmp_path: Path) -> None:
+    time_cmd, memory_cmd = _install(tmp_path)
+    env = {**os.environ, "MEMORY_FILE_PATH": "/tmp/memory.jsonl", "COLUMNS": "200"}
+    (tmp_path / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n")
+    for name, cmd in (("time", time_cmd), ("memory", memory_cmd)):
+        added = subprocess.run(
+            [sys.executable, "-m", "trajsynth.synth.cli", "clusters", "add", name, "--", *cmd],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr[-2000:]
+        saved = json.loads((tmp_path / "data/clusters" / f"{name}.json").read_text())
+        assert saved["probes"], name
+        ran = subprocess.run(
+            [sys.executable, "-m", "trajsynth.synth.cli", "run", "--clusters", name,
+             "--tasks", "2", "--samples", "1", "--rollout", "linear"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False,
+        )  # fmt: skip
+        assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
