@@ -71,6 +71,14 @@ def _server_label(c: ToolCluster) -> str:
     return c.server.url or ""
 
 
+def _state_label(c: ToolCluster) -> str:
+    if not c.state_readable:
+        return "not readable: constraints from the call trace"
+    if c.source == "outside":
+        return f"readable through {len(c.probes)} read-only probe call(s)"
+    return "readable"
+
+
 def _copy_label(item: object) -> str:
     return f"{item.source} -> {item.dest} ({item.sha256[:12]})"  # type: ignore[attr-defined]
 
@@ -105,7 +113,7 @@ def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
     c = _registry().get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
     _console().print(
         f"[bold]{c.cluster_id}[/] ({c.domain}, {c.source}, state "
-        f"{'readable' if c.state_readable else 'not readable: constraints from the call trace'})"
+        f"{_state_label(c)})"
     )
     if c.description:
         _console().print(c.description)
