@@ -29,22 +29,24 @@ _FORMATS: dict[str, JsonValue] = {
     "hostname": "example.com",
 }
 # (name tokens, value) for strings, first match wins; the description is searched too
-_BY_NAME: list[tuple[frozenset[str], JsonValue]] = [
-    (frozenset({"timezone", "tz"}), "Europe/London"),
-    (frozenset({"email"}), "alex@example.com"),
-    (frozenset({"url", "uri", "link"}), "https://example.com/"),
-    (frozenset({"date"}), "2025-03-14"),
-    (frozenset({"time"}), "15:30"),
-    (frozenset({"directory", "dir", "folder"}), "."),
+_BY_NAME: list[tuple[frozenset[str], list[JsonValue]]] = [
+    (frozenset({"timezone", "tz"}),
+     ["Europe/London", "America/New_York", "Asia/Tokyo", "Australia/Sydney"]),
+    (frozenset({"email"}), ["alex@example.com", "sam@example.org"]),
+    (frozenset({"url", "uri", "link"}), ["https://example.com/"]),
+    (frozenset({"date"}), ["2025-03-14", "2025-07-01"]),
+    (frozenset({"time"}), ["15:30", "09:15", "18:45"]),
+    (frozenset({"directory", "dir", "folder"}), ["."]),
     (frozenset({"path", "file", "filename", "source", "destination", "src", "dest"}),
-     "notes.txt"),
+     ["notes.txt", "todo.md"]),
     (frozenset({"content", "text", "body", "message", "observation", "observations"}),
-     "hello from trajsynth"),
-    (frozenset({"pattern", "glob"}), "*.txt"),
-    (frozenset({"name", "title", "entity", "from", "to", "label"}), "notes"),
-    (frozenset({"type", "kind", "relation"}), "note"),
-    (frozenset({"language", "lang"}), "en"),
-    (frozenset({"city", "location"}), "London"),
+     ["hello from trajsynth", "buy milk and eggs"]),
+    (frozenset({"pattern", "glob"}), ["*.txt"]),
+    (frozenset({"name", "title", "entity", "from", "to", "label"}),
+     ["notes", "groceries", "travel plans"]),
+    (frozenset({"type", "kind", "relation"}), ["note", "list"]),
+    (frozenset({"language", "lang"}), ["en", "fr"]),
+    (frozenset({"city", "location"}), ["London", "Lisbon"]),
 ]  # fmt: skip
 
 
@@ -110,21 +112,21 @@ def _sql(name: str, description: str) -> str | None:
     return "SELECT name FROM sqlite_master WHERE type = 'table'"
 
 
-def _by_name(param: str, schema: Mapping[str, Any], tool: str) -> JsonValue:
+def _by_name(param: str, schema: Mapping[str, Any], tool: str) -> list[JsonValue]:
     description = str(schema.get("description") or "")
     sql = _sql(param, description) if param.lower() in ("query", "sql", "statement") else None
     if sql is not None:
-        return _sql(tool, description + " sql") or sql
+        return [_sql(tool, description + " sql") or sql]
     tokens = set(name_tokens(param))
-    for words, value in _BY_NAME:
+    for words, values in _BY_NAME:
         if tokens & words:
-            return value
+            return list(values)
     lowered = description.lower()
     if "iana" in lowered or "timezone" in lowered:
-        return "Europe/London"
+        return list(_BY_NAME[0][1])
     if "hh:mm" in lowered or "24-hour" in lowered:
-        return "15:30"
-    return "example"
+        return ["15:30", "09:15"]
+    return ["example"]
 
 
 def _one(
@@ -150,8 +152,8 @@ def param_values(
 ) -> list[JsonValue]:
     """Candidate values for ``param``, best first (see the module docstring for the order).
 
-    >>> param_values("timezone", {"type": "string"})
-    ['Europe/London']
+    >>> param_values("timezone", {"type": "string"})[:2]
+    ['Europe/London', 'America/New_York']
     >>> param_values("unit", {"type": "string", "enum": ["c", "f"]})
     ['c', 'f']
     >>> param_values("limit", {"type": "integer", "minimum": 5})
@@ -182,7 +184,8 @@ def param_values(
     if isinstance(fmt, str) and fmt in _FORMATS:
         add(_FORMATS[fmt])
     if "string" in kinds or not kinds:
-        add(_by_name(param, schema, tool))
+        for value in _by_name(param, schema, tool):
+            add(value)
     elif "boolean" in kinds:
         add(False)
     elif kinds & {"integer", "number"}:

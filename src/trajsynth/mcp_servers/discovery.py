@@ -26,7 +26,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajsynth.mcp_servers.arguments import fits_schema, generate_arguments, schema_kinds
+from trajsynth.mcp_servers.arguments import (
+    fits_schema,
+    generate_arguments,
+    param_values,
+    schema_kinds,
+)
 from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.tags import name_tokens, tag_from_name
 from trajsynth.schemas import (
@@ -49,6 +54,7 @@ _FILES = ["sh", "-c", "find . -type f -exec sha256sum {} + 2>/dev/null | sort"]
 _TOKEN = re.compile(r"(?:/[\w.\-]+)+|[\w\-]+\.[A-Za-z0-9]{1,5}\b")
 _MAX_VALUES = 40
 _MAX_EDGE_CALLS = 40
+_MAX_VARIETY_CALLS = 30
 _MAX_PROBES = 6
 _TICK_S = 1.1  # seconds between the two reads that decide whether a probe is stable
 
@@ -302,6 +308,23 @@ async def discover(
             await p.call(
                 t.name, generate_arguments(t.input_schema, t.name, known=p.known(), fixed=p.fixed)
             )
+
+    # 2b. more accepted values per parameter (variety for the planner's slots)
+    budget = _MAX_VARIETY_CALLS
+    for t in tagged:
+        if t.name not in p.ok_args or budget <= 0:
+            continue
+        props = t.input_schema.get("properties") or {}
+        for param in t.input_schema.get("required") or []:
+            sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
+            if sub.get("enum") or param in p.fixed:
+                continue
+            seen = p.accepted.get(t.name, {}).get(param, [])
+            for value in param_values(param, sub, t.name, known=p.known())[:4]:
+                if value in seen or budget <= 0:
+                    continue
+                budget -= 1
+                await p.call(t.name, {**p.ok_args[t.name], param: value})
 
     # 3. edges by value flow
     edges = await _value_flow(p, tagged)
