@@ -82,7 +82,9 @@ async def tag_agreement(name: str, clusters_dir: Path) -> tuple[int, int]:
     return agree, len(annotated)
 
 
-def one(name: str, command: list[str], extra: list[str], tasks: int, samples: int) -> dict:
+def one(
+    name: str, command: list[str], extra: list[str], tasks: int, samples: int, rollout: str
+) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"outside-bench-{name}-"))
     (work / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n")
     started = time.perf_counter()
@@ -103,7 +105,17 @@ def one(name: str, command: list[str], extra: list[str], tasks: int, samples: in
     except Exception as exc:  # noqa: BLE001 - a bench row records the fault and goes on
         row["tags_agree"] = f"error: {exc}"[:80]
     ran = synth(
-        ["run", "--clusters", name, "--tasks", str(tasks), "--samples", str(samples)],
+        [
+            "run",
+            "--clusters",
+            name,
+            "--tasks",
+            str(tasks),
+            "--samples",
+            str(samples),
+            "--rollout",
+            rollout,
+        ],
         work,
         3600,
     )
@@ -133,12 +145,16 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--only", default="", help="comma-separated server names")
+    parser.add_argument("--rollout", default="tree", choices=["tree", "linear"])
     args = parser.parse_args()
     chosen = servers(args.venvs, args.npm)
     if args.only:
         chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
-    rows = [one(n, c, e, args.tasks, args.samples) for n, (c, e) in chosen.items()]
-    print(f"\noutside servers, --tasks {args.tasks} --samples {args.samples} (targets in [])")
+    rows = [one(n, c, e, args.tasks, args.samples, args.rollout) for n, (c, e) in chosen.items()]
+    print(
+        f"\noutside servers, --tasks {args.tasks} --samples {args.samples} --rollout "
+        f"{args.rollout} (targets in [])"
+    )
     header = (
         "server", "joined[all]", "tools", "tags=annot", "edges+evid", "planned",
         "accepted[>=80%]", ">=2 calls", "stored[>0]", "passes[>0 on 4/5]", "min",

@@ -107,7 +107,8 @@ def _leaves(value: Any, key: str = "", depth: int = 0) -> list[tuple[str, JsonVa
             inner = None
         if isinstance(inner, dict | list):
             return _leaves(inner, key, depth + 1)
-    if isinstance(value, str) and depth == 0:  # plain text: its path- and file-like tokens
+    if isinstance(value, str) and (depth == 0 or len(value) > 80 or "\n" in value):
+        # plain text (or a long text field): its path- and file-like tokens
         return [("$text", t) for t in _TOKEN.findall(value)[:20]]
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         return [(key, value)] if key else []
@@ -123,6 +124,16 @@ class _Prober:
         self.accepted: dict[str, dict[str, list[JsonValue]]] = {}
         self.ok_args: dict[str, dict[str, JsonValue]] = {}
         self.calls = 0
+        # this throw-away sandbox's work dir: a value under it is kept relative, so it means
+        # the same file in every later environment
+        self.workdir = str(getattr(getattr(env, "sandbox", None), "workdir", "") or "")
+
+    def _portable(self, value: JsonValue) -> JsonValue:
+        if self.workdir and isinstance(value, str) and self.workdir in value:
+            if value == self.workdir:
+                return "."
+            return value.replace(self.workdir + "/", "").replace(self.workdir, ".")
+        return value
 
     def known(self) -> dict[str, list[JsonValue]]:
         """Values seen so far by key (and every text token under every string param)."""
@@ -144,7 +155,8 @@ class _Prober:
                 bucket = self.accepted.setdefault(tool, {}).setdefault(param, [])
                 if value not in bucket and len(bucket) < 5:
                     bucket.append(value)
-            for key, value in _leaves(_observation(result)):
+            for key, raw in _leaves(_observation(result)):
+                value = self._portable(raw)
                 if len(self.values) < _MAX_VALUES * 5 and not any(
                     v.value == value and v.key == key for v in self.values
                 ):

@@ -53,6 +53,7 @@ from trajsynth.schemas import (
     InputError,
     JsonValue,
     MCPServerError,
+    ProbeCall,
     Record,
     ResetMode,
     SandboxError,
@@ -121,18 +122,23 @@ def _content_text(result: CallToolResult) -> str:
     return "\n".join(parts)
 
 
-def _probe_value(result: ToolResult) -> JsonValue:
+def _probe_value(result: ToolResult, workdir: str = "") -> JsonValue:
     """A probe result as a comparable value: structured content, else parsed JSON text, else
-    the text (hashed when long)."""
+    the text (hashed when long). The sandbox's own work dir path reads ``<workdir>``, so two
+    environments in the same state give the same value."""
+    value: JsonValue
     if result.structured is not None:
-        return result.structured
-    try:
-        return json.loads(result.text)
-    except ValueError:
-        pass
-    if len(result.text) > _PROBE_CHARS:
-        return {"sha256": stable_hash(result.text, length=64)}
-    return result.text
+        value = result.structured
+    else:
+        try:
+            value = json.loads(result.text)
+        except ValueError:
+            value = result.text
+    if workdir:
+        value = json.loads(json.dumps(value).replace(workdir, "<workdir>"))
+    if isinstance(value, str) and len(value) > _PROBE_CHARS:
+        return {"sha256": stable_hash(value, length=64)}
+    return value
 
 
 class Environment:
@@ -231,6 +237,10 @@ class Environment:
             self._initial_state = await self.state()
         self._started = True
         return self._initial_state
+
+    async def read_probes(self, probes: Sequence[ProbeCall]) -> EnvState:
+        """The results of ``probes`` now, as the tables ``state()`` would give."""
+        return await self._probe_state(probes)
 
     async def list_tools(self) -> list[Any]:
         """The server's ``tools/list`` (MCP ``Tool`` objects), through the live connection."""
@@ -504,17 +514,17 @@ class Environment:
             return await self._probe_state()
         return await self._dump_state()
 
-    async def _probe_state(self) -> EnvState:
+    async def _probe_state(self, probes: Sequence[ProbeCall] | None = None) -> EnvState:
         tables: dict[str, list[dict[str, JsonValue]]] = {}
         async with self._lock:
             if self._conn is None or not self._conn.alive:
                 await self.restart("the server was not running before reading the state")
-            for i, probe in enumerate(self.cluster.probes):
+            for i, probe in enumerate(probes if probes is not None else self.cluster.probes):
                 result = await self._call(probe.tool, dict(probe.arguments))
                 row: dict[str, JsonValue] = {
                     "arguments": canonical_json(probe.arguments),
                     "is_error": result.is_error,
-                    "result": _probe_value(result),
+                    "result": _probe_value(result, self.sandbox.workdir),
                 }
                 tables[f"probe{i}:{probe.tool}"] = [row]
         return EnvState(

@@ -48,6 +48,7 @@ from trajsynth.schemas import (
     Domain,
     InputError,
     MCPServerError,
+    ProbeCall,
     ResetMode,
     SandboxKind,
     ServerKind,
@@ -540,7 +541,49 @@ async def _start_and_discover(
         # the tools' tags decide which calls the environment records as writes
         env.cluster = env.cluster.model_copy(update={"tools": specs})
         found = await discover(env, specs, fixed=cluster.server.args)
+    if found.probes:
+        found.probes = await _stable_across_environments(
+            cluster.model_copy(update={"tools": found.tools}),
+            found.probes,
+            sandbox_kind,
+            timeout_s,
+            environ,
+        )
     return tools, description, found
+
+
+async def _stable_across_environments(
+    cluster: ToolCluster,
+    probes: list[ProbeCall],
+    sandbox_kind: SandboxKind,
+    timeout_s: float,
+    environ: Mapping[str, str],
+) -> list[ProbeCall]:
+    """The probes whose answers agree in two fresh environments started a clock tick apart: a
+    result with a timestamp, a random id or a process id in it cannot tell two end states
+    apart (issue 17, item 6)."""
+    from trajsynth.mcp_servers.environment import open_environment
+
+    answers = []
+    for k in range(2):
+        if k:
+            await asyncio.sleep(1.1)
+        async with open_environment(
+            cluster,
+            sandbox_kind=sandbox_kind,
+            start_timeout_s=timeout_s,
+            tool_timeout_s=timeout_s,
+            environ=environ,
+        ) as env:
+            answers.append((await env.read_probes(probes)).tables)
+    keep = []
+    for i, probe in enumerate(probes):
+        key = f"probe{i}:{probe.tool}"
+        if answers[0].get(key) == answers[1].get(key):
+            keep.append(probe)
+        else:
+            log.info("probe %s dropped: its answer differs between two fresh environments", key)
+    return keep
 
 
 def remove_outside_cluster(
