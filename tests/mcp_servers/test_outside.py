@@ -108,6 +108,7 @@ def test_argument_values_follow_the_schema() -> None:
     assert args == {"entities": [{"name": "notes", "n": 1}]}
 
 
+@pytest.mark.slow
 def test_discovery_probes_an_unannotated_server_in_the_sandbox(tmp_path: Path) -> None:
     """Tags by probing (the work dir changed -> write), value-flow edges with evidence and
     end-state probes, on a real server started in the local sandbox (bubblewrap)."""
@@ -175,3 +176,36 @@ def test_two_registry_servers_join_and_yield_trajectories(tmp_path: Path) -> Non
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False,
         )  # fmt: skip
         assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+
+
+@pytest.mark.slow
+async def test_copied_state_is_read_by_probes_and_restored_by_snapshots(tmp_path: Path) -> None:
+    """--copy puts the user's files in the sandbox work dir (the originals never change), the
+    probes read the end state, and a snapshot restores it (reset=snapshot restarts the server)."""
+    script = tmp_path / "notes_server.py"
+    script.write_text(NOTES_SERVER)
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "notes.json").write_text(json.dumps({"groceries": "milk"}))
+    [c] = add_outside_cluster(
+        "notes", command=[sys.executable, str(script)], clusters_dir=tmp_path / "c",
+        sandbox_kind="local", copies=[f"{seed / 'notes.json'}:notes.json"],
+    )  # fmt: skip
+    assert c.server.reset is ResetMode.SNAPSHOT  # copied files are the state
+    assert [x.dest for x in c.server.copies] == ["notes.json"]
+    from trajsynth.mcp_servers.environment import open_environment
+
+    async with open_environment(c, sandbox_kind="local") as env:
+        start = await env.state()
+        assert start.readable
+        listed = await env.call_tool("titles", {})
+        assert "groceries" in listed.text
+        handle = await env.snapshot()
+        assert not (await env.call_tool("put", {"title": "todo", "body": "call Sam"})).is_error
+        changed = await env.state()
+        assert changed.state_hash != start.state_hash
+        await env.restore(handle)
+        assert (await env.state()).state_hash == start.state_hash
+    async with open_environment(c, sandbox_kind="local") as other:
+        assert (await other.state()).state_hash == start.state_hash  # same state, same hash
+    assert json.loads((seed / "notes.json").read_text()) == {"groceries": "milk"}
