@@ -76,6 +76,7 @@ class _Value:
     value: JsonValue
     key: str  # the JSON key it was found under ("$text" for plain text)
     tool: str
+    path: str = ""  # where a reference finds it in the result ("$..." where none can)
 
 
 def _observation(result: Any) -> JsonValue:
@@ -87,18 +88,26 @@ def _observation(result: Any) -> JsonValue:
         return result.text
 
 
-def _leaves(value: Any, key: str = "", depth: int = 0) -> list[tuple[str, JsonValue]]:
+def _leaves(
+    value: Any, key: str = "", depth: int = 0, path: str = ""
+) -> list[tuple[str, str, JsonValue]]:
+    """(key, JSON path, value) of every scalar in a result. The path is what a planned
+    reference follows (``entities[].name``); it starts with ``$`` where there is none to
+    follow (tokens of plain text, JSON inside a string)."""
     if depth > 6:
         return []
     if isinstance(value, Mapping):
-        out: list[tuple[str, JsonValue]] = []
+        out: list[tuple[str, str, JsonValue]] = []
         for k, v in value.items():
-            out += _leaves(v, str(k), depth + 1)
+            sub = f"{path}.{k}" if path and not path.startswith("$") else (path or str(k))
+            if path.startswith("$"):
+                sub = path
+            out += _leaves(v, str(k), depth + 1, sub)
         return out
     if isinstance(value, list):
         out = []
         for item in value[:10]:
-            out += _leaves(item, key, depth + 1)
+            out += _leaves(item, key, depth + 1, path if path.startswith("$") else f"{path}[]")
         return out
     if isinstance(value, str) and value[:1] in "[{":  # JSON inside a string ({"result": "..."})
         try:
@@ -106,12 +115,12 @@ def _leaves(value: Any, key: str = "", depth: int = 0) -> list[tuple[str, JsonVa
         except ValueError:
             inner = None
         if isinstance(inner, dict | list):
-            return _leaves(inner, key, depth + 1)
+            return _leaves(inner, key, depth + 1, path if depth == 0 else "$json")
     if isinstance(value, str) and (depth == 0 or len(value) > 80 or "\n" in value):
         # plain text (or a long text field): its path- and file-like tokens
-        return [("$text", t) for t in _TOKEN.findall(value)[:20]]
+        return [("$text", "$text", t) for t in _TOKEN.findall(value)[:20]]
     if isinstance(value, str | int | float) and not isinstance(value, bool):
-        return [(key, value)] if key else []
+        return [(key, path or key, value)] if key else []
     return []
 
 
@@ -155,12 +164,12 @@ class _Prober:
                 bucket = self.accepted.setdefault(tool, {}).setdefault(param, [])
                 if value not in bucket and len(bucket) < 5:
                     bucket.append(value)
-            for key, raw in _leaves(_observation(result)):
+            for key, path, raw in _leaves(_observation(result)):
                 value = self._portable(raw)
                 if len(self.values) < _MAX_VALUES * 5 and not any(
                     v.value == value and v.key == key for v in self.values
                 ):
-                    self.values.append(_Value(value, key, tool))
+                    self.values.append(_Value(value, key, tool, path))
         return result
 
     def args_for(self, spec: ToolSpec) -> dict[str, JsonValue]:
@@ -403,7 +412,7 @@ async def _value_flow(p: _Prober, tools: list[ToolSpec]) -> list[ToolEdge]:
                 result = await p.call(target.name, args)
                 if result is None or result.is_error:
                     continue
-                out_field = v.key
+                out_field = v.path or v.key
                 edges[(source, target.name)] = ToolEdge(
                     source=source,
                     target=target.name,
