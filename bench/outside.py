@@ -39,6 +39,15 @@ from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.registry import get_cluster, tool_spec
 
 
+def _seed_docs() -> Path:
+    """A small folder the filesystem server gets a copy of (``--copy``)."""
+    docs = Path(tempfile.mkdtemp(prefix="outside-bench-docs-")) / "docs"
+    docs.mkdir()
+    (docs / "meeting.txt").write_text("Meeting at 10am with Sam about the budget.\n")
+    (docs / "groceries.txt").write_text("milk\neggs\nbread\n")
+    return docs
+
+
 def servers(venvs: Path, npm: Path) -> dict[str, tuple[list[str], list[str]]]:
     """name -> (command, extra `clusters add` options)."""
     bin_ = npm / "node_modules" / ".bin"
@@ -49,7 +58,10 @@ def servers(venvs: Path, npm: Path) -> dict[str, tuple[list[str], list[str]]]:
             ["node", str(bin_ / "mcp-server-memory")],
             ["--env", "MEMORY_FILE_PATH=/tmp/memory.jsonl"],
         ),
-        "filesystem": (["node", str(bin_ / "mcp-server-filesystem"), "."], ["--reset", "snapshot"]),
+        "filesystem": (
+            ["node", str(bin_ / "mcp-server-filesystem"), "."],
+            ["--copy", f"{_seed_docs()}:docs"],
+        ),
         "everything": (["node", str(bin_ / "mcp-server-everything")], []),
     }
 
