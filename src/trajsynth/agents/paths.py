@@ -797,7 +797,13 @@ def sample_path(
     reasons: list[Rejection] = []
     for _ in range(max(1, tries)):
         length = rng.randint(low, high)
+        drawn = shape
         draft = _draft_shape(shape, length, graph, weight, entries, names, uses, rng)
+        if isinstance(draft, str) and outside:
+            drawn = PathShape.CHAIN
+            # an outside server's graph is what probing found: a shape it lacks becomes a
+            # chain rather than no task (issue 17)
+            draft = _draft_shape(PathShape.CHAIN, length, graph, weight, entries, names, uses, rng)
         if isinstance(draft, str):
             return Rejection(reason="shape_unsupported", detail=f"{shape}: {draft}")
         if outside and len(draft.tools) < 2:
@@ -818,12 +824,12 @@ def sample_path(
         if outside and not any(step.args for step in steps) and _any_params(cluster, names):
             reasons.append(Rejection(reason="no_arguments", detail="->".join(draft.tools)))
             continue
-        if shape is PathShape.FAN_IN and not _fan_in_joined(steps):
+        if drawn is PathShape.FAN_IN and not _fan_in_joined(steps):
             reasons.append(Rejection(reason="shape_unsupported", detail="fan_in without join"))
             continue
         path = PlannedPath(
             cluster_id=cluster.cluster_id,
-            shape=shape,
+            shape=drawn,
             difficulty=cell.difficulty,
             steps=steps,
             links=draft.links,
