@@ -142,7 +142,14 @@ def one(
         row["accepted"] = len(bps)
         row["accepted_2calls"] = sum(n >= 2 for n in lengths)
         row["trajectories"] = con.execute("SELECT count(*) FROM trajectories").fetchone()[0]
-        row["passes"] = con.execute("SELECT count(*) FROM verdicts WHERE passed").fetchone()[0]
+        # a verified pass counts only when the trajectory is counted (not excluded as an
+        # infra or simulator fault)
+        row["passes"] = con.execute(
+            "SELECT count(*) FROM verdicts WHERE passed AND NOT coalesce(excluded, false)"
+        ).fetchone()[0]
+        row["words_llm"] = con.execute(
+            "SELECT count(*) FROM blueprints WHERE words_source = 'llm'"
+        ).fetchone()[0]
         con.close()
     else:
         row["error"] = (ran.stderr or ran.stdout).strip().splitlines()[-3:]
