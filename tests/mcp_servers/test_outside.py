@@ -209,3 +209,24 @@ async def test_copied_state_is_read_by_probes_and_restored_by_snapshots(tmp_path
     async with open_environment(c, sandbox_kind="local") as other:
         assert (await other.state()).state_hash == start.state_hash  # same state, same hash
     assert json.loads((seed / "notes.json").read_text()) == {"groceries": "milk"}
+
+
+def test_state_outside_the_sandbox_is_warned_about(tmp_path: Path) -> None:
+    from trajsynth.mcp_servers.launch import state_outside_warnings
+
+    host = ServerSpec(kind=ServerKind.STDIO, command=["srv"], on_host=True)
+    assert any("--on-host-state-not-isolated" in w for w in state_outside_warnings(host))
+    http = ServerSpec(kind=ServerKind.HTTP, url="http://127.0.0.1:9/mcp")
+    assert any("cannot be reset" in w for w in state_outside_warnings(http))
+    repo = ServerSpec(kind=ServerKind.STDIO, command=["git-mcp", str(tmp_path)])
+    [warning] = state_outside_warnings(repo)
+    assert str(tmp_path) in warning and "--copy" in warning
+    assert state_outside_warnings(ServerSpec(kind=ServerKind.STDIO, command=["srv"])) == []
+
+
+def test_a_command_the_sandbox_cannot_find_fails_at_add_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="--on-host-state-not-isolated") as info:
+        add_outside_cluster(
+            "ghost", command=["/no/such/bin/server"], clusters_dir=tmp_path, sandbox_kind="local"
+        )
+    assert "/no/such/bin/server" in str(info.value) and "--mount" in str(info.value)
