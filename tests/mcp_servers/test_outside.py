@@ -116,8 +116,10 @@ def test_discovery_probes_an_unannotated_server_in_the_sandbox(tmp_path: Path) -
     script.write_text(NOTES_SERVER)
     [c] = add_outside_cluster(
         "notes", command=[sys.executable, str(script)], clusters_dir=tmp_path / "c",
-        sandbox_kind="local", reset=ResetMode.SNAPSHOT,
+        sandbox_kind="local", reset=ResetMode.SNAPSHOT, env={"NOTES_TOKEN": "s3cret-4711"},
     )  # fmt: skip
+    saved = (tmp_path / "c" / "notes.json").read_text()
+    assert c.server.env_keys == ["NOTES_TOKEN"] and "s3cret-4711" not in saved
     tags = {t.name: (t.access, t.access_source) for t in c.tools}
     assert tags["put"] == (ToolAccess.WRITE, "probe")
     assert tags["titles"][0] == ToolAccess.READ
