@@ -111,10 +111,7 @@ def list_(clusters_dir: ClustersDirOpt = None) -> None:
 def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
     """One cluster: its tools (tag, where the tag came from, parameters) and its edges."""
     c = _registry().get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
-    _console().print(
-        f"[bold]{c.cluster_id}[/] ({c.domain}, {c.source}, state "
-        f"{_state_label(c)})"
-    )
+    _console().print(f"[bold]{c.cluster_id}[/] ({c.domain}, {c.source}, state {_state_label(c)})")
     if c.description:
         _console().print(c.description)
     entries = set(_graph().entry_tools(c))
