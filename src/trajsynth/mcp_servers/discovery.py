@@ -18,6 +18,7 @@ Runs in a throw-away environment started exactly as a run starts it (``Environme
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import logging
@@ -80,12 +81,22 @@ class _Value:
 
 
 def _observation(result: Any) -> JsonValue:
+    """A result as data: structured content, JSON text, a Python literal printed as text
+    (``[{'name': 'notes'}]``, as some servers answer), else the text."""
     if result.structured is not None:
         return result.structured
     try:
         return json.loads(result.text)
     except ValueError:
-        return result.text
+        pass
+    if result.text[:1] in "[{(":
+        try:
+            value = ast.literal_eval(result.text)
+            # no planned reference can follow a field of printed text: mark the root
+            return {"$literal": json.loads(json.dumps(value, default=str))}
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            pass
+    return result.text
 
 
 def _leaves(
@@ -164,10 +175,15 @@ class _Prober:
                 bucket = self.accepted.setdefault(tool, {}).setdefault(param, [])
                 if value not in bucket and len(bucket) < 5:
                     bucket.append(value)
-            for key, path, raw in _leaves(_observation(result)):
+            observed = _observation(result)
+            literal = isinstance(observed, dict) and "$literal" in observed
+            leaves = (
+                _leaves(observed["$literal"], path="$literal") if literal else _leaves(observed)
+            )
+            for key, path, raw in leaves:
                 value = self._portable(raw)
                 if len(self.values) < _MAX_VALUES * 5 and not any(
-                    v.value == value and v.key == key for v in self.values
+                    v.value == value and v.key == key and v.tool == tool for v in self.values
                 ):
                     self.values.append(_Value(value, key, tool, path))
         return result
@@ -422,7 +438,7 @@ async def _value_flow(p: _Prober, tools: list[ToolSpec]) -> list[ToolEdge]:
                     origin=EdgeOrigin.VALUE_FLOW,
                     verified=True,
                     evidence=(
-                        f"{source} returned {out_field}={canonical_json(v.value)[:60]}; "
+                        f"{source} returned {v.key}={canonical_json(v.value)[:60]}; "
                         f"{target.name}({param}={canonical_json(value)[:60]}) succeeded"
                     ),
                 )
