@@ -1,12 +1,11 @@
 """Outside servers (issue 17): launch roots, env keys never stored, argument values, discovery
-against a real MCP server started exactly as a run starts it, and the slow tier with servers
-installed from PyPI and npm into a tmp dir."""
+against a real MCP server started exactly as a run starts it, and the slow tier with two
+servers installed from PyPI into a tmp dir."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -133,38 +132,30 @@ def test_discovery_probes_an_unannotated_server_in_the_sandbox(tmp_path: Path) -
 
 
 def _install(tmp_path: Path) -> tuple[list[str], list[str]]:
-    """mcp-server-time from PyPI into its own venv, server-memory from npm; skip when the
-    registries cannot be reached."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = subprocess.run(
-        [str(venv / "bin/pip"), "install", "-q", "mcp-server-time"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if pip.returncode != 0:
-        pytest.skip(f"PyPI unreachable or mcp-server-time failed to install: {pip.stderr[-300:]}")
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed")
-    npm = subprocess.run(
-        ["npm", "install", "--silent", "--prefix", str(tmp_path / "npm"),
-         "@modelcontextprotocol/server-memory"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if npm.returncode != 0:
-        pytest.skip(f"npm registry unreachable: {npm.stderr[-300:]}")
-    return (
-        [str(venv / "bin/mcp-server-time")],
-        ["node", str(tmp_path / "npm/node_modules/.bin/mcp-server-memory")],
-    )
+    """mcp-server-time and mcp-server-sqlite from PyPI, each into its own venv (the sqlite
+    server needs the 1.x SDK); skip when the registry cannot be reached."""
+    commands = []
+    for package, extra in (("mcp-server-time", []), ("mcp-server-sqlite", ["mcp<2"])):
+        venv = tmp_path / package
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = subprocess.run(
+            [str(venv / "bin/pip"), "install", "-q", package, *extra],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        if pip.returncode != 0:
+            pytest.skip(f"PyPI unreachable or {package} failed to install: {pip.stderr[-300:]}")
+        commands.append([str(venv / "bin" / package)])
+    commands[1] += ["--db-path", "test.db"]  # a relative path: the sandbox work dir
+    return commands[0], commands[1]
 
 
 @pytest.mark.slow
 @pytest.mark.llm
 def test_two_registry_servers_join_and_yield_trajectories(tmp_path: Path) -> None:
-    time_cmd, memory_cmd = _install(tmp_path)
-    env = {**os.environ, "MEMORY_FILE_PATH": "/tmp/memory.jsonl", "COLUMNS": "200"}
+    time_cmd, sqlite_cmd = _install(tmp_path)
+    env = {**os.environ, "COLUMNS": "200"}
     (tmp_path / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n")
-    for name, cmd in (("time", time_cmd), ("memory", memory_cmd)):
+    for name, cmd in (("time", time_cmd), ("sqlite", sqlite_cmd)):
         added = subprocess.run(
             [sys.executable, "-m", "trajsynth.synth.cli", "clusters", "add", name, "--", *cmd],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,

@@ -298,6 +298,20 @@ async def discover(
             return
         changed = sorted(k for k in before if before.get(k) != after.get(k))
         if changed:
+            # a view that moves with no call in between is volatile (a counter, a clock):
+            # it proves nothing and stops being a view
+            again = await p.view([r for r in readers if r[0] != t.name])
+            volatile = {k for k in changed if again.get(k) != after.get(k)}
+            readers[:] = [r for r in readers if r[0] not in volatile]
+            changed = [k for k in changed if k not in volatile]
+        if changed and "$files" not in changed and by_name is not ToolAccess.WRITE:
+            # only a read result moved: call again; a change that does not happen again is
+            # taken for noise in that result, not for a write
+            second = await p.call(t.name, args)
+            final = await p.view([r for r in readers if r[0] != t.name])
+            if second is not None and not any(final.get(k) != again.get(k) for k in changed):
+                changed = []
+        if changed:
             what = ", ".join("work dir files" if k == "$files" else f"{k} result" for k in changed)
             tags[t.name] = (ToolAccess.WRITE, "probe", f"{t.name}({shown}) changed {what}")
         elif by_name is ToolAccess.WRITE:
