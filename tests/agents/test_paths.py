@@ -282,3 +282,45 @@ def test_cells_follow_given_weights() -> None:
         weights={"path_shape": {"chain": 1.0}, "difficulty": {"hard": 1.0}},
     )
     assert {(c.path_shape, c.difficulty) for c in cells} == {(PathShape.CHAIN, Difficulty.HARD)}
+
+
+def _outside_cluster(**server: Any) -> ToolCluster:
+    def spec(name: str, access: ToolAccess, required: list[str]) -> ToolSpec:
+        props = {p: {"type": "string"} for p in required}
+        schema = {"type": "object", "properties": props, "required": required}
+        return ToolSpec(name=name, access=access, input_schema=schema)
+
+    return ToolCluster(
+        cluster_id="files",
+        domain=Domain.FILESYSTEM,
+        server=ServerSpec(kind=ServerKind.STDIO, command=["srv"], **server),
+        tools=[
+            spec("cat", ToolAccess.READ, ["path"]),
+            spec("ls", ToolAccess.READ, []),
+            spec("echo", ToolAccess.WRITE, ["path", "text"]),
+        ],
+        source="outside",
+        state_readable=True,
+        arg_values={"cat": {"path": ["docs/a.txt", "docs/b.txt"]}},
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_outside_blueprints_have_two_calls_with_arguments(seed: int) -> None:
+    """Issue 17: a single-call cell on a multi-tool outside cluster (no edges at all) still
+    plans >= 2 calls, at least one with arguments, bound from probe-accepted values."""
+    c = _outside_cluster(args={"text": "remember the milk"})
+    g = dependency_graph(c)
+    cell = Cell(
+        cluster_id="files", path_shape="single", target_mode="direct_execute", difficulty="easy"
+    )
+    path = sample_path(c, g, cell, EnvState(state_hash="h"), random.Random(seed))
+    assert isinstance(path, PlannedPath), path
+    assert len(path.steps) >= 2
+    assert any(step.args for step in path.steps)
+    for name, value in path.slots.items():
+        source = path.slot_sources[name]
+        if name.startswith("path") and source == "probe":
+            assert value in ("docs/a.txt", "docs/b.txt")
+        if name == "text":
+            assert (value, source) == ("remember the milk", "spec")  # --arg wins

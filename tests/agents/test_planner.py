@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from fakes.inprocess_env import InProcessEnvironment
-from fakes.llm import ScriptedLLM, say
+from fakes.llm import ScriptedLLM, say, tool_call
 
 from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.planner import (
@@ -145,6 +145,31 @@ async def test_valid_llm_words_are_kept(tmp_path: Path) -> None:
     # the id hashes what the blueprint means, not who wrote its words
     assert bp.blueprint_id == first.blueprint_id
     assert bp.constraints == first.constraints
+
+
+async def test_outside_cluster_words_come_from_a_schema_constrained_tool_call(
+    tmp_path: Path,
+) -> None:
+    """Issue 17: for an outside cluster the planner offers the words as the one tool of the
+    request (tool_choice required), and reads the goal from the call's JSON arguments."""
+    cluster = _only(SHOP, "search_products").model_copy(update={"source": "outside"})
+    first = await plan_blueprint(
+        Planner(use_llm=False), None, _factory(tmp_path), cluster, _cell(), 3
+    )
+    assert isinstance(first, Blueprint)
+    product = first.slots["query"]
+    goal = f"I'm after the {product}: what does it cost?"
+    fake = ScriptedLLM(
+        [tool_call("write_user_request", {"persona": "A student on a budget.", "goal": goal})]
+    )
+    bp = await plan_blueprint(Planner(), _client(fake), _factory(tmp_path), cluster, _cell(), 3)
+    fake.assert_consumed()
+    assert isinstance(bp, Blueprint)
+    assert bp.words_source == "llm" and bp.goal == goal
+    request = fake.requests[0]
+    assert request["tool_choice"] == "required"
+    assert [t["function"]["name"] for t in request["tools"]] == ["write_user_request"]
+    assert request["tools"][0]["function"]["parameters"]["required"] == ["persona", "goal"]
 
 
 async def test_a_failing_gold_run_is_rejected_with_its_reason(tmp_path: Path) -> None:

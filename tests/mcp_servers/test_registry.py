@@ -188,7 +188,11 @@ def test_outside_stdio_server_mcp_server_time(tmp_path: Path) -> None:
     c = parts[0]
     assert sorted(c.tool_names) == ["convert_time", "get_current_time"]
     assert all(t.access == ToolAccess.READ and t.access_source == "annotation" for t in c.tools)
-    assert c.state_readable is False
+    # discovery: the end state is read through stable read calls; get_current_time's answer
+    # changes with the clock, so only convert_time is a probe (issue 17)
+    assert c.state_readable is True
+    assert [p.tool for p in c.probes] == ["convert_time"]
+    assert c.arg_values["get_current_time"]["timezone"][:2] == ["Europe/London", "America/New_York"]
     assert c.source == "outside"
     assert c.domain == Domain.OTHER
     assert c.server == ServerSpec(kind=ServerKind.STDIO, command=TIME_SERVER)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 from pydantic import Field
 
+from trajsynth.mcp_servers.arguments import param_values
 from trajsynth.mcp_servers.graph import entry_tools as graph_entry_tools
 from trajsynth.mcp_servers.graph import normalize_name, output_fields, singular
 from trajsynth.mcp_servers.tags import name_tokens
@@ -281,12 +282,16 @@ def _edge_bindings(
                 entries += [e if isinstance(e, dict) else e.model_dump() for e in extra]
         for entry in entries:
             param, out = entry.get("in_param"), entry.get("out_field")
-            if isinstance(param, str) and isinstance(out, str) and param and out:
+            # a value-flow edge seen in plain text ("$text") has no field a reference can
+            # follow: the consumer's value comes from the probe's accepted values instead
+            if isinstance(param, str) and isinstance(out, str) and param and out[:1] not in "$":
                 score = float(entry.get("score", attrs.get("score", 1.0)) or 0.0)
                 if param not in found or found[param][1] < score:
                     found[param] = (out, score)
         for edge in cluster.edges:
             if not (edge.source == u and edge.target == v and edge.in_param):
+                continue
+            if edge.out_field.startswith("$"):
                 continue
             if edge.in_param not in found or found[edge.in_param][1] < edge.score:
                 found[edge.in_param] = (edge.out_field, edge.score)
@@ -330,11 +335,25 @@ def _rarity(uses: Mapping[str, int], tool: str) -> float:
 # entry tools (§3 step 2)
 
 
-def _slot_bindable(spec: ToolSpec, tables: _Tables) -> bool:
+def _known_values(cluster: ToolCluster, tool: str, param: str) -> list[tuple[JsonValue, str]]:
+    """Values an outside cluster can give ``tool.param`` without an upstream call: the one
+    the user fixed (``--arg``), then the ones probing saw accepted (issue 17, item 4)."""
+    out: list[tuple[JsonValue, str]] = []
+    if param in cluster.server.args:
+        out.append((cluster.server.args[param], "spec"))
+    for value in cluster.arg_values.get(tool, {}).get(param, []):
+        if all(value != v for v, _ in out):
+            out.append((value, "probe"))
+    return out
+
+
+def _slot_bindable(spec: ToolSpec, tables: _Tables, cluster: ToolCluster | None = None) -> bool:
     props = _properties(spec)
     return all(
         _literal_or_choice_possible(param, props.get(param, {}))
         or _rank_columns(param, props.get(param, {}), spec.name, tables)
+        or (cluster is not None and bool(_known_values(cluster, spec.name, param)))
+        or (cluster is not None and cluster.source == "outside")  # schema values (issue 17)
         for param in _required(spec)
     )
 
@@ -349,7 +368,7 @@ def entry_tools(cluster: ToolCluster, graph: nx.DiGraph, state: EnvState) -> lis
     """
     tables = _Tables.of(state)
     names = [t for t in sorted(cluster.tool_names) if t in graph or not graph.number_of_nodes()]
-    bindable = [t for t in names if _slot_bindable(cluster.tool(t), tables)]
+    bindable = [t for t in names if _slot_bindable(cluster.tool(t), tables, cluster)]
     user_known = set(graph_entry_tools(cluster))
     return [t for t in bindable if t in user_known] or bindable
 
@@ -479,6 +498,12 @@ class _Binder:
             if "array" in _schema_types(schema):
                 value = [value]
             return self._slot(param, value, f"{table}.{column}")
+        known = _known_values(self.cluster, tool, param)
+        if known and (known[0][1] == "spec" or not enum):
+            value, source = (
+                known[self.rng.randrange(len(known))] if known[0][1] != "spec" else known[0]
+            )
+            return self._slot(param, value, source)
         if enum:
             if len(enum) == 1:
                 return LiteralArg(value=enum[0])
@@ -495,6 +520,9 @@ class _Binder:
             if isinstance(schema.get("maximum"), int | float):
                 high = max(low, min(high, int(schema["maximum"])))
             return self._slot(param, self.rng.randint(low, high), "range")
+        if self.cluster.source == "outside":  # format, pattern, examples, name (issue 17)
+            for value in param_values(param, schema, tool)[:1]:
+                return self._slot(param, value, "schema")
         raise _Unbindable(f"{tool}.{param}")
 
     def _slot(self, param: str, value: JsonValue, source: str) -> SlotArg:
@@ -734,6 +762,12 @@ def sample_path(
         low = max(low, 2)
         high = max(high, 2)
     need_write = cell.difficulty in (Difficulty.MEDIUM, Difficulty.HARD)
+    outside = cluster.source == "outside" and len(names) > 1
+    if outside:
+        # issue 17: a blueprint over a multi-tool outside cluster has >= 2 calls; a "single"
+        # cell becomes a two-call chain (the second call unlinked when the graph has no edge)
+        low, high = max(low, 2), max(high, 2)
+        shape = PathShape.CHAIN if shape is PathShape.SINGLE else shape
     tables = _Tables.of(state)
 
     @functools.cache
@@ -748,9 +782,17 @@ def sample_path(
     reasons: list[Rejection] = []
     for _ in range(max(1, tries)):
         length = rng.randint(low, high)
+        drawn = shape
         draft = _draft_shape(shape, length, graph, weight, entries, names, uses, rng)
+        if isinstance(draft, str) and outside:
+            drawn = PathShape.CHAIN
+            # an outside server's graph is what probing found: a shape it lacks becomes a
+            # chain rather than no task (issue 17)
+            draft = _draft_shape(PathShape.CHAIN, length, graph, weight, entries, names, uses, rng)
         if isinstance(draft, str):
             return Rejection(reason="shape_unsupported", detail=f"{shape}: {draft}")
+        if outside and len(draft.tools) < 2:
+            draft = _second_call(cluster, draft, entries, names, uses, rng)
         flags = _writes(cluster, draft.tools)
         if len(draft.tools) < 2 <= low:
             reasons.append(Rejection(reason="path_too_short", detail="->".join(draft.tools)))
@@ -764,12 +806,15 @@ def sample_path(
         except _Unbindable as exc:
             reasons.append(Rejection(reason="unbindable_param", detail=exc.detail))
             continue
-        if shape is PathShape.FAN_IN and not _fan_in_joined(steps):
+        if outside and not any(step.args for step in steps) and _any_params(cluster, names):
+            reasons.append(Rejection(reason="no_arguments", detail="->".join(draft.tools)))
+            continue
+        if drawn is PathShape.FAN_IN and not _fan_in_joined(steps):
             reasons.append(Rejection(reason="shape_unsupported", detail="fan_in without join"))
             continue
         path = PlannedPath(
             cluster_id=cluster.cluster_id,
-            shape=shape,
+            shape=drawn,
             difficulty=cell.difficulty,
             steps=steps,
             links=draft.links,
@@ -789,6 +834,34 @@ def sample_path(
         return best[1]
     top = Counter(r.reason for r in reasons).most_common(1)[0][0]  # ties: the first seen
     return next(r for r in reasons if r.reason == top)
+
+
+def _any_params(cluster: ToolCluster, names: set[str]) -> bool:
+    return any(_properties(cluster.tool(t)) for t in names)
+
+
+def _second_call(
+    cluster: ToolCluster,
+    draft: _Draft,
+    entries: list[str],
+    names: set[str],
+    uses: Mapping[str, int],
+    rng: random.Random,
+) -> _Draft:
+    """Another callable tool after a lone first call: after a write a read that shows its
+    effect, else a tool with parameters, rarest first (issue 17: >= 2 calls per blueprint)."""
+    first = draft.tools[0]
+    others = [t for t in entries if t != first] or [t for t in sorted(names) if t != first]
+    if not others:
+        return draft
+    wrote = cluster.tool(first).access is ToolAccess.WRITE
+    preferred = [
+        t
+        for t in others
+        if (cluster.tool(t).access is ToolAccess.READ) == wrote and _properties(cluster.tool(t))
+    ]
+    pool = preferred or others
+    return _Draft([first, _pick_entry(pool, uses, rng)], list(draft.links))
 
 
 def _mode_realised(cell: Cell, path: PlannedPath) -> int:

@@ -178,8 +178,49 @@ def accepted_attempt(blueprint: Blueprint) -> BlueprintAttempt:
     )
 
 
+# The words as a JSON schema the model must fill (issue 17: the planner LLM constrained to a
+# schema). Offered as the one tool of the request with tool_choice "required", so servers that
+# constrain tool calls by grammar (llama.cpp, vLLM) can only answer with this object.
+WORDS_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "write_user_request",
+        "description": "The user's side of the conversation, in the user's own words.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "persona": {"type": "string", "description": "who the user is, one sentence"},
+                "goal": {
+                    "type": "string",
+                    "description": "what the user asks for, first person, one or two sentences",
+                },
+                "hidden_info": {
+                    "type": "object",
+                    "description": "facts the user reveals only when asked",
+                    "additionalProperties": {"type": "string"},
+                },
+            },
+            "required": ["persona", "goal"],
+        },
+    },
+}
+
+
+def _reply_text(result: Any) -> str | None:
+    """The words tool's JSON arguments when the model called it, else the reply text."""
+    for call in result.message.tool_calls or []:
+        if call.function.name == WORDS_TOOL["function"]["name"]:
+            return call.function.arguments
+    return result.message.content
+
+
 async def _write_words(
-    planner: Planner, llm: LLMClient | None, spec: WordsSpec, seed: int
+    planner: Planner,
+    llm: LLMClient | None,
+    spec: WordsSpec,
+    seed: int,
+    *,
+    constrained: bool = False,
 ) -> tuple[Words, str, int, list[LLMUsage], list[str]]:
     """LLM drafts until one passes the checks, else the template (METHODS.md §3 steps 9-10).
 
@@ -199,9 +240,10 @@ async def _write_words(
                 temperature=planner.temperature,
                 max_tokens=planner.max_tokens,
                 seed=(seed * 1009 + k) % 2**31,
+                **({"tools": [WORDS_TOOL], "tool_choice": "required"} if constrained else {}),
             )
             usage.append(result.usage)
-            words = parse_words(result.message.content, spec)
+            words = parse_words(_reply_text(result), spec)
             if words is None:
                 problems = ["parse: no JSON object with a goal in the reply"]
                 continue
@@ -308,7 +350,9 @@ async def plan_blueprint(
         initial_state=initial,
         slot_sources=path.slot_sources,
     )
-    words, source, drafts, usage, problems = await _write_words(planner, llm, spec, seed)
+    words, source, drafts, usage, problems = await _write_words(
+        planner, llm, spec, seed, constrained=cluster.source == "outside"
+    )
     if source == "template":
         final_problems = check_words(words, spec)
         if final_problems:

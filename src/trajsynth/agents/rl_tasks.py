@@ -54,6 +54,7 @@ def blueprint_row(
             cluster_id=cluster.cluster_id,
             seed=env_seed,
             initial_state_id=blueprint.initial_state_id,
+            server=cluster.server if cluster.source == "outside" else None,
         ),
         constraints=list(blueprint.constraints),
         metadata={"cell": blueprint.cell.model_dump(mode="json"), "source": "planned"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -92,6 +93,16 @@ def run_and_report(
                 )
             )
     print_summary(summary, console=console, store_path=str(settings.store_path))
+    for warning in empty_cluster_warnings(str(settings.store_path), summary.run_id, config):
+        console.print(f"[yellow]warning:[/] {warning}")
+    if summary.trajectories == 0:
+        # issue 17: a run that yields no task (or no trajectory) says so and fails
+        reasons = ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items())
+        console.print(
+            f"[yellow]warning:[/] the run produced nothing: {summary.tasks_planned} task(s) "
+            f"planned, 0 trajectories" + (f"; blueprints rejected ({reasons})" if reasons else "")
+        )
+        return False
     return True
 
 
@@ -130,3 +141,31 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
         "written to", f"{store_path}  (try: synth query 'select count(*) from trajectories')"
     )
     console.print(table)
+
+
+def empty_cluster_warnings(store_path: str, run_id: str, config: RunConfig) -> list[str]:
+    """One line per cluster of the run that yielded no task, with the rejection reasons
+    (issue 17, item 7)."""
+    from trajsynth.store import Store
+
+    store = Store(Path(store_path))
+    planned = {
+        r["cluster_id"]: r["n"]
+        for r in store.query(
+            "SELECT cluster_id, count(*) AS n FROM blueprints WHERE run_id = ? GROUP BY 1",
+            [run_id],
+        )
+    }
+    reasons: dict[str, list[str]] = {}
+    for r in store.query(
+        "SELECT cluster_id, reason, count(*) AS n FROM blueprint_attempts "
+        "WHERE run_id = ? AND NOT accepted GROUP BY 1, 2 ORDER BY 1, 3 DESC",
+        [run_id],
+    ):
+        reasons.setdefault(r["cluster_id"], []).append(f"{r['reason']}: {r['n']}")
+    names = config.clusters or sorted(set(planned) | set(reasons))
+    return [
+        f"cluster {name} yielded no task ({', '.join(reasons.get(name, [])) or 'no attempt'})"
+        for name in names
+        if not planned.get(name)
+    ]

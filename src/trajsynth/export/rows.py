@@ -20,7 +20,15 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from trajsynth.export.report import EmptySelectionError, ExportError
-from trajsynth.schemas import Constraint, EnvSpec, Message, MessageRole, RLRow, SFTRow
+from trajsynth.schemas import (
+    Constraint,
+    EnvSpec,
+    Message,
+    MessageRole,
+    RLRow,
+    ServerSpec,
+    SFTRow,
+)
 from trajsynth.store import Store
 
 __all__ = ["canonical_arguments", "openai_messages", "resolve_run", "rl_rows", "sft_rows"]
@@ -120,6 +128,20 @@ def _check_tools(tools: Any, item: str) -> list[dict[str, Any]]:
         if not isinstance(params, dict):
             raise ExportError(f"{item}: tool {fn['name']!r} has parameters that are not an object")
     return tools
+
+
+def _outside_servers(store: Store, cluster_ids: set[str]) -> dict[str, ServerSpec]:
+    """What rebuilds an outside cluster's server (issue 17): its command or URL, reset mode,
+    copied files by content hash and the names (never the values) of its env variables."""
+    if not cluster_ids:
+        return {}
+    marks = ", ".join("?" for _ in cluster_ids)
+    rows = store.query(
+        "SELECT cluster_id, server FROM clusters "
+        f"WHERE source = 'outside' AND cluster_id IN ({marks})",
+        sorted(cluster_ids),
+    )
+    return {r["cluster_id"]: ServerSpec.model_validate(_json(r["server"])) for r in rows}
 
 
 def _cluster_tools(store: Store, cluster_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
@@ -278,6 +300,7 @@ def rl_rows(store: Store, run_id: str, round: int | None = None) -> list[RLRow]:
         )
     }
     fallback = _cluster_tools(store, {r["cluster_id"] for r in rows})
+    servers = _outside_servers(store, {r["cluster_id"] for r in rows})
     out = []
     for r in rows:
         item = f"task {r['item_id']}"
@@ -298,6 +321,7 @@ def rl_rows(store: Store, run_id: str, round: int | None = None) -> list[RLRow]:
                     cluster_id=r["cluster_id"],
                     seed=int(r["seed"] or 0),
                     initial_state_id=r["initial_state_id"],
+                    server=servers.get(r["cluster_id"]),
                 ),
                 constraints=constraints,
                 metadata={

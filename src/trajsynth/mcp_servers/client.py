@@ -36,11 +36,15 @@ _CLOSE_TIMEOUT_S = 15.0
 _STDERR_TAIL = 2000
 
 
-def stdio_transport(argv: Sequence[str], env: Mapping[str, str] | None = None) -> TransportFactory:
+def stdio_transport(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, *, cwd: str | None = None
+) -> TransportFactory:
     """A stdio transport that runs ``argv`` (a HOST argv, e.g. ``docker exec -i ...``)."""
     if not argv:
         raise ValueError("empty server command")
-    params = StdioServerParameters(command=argv[0], args=list(argv[1:]), env=dict(env or {}))
+    params = StdioServerParameters(
+        command=argv[0], args=list(argv[1:]), env=dict(env or {}), cwd=cwd
+    )
     return lambda errlog: stdio_client(params, errlog=errlog)
 
 

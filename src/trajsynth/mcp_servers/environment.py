@@ -11,9 +11,13 @@ State:
   ``state()`` runs ``python -m trajsynth.mcp_servers.servers._state <name>`` there, and
   snapshot/restore are the sandbox's. The servers open their database per call, so a restored
   work directory is seen by the next call without a restart.
-- outside clusters have no readable state: ``state()`` is ``readable=False`` with the hash of
-  the successful write calls so far; a snapshot is a point in that trace, and restoring it
-  restarts the server from its initial work directory and replays the writes.
+- outside clusters (issue 17) run exactly the command the user gave (``mcp_servers.launch``),
+  in a sandbox with the server's own files mounted read-only, with the ``--copy`` files in its
+  work dir. Their state is read through the cluster's read-only probe calls (``probes``): the
+  same calls after the gold run and after a rollout give the same tables when the end states
+  agree. Without probes, ``state()`` is ``readable=False`` with the hash of the successful
+  writes. Reset (``ServerSpec.reset``): ``snapshot`` restores the work dir's files and restarts
+  the server; ``fresh`` and ``replay`` restart it from its initial work dir and replay writes.
 """
 
 from __future__ import annotations
@@ -23,10 +27,8 @@ import contextlib
 import json
 import logging
 import shlex
-import sys
 import uuid
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -40,12 +42,20 @@ from trajsynth.mcp_servers.client import (
     http_transport,
     stdio_transport,
 )
+from trajsynth.mcp_servers.launch import (
+    copy_files,
+    open_mounted_sandbox,
+    server_env,
+    server_mounts,
+)
 from trajsynth.schemas import (
     EnvState,
     InputError,
     JsonValue,
     MCPServerError,
+    ProbeCall,
     Record,
+    ResetMode,
     SandboxError,
     SandboxKind,
     SandboxLimits,
@@ -72,7 +82,13 @@ SEED_ENV = "TRAJSYNTH_SEED"
 # Extra wall-clock time over the request timeout before the whole call is abandoned (a write
 # to a server that stopped reading its stdin can block before the request clock starts).
 _CALL_GRACE_S = 5.0
-_PYTHON_NAMES = ("python", "python3")
+_PROBE_CHARS = 4000  # a probe result longer than this is hashed, not kept as text
+
+
+def _local() -> type:
+    from trajsynth.sandboxes import LocalSandbox
+
+    return LocalSandbox
 
 
 class ToolResult(Record):
@@ -106,9 +122,23 @@ def _content_text(result: CallToolResult) -> str:
     return "\n".join(parts)
 
 
-def _is_python(executable: str) -> bool:
-    base = PurePath(executable).name
-    return base in _PYTHON_NAMES or base.startswith("python3.") or executable == sys.executable
+def _probe_value(result: ToolResult, workdir: str = "") -> JsonValue:
+    """A probe result as a comparable value: structured content, else parsed JSON text, else
+    the text (hashed when long). The sandbox's own work dir path reads ``<workdir>``, so two
+    environments in the same state give the same value."""
+    value: JsonValue
+    if result.structured is not None:
+        value = result.structured
+    else:
+        try:
+            value = json.loads(result.text)
+        except ValueError:
+            value = result.text
+    if workdir:
+        value = json.loads(json.dumps(value).replace(workdir, "<workdir>"))
+    if isinstance(value, str) and len(value) > _PROBE_CHARS:
+        return {"sha256": stable_hash(value, length=64)}
+    return value
 
 
 class Environment:
@@ -129,8 +159,11 @@ class Environment:
         check_timeout_s: float = 60.0,
         owns_sandbox: bool = True,
         pool: SandboxPool | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.cluster = cluster
+        # where the values of the server's ``env_keys`` come from (None: this process's env)
+        self.environ = environ
         self.sandbox = sandbox
         self.seed = seed
         self.tool_timeout_s = tool_timeout_s
@@ -162,8 +195,19 @@ class Environment:
         return self.cluster.tools
 
     @property
+    def bundled(self) -> bool:
+        return self.cluster.server.kind == ServerKind.BUNDLED
+
+    @property
     def state_readable(self) -> bool:
-        return self.cluster.server.kind == ServerKind.BUNDLED and self.cluster.state_readable
+        if self.bundled:
+            return self.cluster.state_readable
+        return bool(self.cluster.probes) and self.cluster.state_readable
+
+    @property
+    def _files_reset(self) -> bool:
+        """Outside state lives in the work dir's files: restore them and restart the server."""
+        return not self.bundled and self.cluster.server.reset is ResetMode.SNAPSHOT
 
     @property
     def server_name(self) -> str:
@@ -181,14 +225,35 @@ class Environment:
         """Seed the state and start the server; the initial state. Idempotent."""
         if self._started and self._initial_state is not None:
             return self._initial_state
-        if self.state_readable:
+        if self.bundled and self.state_readable:
             self._initial_state = await self._dump_state(init=True)
+            await self._connect()
         else:
+            if self.cluster.server.copies:
+                await asyncio.to_thread(copy_files, self.sandbox, self.cluster.server.copies)
             self._initial_snapshot = await asyncio.to_thread(self.sandbox.snapshot)
-            self._initial_state = self._trace_state()
-        await self._connect()
+            await self._connect()
+            self._started = True
+            self._initial_state = await self.state()
         self._started = True
         return self._initial_state
+
+    async def read_probes(self, probes: Sequence[ProbeCall]) -> EnvState:
+        """The results of ``probes`` now, as the tables ``state()`` would give."""
+        return await self._probe_state(probes)
+
+    async def list_tools(self) -> list[Any]:
+        """The server's ``tools/list`` (MCP ``Tool`` objects), through the live connection."""
+        if self._conn is None:
+            raise MCPServerError(f"{self.cluster.cluster_id}: environment not started")
+        return await self._conn.list_tools()
+
+    @property
+    def server_info(self) -> tuple[Any, str | None]:
+        """The server's ``Implementation`` and instructions from ``initialize``."""
+        if self._conn is None:
+            return None, None
+        return self._conn.server_info, self._conn.instructions
 
     async def close(self) -> None:
         """Stop the server and, when this environment owns it, the sandbox."""
@@ -222,7 +287,13 @@ class Environment:
     def _server_env(self) -> dict[str, str]:
         # the call's limit, so a server can stop its own work first (code.py TOOL_TIMEOUT_ENV)
         timeout = {"TRAJSYNTH_TOOL_TIMEOUT_S": f"{self.tool_timeout_s:g}"}
-        return {SEED_ENV: str(self.seed), **timeout, **self.cluster.server.env}
+        if self.bundled:
+            return {SEED_ENV: str(self.seed), **timeout, **self.cluster.server.env}
+        return {
+            SEED_ENV: str(self.seed),
+            **timeout,
+            **server_env(self.cluster.server, self.environ),
+        }
 
     def _in_container(self) -> bool:
         from trajsynth.sandboxes import DockerSandbox
@@ -254,56 +325,33 @@ class Environment:
         if not command:
             raise InputError(f"cluster {self.cluster.cluster_id}: stdio server without a command")
         label = f"{self.cluster.cluster_id} (`{shlex.join(command)}`)"
-        inner = await self._in_sandbox_command(command)
-        if inner is not None:
-            self.server_location = "sandbox"
-            return stdio_transport(self._sandbox_stdio(inner, env)), label
-        host = await self._host()
-        self.server_location = "host"
-        log.info("%s: the sandbox cannot run it; it runs on the host", label)
-        return stdio_transport(host.stdio_command(command, env=env)), label + " on the host"
+        if spec.on_host:
+            # the user asked for it (--on-host-state-not-isolated): the exact command, on the
+            # host, in the sandbox's work dir when it has one on this machine
+            self.server_location = "host"
+            log.warning("%s runs on the host: its state is not isolated", label)
+            cwd = self.sandbox.workdir if isinstance(self.sandbox, _local()) else None
+            return stdio_transport(command, env, cwd=cwd), label + " on the host"
+        await self._check_runnable(command, label)
+        self.server_location = "sandbox"
+        return stdio_transport(self._sandbox_stdio(command, env)), label
 
-    async def _in_sandbox_command(self, command: list[str]) -> list[str] | None:
-        """``command`` as it runs inside the sandbox, or None when the sandbox cannot run it.
-
-        A python command runs inside when its module (``-m``) imports there; another command
-        runs inside when the sandbox finds the executable on its PATH.
-        """
-        if _is_python(command[0]):
-            inner = [self.sandbox.python, *command[1:]]
-            if "-m" in command[1:-1]:
-                module = command[command.index("-m") + 1]
-                probe = [
-                    self.sandbox.python,
-                    "-c",
-                    "import importlib.util, sys; "
-                    "sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)",
-                    module,
-                ]
-                result = await asyncio.to_thread(self.sandbox.exec, probe, timeout=30.0)
-                return inner if result.exit_code == 0 else None
-            return inner
+    async def _check_runnable(self, command: list[str], label: str) -> None:
+        """MCPServerError (the same at ``clusters add`` and in a run) when the sandbox cannot
+        find the command's executable: the command is run as given, never rewritten."""
         probe = ["sh", "-c", 'command -v "$1" >/dev/null', "sh", command[0]]
         try:
             result = await asyncio.to_thread(self.sandbox.exec, probe, timeout=30.0)
-        except SandboxError:
-            return None
-        return command if result.exit_code == 0 else None
-
-    async def _host(self) -> Sandbox:
-        """A LocalSandbox for outside servers the sandbox cannot run (the sandbox itself when
-        it is already local)."""
-        from trajsynth.sandboxes import LocalSandbox
-
-        if isinstance(self.sandbox, LocalSandbox):
-            return self.sandbox
-        if self._host_sandbox is None:
-            from trajsynth.sandboxes import open_sandbox
-
-            host = await asyncio.to_thread(open_sandbox, SandboxKind.LOCAL, SandboxLimits())
-            await asyncio.to_thread(host.start)
-            self._host_sandbox = host
-        return self._host_sandbox
+        except SandboxError as exc:
+            raise MCPServerError(f"{label}: the sandbox failed: {exc}") from exc
+        if result.exit_code != 0:
+            mounts = getattr(self.sandbox, "mounts", [])
+            raise MCPServerError(
+                f"{label}: `{command[0]}` cannot be found inside the "
+                f"{type(self.sandbox).__name__} (mounted read-only: "
+                f"{', '.join(mounts) or 'nothing'}); name the folder that holds it with "
+                "--mount, or run the server on the host with --on-host-state-not-isolated"
+            )
 
     async def _connect(self) -> None:
         transport, label = await self._transport()
@@ -340,7 +388,8 @@ class Environment:
             await conn.close()
         await self._reap()
         await self._connect()
-        if not self.state_readable and self.cluster.server.kind != ServerKind.HTTP:
+        http = self.cluster.server.kind == ServerKind.HTTP
+        if not self.bundled and not self._files_reset and not http:
             await self._replay(self._writes)
 
     # ------------------------------------------------------------------ tool calls
@@ -469,15 +518,41 @@ class Environment:
 
     async def state(self) -> EnvState:
         """The canonical state now (``readable=False`` with the write-trace hash when the
-        server's state cannot be read), with the results of checks run so far."""
+        server's state cannot be read), with the results of checks run so far.
+
+        An outside cluster with probes: each probe call's result is one table (issue 17, item
+        6), so the same end state gives the same hash whichever calls led there.
+        """
         if not self.state_readable:
             return self._trace_state()
+        if not self.bundled:
+            return await self._probe_state()
         return await self._dump_state()
+
+    async def _probe_state(self, probes: Sequence[ProbeCall] | None = None) -> EnvState:
+        tables: dict[str, list[dict[str, JsonValue]]] = {}
+        async with self._lock:
+            if self._conn is None or not self._conn.alive:
+                await self.restart("the server was not running before reading the state")
+            for i, probe in enumerate(probes if probes is not None else self.cluster.probes):
+                result = await self._call(probe.tool, dict(probe.arguments))
+                row: dict[str, JsonValue] = {
+                    "arguments": canonical_json(probe.arguments),
+                    "is_error": result.is_error,
+                    "result": _probe_value(result, self.sandbox.workdir),
+                }
+                tables[f"probe{i}:{probe.tool}"] = [row]
+        return EnvState(
+            state_hash=stable_hash(tables, length=64),
+            tables=tables,
+            checks=dict(self._checks),
+            readable=True,
+        )
 
     async def snapshot(self) -> SnapshotHandle:
         """Save the state: the sandbox's work directory, or a point in the write trace."""
         async with self._lock:
-            if self.state_readable:
+            if self.bundled or self._files_reset:
                 handle = await asyncio.to_thread(self.sandbox.snapshot)
                 self._taken.append(handle)
                 return handle
@@ -493,6 +568,12 @@ class Environment:
         async with self._lock:
             if handle.method != "replay":
                 await asyncio.to_thread(self.sandbox.restore, handle)
+                if self._files_reset:  # the server may hold the old files open: restart it
+                    conn, self._conn = self._conn, None
+                    if conn is not None:
+                        await conn.close()
+                    await self._reap()
+                    await self._connect()
                 return
             if handle.snapshot_id not in self._replay_points:
                 raise MCPServerError(f"unknown snapshot {handle.snapshot_id} for this environment")
@@ -582,6 +663,7 @@ def open_environment(
     image: str | None = None,
     start_timeout_s: float = 60.0,
     pool: SandboxPool | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> OpenEnvironment:
     """A started environment for ``cluster`` in a new sandbox that it owns, or in one
     borrowed from ``pool`` (given back, reset, when the environment closes).
@@ -593,9 +675,19 @@ def open_environment(
     async def opener() -> Environment:
         from trajsynth.sandboxes import open_sandbox
 
-        if pool is not None:
+        spec = cluster.server
+        if spec.kind is ServerKind.STDIO and not spec.on_host:
+            # an outside server needs its own files mounted: a sandbox of its own, not pooled
+            pool_ = None
+            mounts = server_mounts(spec.command or [], spec.mounts)
+            sandbox = await asyncio.to_thread(
+                open_mounted_sandbox, sandbox_kind, limits or SandboxLimits(), image, mounts
+            )
+        elif pool is not None:
+            pool_ = pool
             sandbox = await asyncio.to_thread(pool.acquire)
         else:
+            pool_ = None
             sandbox = await asyncio.to_thread(
                 open_sandbox, sandbox_kind, limits or SandboxLimits(), image
             )
@@ -605,7 +697,8 @@ def open_environment(
             seed=seed,
             tool_timeout_s=tool_timeout_s,
             start_timeout_s=start_timeout_s,
-            pool=pool,
+            pool=pool_,
+            environ=environ,
         )
         try:
             await env.start()

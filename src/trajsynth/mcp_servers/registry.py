@@ -40,12 +40,17 @@ from trajsynth.mcp_servers.client import (
     stdio_transport,
     with_timeout,
 )
+from trajsynth.mcp_servers.discovery import Discovery, discover
 from trajsynth.mcp_servers.graph import Embedder, infer_edges, split_cluster
+from trajsynth.mcp_servers.launch import copied_file, server_mounts, state_outside_warnings
 from trajsynth.mcp_servers.tags import tag_tool
 from trajsynth.schemas import (
     Domain,
     InputError,
     MCPServerError,
+    ProbeCall,
+    ResetMode,
+    SandboxKind,
     ServerKind,
     ServerSpec,
     ToolCluster,
@@ -155,6 +160,7 @@ def tool_spec(tool: Any) -> ToolSpec:
         output_schema = tool.output_schema
         annotations = tool.annotations
     access, source = tag_tool(name, annotations)
+    idempotent = _idempotent(annotations)
     return ToolSpec(
         name=name,
         description=description or "",
@@ -162,7 +168,37 @@ def tool_spec(tool: Any) -> ToolSpec:
         output_schema=dict(output_schema) if output_schema else None,
         access=access,
         access_source=source,
+        access_evidence=_annotation_text(annotations) if source == "annotation" else None,
+        idempotent=idempotent,
     )
+
+
+def _hints(annotations: Any) -> dict[str, Any]:
+    if annotations is None:
+        return {}
+    if isinstance(annotations, Mapping):
+        return dict(annotations)
+    return annotations.model_dump(by_alias=True, exclude_none=True)
+
+
+def _idempotent(annotations: Any) -> bool | None:
+    hints = _hints(annotations)
+    value = hints.get("idempotentHint", hints.get("idempotent_hint"))
+    return value if isinstance(value, bool) else None
+
+
+def _annotation_text(annotations: Any) -> str:
+    hints = _hints(annotations)
+    keys = (
+        "readOnlyHint",
+        "destructiveHint",
+        "idempotentHint",
+        "read_only_hint",
+        "destructive_hint",
+        "idempotent_hint",
+    )
+    shown = {k: hints[k] for k in keys if k in hints}
+    return "MCP annotations " + ", ".join(f"{k}={v}" for k, v in shown.items())
 
 
 def _run_sync(make: Callable[[], Awaitable[T]]) -> T:
@@ -359,15 +395,24 @@ def add_outside_cluster(
     env: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
     embed: Embedder | None = None,
+    mounts: Sequence[str] = (),
+    on_host: bool = False,
+    reset: ResetMode = ResetMode.FRESH,
+    copies: Sequence[str] = (),
+    args: Mapping[str, Any] | None = None,
+    sandbox_kind: SandboxKind = SandboxKind.AUTO,
+    probe: bool = True,
 ) -> list[ToolCluster]:
     """Import an outside MCP server as a cluster and save it under ``clusters_dir``.
 
-    The tools come from the server's ``tools/list`` (stdio ``command`` or streamable HTTP
-    ``url``), tagged read/write from their annotations or names; the dependency graph is
-    inferred (METHODS.md §2). The server's state cannot be read, so constraints for its tasks
-    come from the ground-truth call trace and the final answer (``state_readable=False``).
-    Returns the saved cluster, or its parts (``<name>.1``, ...) when a connected component has
-    more than 40 tools (§2 step 5).
+    The server is started exactly as a run starts it (``open_environment``: the same command,
+    sandbox, mounts, ``--copy`` files and environment), so a server that would fail in a run
+    fails here with the same message. Its ``tools/list`` gives the tools; discovery probes them
+    in that throw-away environment (``mcp_servers.discovery``: tags with their source and
+    evidence, value-flow edges, end-state probes, accepted argument values; issue 17).
+    ``env`` values are used for this start only: the cluster keeps the names, and a run reads
+    the values from its own environment. Returns the saved cluster, or its parts
+    (``<name>.1``, ...) when a connected component has more than 40 tools (§2 step 5).
     """
     if (command is None) == (url is None):
         raise InputError("give exactly one of a stdio command (after --) or --url")
@@ -382,33 +427,66 @@ def add_outside_cluster(
         raise InputError("empty server command after --")
     if url is not None and not re.match(r"^https?://", url):
         raise InputError(f"--url {url!r}: expected an http:// or https:// URL")
+    bad = [k for k in (env or {}) if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
+    if bad:
+        raise InputError(f"--env {bad[0]!r}: not an environment variable name")
+    if copies and reset is ResetMode.FRESH:
+        reset = ResetMode.SNAPSHOT  # copied files are the state: restore them between branches
 
     what = " ".join(command) if command else str(url)
+    server = ServerSpec(
+        kind=ServerKind.STDIO if command is not None else ServerKind.HTTP,
+        command=list(command) if command is not None else None,
+        url=url,
+        env_keys=sorted(env or {}),
+        mounts=[str(Path(m).expanduser().absolute()) for m in mounts],
+        on_host=on_host,
+        reset=reset,
+        copies=[copied_file(*_copy_parts(c)) for c in copies],
+        args=dict(args or {}),
+    )
+    found_mounts = server_mounts(server.command or [], server.mounts) if command else []
+    warnings = state_outside_warnings(server, found_mounts)
+    for warning in warnings:
+        log.warning("cluster %s: %s", name, warning)
+    provisional = ToolCluster(
+        cluster_id=name,
+        domain=domain,
+        server=server,
+        tools=[],
+        state_readable=False,
+        source="outside",
+    )
+    environ = {**os.environ, **dict(env or {})}
     try:
-        raw_tools, server_description = _run_sync(
-            lambda: read_server_tools(
-                command=command, url=url, env=env, timeout_s=timeout_s, label=f"`{what}`"
+        raw_tools, server_description, found = _run_sync(
+            lambda: _start_and_discover(
+                provisional, sandbox_kind, timeout_s, environ, probe, f"`{what}`"
             )
         )
     except MCPServerError as exc:
         raise InputError(f"cluster {name!r}: {exc}") from exc
     if not raw_tools:
         raise InputError(f"cluster {name!r}: `{what}` lists no tools")
-    tools = [tool_spec(t) for t in raw_tools]
-    server = (
-        ServerSpec(kind=ServerKind.STDIO, command=list(command), env=dict(env or {}))
-        if command is not None
-        else ServerSpec(kind=ServerKind.HTTP, url=url)
-    )
+    tools = found.tools if found is not None else [tool_spec(t) for t in raw_tools]
+    flow = found.edges if found is not None else []
+    inferred = [
+        e
+        for e in infer_edges(tools, embed=embed)
+        if (e.source, e.target) not in {(f.source, f.target) for f in flow}
+    ]
     whole = ToolCluster(
         cluster_id=name,
         domain=domain,
         description=description if description is not None else server_description,
         server=server,
         tools=tools,
-        edges=infer_edges(tools, embed=embed),
-        state_readable=False,
+        edges=[*flow, *inferred],
+        state_readable=bool(found and found.probes),
         source="outside",
+        probes=found.probes if found is not None else [],
+        arg_values=found.arg_values if found is not None else {},
+        warnings=warnings,
     )
     parts = split_cluster(whole)
     clusters_dir.mkdir(parents=True, exist_ok=True)
@@ -416,13 +494,96 @@ def add_outside_cluster(
     for part in parts:
         _write_atomic(_outside_path(clusters_dir, part.cluster_id), part.model_dump_json(indent=2))
     log.info(
-        "added cluster %s: %d tools, %d edges, saved in %s",
+        "added cluster %s: %d tools, %d edges (%d by value flow), %d probes, saved in %s",
         name,
         len(tools),
         len(whole.edges),
+        len(flow),
+        len(whole.probes),
         clusters_dir,
     )
     return parts
+
+
+def _copy_parts(spec: str) -> tuple[str, str | None]:
+    """``SRC`` or ``SRC:DEST`` (DEST relative to the sandbox work dir)."""
+    src, sep, dest = spec.partition(":")
+    if sep and (not dest or dest.startswith("/") or ".." in Path(dest).parts):
+        raise InputError(f"--copy {spec!r}: DEST must be a relative path in the work dir")
+    return src, dest or None
+
+
+async def _start_and_discover(
+    cluster: ToolCluster,
+    sandbox_kind: SandboxKind,
+    timeout_s: float,
+    environ: Mapping[str, str],
+    probe: bool,
+    label: str,
+) -> tuple[list[Any], str, Discovery | None]:
+    from trajsynth.mcp_servers.environment import open_environment
+
+    async with open_environment(
+        cluster,
+        sandbox_kind=sandbox_kind,
+        start_timeout_s=timeout_s,
+        tool_timeout_s=timeout_s,
+        environ=environ,
+    ) as env:
+        tools = await with_timeout(timeout_s, f"{label}: tools/list", env.list_tools())
+        info, instructions = env.server_info
+        description = (instructions or "").strip()
+        if not description and info is not None:
+            description = f"MCP server {info.name} {info.version}".strip()
+        if not probe or not tools:
+            return tools, description, None
+        specs = [tool_spec(t) for t in tools]
+        # the tools' tags decide which calls the environment records as writes
+        env.cluster = env.cluster.model_copy(update={"tools": specs})
+        found = await discover(env, specs, fixed=cluster.server.args)
+    if found.probes:
+        found.probes = await _stable_across_environments(
+            cluster.model_copy(update={"tools": found.tools}),
+            found.probes,
+            sandbox_kind,
+            timeout_s,
+            environ,
+        )
+    return tools, description, found
+
+
+async def _stable_across_environments(
+    cluster: ToolCluster,
+    probes: list[ProbeCall],
+    sandbox_kind: SandboxKind,
+    timeout_s: float,
+    environ: Mapping[str, str],
+) -> list[ProbeCall]:
+    """The probes whose answers agree in two fresh environments started a clock tick apart: a
+    result with a timestamp, a random id or a process id in it cannot tell two end states
+    apart (issue 17, item 6)."""
+    from trajsynth.mcp_servers.environment import open_environment
+
+    answers = []
+    for k in range(2):
+        if k:
+            await asyncio.sleep(1.1)
+        async with open_environment(
+            cluster,
+            sandbox_kind=sandbox_kind,
+            start_timeout_s=timeout_s,
+            tool_timeout_s=timeout_s,
+            environ=environ,
+        ) as env:
+            answers.append((await env.read_probes(probes)).tables)
+    keep = []
+    for i, probe in enumerate(probes):
+        key = f"probe{i}:{probe.tool}"
+        if answers[0].get(key) == answers[1].get(key):
+            keep.append(probe)
+        else:
+            log.info("probe %s dropped: its answer differs between two fresh environments", key)
+    return keep
 
 
 def remove_outside_cluster(

@@ -37,7 +37,7 @@ WRITE_VERBS: frozenset[str] = frozenset(
         "commit", "push", "merge", "deploy", "mark", "enable", "disable", "drop", "truncate",
         "upsert", "replace", "append", "subscribe", "unsubscribe", "rsvp", "confirm", "change",
         "make", "new", "mkdir", "rm", "mv", "cp", "copy", "touch", "record", "log", "share",
-        "empty", "pick", "select", "redeem", "claim", "release", "lock", "unlock",
+        "empty", "pick", "select", "redeem", "claim", "release", "lock", "unlock", "toggle",
     }
 )  # fmt: skip
 

@@ -90,8 +90,11 @@ from trajsynth.schemas.sandbox import ExecResult, SandboxKind, SandboxLimits, Sn
 from trajsynth.schemas.scores import Scores
 from trajsynth.schemas.signals import Signals
 from trajsynth.schemas.tools import (
+    CopiedFile,
     Domain,
     EdgeOrigin,
+    ProbeCall,
+    ResetMode,
     ServerKind,
     ServerSpec,
     ToolAccess,
@@ -123,6 +126,8 @@ __all__ = [
     "CACBreakdown", "CACStep", "CACWeights", "CellCatalog", "DiversityReport", "DuplicateMark",
     "EntropyStats", "EvolutionParams", "ModeAssignment", "ModeCodebookRecord", "ModeInfo",
     "OptionStats", "RolloutOutcome", "RoundWeights", "WeightChange", "WeightReason",
+    # outside servers (issue 17)
+    "CopiedFile", "ProbeCall", "ResetMode",
     # curation wiring (issue 7)
     "CurationConfig", "CurationReport",
     # GRPO stage (METHODS.md §13)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from trajsynth.schemas._base import JsonValue, Record
+from trajsynth.schemas.tools import ServerSpec
 
 __all__ = ["EnvSpec", "EnvState"]
 
@@ -29,3 +30,6 @@ class EnvSpec(Record):
     cluster_id: str
     seed: int
     initial_state_id: str
+    # outside clusters: what rebuilds the server (command or URL, reset mode, copied files by
+    # content hash, the names of its environment variables; never their values)
+    server: ServerSpec | None = None

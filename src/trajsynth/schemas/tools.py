@@ -10,8 +10,11 @@ from pydantic import Field
 from trajsynth.schemas._base import JsonValue, Record
 
 __all__ = [
+    "CopiedFile",
     "Domain",
     "EdgeOrigin",
+    "ProbeCall",
+    "ResetMode",
     "ServerKind",
     "ServerSpec",
     "ToolAccess",
@@ -47,8 +50,11 @@ class ToolSpec(Record):
     output_schema: dict[str, JsonValue] | None = None
     access: ToolAccess = ToolAccess.READ
     # Where the read/write tag came from (STYLE.md §3): the tool's MCP annotations
-    # (readOnlyHint / destructiveHint), its name, or the conservative default (write).
-    access_source: Literal["annotation", "name", "default"] | None = None
+    # (readOnlyHint / destructiveHint), a probe call in a throw-away environment (outside
+    # servers), its name, or the conservative default (write).
+    access_source: Literal["annotation", "probe", "name", "default"] | None = None
+    access_evidence: str | None = Field(default=None, description="why the tag is what it is")
+    idempotent: bool | None = Field(default=None, description="MCP idempotentHint, if given")
 
     def to_openai(self) -> dict[str, JsonValue]:
         """The tool as an OpenAI ``tools`` entry (what chat templates take as ``tools=``)."""
@@ -65,6 +71,7 @@ class ToolSpec(Record):
 class EdgeOrigin(StrEnum):
     DECLARED = "declared"
     INFERRED = "inferred"
+    VALUE_FLOW = "value_flow"  # a probe saw a returned value accepted by the target's param
 
 
 class ToolEdge(Record):
@@ -77,12 +84,37 @@ class ToolEdge(Record):
     score: float = Field(ge=0.0, le=1.0)
     origin: EdgeOrigin = EdgeOrigin.INFERRED
     verified: bool = False
+    evidence: str | None = Field(default=None, description="the probe calls that showed it")
 
 
 class ServerKind(StrEnum):
     BUNDLED = "bundled"
     STDIO = "stdio"
     HTTP = "http"
+
+
+class ResetMode(StrEnum):
+    """How an outside cluster's state is reset between episodes (issue 17, item 5)."""
+
+    FRESH = "fresh"  # a new server process per episode
+    SNAPSHOT = "snapshot"  # state is files copied into the work dir; restored from snapshots
+    REPLAY = "replay"  # restart and replay the successful writes
+
+
+class CopiedFile(Record):
+    """A file copied into the sandbox work dir for every episode (``--copy SRC``)."""
+
+    source: str
+    dest: str
+    sha256: str
+
+
+class ProbeCall(Record):
+    """A read-only call whose result is part of an outside cluster's end state (§2, issue 17):
+    the same probes run after the gold run and after a rollout, and their results compared."""
+
+    tool: str
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
 
 
 class ServerSpec(Record):
@@ -93,6 +125,14 @@ class ServerSpec(Record):
     command: list[str] | None = Field(default=None, description="argv of an outside stdio server")
     url: str | None = Field(default=None, description="streamable HTTP endpoint")
     env: dict[str, str] = Field(default_factory=dict)
+    # Outside servers (issue 17). Names of environment variables the server gets; their
+    # values are read from the launching process's environment, never stored.
+    env_keys: list[str] = Field(default_factory=list)
+    mounts: list[str] = Field(default_factory=list, description="host paths mounted read-only")
+    on_host: bool = Field(default=False, description="runs on the host, state not isolated")
+    reset: ResetMode = ResetMode.FRESH
+    copies: list[CopiedFile] = Field(default_factory=list, description="--copy, by hash")
+    args: dict[str, JsonValue] = Field(default_factory=dict, description="--arg name=value")
 
 
 class ToolCluster(Record):
@@ -108,6 +148,11 @@ class ToolCluster(Record):
     state_readable: bool = True
     seed: int = 0
     source: Literal["bundled", "outside", "entry_point"] = "bundled"
+    # Outside clusters: read-only probe calls that read the end state, argument values that
+    # probing saw accepted (tool -> param -> values), and warnings shown at add and in show.
+    probes: list[ProbeCall] = Field(default_factory=list)
+    arg_values: dict[str, dict[str, list[JsonValue]]] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
 
     def tool(self, name: str) -> ToolSpec:
         for spec in self.tools:

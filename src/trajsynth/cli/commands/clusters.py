@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -10,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trajsynth.schemas import Domain, ToolAccess, ToolCluster
+from trajsynth.schemas import Domain, ResetMode, SandboxKind, ToolAccess, ToolCluster
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -70,6 +71,18 @@ def _server_label(c: ToolCluster) -> str:
     return c.server.url or ""
 
 
+def _state_label(c: ToolCluster) -> str:
+    if not c.state_readable:
+        return "not readable: constraints from the call trace"
+    if c.source == "outside":
+        return f"readable through {len(c.probes)} read-only probe call(s)"
+    return "readable"
+
+
+def _copy_label(item: object) -> str:
+    return f"{item.source} -> {item.dest} ({item.sha256[:12]})"  # type: ignore[attr-defined]
+
+
 @app.command("list")
 def list_(clusters_dir: ClustersDirOpt = None) -> None:
     """Every cluster: where it comes from, its domain, tools (read/write) and edges."""
@@ -98,10 +111,7 @@ def list_(clusters_dir: ClustersDirOpt = None) -> None:
 def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
     """One cluster: its tools (tag, where the tag came from, parameters) and its edges."""
     c = _registry().get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
-    _console().print(
-        f"[bold]{c.cluster_id}[/] ({c.domain}, {c.source}, state "
-        f"{'readable' if c.state_readable else 'not readable: constraints from the call trace'})"
-    )
+    _console().print(f"[bold]{c.cluster_id}[/] ({c.domain}, {c.source}, state {_state_label(c)})")
     if c.description:
         _console().print(c.description)
     entries = set(_graph().entry_tools(c))
@@ -114,7 +124,9 @@ def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
         tools.add_row(
             t.name,
             str(t.access),
-            t.access_source or "",
+            f"{t.access_source or ''}: {t.access_evidence}"
+            if t.access_evidence
+            else (t.access_source or ""),
             "yes" if t.name in entries else "",
             ", ".join(p.name for p in params if p.required),
             ", ".join(p.name for p in params if not p.required),
@@ -123,7 +135,7 @@ def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
     _console().print(tools)
     edges = _table(
         f"{len(c.edges)} edges",
-        *("source", "target", "out_field", "in_param", "score", "origin", "verified"),
+        *("source", "target", "out_field", "in_param", "score", "origin", "evidence"),
     )
     for e in c.edges:
         edges.add_row(
@@ -133,9 +145,21 @@ def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
             e.in_param,
             f"{e.score:.3f}",
             str(e.origin),
-            "yes" if e.verified else "",
+            e.evidence or ("verified" if e.verified else "schema and names"),
         )
     _console().print(edges)
+    if c.source == "outside":
+        s = c.server
+        _console().print(
+            f"reset {s.reset}; env keys {', '.join(s.env_keys) or 'none'} (values never stored); "
+            f"mounts {', '.join(s.mounts) or 'found from the command'}; "
+            f"copies {', '.join(_copy_label(x) for x in s.copies) or 'none'}; "
+            f"fixed args {json.dumps(s.args) if s.args else 'none'}"
+        )
+        for probe in c.probes:
+            _console().print(f"end-state probe: {probe.tool}({json.dumps(probe.arguments)})")
+        for warning in c.warnings:
+            _console().print(f"[yellow]warning:[/] {warning}")
 
 
 @app.command()
@@ -164,15 +188,57 @@ def add(
         float, typer.Option("--timeout", help="seconds to wait for tools/list")
     ] = 30.0,
     clusters_dir: ClustersDirOpt = None,
+    mount: Annotated[
+        list[str] | None, typer.Option("--mount", help="host folder mounted read-only")
+    ] = None,
+    on_host: Annotated[
+        bool,
+        typer.Option(
+            "--on-host-state-not-isolated",
+            help="run the server on the host, not in a sandbox: episodes can change real state",
+        ),
+    ] = False,
+    reset: Annotated[
+        ResetMode, typer.Option("--reset", help="fresh | snapshot | replay")
+    ] = ResetMode.FRESH,
+    copy: Annotated[
+        list[str] | None,
+        typer.Option("--copy", help="SRC[:DEST] copied into the sandbox work dir (snapshot)"),
+    ] = None,
+    arg: Annotated[
+        list[str] | None, typer.Option("--arg", help="NAME=VALUE fixed for a tool parameter")
+    ] = None,
+    sandbox: Annotated[
+        SandboxKind, typer.Option("--sandbox", help="auto | local | docker")
+    ] = SandboxKind.AUTO,
 ) -> None:
-    """Add an outside MCP server: `add NAME -- COMMAND [ARGS...]` or `add NAME --url URL`."""
+    """Add an outside MCP server: `add NAME -- COMMAND [ARGS...]` or `add NAME --url URL`.
+
+    The server starts exactly as a run starts it; `--env KEY=VALUE` (or `--env KEY`, taken
+    from your environment) is used now, and only the name is saved: export KEY for runs.
+    """
+    import os
+
     command = list(ctx.args)
     server_env: dict[str, str] = {}
     for item in env or []:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"--env {item!r}: expected KEY=VALUE")
+        if not key:
+            raise typer.BadParameter(f"--env {item!r}: expected KEY=VALUE or KEY")
+        if not sep:
+            if key not in os.environ:
+                raise typer.BadParameter(f"--env {key}: not set in this environment")
+            value = os.environ[key]
         server_env[key] = value
+    fixed: dict[str, object] = {}
+    for item in arg or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--arg {item!r}: expected NAME=VALUE")
+        try:
+            fixed[key] = json.loads(value)
+        except ValueError:
+            fixed[key] = value  # a bare string
     parts = _registry().add_outside_cluster(
         name,
         command=command or None,
@@ -182,6 +248,12 @@ def add(
         description=description,
         env=server_env or None,
         timeout_s=timeout,
+        mounts=mount or (),
+        on_host=on_host,
+        reset=reset,
+        copies=copy or (),
+        args=fixed,
+        sandbox_kind=sandbox,
     )
     table = _table(f"added {name}", "cluster", "tools", "read", "write", "edges", "tags from")
     for part in parts:
@@ -196,6 +268,8 @@ def add(
             ", ".join(sources),
         )
     _console().print(table)
+    for warning in parts[0].warnings if parts else []:
+        _console().print(f"[yellow]warning:[/] {warning}")
 
 
 @app.command()

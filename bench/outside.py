@@ -1,0 +1,207 @@
+"""Outside MCP servers end to end (issue 17): join, discover, plan, act, verify.
+
+For each public server installed from a registry (PyPI venvs under ``--venvs``, npm packages
+under ``--npm``): ``synth clusters add`` (the server started as a run starts it), then
+``synth run`` with the embedded model in a fresh folder, and per server:
+
+    joined, tools, tags agreeing with the server's own annotations (probing with the
+    annotations ignored), edges with evidence, blueprints planned / accepted (>= 2 calls),
+    trajectories stored, verified passes, minutes
+
+with the targets beside the figures. Install the servers first, e.g.::
+
+    python3.11 -m venv /tmp/outside-venvs/time && /tmp/outside-venvs/time/bin/pip install \
+        mcp-server-time
+    python3.11 -m venv /tmp/outside-venvs/sqlite && /tmp/outside-venvs/sqlite/bin/pip install \
+        mcp-server-sqlite 'mcp<2'
+    npm install --prefix /tmp/outside-npm @modelcontextprotocol/server-filesystem \
+        @modelcontextprotocol/server-memory @modelcontextprotocol/server-everything
+
+Run: ``PYTHONPATH=src python bench/outside.py --tasks 10 --samples 4``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+
+from trajsynth.mcp_servers.discovery import discover
+from trajsynth.mcp_servers.environment import open_environment
+from trajsynth.mcp_servers.registry import get_cluster, tool_spec
+
+
+def _seed_docs() -> Path:
+    """A small folder the filesystem server gets a copy of (``--copy``)."""
+    docs = Path(tempfile.mkdtemp(prefix="outside-bench-docs-")) / "docs"
+    docs.mkdir()
+    (docs / "meeting.txt").write_text("Meeting at 10am with Sam about the budget.\n")
+    (docs / "groceries.txt").write_text("milk\neggs\nbread\n")
+    return docs
+
+
+def servers(venvs: Path, npm: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """name -> (command, extra `clusters add` options)."""
+    bin_ = npm / "node_modules" / ".bin"
+    return {
+        "time": ([str(venvs / "time/bin/mcp-server-time")], []),
+        "sqlite": ([str(venvs / "sqlite/bin/mcp-server-sqlite"), "--db-path", "bench.db"], []),
+        "memory": (
+            ["node", str(bin_ / "mcp-server-memory")],
+            ["--env", "MEMORY_FILE_PATH=/tmp/memory.jsonl"],
+        ),
+        "filesystem": (
+            ["node", str(bin_ / "mcp-server-filesystem"), "."],
+            ["--copy", f"{_seed_docs()}:docs"],
+        ),
+        "everything": (["node", str(bin_ / "mcp-server-everything")], []),
+    }
+
+
+def synth(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "MEMORY_FILE_PATH": "/tmp/memory.jsonl"}
+    return subprocess.run(
+        [sys.executable, "-m", "trajsynth.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+async def tag_agreement(name: str, clusters_dir: Path) -> tuple[int, int]:
+    """Tools with annotations whose probed tag (annotations ignored) agrees with them."""
+    cluster = get_cluster(name, clusters_dir=clusters_dir)
+    annotated = [t for t in cluster.tools if t.access_source == "annotation"]
+    if not annotated:
+        return 0, 0
+    os.environ.setdefault("MEMORY_FILE_PATH", "/tmp/memory.jsonl")
+    async with open_environment(cluster) as env:
+        blind = [tool_spec({"name": t.name, "inputSchema": t.input_schema}) for t in cluster.tools]
+        found = await discover(env, blind, fixed=cluster.server.args)
+    probed = {t.name: t.access for t in found.tools}
+    agree = sum(probed[t.name] == t.access for t in annotated)
+    return agree, len(annotated)
+
+
+def one(
+    name: str, command: list[str], extra: list[str], tasks: int, samples: int, rollout: str
+) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"outside-bench-{name}-"))
+    (work / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n")
+    started = time.perf_counter()
+    row: dict = {"server": name, "joined": False}
+    added = synth(["clusters", "add", name, *extra, "--", *command], work, 300)
+    if added.returncode != 0:
+        row["error"] = (added.stderr or added.stdout).strip().splitlines()[-1:]
+        row["minutes"] = (time.perf_counter() - started) / 60
+        return row
+    row["joined"] = True
+    clusters_dir = work / "data" / "clusters"
+    cluster = get_cluster(name, clusters_dir=clusters_dir)
+    row["tools"] = len(cluster.tools)
+    row["edges_evidence"] = sum(1 for e in cluster.edges if e.evidence)
+    row["probes"] = len(cluster.probes)
+    try:
+        row["tags_agree"] = asyncio.run(tag_agreement(name, clusters_dir))
+    except Exception as exc:  # noqa: BLE001 - a bench row records the fault and goes on
+        row["tags_agree"] = f"error: {exc}"[:80]
+    ran = synth(
+        [
+            "run",
+            "--clusters",
+            name,
+            "--tasks",
+            str(tasks),
+            "--samples",
+            str(samples),
+            "--rollout",
+            rollout,
+        ],
+        work,
+        3600,
+    )
+    row["run_exit"] = ran.returncode
+    store = work / "data" / "synth.duckdb"
+    if store.exists():
+        con = duckdb.connect(str(store), read_only=True)
+        attempts = con.execute("SELECT count(*) FROM blueprint_attempts").fetchone()[0]
+        bps = con.execute("SELECT tool_path FROM blueprints").fetchall()
+        lengths = [len(json.loads(p) if isinstance(p, str) else p) for (p,) in bps]
+        row["planned"] = attempts
+        row["accepted"] = len(bps)
+        row["accepted_2calls"] = sum(n >= 2 for n in lengths)
+        row["trajectories"] = con.execute("SELECT count(*) FROM trajectories").fetchone()[0]
+        # a verified pass counts only when the trajectory is counted (not excluded as an
+        # infra or simulator fault)
+        row["passes"] = con.execute(
+            "SELECT count(*) FROM verdicts WHERE passed AND NOT coalesce(excluded, false)"
+        ).fetchone()[0]
+        row["words_llm"] = con.execute(
+            "SELECT count(*) FROM blueprints WHERE words_source = 'llm'"
+        ).fetchone()[0]
+        con.close()
+    else:
+        row["error"] = (ran.stderr or ran.stdout).strip().splitlines()[-3:]
+    row["minutes"] = (time.perf_counter() - started) / 60
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--venvs", type=Path, default=Path("/tmp/outside-venvs"))
+    parser.add_argument("--npm", type=Path, default=Path("/tmp/outside-npm"))
+    parser.add_argument("--tasks", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--only", default="", help="comma-separated server names")
+    parser.add_argument("--rollout", default="tree", choices=["tree", "linear"])
+    args = parser.parse_args()
+    chosen = servers(args.venvs, args.npm)
+    if args.only:
+        chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
+    rows = [one(n, c, e, args.tasks, args.samples, args.rollout) for n, (c, e) in chosen.items()]
+    print(
+        f"\noutside servers, --tasks {args.tasks} --samples {args.samples} --rollout "
+        f"{args.rollout} (targets in [])"
+    )
+    header = (
+        "server", "joined[all]", "tools", "tags=annot", "edges+evid", "planned",
+        "accepted[>=80%]", ">=2 calls", "stored[>0]", "passes[>0 on 4/5]", "min",
+    )  # fmt: skip
+    print(" | ".join(header))
+    for r in rows:
+        agree = r.get("tags_agree")
+        agree_s = f"{agree[0]}/{agree[1]}" if isinstance(agree, tuple) else str(agree)
+        planned, accepted = r.get("planned", 0), r.get("accepted", 0)
+        rate = f"{accepted}/{planned}" + (f" ({accepted / planned:.0%})" if planned else "")
+        print(
+            " | ".join(
+                str(x)
+                for x in (
+                    r["server"], r["joined"], r.get("tools", "-"), agree_s,
+                    r.get("edges_evidence", "-"), planned, rate, r.get("accepted_2calls", "-"),
+                    r.get("trajectories", "-"), r.get("passes", "-"), f"{r['minutes']:.1f}",
+                )
+            )
+        )  # fmt: skip
+        if r.get("error"):
+            print(f"    {r['server']}: {r['error']}")
+    with_passes = sum(1 for r in rows if r.get("passes"))
+    print(
+        f"servers joined {sum(r['joined'] for r in rows)}/{len(rows)} [all]; "
+        f"servers with verified passes {with_passes}/{len(rows)} [>= 4 of 5]"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,459 @@
+"""Discover what an outside MCP server does not declare (METHODS.md §2; issue 17, item 3).
+
+Runs in a throw-away environment started exactly as a run starts it (``Environment``):
+
+1. **Tags.** A tool with ``readOnlyHint``/``destructiveHint`` keeps its annotation. Every
+   other tool is probed: the "views" (stable results of read calls) and the work dir's file
+   hashes are taken before and after one call with generated arguments; a change means write,
+   no change on a successful call means read. A call that fails leaves the tag to the name.
+   Each tag records its source and its evidence.
+2. **Values.** Every successful result is kept; its scalar values (JSON leaves with their key,
+   path- and name-like tokens of plain text) feed later calls.
+3. **Edges by value flow.** For a tool B whose parameter accepts a value that tool A returned,
+   B is called with that value; when the call succeeds, A -> B is an edge with that evidence.
+4. **Probes.** Read calls that succeed and answer the same twice in a row become the cluster's
+   end-state probes (``ToolCluster.probes``): the verifier compares their results after the gold
+   run and after a rollout.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trajsynth.mcp_servers.arguments import (
+    fits_schema,
+    generate_arguments,
+    param_values,
+    schema_kinds,
+)
+from trajsynth.mcp_servers.graph import singular
+from trajsynth.mcp_servers.tags import name_tokens, tag_from_name
+from trajsynth.schemas import (
+    EdgeOrigin,
+    JsonValue,
+    MCPServerError,
+    ProbeCall,
+    ToolAccess,
+    ToolEdge,
+    ToolSpec,
+    canonical_json,
+    stable_hash,
+)
+
+__all__ = ["Discovery", "discover"]
+
+log = logging.getLogger(__name__)
+
+_FILES = ["sh", "-c", "find . -type f -exec sha256sum {} + 2>/dev/null | sort"]
+_TOKEN = re.compile(r"(?:/[\w.\-]+)+|[\w\-]+\.[A-Za-z0-9]{1,5}\b")
+_MAX_VALUES = 40
+_MAX_EDGE_CALLS = 40
+_MAX_VARIETY_CALLS = 30
+_MAX_PROBES = 6
+_TICK_S = 1.1  # seconds between the two reads that decide whether a probe is stable
+
+
+@dataclass
+class Discovery:
+    """What probing found: tools with tags, edges, probes, accepted values, the call count."""
+
+    tools: list[ToolSpec]
+    edges: list[ToolEdge]
+    probes: list[ProbeCall]
+    arg_values: dict[str, dict[str, list[JsonValue]]]
+    calls: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Value:
+    value: JsonValue
+    key: str  # the JSON key it was found under ("$text" for plain text)
+    tool: str
+    path: str = ""  # where a reference finds it in the result ("$..." where none can)
+
+
+def _observation(result: Any) -> JsonValue:
+    """A result as data: structured content, JSON text, a Python literal printed as text
+    (``[{'name': 'notes'}]``, as some servers answer), else the text."""
+    if result.structured is not None:
+        return result.structured
+    try:
+        return json.loads(result.text)
+    except ValueError:
+        pass
+    if result.text[:1] in "[{(":
+        try:
+            value = ast.literal_eval(result.text)
+            # no planned reference can follow a field of printed text: mark the root
+            return {"$literal": json.loads(json.dumps(value, default=str))}
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            pass
+    return result.text
+
+
+def _leaves(
+    value: Any, key: str = "", depth: int = 0, path: str = ""
+) -> list[tuple[str, str, JsonValue]]:
+    """(key, JSON path, value) of every scalar in a result. The path is what a planned
+    reference follows (``entities[].name``); it starts with ``$`` where there is none to
+    follow (tokens of plain text, JSON inside a string)."""
+    if depth > 6:
+        return []
+    if isinstance(value, Mapping):
+        out: list[tuple[str, str, JsonValue]] = []
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path and not path.startswith("$") else (path or str(k))
+            if path.startswith("$"):
+                sub = path
+            out += _leaves(v, str(k), depth + 1, sub)
+        return out
+    if isinstance(value, list):
+        out = []
+        for item in value[:10]:
+            out += _leaves(item, key, depth + 1, path if path.startswith("$") else f"{path}[]")
+        return out
+    if isinstance(value, str) and value[:1] in "[{":  # JSON inside a string ({"result": "..."})
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            inner = None
+        if isinstance(inner, dict | list):
+            return _leaves(inner, key, depth + 1, path if depth == 0 else "$json")
+    if isinstance(value, str) and (depth == 0 or len(value) > 80 or "\n" in value):
+        # plain text (or a long text field): its path- and file-like tokens
+        return [("$text", "$text", t) for t in _TOKEN.findall(value)[:20]]
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return [(key, path or key, value)] if key else []
+    return []
+
+
+class _Prober:
+    def __init__(self, env: Any, tools: list[ToolSpec], fixed: Mapping[str, JsonValue]):
+        self.env = env
+        self.tools = {t.name: t for t in tools}
+        self.fixed = dict(fixed)
+        self.values: list[_Value] = []
+        self.accepted: dict[str, dict[str, list[JsonValue]]] = {}
+        self.ok_args: dict[str, dict[str, JsonValue]] = {}
+        self.calls = 0
+        # this throw-away sandbox's work dir: a value under it is kept relative, so it means
+        # the same file in every later environment
+        self.workdir = str(getattr(getattr(env, "sandbox", None), "workdir", "") or "")
+
+    def _portable(self, value: JsonValue) -> JsonValue:
+        if self.workdir and isinstance(value, str) and self.workdir in value:
+            if value == self.workdir:
+                return "."
+            return value.replace(self.workdir + "/", "").replace(self.workdir, ".")
+        return value
+
+    def known(self) -> dict[str, list[JsonValue]]:
+        """Values seen so far by key (and every text token under every string param)."""
+        out: dict[str, list[JsonValue]] = {}
+        for v in self.values:
+            out.setdefault(v.key, []).append(v.value)
+        return out
+
+    async def call(self, tool: str, args: dict[str, JsonValue]) -> Any | None:
+        self.calls += 1
+        try:
+            result = await self.env.call_tool(tool, args)
+        except MCPServerError as exc:
+            log.info("probe %s(%s) failed: %s", tool, canonical_json(args)[:120], exc)
+            return None
+        if not result.is_error:
+            self.ok_args.setdefault(tool, dict(args))
+            for param, value in args.items():
+                bucket = self.accepted.setdefault(tool, {}).setdefault(param, [])
+                if value not in bucket and len(bucket) < 5:
+                    bucket.append(value)
+            observed = _observation(result)
+            literal = isinstance(observed, dict) and "$literal" in observed
+            leaves = (
+                _leaves(observed["$literal"], path="$literal") if literal else _leaves(observed)
+            )
+            for key, path, raw in leaves:
+                value = self._portable(raw)
+                if len(self.values) < _MAX_VALUES * 5 and not any(
+                    v.value == value and v.key == key and v.tool == tool for v in self.values
+                ):
+                    self.values.append(_Value(value, key, tool, path))
+        return result
+
+    def args_for(self, spec: ToolSpec) -> dict[str, JsonValue]:
+        return generate_arguments(spec.input_schema, spec.name, known={}, fixed=self.fixed)
+
+    async def files(self) -> str:
+        try:
+            res = await asyncio.to_thread(self.env.sandbox.exec, _FILES, timeout=30.0)
+            return stable_hash(res.stdout)
+        except Exception as exc:  # noqa: BLE001 - a sandbox without find: no file view
+            log.debug("no file view: %s", exc)
+            return ""
+
+    async def view(self, readers: Sequence[tuple[str, dict[str, JsonValue]]]) -> dict[str, str]:
+        out = {"$files": await self.files()}
+        for tool, args in readers:
+            try:
+                result = await self.env.call_tool(tool, args)
+            except MCPServerError:
+                continue
+            self.calls += 1
+            out[tool] = stable_hash([result.is_error, result.text, result.structured])
+        return out
+
+
+_DESTROY = frozenset({"delete", "remove", "drop", "clear", "purge", "truncate", "reset"})
+
+
+def _key_sim(key: str, param: str) -> float:
+    """How well a returned key names a parameter: 1 for the same words (singular), 0.7 when
+    one's words hold the other's (``name`` / ``entityName``), else their Jaccard index.
+
+    >>> _key_sim("name", "names"), _key_sim("name", "entityName"), _key_sim("id", "path")
+    (1.0, 0.7, 0.0)
+    """
+    a = {singular(t) for t in name_tokens(key)}
+    b = {singular(t) for t in name_tokens(param)}
+    if not a or not b:
+        return 0.0
+    if a == b:
+        return 1.0
+    if a <= b or b <= a:
+        return 0.7
+    return len(a & b) / len(a | b)
+
+
+def _annotated(spec: ToolSpec) -> bool:
+    return spec.access_source == "annotation"
+
+
+async def discover(
+    env: Any,
+    tools: list[ToolSpec],
+    *,
+    fixed: Mapping[str, JsonValue] | None = None,
+    ignore_annotations: bool = False,
+) -> Discovery:
+    """Probe ``tools`` in the started throw-away environment ``env`` (see the module doc).
+
+    ``fixed`` are the cluster spec's argument values (``--arg``). With ``ignore_annotations``
+    every tool is probed (the benchmark compares the result with the server's annotations).
+    """
+    p = _Prober(env, tools, fixed or {})
+    tags: dict[str, tuple[ToolAccess, str, str]] = {}
+    for t in tools:
+        if _annotated(t) and not ignore_annotations:
+            tags[t.name] = (t.access, "annotation", t.access_evidence or "MCP annotations")
+
+    # readers for the state view: annotated read-only tools, else tools whose name reads
+    def looks_read(t: ToolSpec) -> bool:
+        if t.name in tags:
+            return tags[t.name][0] is ToolAccess.READ
+        return tag_from_name(t.name) is ToolAccess.READ
+
+    readers: list[tuple[str, dict[str, JsonValue]]] = []
+    for t in sorted(tools, key=lambda t: t.name):
+        if looks_read(t):
+            args = p.args_for(t)
+            first = await p.call(t.name, args)
+            again = await p.call(t.name, args) if first is not None else None
+            if (
+                first is not None
+                and again is not None
+                and not first.is_error
+                and (first.text, first.structured) == (again.text, again.structured)
+            ):
+                readers.append((t.name, args))
+
+    # 1. tags by probing: reads first (they change nothing if they are reads), then the rest
+    order = sorted(
+        (t for t in tools if t.name not in tags), key=lambda t: (not looks_read(t), t.name)
+    )
+    failed: list[ToolSpec] = []
+
+    async def probe_one(t: ToolSpec, args: dict[str, JsonValue], last: bool) -> None:
+        before = await p.view([r for r in readers if r[0] != t.name])
+        result = await p.call(t.name, args)
+        after = await p.view([r for r in readers if r[0] != t.name])
+        shown = canonical_json(args)[:160]
+        by_name = tag_from_name(t.name)
+        if result is None or result.is_error:
+            why = "no answer" if result is None else (result.text or "error")[:120]
+            tags[t.name] = (
+                by_name or ToolAccess.WRITE,
+                "name" if by_name else "default",
+                f"probe {t.name}({shown}) failed ({why}); tag from the name",
+            )
+            if not last:
+                failed.append(t)
+            return
+        changed = sorted(k for k in before if before.get(k) != after.get(k))
+        if changed:
+            # a view that moves with no call in between is volatile (a counter, a clock):
+            # it proves nothing and stops being a view
+            again = await p.view([r for r in readers if r[0] != t.name])
+            volatile = {k for k in changed if again.get(k) != after.get(k)}
+            readers[:] = [r for r in readers if r[0] not in volatile]
+            changed = [k for k in changed if k not in volatile]
+        if changed and "$files" not in changed and by_name is not ToolAccess.WRITE:
+            # only a read result moved: call again; a change that does not happen again is
+            # taken for noise in that result, not for a write
+            second = await p.call(t.name, args)
+            final = await p.view([r for r in readers if r[0] != t.name])
+            if second is not None and not any(final.get(k) != again.get(k) for k in changed):
+                changed = []
+        if changed:
+            what = ", ".join("work dir files" if k == "$files" else f"{k} result" for k in changed)
+            tags[t.name] = (ToolAccess.WRITE, "probe", f"{t.name}({shown}) changed {what}")
+        elif by_name is ToolAccess.WRITE:
+            tags[t.name] = (
+                ToolAccess.WRITE,
+                "name",
+                f"{t.name}({shown}) changed nothing probed ({len(before)} views); "
+                "the name says write",
+            )
+        else:
+            tags[t.name] = (
+                ToolAccess.READ,
+                "probe",
+                f"{t.name}({shown}) succeeded and changed none of {len(before)} views "
+                "(work dir files and read results)",
+            )
+
+    for t in order:
+        await probe_one(t, p.args_for(t), last=False)
+    # a call that failed for want of data (a note that did not exist yet) is tried again with
+    # the values the other probes returned
+    for t in list(failed):
+        args = generate_arguments(t.input_schema, t.name, known=p.known(), fixed=p.fixed)
+        await probe_one(t, args, last=True)
+    tagged = [
+        t.model_copy(
+            update={
+                "access": tags[t.name][0],
+                "access_source": tags[t.name][1],
+                "access_evidence": tags[t.name][2],
+            }
+        )
+        for t in tools
+    ]
+
+    # 2. writes produce values reads can return: call each write once more if it failed
+    for t in tagged:
+        destroys = bool(set(name_tokens(t.name)) & _DESTROY)
+        if t.access is ToolAccess.WRITE and t.name not in p.ok_args and not destroys:
+            await p.call(
+                t.name, generate_arguments(t.input_schema, t.name, known=p.known(), fixed=p.fixed)
+            )
+    for t in tagged:  # reads again, with values writes made
+        if t.access is ToolAccess.READ:
+            await p.call(
+                t.name, generate_arguments(t.input_schema, t.name, known=p.known(), fixed=p.fixed)
+            )
+
+    # 2b. more accepted values per parameter (variety for the planner's slots)
+    budget = _MAX_VARIETY_CALLS
+    for t in tagged:
+        if t.name not in p.ok_args or budget <= 0:
+            continue
+        props = t.input_schema.get("properties") or {}
+        for param in t.input_schema.get("required") or []:
+            sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
+            if sub.get("enum") or param in p.fixed:
+                continue
+            seen = p.accepted.get(t.name, {}).get(param, [])
+            for value in param_values(param, sub, t.name, known=p.known())[:4]:
+                if value in seen or budget <= 0:
+                    continue
+                budget -= 1
+                await p.call(t.name, {**p.ok_args[t.name], param: value})
+
+    # 3. edges by value flow
+    edges = await _value_flow(p, tagged)
+
+    # 4. probes: successful read calls that answer the same across a clock tick (a result
+    # with the time in it is no end state)
+    candidates = [
+        t
+        for t in sorted(tagged, key=lambda t: (bool(t.input_schema.get("required")), t.name))
+        if t.access is ToolAccess.READ and t.name in p.ok_args
+    ]
+    first_round = {t.name: await p.call(t.name, p.ok_args[t.name]) for t in candidates}
+    await asyncio.sleep(_TICK_S)
+    probes: list[ProbeCall] = []
+    for t in candidates:
+        first = first_round[t.name]
+        again = await p.call(t.name, p.ok_args[t.name])
+        if (
+            first is not None
+            and again is not None
+            and not first.is_error
+            and (first.text, first.structured) == (again.text, again.structured)
+        ):
+            probes.append(ProbeCall(tool=t.name, arguments=p.ok_args[t.name]))
+        if len(probes) >= _MAX_PROBES:
+            break
+    return Discovery(tools=tagged, edges=edges, probes=probes, arg_values=p.accepted, calls=p.calls)
+
+
+async def _value_flow(p: _Prober, tools: list[ToolSpec]) -> list[ToolEdge]:
+    edges: dict[tuple[str, str], ToolEdge] = {}
+    budget = _MAX_EDGE_CALLS
+    for target in tools:
+        props = target.input_schema.get("properties") or {}
+        for param, sub in props.items():
+            if not isinstance(sub, Mapping):
+                continue
+            item_schema = sub
+            if "array" in schema_kinds(sub) and isinstance(sub.get("items"), Mapping):
+                item_schema = sub["items"]
+            if schema_kinds(item_schema) & {"object", "array"} or sub.get("enum"):
+                continue
+            # the best value per producer: same key name first, then any text token
+            by_source: dict[str, tuple[float, _Value]] = {}
+            for v in p.values:
+                if v.tool == target.name or not fits_schema(v.value, item_schema):
+                    continue
+                score = 1.0 if v.key == "$text" else _key_sim(v.key, param)
+                if v.key != "$text" and score < 0.5:
+                    continue
+                if v.key == "$text" and not ({"string"} & schema_kinds(item_schema)):
+                    continue
+                if score > by_source.get(v.tool, (-1.0, v))[0]:
+                    by_source[v.tool] = (score, v)
+            for source, (score, v) in sorted(by_source.items()):
+                if (source, target.name) in edges or budget <= 0:
+                    continue
+                value = [v.value] if item_schema is not sub else v.value
+                args = generate_arguments(
+                    target.input_schema, target.name, fixed=p.fixed, overrides={param: value}
+                )
+                args[param] = value
+                budget -= 1
+                result = await p.call(target.name, args)
+                if result is None or result.is_error:
+                    continue
+                out_field = v.path or v.key
+                edges[(source, target.name)] = ToolEdge(
+                    source=source,
+                    target=target.name,
+                    out_field=out_field,
+                    in_param=param,
+                    score=round(max(0.5, min(1.0, score)), 3),
+                    origin=EdgeOrigin.VALUE_FLOW,
+                    verified=True,
+                    evidence=(
+                        f"{source} returned {v.key}={canonical_json(v.value)[:60]}; "
+                        f"{target.name}({param}={canonical_json(value)[:60]}) succeeded"
+                    ),
+                )
+    return sorted(edges.values(), key=lambda e: (e.source, e.target))

@@ -1,0 +1,225 @@
+"""Outside servers (issue 17): launch roots, env keys never stored, argument values, discovery
+against a real MCP server started exactly as a run starts it, and the slow tier with two
+servers installed from PyPI into a tmp dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trajsynth.mcp_servers.arguments import generate_arguments, param_values
+from trajsynth.mcp_servers.launch import copied_file, server_env, server_mounts
+from trajsynth.mcp_servers.registry import add_outside_cluster, get_cluster
+from trajsynth.schemas import EdgeOrigin, InputError, ResetMode, ServerKind, ServerSpec, ToolAccess
+
+NOTES_SERVER = textwrap.dedent(
+    """
+    import json, pathlib
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("notes")
+    DB = pathlib.Path("notes.json")
+
+    def load():
+        return json.loads(DB.read_text()) if DB.exists() else {}
+
+    @server.tool()
+    def put(title: str, body: str) -> str:
+        \"\"\"Keep a note under a title.\"\"\"
+        notes = load(); notes[title] = body; DB.write_text(json.dumps(notes))
+        return json.dumps({"title": title})
+
+    @server.tool()
+    def titles() -> str:
+        \"\"\"Every note title.\"\"\"
+        return json.dumps({"titles": sorted(load())})
+
+    @server.tool()
+    def cat(title: str) -> str:
+        \"\"\"One note's text.\"\"\"
+        notes = load()
+        if title not in notes:
+            raise ValueError(f"no note {title}")
+        return notes[title]
+
+    server.run()
+    """
+)
+
+
+def test_server_mounts_find_the_venv_and_the_interpreter_prefix(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    script = venv / "bin" / "my-server"
+    script.write_text(f"#!{sys.executable}\nprint(1)\n")
+    script.chmod(0o755)
+    mounts = server_mounts([str(script)], extra=[str(tmp_path)])
+    assert str(tmp_path) in mounts  # --mount given, and the venv inside it is folded in
+    assert str(venv) not in mounts
+    with pytest.raises(InputError, match="--mount '/no/such/dir'"):
+        server_mounts([str(script)], extra=["/no/such/dir"])
+
+
+def test_env_values_come_from_the_environment_and_are_never_stored() -> None:
+    spec = ServerSpec(kind=ServerKind.STDIO, command=["x"], env_keys=["API_TOKEN"])
+    assert server_env(spec, {"API_TOKEN": "s3cret"}) == {"API_TOKEN": "s3cret"}
+    assert "s3cret" not in spec.model_dump_json()
+    with pytest.raises(InputError, match="API_TOKEN not set"):
+        server_env(spec, {})
+
+
+def test_copied_files_are_hashed(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("one")
+    first = copied_file(str(tmp_path / "a.txt"))
+    (tmp_path / "a.txt").write_text("two")
+    assert copied_file(str(tmp_path / "a.txt")).sha256 != first.sha256
+    assert first.dest == "a.txt"
+
+
+def test_argument_values_follow_the_schema() -> None:
+    assert param_values("unit", {"type": "string", "enum": ["c", "f"]}) == ["c", "f"]
+    assert param_values("when", {"type": "string", "format": "date"})[0] == "2025-03-14"
+    assert param_values("n", {"type": "integer", "default": 7})[0] == 7
+    assert param_values("repo_path", {"type": "string"}, fixed={"repo_path": "/w"})[0] == "/w"
+    args = generate_arguments(
+        {
+            "type": "object",
+            "properties": {
+                "entities": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+                        "required": ["name", "n"],
+                    },
+                }
+            },
+            "required": ["entities"],
+        }
+    )
+    assert args == {"entities": [{"name": "notes", "n": 1}]}
+
+
+@pytest.mark.slow
+def test_discovery_probes_an_unannotated_server_in_the_sandbox(tmp_path: Path) -> None:
+    """Tags by probing (the work dir changed -> write), value-flow edges with evidence and
+    end-state probes, on a real server started in the local sandbox (bubblewrap)."""
+    script = tmp_path / "notes_server.py"
+    script.write_text(NOTES_SERVER)
+    [c] = add_outside_cluster(
+        "notes", command=[sys.executable, str(script)], clusters_dir=tmp_path / "c",
+        sandbox_kind="local", reset=ResetMode.SNAPSHOT, env={"NOTES_TOKEN": "s3cret-4711"},
+    )  # fmt: skip
+    saved = (tmp_path / "c" / "notes.json").read_text()
+    assert c.server.env_keys == ["NOTES_TOKEN"] and "s3cret-4711" not in saved
+    tags = {t.name: (t.access, t.access_source) for t in c.tools}
+    assert tags["put"] == (ToolAccess.WRITE, "probe")
+    assert tags["titles"][0] == ToolAccess.READ
+    assert tags["cat"][0] == ToolAccess.READ
+    assert "changed work dir files" in (c.tool("put").access_evidence or "")
+    flow = [e for e in c.edges if e.origin == EdgeOrigin.VALUE_FLOW]
+    assert any(e.target == "cat" and e.in_param == "title" and e.evidence for e in flow)
+    assert {p.tool for p in c.probes} >= {"titles"}
+    assert c.state_readable
+    assert get_cluster("notes", clusters_dir=tmp_path / "c") == c
+
+
+def _install(tmp_path: Path) -> tuple[list[str], list[str]]:
+    """mcp-server-time and mcp-server-sqlite from PyPI, each into its own venv (the sqlite
+    server needs the 1.x SDK); skip when the registry cannot be reached."""
+    commands = []
+    for package, extra in (("mcp-server-time", []), ("mcp-server-sqlite", ["mcp<2"])):
+        venv = tmp_path / package
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = subprocess.run(
+            [str(venv / "bin/pip"), "install", "-q", package, *extra],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        if pip.returncode != 0:
+            pytest.skip(f"PyPI unreachable or {package} failed to install: {pip.stderr[-300:]}")
+        commands.append([str(venv / "bin" / package)])
+    commands[1] += ["--db-path", "test.db"]  # a relative path: the sandbox work dir
+    return commands[0], commands[1]
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+def test_two_registry_servers_join_and_yield_trajectories(tmp_path: Path) -> None:
+    time_cmd, sqlite_cmd = _install(tmp_path)
+    env = {**os.environ, "COLUMNS": "200"}
+    (tmp_path / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n")
+    for name, cmd in (("time", time_cmd), ("sqlite", sqlite_cmd)):
+        added = subprocess.run(
+            [sys.executable, "-m", "trajsynth.cli", "clusters", "add", name, "--", *cmd],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr[-2000:]
+        saved = json.loads((tmp_path / "data/clusters" / f"{name}.json").read_text())
+        assert saved["probes"], name
+        ran = subprocess.run(
+            [sys.executable, "-m", "trajsynth.cli", "run", "--clusters", name,
+             "--tasks", "2", "--samples", "1", "--rollout", "linear"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False,
+        )  # fmt: skip
+        assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+
+
+@pytest.mark.slow
+async def test_copied_state_is_read_by_probes_and_restored_by_snapshots(tmp_path: Path) -> None:
+    """--copy puts the user's files in the sandbox work dir (the originals never change), the
+    probes read the end state, and a snapshot restores it (reset=snapshot restarts the server)."""
+    script = tmp_path / "notes_server.py"
+    script.write_text(NOTES_SERVER)
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "notes.json").write_text(json.dumps({"groceries": "milk"}))
+    [c] = add_outside_cluster(
+        "notes", command=[sys.executable, str(script)], clusters_dir=tmp_path / "c",
+        sandbox_kind="local", copies=[f"{seed / 'notes.json'}:notes.json"],
+    )  # fmt: skip
+    assert c.server.reset is ResetMode.SNAPSHOT  # copied files are the state
+    assert [x.dest for x in c.server.copies] == ["notes.json"]
+    from trajsynth.mcp_servers.environment import open_environment
+
+    async with open_environment(c, sandbox_kind="local") as env:
+        start = await env.state()
+        assert start.readable
+        listed = await env.call_tool("titles", {})
+        assert "groceries" in listed.text
+        handle = await env.snapshot()
+        assert not (await env.call_tool("put", {"title": "todo", "body": "call Sam"})).is_error
+        changed = await env.state()
+        assert changed.state_hash != start.state_hash
+        await env.restore(handle)
+        assert (await env.state()).state_hash == start.state_hash
+    async with open_environment(c, sandbox_kind="local") as other:
+        assert (await other.state()).state_hash == start.state_hash  # same state, same hash
+    assert json.loads((seed / "notes.json").read_text()) == {"groceries": "milk"}
+
+
+def test_state_outside_the_sandbox_is_warned_about(tmp_path: Path) -> None:
+    from trajsynth.mcp_servers.launch import state_outside_warnings
+
+    host = ServerSpec(kind=ServerKind.STDIO, command=["srv"], on_host=True)
+    assert any("--on-host-state-not-isolated" in w for w in state_outside_warnings(host))
+    http = ServerSpec(kind=ServerKind.HTTP, url="http://127.0.0.1:9/mcp")
+    assert any("cannot be reset" in w for w in state_outside_warnings(http))
+    repo = ServerSpec(kind=ServerKind.STDIO, command=["git-mcp", str(tmp_path)])
+    [warning] = state_outside_warnings(repo)
+    assert str(tmp_path) in warning and "--copy" in warning
+    assert state_outside_warnings(ServerSpec(kind=ServerKind.STDIO, command=["srv"])) == []
+
+
+def test_a_command_the_sandbox_cannot_find_fails_at_add_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="--on-host-state-not-isolated") as info:
+        add_outside_cluster(
+            "ghost", command=["/no/such/bin/server"], clusters_dir=tmp_path, sandbox_kind="local"
+        )
+    assert "/no/such/bin/server" in str(info.value) and "--mount" in str(info.value)
