@@ -1,0 +1,270 @@
+"""Held-out evaluation of a policy with the same verifier that made the data (METHODS.md §15).
+
+``plan_eval_tasks`` plans tasks of the given clusters from seeds the training data never
+used (the planner's seeded gold path and template words, no LLM). ``evaluate`` acts each task
+out ``samples`` times in a live sandboxed environment (``agents.rollout.run_episode``: the
+user simulator on the run's model, the assistant on the policy) and scores every try with
+``curation.verify`` against the task's constraints. Tries the verifier cannot count
+(``infra``, ``simulator``) are excluded, never scored 0. ``summarize`` gives pass@1 with a
+Wilson interval (all counted tries pooled) and pass@k (the unbiased estimator) with a
+bootstrap interval over tasks, per cluster and overall (``training.passk``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from pydantic import Field
+
+from trajsynth.agents.assistant import Assistant
+from trajsynth.agents.cells import sample_cells
+from trajsynth.agents.llm import LLMClient
+from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
+from trajsynth.agents.rollout import run_episode
+from trajsynth.agents.user_sim import UserSimulator
+from trajsynth.curation.verify import verify
+from trajsynth.mcp_servers.environment import open_environment
+from trajsynth.schemas import (
+    Blueprint,
+    Budgets,
+    EnvState,
+    FailureClass,
+    InfraError,
+    InputError,
+    Record,
+    SandboxKind,
+    ToolCluster,
+    counts_against_policy,
+    stable_hash,
+)
+from trajsynth.training.passk import Interval, TaskTries, bootstrap_pass_at_k, wilson
+
+__all__ = [
+    "ClusterScore",
+    "EvalSummary",
+    "TryResult",
+    "evaluate",
+    "plan_eval_tasks",
+    "summarize",
+]
+
+log = logging.getLogger(__name__)
+
+EVAL_SEED_BASE = 900_000_000
+"""Eval tasks are planned from seeds at and above this; `synth run` seeds stay far below."""
+
+
+class TryResult(Record):
+    """One try of one task: passed or not, or excluded (not counted) and why."""
+
+    task_id: str
+    cluster_id: str
+    sample: int
+    passed: bool
+    score: float
+    excluded: bool
+    failure_class: str | None = None
+    detail: str | None = None
+    tokens: int = 0
+    trajectory_id: str = ""
+
+
+class ClusterScore(Record):
+    cluster_id: str
+    n_tasks: int
+    n_tries: int
+    n_excluded: int
+    pass1: Interval | None = None
+    passk: Interval | None = None
+
+
+class EvalSummary(Record):
+    """pass@1 and pass@k with 95% intervals, overall and per cluster."""
+
+    k: int
+    n_tasks: int
+    n_tries: int
+    n_excluded: int
+    pass1: Interval | None = None
+    passk: Interval | None = None
+    clusters: list[ClusterScore] = Field(default_factory=list)
+
+
+async def plan_eval_tasks(
+    clusters: Sequence[ToolCluster],
+    n_per_cluster: int,
+    *,
+    seed: int = 0,
+    sandbox_kind: SandboxKind = SandboxKind.AUTO,
+    max_tries: int = 6,
+) -> list[Blueprint]:
+    """``n_per_cluster`` tasks per cluster, planned from held-out seeds (no LLM).
+
+    Raises ``InputError`` naming a cluster where no task could be planned."""
+    planner = Planner(use_llm=False, gold_retries=2)
+    out: list[Blueprint] = []
+    for ci, cluster in enumerate(clusters):
+        rng = random.Random(stable_hash([cluster.cluster_id, seed]))
+        got = 0
+        for draw in range(n_per_cluster * max_tries):
+            if got >= n_per_cluster:
+                break
+            task_seed = EVAL_SEED_BASE + seed * 100_003 + ci * 10_007 + draw
+            (cell,) = sample_cells([cluster], 1, rng)
+            factory = environment_factory(cluster, sandbox_kind=sandbox_kind, seed=task_seed)
+            outcome = await plan_blueprint(planner, None, factory, cluster, cell, task_seed)
+            if isinstance(outcome, Blueprint):
+                out.append(outcome)
+                got += 1
+            else:
+                log.debug("eval plan %s rejected: %s", cluster.cluster_id, outcome.reason)
+        if got == 0:
+            raise InputError(f"cluster {cluster.cluster_id!r}: no eval task could be planned")
+    return out
+
+
+def eval_assistant(embedded: bool) -> Assistant:
+    """The assistant of an eval: the same steering ``synth run`` gives the embedded model."""
+    if embedded:
+        return Assistant(tool_choice_after_user="required", tool_choice_after_tool="none")
+    return Assistant()
+
+
+async def evaluate(
+    tasks: Sequence[Blueprint],
+    clusters: dict[str, ToolCluster],
+    llm: LLMClient,
+    *,
+    samples: int,
+    run_id: str,
+    assistant: Assistant | None = None,
+    budgets: Budgets | None = None,
+    sandbox_kind: SandboxKind = SandboxKind.AUTO,
+    on_try: Callable[[TryResult], None] | None = None,
+) -> list[TryResult]:
+    """Act every task out ``samples`` times and verify each try (see the module doc)."""
+    if not tasks:
+        raise InputError("nothing to evaluate: the split has no tasks")
+    assistant = assistant or eval_assistant(True)
+    budgets = budgets or Budgets(max_turns=4, max_tokens=1500)
+    results: list[TryResult] = []
+    for task in tasks:
+        cluster = clusters[task.cluster_id]
+        for sample in range(samples):
+            try:
+                result = await _one_try(task, cluster, llm, assistant, budgets, run_id, sample, sandbox_kind)
+            except InfraError as exc:
+                result = TryResult(
+                    task_id=task.blueprint_id,
+                    cluster_id=task.cluster_id,
+                    sample=sample,
+                    passed=False,
+                    score=0.0,
+                    excluded=True,
+                    failure_class=FailureClass.INFRA,
+                    detail=str(exc)[:300],
+                )
+            results.append(result)
+            if on_try is not None:
+                on_try(result)
+    return results
+
+
+async def _one_try(
+    task: Blueprint,
+    cluster: ToolCluster,
+    llm: LLMClient,
+    assistant: Assistant,
+    budgets: Budgets,
+    run_id: str,
+    sample: int,
+    sandbox_kind: SandboxKind,
+) -> TryResult:
+    async with open_environment(
+        cluster, sandbox_kind=sandbox_kind, seed=task.seed, tool_timeout_s=budgets.tool_timeout_s
+    ) as env:
+        episode = await run_episode(
+            blueprint=task,
+            env=env,
+            llm=llm,
+            assistant=assistant,
+            user_sim=UserSimulator(),
+            budgets=budgets,
+            run_id=run_id,
+            sample=sample,
+        )
+    trajectory = episode.trajectory
+    state = episode.final_state or EnvState(state_hash="unavailable", readable=False)
+    verdict = verify(trajectory, task.constraints, state)
+    failure = trajectory.failure_class
+    excluded = verdict.excluded or (failure is not None and not counts_against_policy(failure))
+    return TryResult(
+        task_id=task.blueprint_id,
+        cluster_id=task.cluster_id,
+        sample=sample,
+        passed=bool(verdict.passed) and not excluded,
+        score=float(verdict.score),
+        excluded=excluded,
+        failure_class=str(failure) if failure is not None else None,
+        detail=trajectory.failure_detail,
+        tokens=trajectory.total_tokens,
+        trajectory_id=trajectory.trajectory_id,
+    )
+
+
+def _tries(results: Sequence[TryResult]) -> list[TaskTries]:
+    by_task: dict[str, list[TryResult]] = defaultdict(list)
+    for r in results:
+        by_task[r.task_id].append(r)
+    return [
+        TaskTries(
+            task_id=tid,
+            cluster_id=rs[0].cluster_id,
+            n=sum(1 for r in rs if not r.excluded),
+            c=sum(1 for r in rs if r.passed and not r.excluded),
+        )
+        for tid, rs in by_task.items()
+    ]
+
+
+def _score(results: Sequence[TryResult], k: int, seed: int) -> tuple[Interval | None, Interval | None]:
+    tasks = _tries(results)
+    n = sum(t.n for t in tasks)
+    c = sum(t.c for t in tasks)
+    pass1 = wilson(c, n) if n else None
+    passk = bootstrap_pass_at_k(tasks, k, seed=seed) if any(t.n >= k for t in tasks) else None
+    return pass1, passk
+
+
+def summarize(results: Sequence[TryResult], k: int, *, seed: int = 0) -> EvalSummary:
+    """pass@1 (Wilson) and pass@k (unbiased, bootstrap over tasks), overall and per cluster."""
+    by_cluster: dict[str, list[TryResult]] = defaultdict(list)
+    for r in results:
+        by_cluster[r.cluster_id].append(r)
+    clusters = []
+    for cid in sorted(by_cluster):
+        rs = by_cluster[cid]
+        p1, pk = _score(rs, k, seed)
+        clusters.append(
+            ClusterScore(
+                cluster_id=cid,
+                n_tasks=len({r.task_id for r in rs}),
+                n_tries=len(rs),
+                n_excluded=sum(r.excluded for r in rs),
+                pass1=p1,
+                passk=pk,
+            )
+        )
+    p1, pk = _score(results, k, seed)
+    return EvalSummary(
+        k=k,
+        n_tasks=len({r.task_id for r in results}),
+        n_tries=len(results),
+        n_excluded=sum(r.excluded for r in results),
+        pass1=p1,
+        passk=pk,
+        clusters=clusters,
+    )
