@@ -64,6 +64,6 @@ def test_bootstrap_interval_brackets_the_split_estimate_and_is_seeded() -> None:
     assert 0.0 <= iv.low < iv.estimate < iv.high <= 1.0
     assert iv == bootstrap_pass_at_k(tasks, 2, seed=1)
     one = [TaskTries(task_id="t", n=4, c=4)]
-    assert bootstrap_pass_at_k(one, 1) .low == 1.0
+    assert bootstrap_pass_at_k(one, 1).low == 1.0
     with pytest.raises(ValueError, match="no task has 5 counted tries"):
         bootstrap_pass_at_k(tasks, 5)

@@ -31,7 +31,11 @@ def blueprint(task_id: str, cluster: str, seed: int, path: list[str], order: str
             "tool_path": [{"tool": t} for t in path],
             "persona": "p",
             "goal": f"goal {task_id}",
-            "gold_run": {"calls": [], "final_state": {"state_hash": "h"}, "initial_state_hash": "h0"},
+            "gold_run": {
+                "calls": [],
+                "final_state": {"state_hash": "h"},
+                "initial_state_hash": "h0",
+            },
             "constraints": [
                 {"kind": "tool_called", "call": {"tool": path[-1], "matchers": {"id": order}}}
             ],

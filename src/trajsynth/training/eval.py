@@ -155,7 +155,9 @@ async def evaluate(
         cluster = clusters[task.cluster_id]
         for sample in range(samples):
             try:
-                result = await _one_try(task, cluster, llm, assistant, budgets, run_id, sample, sandbox_kind)
+                result = await _one_try(
+                    task, cluster, llm, assistant, budgets, run_id, sample, sandbox_kind
+                )
             except InfraError as exc:
                 result = TryResult(
                     task_id=task.blueprint_id,
@@ -230,7 +232,9 @@ def _tries(results: Sequence[TryResult]) -> list[TaskTries]:
     ]
 
 
-def _score(results: Sequence[TryResult], k: int, seed: int) -> tuple[Interval | None, Interval | None]:
+def _score(
+    results: Sequence[TryResult], k: int, seed: int
+) -> tuple[Interval | None, Interval | None]:
     tasks = _tries(results)
     n = sum(t.n for t in tasks)
     c = sum(t.c for t in tasks)

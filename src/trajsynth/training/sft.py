@@ -242,7 +242,9 @@ def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
     trained.save_pretrained(str(model_dir))
     tokenizer.save_pretrained(str(model_dir))
     (out / "sft_config.json").write_text(config.model_dump_json(indent=2))
-    log.info("SFT: %d rows, %d steps, loss %.4f", len(train), output.global_step, output.training_loss)
+    log.info(
+        "SFT: %d rows, %d steps, loss %.4f", len(train), output.global_step, output.training_loss
+    )
     return SFTResult(
         model_dir=str(model_dir),
         adapter_dir=adapter_dir,
