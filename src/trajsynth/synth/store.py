@@ -205,6 +205,7 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "total_tokens": "BIGINT",
             "final_state_hash": "VARCHAR",
             "wall_s": "DOUBLE",
+            "source": "VARCHAR",  # issue 18: 'rollout' or 'gold' (a replayed gold run)
         },
     ),
     "verdicts": (
@@ -438,6 +439,47 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "done_at": "TIMESTAMP",
         },
     ),
+    # --- issue 18 (the training loop): trained models and their held-out evals ------------
+    "models": (
+        "model_id",
+        {
+            "model_id": "VARCHAR",
+            "parent": "VARCHAR",
+            "path": "VARCHAR",
+            "gguf_path": "VARCHAR",
+            "method": "VARCHAR",
+            "run_ids": "JSON",
+            "data_hash": "VARCHAR",
+            "n_rows": "INTEGER",
+            "n_tokens": "BIGINT",
+            "config": "JSON",
+            "metrics": "JSON",
+            "created_at": "TIMESTAMP",
+        },
+    ),
+    "evals": (
+        "eval_id",
+        {
+            "eval_id": "VARCHAR",
+            "model_id": "VARCHAR",
+            "policy": "VARCHAR",
+            "split": "VARCHAR",
+            "split_kind": "VARCHAR",
+            "k": "INTEGER",
+            "n_tasks": "INTEGER",
+            "n_tries": "INTEGER",
+            "n_excluded": "INTEGER",
+            "pass1": "DOUBLE",
+            "pass1_low": "DOUBLE",
+            "pass1_high": "DOUBLE",
+            "passk": "DOUBLE",
+            "passk_low": "DOUBLE",
+            "passk_high": "DOUBLE",
+            "clusters": "JSON",
+            "tries": "JSON",
+            "created_at": "TIMESTAMP",
+        },
+    ),
 }
 
 
@@ -491,6 +533,8 @@ MIGRATIONS: list[list[str]] = [
         ),
     ],
 ]
+# issue 18 (the training loop): models, evals, and where a trajectory came from
+MIGRATIONS.append([*_add_columns("trajectories", "source"), _create("models"), _create("evals")])
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
