@@ -21,6 +21,7 @@ from pydantic import Field
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.cells import sample_cells
+from trajsynth.agents.gold import TemplateUser
 from trajsynth.agents.llm import LLMClient
 from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.agents.rollout import run_episode
@@ -41,11 +42,13 @@ from trajsynth.schemas import (
     stable_hash,
 )
 from trajsynth.training.passk import Interval, TaskTries, bootstrap_pass_at_k, wilson
+from trajsynth.training.policy import RoleRoutedLLM
 
 __all__ = [
     "ClusterScore",
     "EvalSummary",
     "TryResult",
+    "eval_assistant",
     "evaluate",
     "plan_eval_tasks",
     "summarize",
@@ -100,10 +103,13 @@ async def plan_eval_tasks(
     seed: int = 0,
     sandbox_kind: SandboxKind = SandboxKind.AUTO,
     max_tries: int = 6,
+    seed_base: int | None = None,
 ) -> list[Blueprint]:
     """``n_per_cluster`` tasks per cluster, planned from held-out seeds (no LLM).
 
-    Raises ``InputError`` naming a cluster where no task could be planned."""
+    Seeds start at ``seed_base`` (default ``EVAL_SEED_BASE``, far above any ``synth run``
+    seed). Raises ``InputError`` naming a cluster where no task could be planned."""
+    base = EVAL_SEED_BASE if seed_base is None else seed_base
     planner = Planner(use_llm=False, gold_retries=2)
     out: list[Blueprint] = []
     for ci, cluster in enumerate(clusters):
@@ -112,7 +118,7 @@ async def plan_eval_tasks(
         for draw in range(n_per_cluster * max_tries):
             if got >= n_per_cluster:
                 break
-            task_seed = EVAL_SEED_BASE + seed * 100_003 + ci * 10_007 + draw
+            task_seed = base + seed * 100_003 + ci * 10_007 + draw
             (cell,) = sample_cells([cluster], 1, rng)
             factory = environment_factory(cluster, sandbox_kind=sandbox_kind, seed=task_seed)
             outcome = await plan_blueprint(planner, None, factory, cluster, cell, task_seed)
@@ -127,9 +133,11 @@ async def plan_eval_tasks(
 
 
 def eval_assistant(embedded: bool) -> Assistant:
-    """The assistant of an eval: the same steering ``synth run`` gives the embedded model."""
+    """The assistant of an eval. A llama.cpp-served policy must call a tool after the user
+    speaks (SmolLM2-135M almost never calls by itself) and is free after a tool result, so
+    a tuned policy can chain calls and a base one answers; elsewhere both are free."""
     if embedded:
-        return Assistant(tool_choice_after_user="required", tool_choice_after_tool="none")
+        return Assistant(tool_choice_after_user="required", tool_choice_after_tool="auto")
     return Assistant()
 
 
@@ -143,9 +151,14 @@ async def evaluate(
     assistant: Assistant | None = None,
     budgets: Budgets | None = None,
     sandbox_kind: SandboxKind = SandboxKind.AUTO,
+    template_user: bool = False,
     on_try: Callable[[TryResult], None] | None = None,
 ) -> list[TryResult]:
-    """Act every task out ``samples`` times and verify each try (see the module doc)."""
+    """Act every task out ``samples`` times and verify each try (see the module doc).
+
+    ``template_user``: the user's turns come from ``agents.gold.TemplateUser`` (reveals what
+    is asked, then thanks) instead of the simulator on ``llm``: no model in the user's seat,
+    so policies are compared on the assistant alone, at half the LLM calls."""
     if not tasks:
         raise InputError("nothing to evaluate: the split has no tasks")
     assistant = assistant or eval_assistant(True)
@@ -153,10 +166,11 @@ async def evaluate(
     results: list[TryResult] = []
     for task in tasks:
         cluster = clusters[task.cluster_id]
+        task_llm: LLMClient = RoleRoutedLLM(llm, TemplateUser(task)) if template_user else llm
         for sample in range(samples):
             try:
                 result = await _one_try(
-                    task, cluster, llm, assistant, budgets, run_id, sample, sandbox_kind
+                    task, cluster, task_llm, assistant, budgets, run_id, sample, sandbox_kind
                 )
             except InfraError as exc:
                 result = TryResult(
