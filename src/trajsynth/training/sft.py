@@ -57,7 +57,9 @@ class SFTConfig(Record):
     per_device_train_batch_size: int = Field(default=1, ge=1)
     gradient_accumulation_steps: int = Field(default=4, ge=1)
     learning_rate: float = Field(default=2e-4, gt=0)
-    max_length: int = Field(default=2048, ge=16, description="tokens per row; longer are cut")
+    max_length: int = Field(
+        default=4096, ge=16, description="tokens per row (tool schemas alone are ~2,000)"
+    )
     packing: bool = False
     use_cpu: bool = True
     bf16: bool = False
@@ -91,7 +93,6 @@ def smoke_sft(**overrides: Any) -> SFTConfig:
         "max_steps": 2,
         "per_device_train_batch_size": 1,
         "gradient_accumulation_steps": 1,
-        "max_length": 1024,
         "max_rows": 4,
         "output_dir": "runs/sft-smoke",
         "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
@@ -228,6 +229,11 @@ def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
             processing_class=tokenizer,
             peft_config=_peft_config(config),
         )
+        if len(trainer.train_dataset) == 0:
+            raise InputError(
+                f"no row of {config.data or 'the dataset'} keeps an assistant token within "
+                f"max_length={config.max_length}: raise max_length"
+            )
         n_tokens = sum(len(r["input_ids"]) for r in trainer.train_dataset)
         output = trainer.train()
     losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
