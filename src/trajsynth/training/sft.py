@@ -139,8 +139,13 @@ def load_sft_dataset(path: str | Path, *, max_rows: int | None = None) -> Any:
     files = _data_files(path)
     if not files:
         raise InputError(f"SFT export {path}: no *.parquet or *.jsonl files (run `synth export`)")
+    if all(f.stat().st_size == 0 for f in files):
+        raise InputError(f"SFT export {path} has no rows: nothing to train on")
     kind = "parquet" if files[0].suffix == ".parquet" else "json"
-    ds = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train")
+    try:
+        ds = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train")
+    except (StopIteration, ValueError, OSError, datasets.exceptions.DatasetGenerationError) as exc:
+        raise InputError(f"SFT export {path}: cannot read it as {kind} ({exc})") from exc
     missing = {"messages", "tools"} - set(ds.column_names)
     if missing:
         raise InputError(
