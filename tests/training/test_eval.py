@@ -89,3 +89,20 @@ def test_synth_eval_smoke_acts_out_two_held_out_tasks_on_the_embedded_model(
     counted = row["n_tries"] - row["n_excluded"]
     assert counted == 0 or row["pass1_low"] <= row["pass1"] <= row["pass1_high"]
     assert "eval of embedded on heldout-seeds" in result.output
+
+
+def test_synth_stats_shows_the_stored_evals(tmp_path: Path) -> None:
+    from fakes.export_store import export_store
+
+    store = export_store(tmp_path / "s.duckdb")
+    tries = [_try("a", "shop", 0, True), _try("b", "shop", 0, False)]
+    summary = summarize(tries, k=1)
+    store.insert(
+        "evals",
+        [eval_row(policy="tuned.gguf", model_id="m1", split="loco",
+                  split_kind="loco", summary=summary, tries=tries)],
+    )  # fmt: skip
+    result = CliRunner().invoke(app, ["stats", "--store", str(tmp_path / "s.duckdb")])
+    assert result.exit_code == 0, result.output
+    assert "held-out evals" in result.output and "tuned.gguf" in result.output
+    assert "0.50 [" in result.output

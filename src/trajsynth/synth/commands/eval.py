@@ -217,3 +217,35 @@ def eval_policy(
     )
     console.print(table)
     console.print(f"stored eval {row['eval_id']}")
+
+
+def recent_evals(store: Store, limit: int = 10) -> list[dict[str, Any]]:
+    """The latest stored evals (for ``synth stats``)."""
+    return store.query(
+        "SELECT eval_id, policy, split, k, n_tasks, n_tries, n_excluded, pass1, pass1_low, "
+        "pass1_high, passk, passk_low, passk_high FROM evals "
+        "ORDER BY created_at DESC LIMIT ?",
+        [limit],
+    )
+
+
+def evals_table(rows: list[dict[str, Any]]) -> Table:
+    """Stored evals as a table: pass@1 and pass@k with their 95% intervals."""
+    table = Table(title="held-out evals (latest first)")
+    for col in ("policy", "split", "tasks", "tries", "excluded", "pass@1 [95% CI]", "pass@k"):
+        table.add_column(col, justify="left" if col in ("policy", "split") else "right")
+
+    def iv(est: Any, low: Any, high: Any) -> str:
+        return "-" if est is None else f"{est:.2f} [{low:.2f}, {high:.2f}]"
+
+    for r in rows:
+        table.add_row(
+            str(r["policy"])[-40:],
+            r["split"],
+            str(r["n_tasks"]),
+            str(r["n_tries"]),
+            str(r["n_excluded"]),
+            iv(r["pass1"], r["pass1_low"], r["pass1_high"]),
+            f"k={r['k']}: " + iv(r["passk"], r["passk_low"], r["passk_high"]),
+        )
+    return table
