@@ -88,3 +88,15 @@ def test_a_strangers_sft_script_trains_on_the_export_without_trajsynth(tmp_path:
     found = re.search(r"steps=1 loss=([\d.]+) trajsynth_modules=\[\]", proc.stdout)
     assert found, proc.stdout[-2000:]
     assert float(found.group(1)) > 0
+
+
+def test_bundled_sft_configs_parse() -> None:
+    from trajsynth.training.sft import load_sft_config
+
+    data = Path(__file__).resolve().parents[2] / "src" / "trajsynth" / "data" / "train"
+    cpu = load_sft_config(data / "sft-cpu.toml", max_steps=3)
+    assert cpu.use_cpu and cpu.gradient_checkpointing and cpu.lora.enabled and cpu.max_steps == 3
+    gpu = load_sft_config(data / "sft-gpu.toml")
+    assert gpu.bf16 and not gpu.use_cpu and "down_proj" in gpu.lora.target_modules
+    with pytest.raises(InputError, match="sft-cpu.toml"):
+        load_sft_config(data / "sft-cpu.toml", learning_rate=-1)
