@@ -29,19 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trajsynth.agents.gold import gold_demos
+from trajsynth.agents.heldout import eval_assistant, evaluate, plan_eval_tasks
 from trajsynth.agents.llm import open_llm_client
+from trajsynth.agents.policy import RoleRoutedLLM, serve_policy
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import Budgets, EnvState, LLMConfig, SandboxKind
 from trajsynth.synth.commands.sft import write_sft_rows
-from trajsynth.training.demos import gold_demos
-from trajsynth.training.eval import (
-    eval_assistant,
-    evaluate,
-    plan_eval_tasks,
-    summarize,
-)
-from trajsynth.training.policy import RoleRoutedLLM, serve_policy
+from trajsynth.training.eval import summarize
 from trajsynth.training.serve import export_gguf
 from trajsynth.training.sft import SFTConfig, sft
 from trajsynth.training.splits import check_no_leakage, make_split, task_key

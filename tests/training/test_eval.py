@@ -8,10 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 from trajsynth.schemas import InputError
+from trajsynth.schemas.evals import TryResult
 from trajsynth.synth.cli import app
 from trajsynth.synth.commands.eval import parse_split
 from trajsynth.synth.store import Store
-from trajsynth.training.eval import TryResult, summarize
+from trajsynth.training.eval import summarize
 from trajsynth.training.records import eval_row
 
 

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
+from trajsynth.schemas.evals import TaskTries
 from trajsynth.training.passk import (
-    TaskTries,
     bootstrap_pass_at_k,
     pass_at_k,
     split_pass_at_k,

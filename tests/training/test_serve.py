@@ -41,7 +41,7 @@ def test_gguf_export_refuses_a_non_model_folder(tmp_path: Path) -> None:
     from trajsynth.training.serve import export_gguf
 
     with pytest.raises(InputError, match="not a model|config"):
-        from trajsynth.training.policy import policy_gguf
+        from trajsynth.training.serve import policy_gguf
 
         policy_gguf(tmp_path)
     with pytest.raises(InputError, match="dtype 'q8'"):
@@ -51,10 +51,13 @@ def test_gguf_export_refuses_a_non_model_folder(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.llm
 def test_the_embedded_server_serves_the_exported_policy(hf_model: Path) -> None:
-    from trajsynth.training.policy import serve_policy
+    from trajsynth.agents.policy import serve_policy
+    from trajsynth.training.serve import policy_gguf
 
     async def ask() -> str:
-        async with serve_policy(hf_model, LLMConfig(temperature=0.0, max_tokens=16)) as client:
+        async with serve_policy(
+            policy_gguf(hf_model), LLMConfig(temperature=0.0, max_tokens=16)
+        ) as client:
             result = await client.chat(
                 [Message(role=MessageRole.USER, content="What is the capital of France?")],
                 role=AgentRole.ASSISTANT,

@@ -38,6 +38,7 @@ from trajsynth.schemas import (
     ToolCall,
     ToolCluster,
     Trajectory,
+    Verdict,
 )
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "TemplateUser",
     "answer_values",
     "gold_demonstration",
+    "gold_demos",
     "template_answer",
     "GoldFailure",
     "GoldResult",
@@ -430,3 +432,39 @@ async def gold_demonstration(
     )
     trajectory = result.trajectory.model_copy(update={"source": "gold", "run_id": run_id})
     return trajectory, result.final_state
+
+
+async def gold_demos(
+    tasks: Sequence[Blueprint],
+    clusters: Mapping[str, ToolCluster],
+    *,
+    run_id: str,
+    sandbox_kind: Any = None,
+    user_llm: LLMClient | None = None,
+    words_llm: LLMClient | None = None,
+) -> list[tuple[Trajectory, Verdict]]:
+    """The verified gold demonstration of every task that yields one: each replayed in a
+    fresh sandboxed environment and verified with ``curation.verify`` exactly as a rollout
+    is. A replay that fails its own constraints (the task's words or checks are off) is
+    logged and left out."""
+    from trajsynth.curation.verify import verify
+    from trajsynth.mcp_servers.environment import open_environment
+    from trajsynth.schemas import SandboxKind
+
+    kind = sandbox_kind or SandboxKind.AUTO
+    out: list[tuple[Trajectory, Verdict]] = []
+    for task in tasks:
+        async with open_environment(
+            clusters[task.cluster_id], sandbox_kind=kind, seed=task.seed
+        ) as env:
+            trajectory, state = await gold_demonstration(
+                task, env, run_id=run_id, user_llm=user_llm, words_llm=words_llm
+            )
+        final = state or EnvState(state_hash="unavailable", readable=False)
+        verdict = verify(trajectory, task.constraints, final)
+        if verdict.passed:
+            out.append((trajectory, verdict))
+        else:
+            failed = [r for r in verdict.results if not r.passed]
+            log.warning("gold replay of %s failed its checks: %s", task.blueprint_id, failed[:2])
+    return out

@@ -24,31 +24,11 @@ import math
 import random
 from collections.abc import Sequence
 
-from pydantic import Field
-
-from trajsynth.schemas import Record
+from trajsynth.schemas.evals import Interval, TaskTries
 
 __all__ = ["Interval", "TaskTries", "bootstrap_pass_at_k", "pass_at_k", "split_pass_at_k", "wilson"]
 
 Z95 = 1.959963984540054
-
-
-class Interval(Record):
-    """A point estimate with its 95% interval."""
-
-    estimate: float
-    low: float
-    high: float
-    method: str
-
-
-class TaskTries(Record):
-    """One task's tries: ``n`` counted tries of which ``c`` passed."""
-
-    task_id: str
-    cluster_id: str = ""
-    n: int = Field(ge=0)
-    c: int = Field(ge=0)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

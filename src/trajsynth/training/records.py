@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trajsynth.schemas import canonical_json, content_id, stable_hash
-from trajsynth.training.eval import EvalSummary, TryResult
+from trajsynth.schemas.evals import EvalSummary, TryResult
 
 __all__ = ["data_hash", "eval_row", "model_row"]
 

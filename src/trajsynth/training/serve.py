@@ -25,7 +25,7 @@ from typing import Any
 
 from trajsynth.schemas import InputError
 
-__all__ = ["export_gguf"]
+__all__ = ["export_gguf", "policy_gguf"]
 
 log = logging.getLogger(__name__)
 
@@ -130,3 +130,20 @@ def export_gguf(
     os.replace(tmp, out_path)
     log.info("wrote %s (%s, %d tensors)", out_path, dtype, len(reader.tensors))
     return out_path
+
+
+def policy_gguf(path: str | Path, *, work_dir: Path | None = None) -> Path:
+    """The GGUF of a policy: the file itself, the one GGUF in a folder, or a HF model folder
+    converted (``<folder>/model.f16.gguf``, reused while newer than the weights).
+
+    Raises ``InputError`` naming the path when it is not a model."""
+    from trajsynth.training.models_io import resolve_model
+
+    where = resolve_model(path)
+    if where.gguf_file is not None:
+        return where.folder / where.gguf_file
+    out = (work_dir or where.folder) / "model.f16.gguf"
+    weights = sorted(where.folder.glob("*.safetensors"))
+    if out.is_file() and weights and out.stat().st_mtime >= max(w.stat().st_mtime for w in weights):
+        return out
+    return export_gguf(where.folder, out)

@@ -87,10 +87,12 @@ async def run_eval(
     seed: int = 0,
 ) -> tuple[Any, list[Any], str]:
     """Plan, split, serve and evaluate; returns (summary, tries, split kind)."""
+    from trajsynth.agents.heldout import eval_assistant, evaluate, plan_eval_tasks
     from trajsynth.agents.llm import open_llm_client
+    from trajsynth.agents.policy import RoleRoutedLLM, serve_policy
     from trajsynth.mcp_servers.registry import get_cluster
-    from trajsynth.training.eval import eval_assistant, evaluate, plan_eval_tasks, summarize
-    from trajsynth.training.policy import RoleRoutedLLM, serve_policy
+    from trajsynth.training.eval import summarize
+    from trajsynth.training.serve import policy_gguf
     from trajsynth.training.splits import make_split, task_key
 
     kind, held_cluster = parse_split(split)
@@ -126,7 +128,7 @@ async def run_eval(
                 template_user=template_user,
             )
         else:
-            async with serve_policy(policy, llm) as tuned:
+            async with serve_policy(policy_gguf(policy), llm) as tuned:
                 tries = await evaluate(
                     tasks,
                     found,

@@ -60,9 +60,9 @@ def gold_export(
 ) -> tuple[Path, list[str]]:
     """Plan ``per_cluster`` tasks per cluster (no LLM), replay their gold runs, keep the
     verified ones and write them as an SFT export; returns it and the task ids."""
+    from trajsynth.agents.gold import gold_demos
+    from trajsynth.agents.heldout import plan_eval_tasks
     from trajsynth.mcp_servers.registry import get_cluster
-    from trajsynth.training.demos import gold_demos
-    from trajsynth.training.eval import plan_eval_tasks
 
     found = {c: get_cluster(c) for c in clusters}
 
