@@ -154,10 +154,13 @@ def main() -> None:
 
     verified = asyncio.run(gold_demos(train_tasks, clusters, run_id="bench", sandbox_kind=sandbox))
     rollouts = asyncio.run(_base_rollouts(train_tasks, clusters, sandbox, budgets))
+    verified_all = verified
     v_tokens, u_tokens = _tokens(verified), _tokens(rollouts)
     budget = min(sum(v_tokens), sum(u_tokens))  # equal tokens: the smaller set's total
-    verified, v_used = _take(verified, v_tokens, budget)
     unverified, used = _take(rollouts, u_tokens, budget)
+    verified, v_used = _take(verified, v_tokens, used)  # whole rows: as close as they allow
+    if not verified:
+        verified, v_used = _take(verified_all, v_tokens, budget)
     base_passed = sum(v.passed for _, v in rollouts)
     log(
         f"data: {len(verified)} verified gold demos ({v_used} tokens); "
