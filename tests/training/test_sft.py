@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -65,7 +66,8 @@ def test_synth_sft_smoke_trains_writes_a_gguf_and_records_the_model(tmp_path: Pa
     assert (out / "model.f16.gguf").stat().st_size > 100_000_000
     (row,) = Store(store).query("SELECT * FROM models")
     assert row["parent"] == "embedded" and row["method"] == "sft-lora" and row["n_rows"] == 4
-    assert row["metrics"] and '"peak_rss_mb"' in str(row["metrics"])
+    metrics = json.loads(row["metrics"]) if isinstance(row["metrics"], str) else row["metrics"]
+    assert metrics["peak_rss_mb"] > 0 and metrics["steps"] == 2
 
 
 @pytest.mark.slow
