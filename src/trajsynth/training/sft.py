@@ -63,7 +63,9 @@ class SFTConfig(Record):
     packing: bool = False
     use_cpu: bool = True
     bf16: bool = False
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = Field(
+        default=True, description="recompute activations: 4.9 GB vs 6.7 GB peak on CPU rows"
+    )
     logging_steps: int = Field(default=1, ge=1)
     seed: int = 0
     max_rows: int | None = Field(default=None, ge=1, description="first N rows of the export")
