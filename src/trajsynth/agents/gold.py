@@ -12,24 +12,43 @@ import json
 import logging
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from trajsynth.agents.llm import ChatResult, LLMClient
 from trajsynth.schemas import (
+    AgentRole,
+    AnswerContains,
+    Blueprint,
+    Budgets,
     EnvState,
+    FunctionCall,
     GoldCall,
     GoldRun,
+    InfraError,
     JsonValue,
     LiteralArg,
+    LLMUsage,
+    Message,
+    MessageRole,
     PlannedCall,
     Record,
     RefArg,
     SlotArg,
+    ToolCall,
     ToolCluster,
+    Trajectory,
+    Verdict,
 )
 
 __all__ = [
     "GoldEnvironment",
+    "GoldPolicy",
+    "TemplateUser",
+    "answer_values",
+    "gold_demonstration",
+    "gold_demos",
+    "template_answer",
     "GoldFailure",
     "GoldResult",
     "find_field",
@@ -233,3 +252,219 @@ async def run_gold_path(
     final = await env.state()
     run = GoldRun(calls=calls, final_state=final, initial_state_hash=initial_state.state_hash)
     return GoldResult(run=run, steps=resolved)
+
+
+# --------------------------------------------------------------------------- demonstrations
+# A blueprint's gold run replayed into a full demonstration trajectory (issue 18): the real
+# rollout loop (``agents.rollout.run_episode``) acts the task out with a scripted assistant
+# that makes the gold calls in order (their real results come from a fresh environment in
+# the task's initial state), asks first for what the user holds back, and then answers with
+# the values the constraints check. User turns come from the simulator on the run's model,
+# or, without one, from ``TemplateUser`` (reveals what is asked, then thanks). The result is
+# verified like any rollout and carries ``source="gold"``.
+
+
+def _chat(message: Message, role: AgentRole, model: str) -> ChatResult:
+    return ChatResult(
+        message=message,
+        usage=LLMUsage(role=role, model=model),
+        finish_reason="tool_calls" if message.tool_calls else "stop",
+    )
+
+
+def answer_values(blueprint: Blueprint) -> list[str]:
+    """The values the task's answer must state (its ``answer_contains`` constraints)."""
+    values: list[str] = []
+    for c in blueprint.constraints:
+        if isinstance(c, AnswerContains):
+            values.extend(str(v) for v in c.values)
+    return values
+
+
+def template_answer(blueprint: Blueprint) -> str:
+    """A plain closing answer that states every value the constraints check."""
+    values = answer_values(blueprint)
+    if not values:
+        return "All done: I have taken care of that for you."
+    return "Here is what I found: " + ", ".join(values) + "."
+
+
+class GoldPolicy:
+    """A scripted assistant (an ``LLMClient`` for the assistant role) replaying a gold run.
+
+    Other roles go to ``others`` (the user simulator's model); with none, ``TemplateUser``.
+    ``words`` (the planner's model) may phrase the final answer; a phrasing that drops a
+    checked value is replaced by ``template_answer``.
+    """
+
+    def __init__(
+        self,
+        blueprint: Blueprint,
+        others: LLMClient | None = None,
+        words: LLMClient | None = None,
+    ) -> None:
+        self.blueprint = blueprint
+        self.others = others or TemplateUser(blueprint)
+        self.words = words
+        self.asked = not blueprint.hidden_info
+        self.next_call = 0
+        self.answered = False
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        role: AgentRole,
+        tools: list[dict] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+        n: int = 1,
+        tool_choice: str | dict | None = None,
+    ) -> ChatResult:
+        if role is not AgentRole.ASSISTANT:
+            return await self.others.chat(
+                messages,
+                role=role,
+                tools=tools,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=seed,
+                n=n,
+                tool_choice=tool_choice,
+            )
+        return await self._assistant_turn()
+
+    async def _assistant_turn(self) -> ChatResult:
+        bp = self.blueprint
+        if not self.asked:
+            self.asked = True
+            wanted = ", ".join(k.replace("_", " ") for k in bp.hidden_info)
+            text = f"Sure, I can help with that. Could you tell me your {wanted}?"
+            return _chat(
+                Message(role=MessageRole.ASSISTANT, content=text), AgentRole.ASSISTANT, "gold"
+            )
+        calls = bp.gold_run.calls
+        if self.next_call < len(calls):
+            gold = calls[self.next_call]
+            self.next_call += 1
+            call = ToolCall(
+                id=f"call_gold_{self.next_call}",
+                function=FunctionCall(name=gold.tool, arguments=json.dumps(gold.arguments)),
+            )
+            msg = Message(role=MessageRole.ASSISTANT, content=None, tool_calls=[call])
+            return _chat(msg, AgentRole.ASSISTANT, "gold")
+        self.answered = True
+        return _chat(
+            Message(role=MessageRole.ASSISTANT, content=await self._answer_words()),
+            AgentRole.ASSISTANT,
+            "gold",
+        )
+
+    async def _answer_words(self) -> str:
+        fallback = template_answer(self.blueprint)
+        if self.words is None:
+            return fallback
+        prompt = (
+            "Rewrite this reply to a customer in one friendly sentence, keeping every value "
+            f"exactly as written:\n{fallback}"
+        )
+        try:
+            result = await self.words.chat(
+                [Message(role=MessageRole.USER, content=prompt)],
+                role=AgentRole.PLANNER,
+                temperature=0.3,
+                max_tokens=80,
+            )
+        except InfraError:
+            return fallback
+        text = (result.message.content or "").strip()
+        values = answer_values(self.blueprint)
+        if not text or any(v.lower() not in text.lower() for v in values):
+            return fallback
+        return text
+
+
+class TemplateUser:
+    """A user simulator without a model: reveals the held-back facts when asked, then
+    thanks the assistant and stops (``###STOP###``)."""
+
+    def __init__(self, blueprint: Blueprint) -> None:
+        self.blueprint = blueprint
+
+    async def chat(self, messages: Sequence[Message], *, role: AgentRole, **_: Any) -> ChatResult:
+        last = next((m for m in reversed(messages) if m.content), None)
+        asking = last is not None and "?" in (last.content or "")
+        if asking and self.blueprint.hidden_info:
+            text = " ".join(
+                f"My {k.replace('_', ' ')} is {v}." for k, v in self.blueprint.hidden_info.items()
+            )
+        else:
+            text = "Thanks, that is all I needed. ###STOP###"
+        return _chat(Message(role=MessageRole.ASSISTANT, content=text), role, "template")
+
+
+async def gold_demonstration(
+    blueprint: Blueprint,
+    env: Any,
+    *,
+    run_id: str,
+    assistant: Any = None,
+    user_llm: LLMClient | None = None,
+    words_llm: LLMClient | None = None,
+) -> tuple[Trajectory, EnvState | None]:
+    """Replay ``blueprint``'s gold run in ``env`` (fresh, in the task's initial state) as a
+    full demonstration; returns the trajectory (``source="gold"``) and the final state."""
+    from trajsynth.agents.assistant import Assistant
+    from trajsynth.agents.rollout import run_episode
+    from trajsynth.agents.user_sim import UserSimulator
+
+    extra = 1 if blueprint.hidden_info else 0
+    turns = len(blueprint.gold_run.calls) + 1 + extra
+    result = await run_episode(
+        blueprint=blueprint,
+        env=env,
+        llm=GoldPolicy(blueprint, user_llm, words_llm),
+        assistant=assistant or Assistant(),
+        user_sim=UserSimulator(),
+        budgets=Budgets(max_turns=turns, max_tool_calls=max(turns, 1), max_tokens=100_000),
+        run_id=f"{run_id}:gold",
+    )
+    trajectory = result.trajectory.model_copy(update={"source": "gold", "run_id": run_id})
+    return trajectory, result.final_state
+
+
+async def gold_demos(
+    tasks: Sequence[Blueprint],
+    clusters: Mapping[str, ToolCluster],
+    *,
+    run_id: str,
+    sandbox_kind: Any = None,
+    user_llm: LLMClient | None = None,
+    words_llm: LLMClient | None = None,
+) -> list[tuple[Trajectory, Verdict]]:
+    """The verified gold demonstration of every task that yields one: each replayed in a
+    fresh sandboxed environment and verified with ``curation.verify`` exactly as a rollout
+    is. A replay that fails its own constraints (the task's words or checks are off) is
+    logged and left out."""
+    from trajsynth.curation.verify import verify
+    from trajsynth.mcp_servers.environment import open_environment
+    from trajsynth.schemas import SandboxKind
+
+    kind = sandbox_kind or SandboxKind.AUTO
+    out: list[tuple[Trajectory, Verdict]] = []
+    for task in tasks:
+        async with open_environment(
+            clusters[task.cluster_id], sandbox_kind=kind, seed=task.seed
+        ) as env:
+            trajectory, state = await gold_demonstration(
+                task, env, run_id=run_id, user_llm=user_llm, words_llm=words_llm
+            )
+        final = state or EnvState(state_hash="unavailable", readable=False)
+        verdict = verify(trajectory, task.constraints, final)
+        if verdict.passed:
+            out.append((trajectory, verdict))
+        else:
+            failed = [r for r in verdict.results if not r.passed]
+            log.warning("gold replay of %s failed its checks: %s", task.blueprint_id, failed[:2])
+    return out

@@ -22,9 +22,11 @@ from trajsynth import schemas
 from trajsynth.cli.commands import clusters as clusters_cmd
 from trajsynth.cli.commands import dashboard as dashboard_cmd
 from trajsynth.cli.commands import deploy as deploy_cmd
+from trajsynth.cli.commands import eval as eval_cmd
 from trajsynth.cli.commands import export as export_cmd
 from trajsynth.cli.commands import runs as runs_cmd
 from trajsynth.cli.commands import sandbox as sandbox_cmd
+from trajsynth.cli.commands import sft as sft_cmd
 from trajsynth.cli.commands import stats as stats_cmd
 from trajsynth.cli.commands import topo as topo_cmd
 from trajsynth.cli.commands import train as train_cmd
@@ -56,6 +58,8 @@ app.command("dashboard")(dashboard_cmd.dashboard)
 app.command("runs")(runs_cmd.runs)
 app.command("deploy")(deploy_cmd.deploy)
 app.command("serve")(deploy_cmd.serve)
+app.command("sft")(sft_cmd.sft)  # issue 18
+app.command("eval")(eval_cmd.eval_policy)  # issue 18
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="settings file (default ./synth.toml)")

@@ -13,6 +13,7 @@ Layout of ``export_dataset(store, out)``::
     out/sft/train-00000-of-00001.parquet
     out/rl/train-00000-of-00001.parquet
     out/plots/{domains,modes,cac}.png
+    out/tokenizer/                tokenizer files + the tool-aware chat_template.jinja
 
 ``fmt="openai-jsonl"`` writes ``sft/train.jsonl`` (``messages`` + ``tools``, the OpenAI
 fine-tuning layout) with ``sft/metadata.jsonl`` beside it; ``fmt="sharegpt"`` writes
@@ -92,6 +93,13 @@ def render_rows(rows: Sequence[SFTRow], tokenizer: Any | None = None) -> tuple[i
     return n_tokens, n_assistant
 
 
+def _ship_tokenizer(folder: Path, tokenizer: Any | None) -> list[Path]:
+    """The tokenizer and tool-aware chat template, in ``folder/tokenizer`` (issue 18)."""
+    from trajsynth.training.chat_template import TOKENIZER_DIR, save_tokenizer_files
+
+    return save_tokenizer_files(folder / TOKENIZER_DIR, tokenizer)
+
+
 def _relative(paths: Sequence[Path], root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in paths)
 
@@ -117,6 +125,7 @@ def export_sft(
     n_tok, n_asst = render_rows(rows, tokenizer) if check_render else (0, 0)
     with _staged(out_dir) as tmp:
         files = EXPORT_FORMATS.get(fmt).write_sft(rows, tmp)
+        files += _ship_tokenizer(tmp, tokenizer)  # trainable without trajsynth
         names = _relative(files, tmp)
     log.info("wrote %d SFT rows to %s", len(rows), out_dir)
     return ExportReport(
@@ -218,6 +227,8 @@ def export_dataset(
             n_tokens=n_tok,
             n_assistant_tokens=n_asst,
         )
+        if sft:
+            files += _ship_tokenizer(tmp, tokenizer)  # issue 18: trainable without trajsynth
         files += write_card(store, tmp, report, sft, rl, plots=plots)
         names = _relative(files, tmp)
     log.info("wrote %d SFT and %d RL rows with a card to %s", len(sft), len(rl), out_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field
 
@@ -152,6 +153,9 @@ class Trajectory(Record):
     n_turns: int = 0
     final_state_hash: str | None = None
     wall_s: float = 0.0
+    source: Literal["rollout", "gold"] = Field(
+        default="rollout", description="'gold': a blueprint's gold run replayed (issue 18)"
+    )
 
     @property
     def total_tokens(self) -> int:

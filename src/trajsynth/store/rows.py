@@ -261,6 +261,7 @@ class TrajectoryRow(Row):
     total_tokens: BigInt | None = _c("tokens of the rollout, all roles")
     final_state_hash: str | None = _c("hash of the end state (final_states)")
     wall_s: float | None = _c("seconds it took")
+    source: str | None = _c("rollout (a policy acted it out) or gold (a replayed gold run)")
 
 
 @_table("verdicts")
@@ -475,3 +476,42 @@ class WorkUnitRow(Row):
     run_id: str | None = _c("the run")
     kind: str | None = _c("plan, rollout, curate, ...")
     done_at: datetime | None = _c("when it was committed (UTC)")
+
+
+# --- the training loop: trained models and their held-out evals ----------------------------
+@_table("models")
+class ModelRow(Row):
+    model_id: str = Field(description="content id: parent, training data, config and method")
+    parent: str | None = _c("the model it was trained from (a path, or embedded)")
+    path: str | None = _c("the merged HF model folder")
+    gguf_path: str | None = _c("the GGUF the embedded llama.cpp server loads")
+    method: str | None = _c("lora or full")
+    run_ids: Json = _c("runs whose data it was trained on")
+    data_hash: str | None = _c("hash of the training rows")
+    n_rows: int | None = _c("training rows")
+    n_tokens: BigInt | None = _c("training tokens")
+    config: Json = _c("the training config")
+    metrics: Json = _c("training loss, steps, seconds, peak memory")
+    created_at: datetime | None = _c("when it was trained (UTC)")
+
+
+@_table("evals")
+class EvalRow(Row):
+    eval_id: str = Field(description="content id: policy, split, tasks and k")
+    model_id: str | None = _c("the models row of the policy, when trained here")
+    policy: str | None = _c("the policy evaluated (embedded, or a model path)")
+    split: str | None = _c("the split's name")
+    split_kind: str | None = _c("held_out_seeds or leave_one_cluster_out")
+    k: int | None = _c("tries per task")
+    n_tasks: int | None = _c("held-out tasks")
+    n_tries: int | None = _c("tries counted")
+    n_excluded: int | None = _c("tries excluded (infra or simulator faults)")
+    pass1: float | None = _c("pass@1")
+    pass1_low: float | None = _c("pass@1, 95% interval low (Wilson)")
+    pass1_high: float | None = _c("pass@1, 95% interval high (Wilson)")
+    passk: float | None = _c("pass@k, unbiased estimator")
+    passk_low: float | None = _c("pass@k, 95% interval low (bootstrap over tasks)")
+    passk_high: float | None = _c("pass@k, 95% interval high (bootstrap over tasks)")
+    clusters: Json = _c("the same figures per cluster")
+    tries: Json = _c("every try: task, cluster, passed, excluded")
+    created_at: datetime | None = _c("when it ran (UTC)")

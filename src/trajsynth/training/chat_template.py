@@ -41,12 +41,14 @@ log = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "GGUF_NAME",
+    "TOKENIZER_DIR",
     "TOOL_CHAT_TEMPLATE",
     "RenderError",
     "add_response_parser",
     "default_gguf_path",
     "load_tokenizer",
     "render",
+    "save_tokenizer_files",
 ]
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -276,3 +278,17 @@ def render(
     if not any(mask):
         raise RenderError(f"{where}: no assistant tokens to train on (no assistant turn?)")
     return input_ids, mask
+
+
+TOKENIZER_DIR = "tokenizer"
+"""Where an export keeps its tokenizer files and chat template (beside the SFT rows)."""
+
+
+def save_tokenizer_files(folder: Path, tokenizer: Any | None = None) -> list[Path]:
+    """Write the tokenizer and its tool-aware chat template to ``folder``, so a script that
+    knows nothing of trajsynth trains on the export: ``AutoTokenizer.from_pretrained(folder)``
+    gives the template TRL's ``assistant_only_loss`` needs. Returns the files written."""
+    tok = tokenizer if tokenizer is not None else load_tokenizer()
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(folder))
+    return sorted(p for p in folder.iterdir() if p.is_file())

@@ -128,6 +128,9 @@ def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
     latest = rounds[-1] if rounds else {}
     out.update({k: latest.get(k) for k in FIGURES})
     out["rounds"] = rounds
+    from trajsynth.cli.commands.eval import recent_evals  # issue 18
+
+    out["evals"] = recent_evals(store)
     return out
 
 
@@ -159,6 +162,10 @@ def _print(data: dict[str, Any]) -> None:
             _fmt(c["pass_rate"]),
         )  # fmt: skip
     console.print(clusters)
+    if data.get("evals"):  # issue 18
+        from trajsynth.cli.commands.eval import evals_table
+
+        console.print(evals_table(data["evals"]))
     if not data["rounds"]:
         console.print("[yellow]not curated yet: no per-round figures[/]")
         return

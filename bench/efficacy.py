@@ -1,0 +1,232 @@
+"""Does the data make the policy better? base vs SFT-verified vs SFT-unverified (issue 18).
+
+On the embedded SmolLM2-135M, CPU only:
+
+1. plan training tasks of the seen clusters (``--clusters``; seeds from 1,000) and held-out
+   tasks: (a) other seeds of the same clusters, (b) every task of one left-out cluster
+   (``--loco``); the leakage check (``training.splits``) runs on both;
+2. verified data: the gold demonstrations of the training tasks (replayed, verified);
+   unverified data: the base policy's own rollouts of the same tasks, whatever the verifier
+   said, cut to the verified set's token count (equal tokens);
+3. SFT (LoRA) on each, merge, write a GGUF, serve it back for the assistant role;
+4. evaluate base and both tuned policies on (a) and (b): pass@1 with 95% Wilson intervals.
+
+The user's turns come from ``TemplateUser`` (no model in the user's seat), so the three
+policies differ only in the assistant. Prints one table; ``--json`` writes the figures.
+
+    python bench/efficacy.py --train-per-cluster 4 --heldout-per-cluster 2 --epochs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trajsynth.agents.gold import gold_demos
+from trajsynth.agents.heldout import eval_assistant, evaluate, plan_eval_tasks
+from trajsynth.agents.llm import open_llm_client
+from trajsynth.agents.policy import RoleRoutedLLM, serve_policy
+from trajsynth.cli.commands.sft import write_sft_rows
+from trajsynth.curation.verify import verify
+from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.schemas import Budgets, EnvState, LLMConfig, SandboxKind
+from trajsynth.training.eval import summarize
+from trajsynth.training.serve import export_gguf
+from trajsynth.training.sft import SFTConfig, sft
+from trajsynth.training.splits import check_no_leakage, make_split, task_key
+
+
+def _tokens(pairs: list[Any]) -> list[int]:
+    from trajsynth.training.chat_template import load_tokenizer, render
+
+    tok = load_tokenizer()
+    out = []
+    for t, _ in pairs:
+        ids, _mask = render([m.to_openai() for m in t.messages], t.tools, tok)
+        out.append(len(ids))
+    return out
+
+
+def _take(pairs: list[Any], tokens: list[int], budget: int) -> tuple[list[Any], int]:
+    """The first rows whose tokens fit in ``budget``."""
+    out, used = [], 0
+    for pair, n in zip(pairs, tokens, strict=True):
+        if used + n > budget:
+            continue
+        out.append(pair)
+        used += n
+    return out, used
+
+
+async def _base_rollouts(tasks, clusters, sandbox, budgets):
+    """The base policy's rollouts of the training tasks, with their verdicts (unfiltered)."""
+    from trajsynth.agents.gold import TemplateUser
+    from trajsynth.agents.rollout import run_episode
+    from trajsynth.agents.user_sim import UserSimulator
+    from trajsynth.mcp_servers.environment import open_environment
+
+    pairs = []
+    async with open_llm_client(LLMConfig(temperature=0.7, max_tokens=128)) as base:
+        for task in tasks:
+            async with open_environment(
+                clusters[task.cluster_id], sandbox_kind=sandbox, seed=task.seed
+            ) as env:
+                result = await run_episode(
+                    blueprint=task,
+                    env=env,
+                    llm=RoleRoutedLLM(base, TemplateUser(task)),
+                    assistant=eval_assistant(True),
+                    user_sim=UserSimulator(),
+                    budgets=budgets,
+                    run_id="bench-base",
+                )
+            state = result.final_state or EnvState(state_hash="unavailable", readable=False)
+            pairs.append((result.trajectory, verify(result.trajectory, task.constraints, state)))
+    return pairs
+
+
+async def _eval(policy: str, tasks, clusters, sandbox, budgets, samples):
+    llm = LLMConfig(temperature=0.7, max_tokens=128)
+    kw = dict(
+        samples=samples,
+        run_id=f"bench:{policy}",
+        assistant=eval_assistant(True),
+        budgets=budgets,
+        sandbox_kind=sandbox,
+        template_user=True,
+    )
+    if policy == "embedded":
+        async with open_llm_client(llm) as base:
+            return await evaluate(tasks, clusters, base, **kw)
+    async with serve_policy(policy, llm) as tuned:
+        return await evaluate(tasks, clusters, tuned, **kw)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clusters", default="shop,calendar")
+    ap.add_argument("--loco", default="travel")
+    ap.add_argument("--train-per-cluster", type=int, default=4)
+    ap.add_argument("--heldout-per-cluster", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=1)
+    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-efficacy-"))
+    work.mkdir(parents=True, exist_ok=True)
+    sandbox = SandboxKind.LOCAL
+    seen = [c.strip() for c in args.clusters.split(",") if c.strip()]
+    clusters = {c: get_cluster(c) for c in [*seen, args.loco]}
+    budgets = Budgets(max_turns=4, max_tokens=1500)
+    t0 = time.perf_counter()
+    log = lambda msg: print(f"[{time.perf_counter() - t0:7.0f} s] {msg}", flush=True)  # noqa: E731
+
+    train_tasks = asyncio.run(
+        plan_eval_tasks(
+            [clusters[c] for c in seen],
+            args.train_per_cluster,
+            sandbox_kind=sandbox,
+            seed_base=1_000,
+        )
+    )
+    heldout = asyncio.run(
+        plan_eval_tasks([clusters[c] for c in seen], args.heldout_per_cluster, sandbox_kind=sandbox)
+    )
+    loco = asyncio.run(
+        plan_eval_tasks([clusters[args.loco]], args.heldout_per_cluster, sandbox_kind=sandbox)
+    )
+    train_keys = [task_key(t) for t in train_tasks]
+    split_a = make_split("heldout", "heldout-seeds", [task_key(t) for t in heldout], train_keys)
+    split_b = make_split("loco", "loco", [task_key(t) for t in loco], train_keys, cluster=args.loco)
+    heldout = [t for t in heldout if t.blueprint_id in split_a.eval_ids]
+    loco = [t for t in loco if t.blueprint_id in split_b.eval_ids]
+    check_no_leakage([task_key(t) for t in heldout + loco], train_keys)
+    log(f"tasks: {len(train_tasks)} train, {len(heldout)} held-out seeds, {len(loco)} {args.loco}")
+
+    verified = asyncio.run(gold_demos(train_tasks, clusters, run_id="bench", sandbox_kind=sandbox))
+    rollouts = asyncio.run(_base_rollouts(train_tasks, clusters, sandbox, budgets))
+    verified_all = verified
+    v_tokens, u_tokens = _tokens(verified), _tokens(rollouts)
+    budget = min(sum(v_tokens), sum(u_tokens))  # equal tokens: the smaller set's total
+    unverified, used = _take(rollouts, u_tokens, budget)
+    verified, v_used = _take(verified, v_tokens, used)  # whole rows: as close as they allow
+    if not verified:
+        verified, v_used = _take(verified_all, v_tokens, budget)
+    base_passed = sum(v.passed for _, v in rollouts)
+    log(
+        f"data: {len(verified)} verified gold demos ({v_used} tokens); "
+        f"{len(unverified)} unverified base rollouts ({used} tokens, {base_passed}/"
+        f"{len(rollouts)} of them passed)"
+    )
+
+    policies: dict[str, str] = {"base": "embedded"}
+    figures: dict[str, Any] = {"train": {}}
+    for name, pairs in (("sft-verified", verified), ("sft-unverified", unverified)):
+        data = write_sft_rows(pairs, work / f"data-{name}")
+        cfg = SFTConfig(
+            data=str(data),
+            output_dir=str(work / name),
+            num_train_epochs=args.epochs,
+            per_device_train_batch_size=1,
+            gradient_accumulation_steps=1,
+            learning_rate=args.lr,
+        )
+        result = sft(cfg)
+        gguf = export_gguf(result.model_dir, work / name / "model.f16.gguf")
+        policies[name] = str(gguf)
+        figures["train"][name] = {
+            "rows": result.n_rows,
+            "tokens": result.n_tokens,
+            "steps": result.steps,
+            "loss_first": result.losses[0] if result.losses else None,
+            "loss_last": result.losses[-1] if result.losses else None,
+            "seconds": result.seconds,
+        }
+        log(f"{name}: {result.steps} steps, loss {result.losses[:1]} -> {result.losses[-1:]}")
+
+    table = []
+    for name, policy in policies.items():
+        row: dict[str, Any] = {"policy": name}
+        for split, tasks in (("a_heldout_seeds", heldout), (f"b_loco_{args.loco}", loco)):
+            tries = asyncio.run(_eval(policy, tasks, clusters, sandbox, budgets, args.samples))
+            s = summarize(tries, k=args.samples)
+            row[split] = s.pass1.model_dump() if s.pass1 else None
+            row[f"{split}_n"] = s.n_tries - s.n_excluded
+            log(f"eval {name} on {split}: {row[split]}")
+        table.append(row)
+    figures["eval"] = table
+    figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    figures["wall_s"] = time.perf_counter() - t0
+
+    print()
+    print(
+        f"{'policy':16} {'(a) held-out seeds pass@1 [95% CI]':38} {'(b) LOCO pass@1 [95% CI]':32}"
+    )
+    for row in table:
+        cells = []
+        for key in ("a_heldout_seeds", f"b_loco_{args.loco}"):
+            iv = row[key]
+            n = row[f"{key}_n"]
+            cells.append(
+                "-"
+                if iv is None
+                else f"{iv['estimate']:.2f} [{iv['low']:.2f}, {iv['high']:.2f}] n={n}"
+            )
+        print(f"{row['policy']:16} {cells[0]:38} {cells[1]:32}")
+    print("targets: SFT >= 2x base on (a); verified > unverified; (b) above base")
+    print(f"wall {figures['wall_s']:.0f} s, peak RSS {figures['peak_rss_mb'] / 1024:.2f} GB")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

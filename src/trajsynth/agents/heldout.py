@@ -1,0 +1,182 @@
+"""A policy acts out held-out tasks, scored by the verifier that made the data (METHODS.md §15).
+
+``plan_eval_tasks`` plans tasks of the given clusters from seeds the training data never
+used (the planner's seeded gold path and template words, no LLM). ``evaluate`` acts each task
+out ``samples`` times in a live sandboxed environment (``agents.rollout.run_episode``: the
+user simulator on the run's model, the assistant on the policy) and scores every try with
+``curation.verify`` against the task's constraints. Tries the verifier cannot count
+(``infra``, ``simulator``) are excluded, never scored 0. ``training.eval.summarize`` turns
+the tries into pass@1 and pass@k with 95% intervals.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+
+from trajsynth.agents.assistant import Assistant
+from trajsynth.agents.cells import sample_cells
+from trajsynth.agents.gold import TemplateUser
+from trajsynth.agents.llm import LLMClient
+from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
+from trajsynth.agents.policy import RoleRoutedLLM
+from trajsynth.agents.rollout import run_episode
+from trajsynth.agents.user_sim import UserSimulator
+from trajsynth.curation.verify import verify
+from trajsynth.mcp_servers.environment import open_environment
+from trajsynth.schemas import (
+    Blueprint,
+    Budgets,
+    EnvState,
+    FailureClass,
+    InfraError,
+    InputError,
+    SandboxKind,
+    ToolCluster,
+    counts_against_policy,
+    stable_hash,
+)
+from trajsynth.schemas.evals import TryResult
+
+__all__ = ["EVAL_SEED_BASE", "eval_assistant", "evaluate", "plan_eval_tasks"]
+
+log = logging.getLogger(__name__)
+
+EVAL_SEED_BASE = 900_000_000
+"""Eval tasks are planned from seeds at and above this; `synth run` seeds stay far below."""
+
+
+async def plan_eval_tasks(
+    clusters: Sequence[ToolCluster],
+    n_per_cluster: int,
+    *,
+    seed: int = 0,
+    sandbox_kind: SandboxKind = SandboxKind.AUTO,
+    max_tries: int = 6,
+    seed_base: int | None = None,
+) -> list[Blueprint]:
+    """``n_per_cluster`` tasks per cluster, planned from held-out seeds (no LLM).
+
+    Seeds start at ``seed_base`` (default ``EVAL_SEED_BASE``, far above any ``synth run``
+    seed). Raises ``InputError`` naming a cluster where no task could be planned."""
+    base = EVAL_SEED_BASE if seed_base is None else seed_base
+    planner = Planner(use_llm=False, gold_retries=2)
+    out: list[Blueprint] = []
+    for ci, cluster in enumerate(clusters):
+        rng = random.Random(stable_hash([cluster.cluster_id, seed]))
+        got = 0
+        for draw in range(n_per_cluster * max_tries):
+            if got >= n_per_cluster:
+                break
+            task_seed = base + seed * 100_003 + ci * 10_007 + draw
+            (cell,) = sample_cells([cluster], 1, rng)
+            factory = environment_factory(cluster, sandbox_kind=sandbox_kind, seed=task_seed)
+            outcome = await plan_blueprint(planner, None, factory, cluster, cell, task_seed)
+            if isinstance(outcome, Blueprint):
+                out.append(outcome)
+                got += 1
+            else:
+                log.debug("eval plan %s rejected: %s", cluster.cluster_id, outcome.reason)
+        if got == 0:
+            raise InputError(f"cluster {cluster.cluster_id!r}: no eval task could be planned")
+    return out
+
+
+def eval_assistant(embedded: bool) -> Assistant:
+    """The assistant of an eval. A llama.cpp-served policy must call a tool after the user
+    speaks (SmolLM2-135M almost never calls by itself) and is free after a tool result, so
+    a tuned policy can chain calls and a base one answers; elsewhere both are free."""
+    if embedded:
+        return Assistant(tool_choice_after_user="required", tool_choice_after_tool="auto")
+    return Assistant()
+
+
+async def evaluate(
+    tasks: Sequence[Blueprint],
+    clusters: dict[str, ToolCluster],
+    llm: LLMClient,
+    *,
+    samples: int,
+    run_id: str,
+    assistant: Assistant | None = None,
+    budgets: Budgets | None = None,
+    sandbox_kind: SandboxKind = SandboxKind.AUTO,
+    template_user: bool = False,
+    on_try: Callable[[TryResult], None] | None = None,
+) -> list[TryResult]:
+    """Act every task out ``samples`` times and verify each try (see the module doc).
+
+    ``template_user``: the user's turns come from ``agents.gold.TemplateUser`` (reveals what
+    is asked, then thanks) instead of the simulator on ``llm``: no model in the user's seat,
+    so policies are compared on the assistant alone, at half the LLM calls."""
+    if not tasks:
+        raise InputError("nothing to evaluate: the split has no tasks")
+    assistant = assistant or eval_assistant(True)
+    budgets = budgets or Budgets(max_turns=4, max_tokens=1500)
+    results: list[TryResult] = []
+    for task in tasks:
+        cluster = clusters[task.cluster_id]
+        task_llm: LLMClient = RoleRoutedLLM(llm, TemplateUser(task)) if template_user else llm
+        for sample in range(samples):
+            try:
+                result = await _one_try(
+                    task, cluster, task_llm, assistant, budgets, run_id, sample, sandbox_kind
+                )
+            except InfraError as exc:
+                result = TryResult(
+                    task_id=task.blueprint_id,
+                    cluster_id=task.cluster_id,
+                    sample=sample,
+                    passed=False,
+                    score=0.0,
+                    excluded=True,
+                    failure_class=FailureClass.INFRA,
+                    detail=str(exc)[:300],
+                )
+            results.append(result)
+            if on_try is not None:
+                on_try(result)
+    return results
+
+
+async def _one_try(
+    task: Blueprint,
+    cluster: ToolCluster,
+    llm: LLMClient,
+    assistant: Assistant,
+    budgets: Budgets,
+    run_id: str,
+    sample: int,
+    sandbox_kind: SandboxKind,
+) -> TryResult:
+    async with open_environment(
+        cluster, sandbox_kind=sandbox_kind, seed=task.seed, tool_timeout_s=budgets.tool_timeout_s
+    ) as env:
+        episode = await run_episode(
+            blueprint=task,
+            env=env,
+            llm=llm,
+            assistant=assistant,
+            user_sim=UserSimulator(),
+            budgets=budgets,
+            run_id=run_id,
+            sample=sample,
+        )
+    trajectory = episode.trajectory
+    state = episode.final_state or EnvState(state_hash="unavailable", readable=False)
+    verdict = verify(trajectory, task.constraints, state)
+    failure = trajectory.failure_class
+    excluded = verdict.excluded or (failure is not None and not counts_against_policy(failure))
+    return TryResult(
+        task_id=task.blueprint_id,
+        cluster_id=task.cluster_id,
+        sample=sample,
+        passed=bool(verdict.passed) and not excluded,
+        score=float(verdict.score),
+        excluded=excluded,
+        failure_class=str(failure) if failure is not None else None,
+        detail=trajectory.failure_detail,
+        tokens=trajectory.total_tokens,
+        trajectory_id=trajectory.trajectory_id,
+    )

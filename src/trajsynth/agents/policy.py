@@ -1,0 +1,77 @@
+"""A tuned policy served back: the assistant role on its own llama.cpp server (issue 18).
+
+``serve_policy(gguf)`` starts the embedded llama.cpp server on a policy's GGUF (a HF model
+folder is converted first by ``training.serve.policy_gguf``). ``RoleRoutedLLM`` sends the
+assistant's turns to that server and every other role (planner, user simulator) to the
+run's own model, so only the policy changes between a base and a tuned run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+from trajsynth.agents.llm import ChatResult, LLMClient, OpenAILLMClient
+from trajsynth.schemas import AgentRole, InputError, LLMConfig, Message
+
+__all__ = ["RoleRoutedLLM", "serve_policy"]
+
+log = logging.getLogger(__name__)
+
+
+class RoleRoutedLLM:
+    """An ``LLMClient`` that answers the assistant role with ``policy``, the rest with ``base``."""
+
+    def __init__(self, policy: LLMClient, base: LLMClient) -> None:
+        self.policy = policy
+        self.base = base
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        role: AgentRole,
+        tools: list[dict] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+        n: int = 1,
+        tool_choice: str | dict | None = None,
+    ) -> ChatResult:
+        client = self.policy if role is AgentRole.ASSISTANT else self.base
+        return await client.chat(
+            messages,
+            role=role,
+            tools=tools,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            seed=seed,
+            n=n,
+            tool_choice=tool_choice,
+        )
+
+
+@contextlib.asynccontextmanager
+async def serve_policy(
+    gguf: str | Path, llm: LLMConfig, *, startup_timeout_s: float = 180.0
+) -> AsyncIterator[OpenAILLMClient]:
+    """An LLM client for the policy GGUF at ``gguf`` on its own embedded llama.cpp server."""
+    from trajsynth.agents.embedded import EmbeddedLLMServer
+
+    path = Path(gguf)
+    if not (path.is_file() and path.suffix == ".gguf"):
+        raise InputError(f"policy {gguf} is not a .gguf file (convert a HF model folder first)")
+    server = EmbeddedLLMServer(
+        model_path=path, model_alias=llm.model, startup_timeout_s=startup_timeout_s
+    )
+    server.start()
+    try:
+        client = OpenAILLMClient(llm.model_copy(update={"base_url": server.base_url}))
+        try:
+            yield client
+        finally:
+            await client.aclose()
+    finally:
+        server.stop()

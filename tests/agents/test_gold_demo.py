@@ -1,0 +1,54 @@
+"""A blueprint's gold run replayed into a demonstration that the verifier passes."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from trajsynth.agents.cells import sample_cells
+from trajsynth.agents.gold import gold_demonstration, template_answer
+from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
+from trajsynth.curation.verify import verify
+from trajsynth.mcp_servers.environment import open_environment
+from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.schemas import Blueprint, MessageRole, SandboxKind
+
+
+async def _plan(cluster_id: str, seed: int) -> Blueprint:
+    cluster = get_cluster(cluster_id)
+    rng = random.Random(seed)
+    for draw in range(12):
+        (cell,) = sample_cells([cluster], 1, rng)
+        factory = environment_factory(cluster, sandbox_kind=SandboxKind.LOCAL, seed=seed + draw)
+        planned = await plan_blueprint(
+            Planner(use_llm=False, gold_retries=2), None, factory, cluster, cell, seed + draw
+        )
+        if isinstance(planned, Blueprint):
+            return planned
+    raise AssertionError(f"no {cluster_id} task planned")
+
+
+async def _demo(bp: Blueprint):
+    cluster = get_cluster(bp.cluster_id)
+    async with open_environment(cluster, sandbox_kind=SandboxKind.LOCAL, seed=bp.seed) as env:
+        return await gold_demonstration(bp, env, run_id="run-gold")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster_id", ["shop", "calendar", "travel"])
+def test_gold_replay_is_a_verified_demonstration_marked_gold(cluster_id: str) -> None:
+    bp = asyncio.run(_plan(cluster_id, 11))
+    trajectory, state = asyncio.run(_demo(bp))
+    assert trajectory.source == "gold" and trajectory.run_id == "run-gold"
+    assert [c.tool for c in trajectory.calls] == [c.tool for c in bp.gold_run.calls]
+    # the real results came back from a fresh environment, as in the gold run
+    assert all(c.failure_class is None for c in trajectory.calls)
+    assert state is not None and state.state_hash == bp.gold_run.final_state.state_hash
+    roles = [m.role for m in trajectory.messages]
+    assert roles[0] is MessageRole.SYSTEM and roles[1] is MessageRole.USER
+    assert MessageRole.TOOL in roles
+    assert trajectory.final_answer == template_answer(bp)
+    verdict = verify(trajectory, bp.constraints, state)
+    assert verdict.passed, [r for r in verdict.results if not r.passed]

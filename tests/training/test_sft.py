@@ -1,0 +1,104 @@
+"""SFT on an export: bad input, `synth sft --smoke`, and a stranger's script on the export."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakes.export_store import export_store
+from typer.testing import CliRunner
+
+from trajsynth.cli.main import app
+from trajsynth.schemas import InputError
+from trajsynth.store import Store
+from trajsynth.training.models_io import resolve_model
+from trajsynth.training.sft import load_sft_dataset
+
+SCRIPT = Path(__file__).parent / "scripts" / "stranger_sft.py"
+
+
+def test_bad_sft_data_is_one_clear_line(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        load_sft_dataset(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=r"no \*\.parquet or \*\.jsonl files"):
+        load_sft_dataset(tmp_path / "empty")
+    rl = tmp_path / "rl"
+    rl.mkdir()
+    (rl / "train.jsonl").write_text('{"prompt": [], "env": {}}\n')
+    with pytest.raises(InputError, match="not SFT rows .*missing \\['messages', 'tools'\\]"):
+        load_sft_dataset(rl)
+    blank = tmp_path / "blank"
+    blank.mkdir()
+    (blank / "train.jsonl").write_text("")
+    with pytest.raises(InputError, match="no rows|no \\*\\.parquet"):
+        load_sft_dataset(blank)
+
+
+def test_a_policy_path_that_is_not_a_model_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hi")
+    for bad in (tmp_path, tmp_path / "notes.txt", tmp_path / "nope"):
+        with pytest.raises(InputError, match="is not a model: expected 'embedded', a .gguf"):
+            resolve_model(bad)
+    result = CliRunner().invoke(app, ["eval", "--policy", str(tmp_path), "--smoke"])
+    assert result.exit_code != 0 and "is not a model" in str(result.exception)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")  # peft: the GGUF folder has no config.json
+@pytest.mark.filterwarnings("ignore:.*gradient_checkpointing.* is deprecated:FutureWarning")
+def test_synth_sft_smoke_trains_writes_a_gguf_and_records_the_model(tmp_path: Path) -> None:
+    store = tmp_path / "s.duckdb"
+    out = tmp_path / "sft"
+    result = CliRunner().invoke(
+        app,
+        ["sft", "--smoke", "--output-dir", str(out), "--store", str(store)],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"SFT \(sft-lora\) on 4 rows", result.output)
+    assert (out / "model" / "config.json").is_file() and (out / "adapter").is_dir()
+    assert (out / "model.f16.gguf").stat().st_size > 100_000_000
+    (row,) = Store(store).query("SELECT * FROM models")
+    assert row["parent"] == "embedded" and row["method"] == "sft-lora" and row["n_rows"] == 4
+    metrics = json.loads(row["metrics"]) if isinstance(row["metrics"], str) else row["metrics"]
+    assert metrics["peak_rss_mb"] > 0 and metrics["steps"] == 2
+
+
+@pytest.mark.slow
+def test_a_strangers_sft_script_trains_on_the_export_without_trajsynth(tmp_path: Path) -> None:
+    from trajsynth.export import export_sft
+    from trajsynth.training.models_io import load_base_model
+
+    export_sft(export_store(tmp_path / "s.duckdb"), tmp_path / "sft")
+    model_dir = tmp_path / "base"
+    load_base_model("embedded").save_pretrained(str(model_dir))  # a plain HF model folder
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "sft"), str(model_dir), str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = re.search(r"steps=1 loss=([\d.]+) trajsynth_modules=\[\]", proc.stdout)
+    assert found, proc.stdout[-2000:]
+    assert float(found.group(1)) > 0
+
+
+def test_bundled_sft_configs_parse() -> None:
+    from trajsynth.training.sft import load_sft_config
+
+    data = Path(__file__).resolve().parents[2] / "src" / "trajsynth" / "data" / "train"
+    cpu = load_sft_config(data / "sft-cpu.toml", max_steps=3)
+    assert cpu.use_cpu and cpu.gradient_checkpointing and cpu.bf16 and cpu.max_steps == 3
+    gpu = load_sft_config(data / "sft-gpu.toml")
+    assert gpu.bf16 and not gpu.use_cpu and "down_proj" in gpu.lora.target_modules
+    with pytest.raises(InputError, match="sft-cpu.toml"):
+        load_sft_config(data / "sft-cpu.toml", learning_rate=-1)
