@@ -43,6 +43,7 @@ LIMITS = SandboxLimits(memory_mb=1024, pids=256, timeout_s=60)
 def faulty_cluster(tmp_path_factory: pytest.TempPathFactory) -> ToolCluster:
     """The faulty server imported as an outside cluster (tools read with tools/list)."""
     script = tmp_path_factory.mktemp("faulty") / "faulty_server.py"
+    script.parent.chmod(0o755)  # the sandbox's unprivileged user reads the server
     script.write_bytes(FAULTY_SOURCE)
     clusters = tmp_path_factory.mktemp("clusters")
     [cluster] = add_outside_cluster("faulty", command=[sys.executable, str(script)],
@@ -54,7 +55,7 @@ def _in_sandbox(cluster: ToolCluster, sandbox: Sandbox) -> ToolCluster:
     """The faulty cluster with its script copied into ``sandbox`` and run from there."""
     sandbox.put_file("faulty_server.py", FAULTY_SOURCE)
     server = ServerSpec(
-        kind=ServerKind.STDIO, command=["python", f"{sandbox.workdir}/faulty_server.py"]
+        kind=ServerKind.STDIO, command=[sandbox.python, f"{sandbox.workdir}/faulty_server.py"]
     )
     return cluster.model_copy(update={"server": server})
 
@@ -182,7 +183,7 @@ async def _fault_round_trip(env: Environment) -> str:
 
     Returns the state hash after the first write, which the caller checks survived."""
     start = await env.state()
-    assert not start.readable
+    assert start.readable  # through the cluster's read probes (list_items), issue 17
     added = await env.call_tool("add_item", {"name": "a"})
     assert added.structured == {"item_id": "a", "count": 1}
     after_a = await env.state()
@@ -307,15 +308,23 @@ async def test_bundled_code_server_killed_in_docker(docker_sandbox: Sandbox) -> 
 
 
 @pytest.mark.docker
-async def test_outside_server_missing_in_the_image_runs_on_the_host(
+async def test_outside_server_missing_in_the_image_is_named_or_runs_on_the_host_when_asked(
     docker_sandbox: Sandbox, tmp_path: Path
 ) -> None:
     [cluster] = add_outside_cluster(
         "time", command=[sys.executable, "-m", "mcp_server_time"], clusters_dir=tmp_path
     )
     env = Environment(cluster, docker_sandbox, tool_timeout_s=20, owns_sandbox=False)
+    with pytest.raises(MCPServerError, match="cannot be found inside the DockerSandbox.*--mount"):
+        await env.start()  # never silently on the host: the image has no mcp_server_time
+    await env.close()
+    [on_host] = add_outside_cluster(
+        "time", command=[sys.executable, "-m", "mcp_server_time"], clusters_dir=tmp_path,
+        on_host=True,
+    )  # fmt: skip
+    env = Environment(on_host, docker_sandbox, tool_timeout_s=20, owns_sandbox=False)
     async with env:
-        assert env.server_location == "host"  # the image has no mcp_server_time
+        assert env.server_location == "host"  # the user said so: --on-host-state-not-isolated
         now = await env.call_tool("get_current_time", {"timezone": "UTC"})
         assert not now.is_error, now.text
         assert isinstance(now.structured, dict) and now.structured["timezone"] == "UTC"

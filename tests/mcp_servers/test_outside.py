@@ -111,6 +111,7 @@ def test_argument_values_follow_the_schema() -> None:
 def test_discovery_probes_an_unannotated_server_in_the_sandbox(tmp_path: Path) -> None:
     """Tags by probing (the work dir changed -> write), value-flow edges with evidence and
     end-state probes, on a real server started in the local sandbox (bubblewrap)."""
+    tmp_path.chmod(0o755)  # the sandbox's unprivileged user reads the server, as in a venv
     script = tmp_path / "notes_server.py"
     script.write_text(NOTES_SERVER)
     [c] = add_outside_cluster(
@@ -175,6 +176,7 @@ def test_two_registry_servers_join_and_yield_trajectories(tmp_path: Path) -> Non
 async def test_copied_state_is_read_by_probes_and_restored_by_snapshots(tmp_path: Path) -> None:
     """--copy puts the user's files in the sandbox work dir (the originals never change), the
     probes read the end state, and a snapshot restores it (reset=snapshot restarts the server)."""
+    tmp_path.chmod(0o755)  # the sandbox's unprivileged user reads the server, as in a venv
     script = tmp_path / "notes_server.py"
     script.write_text(NOTES_SERVER)
     seed = tmp_path / "seed"

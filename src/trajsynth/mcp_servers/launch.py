@@ -193,20 +193,12 @@ def state_outside_warnings(spec: ServerSpec, mounts: Sequence[str] = ()) -> list
 
 
 class MountedLocalSandbox(LocalSandbox):
-    """A LocalSandbox whose bubblewrap view adds read-only binds (the server's own files,
-    which the private /tmp would otherwise hide)."""
+    """A LocalSandbox whose bubblewrap view adds the server's own files, read-only (the
+    sandbox's minimal view would otherwise hide them)."""
 
     def __init__(self, limits: SandboxLimits | None = None, *, mounts: Sequence[str] = ()):
-        super().__init__(limits)
+        super().__init__(limits, extra_ro=mounts)
         self.mounts = list(mounts)
-
-    def _wrap(self, argv: Sequence[str], cwd: str, cpu_s: int) -> list[str]:
-        wrapped = super()._wrap(argv, cwd, cpu_s)
-        if not self.use_bwrap or not self.mounts or "--chdir" not in wrapped:
-            return wrapped
-        at = wrapped.index("--chdir")
-        binds = [x for m in self.mounts for x in ("--ro-bind", m, m)]
-        return [*wrapped[:at], *binds, *wrapped[at:]]
 
 
 class MountedDockerSandbox(DockerSandbox):
