@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trajsynth.schemas import InputError
+from trajsynth.schemas import InputError, LoraSettings
 
 __all__ = [
     "ModelLocation",
@@ -101,3 +101,18 @@ def load_base_tokenizer(model: str | Path) -> Any:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def peft_config(lora: LoraSettings) -> Any:
+    """peft's ``LoraConfig`` for the LoRA settings (SFT and GRPO alike); None when off."""
+    if not lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.schemas import InputError, RLRow, SandboxKind, TrainConfig
+from trajsynth.training.models_io import peft_config
 from trajsynth.training.rewards import VerifierReward
 from trajsynth.training.tasks import export_rows, trl_dataset
 from trajsynth.training.tool_env import environment_class, sandbox_opener
@@ -154,20 +155,6 @@ def grpo_args(config: TrainConfig) -> Any:
         return GRPOConfig(**kwargs)
 
 
-def _peft_config(config: TrainConfig) -> Any:
-    if not config.lora.enabled:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=config.lora.r,
-        lora_alpha=config.lora.alpha,
-        lora_dropout=config.lora.dropout,
-        target_modules=list(config.lora.target_modules),
-        task_type="CAUSAL_LM",
-    )
-
-
 @dataclass
 class StepLog:
     step: int
@@ -266,7 +253,7 @@ def _fit(
         args=grpo_args(config),
         train_dataset=trl_dataset(rows),
         processing_class=tokenizer,
-        peft_config=_peft_config(config),
+        peft_config=peft_config(config.lora),
         environment_factory=factories,
         callbacks=[timer],
         train_config=config,

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from trajsynth.schemas import InputError, LoraSettings, Record, stable_hash
-from trajsynth.training.models_io import load_base_model, load_base_tokenizer
+from trajsynth.training.models_io import load_base_model, load_base_tokenizer, peft_config
 
 __all__ = ["SFTConfig", "SFTResult", "load_sft_config", "load_sft_dataset", "sft", "smoke_sft"]
 
@@ -168,20 +168,6 @@ def load_sft_dataset(path: str | Path, *, max_rows: int | None = None) -> Any:
     return ds.select_columns(["messages", "tools"])
 
 
-def _peft_config(config: SFTConfig) -> Any:
-    if not config.lora.enabled:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=config.lora.r,
-        lora_alpha=config.lora.alpha,
-        lora_dropout=config.lora.dropout,
-        target_modules=list(config.lora.target_modules),
-        task_type="CAUSAL_LM",
-    )
-
-
 def _trl_args(config: SFTConfig) -> Any:
     from trl import SFTConfig as TRLSFTConfig
 
@@ -239,7 +225,7 @@ def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
             args=_trl_args(config),
             train_dataset=train,
             processing_class=tokenizer,
-            peft_config=_peft_config(config),
+            peft_config=peft_config(config.lora),
         )
         if len(trainer.train_dataset) == 0:
             raise InputError(
