@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 from pydantic import Field
 
-from trajsynth.mcp_servers.arguments import param_values
+from trajsynth.mcp_servers.arguments import param_values, schema_kinds
 from trajsynth.mcp_servers.graph import entry_tools as graph_entry_tools
 from trajsynth.mcp_servers.graph import normalize_name, output_fields, singular
 from trajsynth.mcp_servers.tags import name_tokens
@@ -121,21 +121,6 @@ def _is_id_like(param: str) -> bool:
     return param in ("id", "ids", "sku") or param.endswith(_ID_SUFFIXES)
 
 
-def _schema_types(schema: Mapping[str, JsonValue]) -> set[str]:
-    kinds: set[str] = set()
-    raw = schema.get("type")
-    if isinstance(raw, str):
-        kinds.add(raw)
-    elif isinstance(raw, list):
-        kinds.update(str(k) for k in raw)
-    for key in ("anyOf", "oneOf"):
-        for option in schema.get(key) or []:
-            if isinstance(option, dict):
-                kinds |= _schema_types(option)
-    kinds.discard("null")
-    return kinds
-
-
 def _schema_enum(schema: Mapping[str, JsonValue]) -> list[JsonValue] | None:
     if isinstance(schema.get("enum"), list):
         return [v for v in schema["enum"] if v is not None]
@@ -230,10 +215,10 @@ def _rank_columns(
         table, column = hint.split(".", 1)
         if column in tables.columns.get(table, {}):
             return [(10.0, table, column)]
-    kinds = _schema_types(schema)
+    kinds = schema_kinds(schema)
     array = "array" in kinds
     if array:
-        kinds = _schema_types(_items_schema(schema))
+        kinds = schema_kinds(_items_schema(schema))
     p = param.lower()
     p_single = p[:-1] if p.endswith("_ids") else p  # item_ids -> item_id
     tool_nouns = {singular(t) for t in name_tokens(tool)}
@@ -376,7 +361,7 @@ def entry_tools(cluster: ToolCluster, graph: nx.DiGraph, state: EnvState) -> lis
 def _literal_or_choice_possible(param: str, schema: Mapping[str, JsonValue]) -> bool:
     if "default" in schema or "const" in schema or _schema_enum(schema):
         return True
-    kinds = _schema_types(schema)
+    kinds = schema_kinds(schema)
     words = set(name_tokens(param))
     if kinds & {"integer", "number"} and (words & _COUNT_WORDS or "minimum" in schema):
         return True
@@ -495,7 +480,7 @@ class _Binder:
             if row is None:
                 continue
             value = row[column]
-            if "array" in _schema_types(schema):
+            if "array" in schema_kinds(schema):
                 value = [value]
             return self._slot(param, value, f"{table}.{column}")
         known = _known_values(self.cluster, tool, param)
@@ -508,7 +493,7 @@ class _Binder:
             if len(enum) == 1:
                 return LiteralArg(value=enum[0])
             return self._slot(param, enum[self.rng.randrange(len(enum))], "enum")
-        kinds = _schema_types(schema)
+        kinds = schema_kinds(schema)
         words = set(name_tokens(param))
         if "boolean" in kinds:
             if words & _CONFIRM_WORDS:
