@@ -68,3 +68,18 @@ def test_the_cli_says_so_in_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "synth.duckdb" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_store_with_blocks_still_in_its_wal_is_not_called_truncated(tmp_path: Path) -> None:
+    """A writer that has not checkpointed yet (another process, a crash) leaves blocks in the
+    WAL: the main file is rightly shorter than the block count says."""
+    import duckdb
+
+    path = _store(tmp_path / "s.duckdb").path
+    con = duckdb.connect(str(path))
+    con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.execute("SET checkpoint_threshold = '1TB'")
+    con.execute("CREATE TABLE big AS SELECT range AS i, repeat('x', 200) AS s FROM range(200000)")
+    con.close()
+    assert path.with_name(path.name + ".wal").exists()
+    assert Store(path).counts()["trajectories"] == 200
