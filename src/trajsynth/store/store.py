@@ -46,29 +46,14 @@ class StoreLockedError(InputError):
 
 
 class StoreCorruptError(InputError):
-    """The store file is damaged: shorter than its own header records, or unreadable."""
+    """The store file is damaged: cut short, or not a DuckDB file at all."""
 
 
-# DuckDB's file: a 4 KiB main header and two 4 KiB database headers, then the blocks
-_FILE_HEADERS = 3 * 4096
-
-
-def _check_intact(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """A file cut short (a full disk, a partial copy) is refused by name: DuckDB reads its
-    blocks lazily and would answer from what is left as if the store were whole."""
-    if path.with_name(path.name + ".wal").exists():
-        return  # blocks not yet checkpointed live in the WAL: the file may rightly be shorter
-    row = con.execute("PRAGMA database_size").fetchone()
-    if row is None:
-        return
-    block_size, total_blocks = int(row[2]), int(row[3])
-    expected = _FILE_HEADERS + block_size * total_blocks
-    actual = path.stat().st_size
-    if total_blocks and actual < expected:
-        raise StoreCorruptError(
-            f"{path} is truncated: {actual:,} bytes of the {expected:,} its header records "
-            f"({total_blocks} blocks); restore it from a copy, or move it aside and rerun"
-        )
+def _damaged(path: Path, exc: duckdb.Error) -> StoreCorruptError:
+    return StoreCorruptError(
+        f"{path} is damaged: DuckDB cannot read it ({type(exc).__name__}: "
+        f"{str(exc).splitlines()[0][:200]}); restore it from a copy, or move it aside and rerun"
+    )
 
 
 # table -> (primary key, {column: duckdb type}), read from the row models (store/rows.py).
@@ -261,7 +246,6 @@ class Store:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._migrated = False
-        self._intact = False
 
     def _ensure_migrated(self) -> None:
         if not self._migrated:
@@ -274,21 +258,18 @@ class Store:
             raise InputError(f"no store at {self.path} (run `synth run` first)")
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        existed = self.path.exists()
         try:
             con = _retry_on_lock(duckdb.connect)(str(self.path), read_only=read_only)
         except duckdb.Error as exc:
             if _is_lock_error(exc):
                 raise
-            raise StoreCorruptError(
-                f"{self.path} cannot be opened as a DuckDB store ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200]}); restore it from a copy, or move it aside"
-            ) from exc
+            raise _damaged(self.path, exc) from exc
         try:
-            if existed and not self._intact:
-                _check_intact(con, self.path)
-                self._intact = True
             yield con
+        except duckdb.IOException as exc:  # a block the file should hold is not there
+            if _is_lock_error(exc):
+                raise
+            raise _damaged(self.path, exc) from exc
         finally:
             con.close()
 
