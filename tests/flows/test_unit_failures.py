@@ -23,7 +23,9 @@ from prefect.settings import (
     PREFECT_TASKS_REFRESH_CACHE,
     temporary_settings,
 )
+from rich.console import Console
 
+from trajsynth.cli.run_command import print_summary
 from trajsynth.flows.stages import record_failure
 from trajsynth.flows.units import UnitRef
 from trajsynth.schemas import LLMConfig, LLMError, RunConfig, SandboxKind
@@ -58,6 +60,18 @@ def test_a_failure_is_counted_until_its_unit_is_done(tmp_path: Path) -> None:
     summary = summarize_run(store, "run_a", wall_s=1.0)
     assert summary.failed_units == {"error": 1}
     assert summarize_run(store, "run_b", wall_s=1.0).failed_units == {"infra": 1}
+
+
+def test_the_run_table_shows_failed_units_by_class_with_their_errors(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.duckdb")
+    store.migrate()
+    unit = UnitRef(kind="rollout", unit_id="tree:bp_9", round=0, blueprint_id="bp_9")
+    record_failure(store, "run_a", unit, LLMError("server error 500 after retries"), attempts=3)
+    console = Console(record=True, width=200)
+    print_summary(summarize_run(store, "run_a", wall_s=1.0), console=console, store_path="s")
+    text = console.export_text()
+    assert "units failed (the next run retries them)" in text and "infra: 1" in text
+    assert "1 x LLMError: server error 500 after retries" in text
 
 
 # --------------------------------------------------------------------------- slow: the flow
