@@ -160,11 +160,12 @@ async def _drain(
     task: Task[..., Any],
     store: Store,
     run_id: str,
-    on_done: Callable[[UnitRows], None],
+    on_done: Callable[[UnitRows | None], None],
 ) -> int:
     """Write each unit's rows as it finishes (in a thread: ``as_completed`` blocks). A unit
     whose task failed after its retries is recorded as data and the others go on (issue 16
-    item 6); returns how many failed. A failure to write the store is no unit's: it raises."""
+    item 6) and ``on_done(None)`` is called for it; returns how many failed. A failure to
+    write the store is no unit's: it raises."""
     refs = {id(future): ref for ref, future in submitted}
 
     def drain() -> int:
@@ -178,6 +179,7 @@ async def _drain(
                     ref = refs[id(future)]
                     record_failure(store, run_id, ref, exc, attempts=_attempts(task, exc))
                     failed += 1
+                    on_done(None)  # progress moves on; nothing to write
                     continue
                 on_done(rows)
             except Exception as exc:  # noqa: BLE001 - finish the others, then raise the first
@@ -211,7 +213,7 @@ async def plan_round(
     cells = sample_cells(list(clusters), config.tasks, rng, weights)
     done = store.done_units(run_id, "plan")
     todo = [(i, c) for i, c in enumerate(cells) if f"plan:{round_index}:{i}" not in done]
-    progress = {"done": len(cells) - len(todo)}
+    progress = {"done": len(cells) - len(todo), "failed": 0}
     report("plan", progress["done"], len(cells))
     submitted = [
         (
@@ -236,10 +238,14 @@ async def plan_round(
         for i, cell in todo
     ]
 
-    def on_done(unit: UnitRows) -> None:
-        _write(store, run_id, unit)
+    def on_done(unit: UnitRows | None) -> None:
+        if unit is None:
+            progress["failed"] += 1
+        else:
+            _write(store, run_id, unit)
         progress["done"] += 1
-        report("plan", progress["done"], len(cells))
+        note = f"{progress['failed']} failed" if progress["failed"] else ""
+        report("plan", progress["done"], len(cells), note)
 
     await _drain(submitted, plan_task, store, run_id, on_done)
     return len(todo)
@@ -280,7 +286,7 @@ async def rollout_round(
         if rollout_unit_id(bp.blueprint_id, config.rollout_mode, s) not in done
     ]
     total = len(blueprints) * samples
-    progress = {"done": total - len(jobs), "trajectories": 0}
+    progress = {"done": total - len(jobs), "trajectories": 0, "failed": 0}
     report("rollout", progress["done"], total)
     submitted = [
         (
@@ -305,11 +311,16 @@ async def rollout_round(
         for bp, s in jobs
     ]
 
-    def on_done(unit: UnitRows) -> None:
-        _write(store, run_id, unit)
+    def on_done(unit: UnitRows | None) -> None:
+        if unit is None:
+            progress["failed"] += 1
+        else:
+            _write(store, run_id, unit)
+            progress["trajectories"] += int(unit.summary.get("trajectories", 0))
         progress["done"] += 1
-        progress["trajectories"] += int(unit.summary.get("trajectories", 0))
-        report("rollout", progress["done"], total, f"{progress['trajectories']} trajectories")
+        note = f"{progress['trajectories']} trajectories"
+        note += f", {progress['failed']} failed" if progress["failed"] else ""
+        report("rollout", progress["done"], total, note)
 
     await _drain(submitted, rollout_task, store, run_id, on_done)
     return len(jobs)
