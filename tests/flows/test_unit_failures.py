@@ -76,18 +76,29 @@ def test_the_run_table_shows_failed_units_by_class_with_their_errors(tmp_path: P
 
 # --------------------------------------------------------------------------- slow: the flow
 
-# quoted as in the request's JSON: find_user is also the start of the shop's find_user_by_email
+# quoted as in the request's JSON (find_user is also the start of the shop's find_user_by_email)
 CALENDAR_TOOLS = ('"list_events"', '"check_availability"', '"create_event"', '"send_message"')
 SHOP_TOOLS = ('"search_products"', '"add_to_cart"', '"place_order"', '"view_cart"')
 
 
+PLANNER = "You write realistic requests"  # the planner's system prompt (agents/planner.py)
+CALENDAR = "A team calendar with email"  # the calendar cluster's description
+SHOP = "An online shop"
+
+
+def _calendar_request(stage: str, text: str) -> bool:
+    if stage == "plan":  # the planner's words for a calendar task
+        return PLANNER in text and CALENDAR in text
+    return any(name in text for name in CALENDAR_TOOLS)  # an assistant turn in one
+
+
 class _Broken:
-    """ASGI: while ``on``, a chat request whose body names a calendar tool gets a 500 (the
-    assistant's requests in calendar tasks; the shop's pass); records every body."""
+    """ASGI: a chat request of a calendar task at ``stage`` (``plan``: the planner's; ``rollout``:
+    the assistant's) gets a 500, every other is answered; records every body."""
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
-        self.on = False
+        self.stage: str | None = None
         self.bodies: list[str] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -102,7 +113,7 @@ class _Broken:
         body = b"".join(chunks)
         text = body.decode("utf-8", "replace")
         self.bodies.append(text)
-        if self.on and any(name in text for name in CALENDAR_TOOLS):
+        if self.stage and _calendar_request(self.stage, text):
             error = json.dumps({"error": {"message": "scripted fault", "type": "server_error"}})
             await send({"type": "http.response.start", "status": 500,
                         "headers": [(b"content-type", b"application/json")]})  # fmt: skip
@@ -169,55 +180,74 @@ def _ids(store: Store) -> dict[str, set[str]]:
     return {t: {r[pk] for r in store.query(f"SELECT {pk} FROM {t}")} for t, pk in COMPARED.items()}
 
 
+# every unit computes (no Prefect cache), so what a run asks the LLM is what it ran; a loaded
+# machine starts the ephemeral API slowly
+SETTINGS = {
+    PREFECT_TASKS_REFRESH_CACHE: True,
+    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 300,
+}
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory, llm: tuple[str, _Broken]) -> Any:
+    """The run that never failed: its summary and its store."""
+    base_url, _ = llm
+    path = tmp_path_factory.mktemp("whole") / "whole.duckdb"
+    with temporary_settings(SETTINGS):
+        summary = _build(_config(base_url), path)
+    reference = Store(path)
+    calendar = reference.query("SELECT count(*) AS n FROM blueprints WHERE cluster_id = 'calendar'")
+    assert calendar[0]["n"] >= 1 and summary.trajectories  # a fault will have units to hit
+    return summary, reference
+
+
+# the class, the exception and the tries of a unit given up at each stage (plan_task has one
+# retry, rollout_task two)
+GIVEN_UP = {"plan": ("infra", "LLMError", 2), "rollout": ("infra", "InfraError", 3)}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("stage", ["plan", "rollout"])
 def test_a_failed_unit_is_recorded_the_run_completes_and_the_next_run_retries_it(
-    tmp_path: Path, llm: tuple[str, _Broken]
+    tmp_path: Path, llm: tuple[str, _Broken], whole: Any, stage: str
 ) -> None:
     base_url, broken = llm
     config = _config(base_url)
-    # every unit computes (no Prefect cache), so what a run asks the LLM is what it ran;
-    # a loaded machine starts the ephemeral API slowly
-    settings = {
-        PREFECT_TASKS_REFRESH_CACHE: True,
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 300,
-    }
-    with temporary_settings(settings):
-        broken.on = True
-        first = _build(config, tmp_path / "faulty.duckdb")
+    with temporary_settings(SETTINGS):
+        broken.stage = stage
+        try:
+            first = _build(config, tmp_path / "faulty.duckdb")
+        finally:
+            broken.stage = None
         grown = Store(tmp_path / "faulty.duckdb").query("SELECT blueprint_id FROM trees")
-        broken.on = False
         broken.bodies.clear()
         second = _build(config, tmp_path / "faulty.duckdb")
         retried = list(broken.bodies)
-        whole = _build(config, tmp_path / "whole.duckdb")
-
-    faulty, reference = Store(tmp_path / "faulty.duckdb"), Store(tmp_path / "whole.duckdb")
+    ref_summary, reference = whole
     ref_ids = _ids(reference)
-    calendar = reference.query("SELECT count(*) AS n FROM blueprints WHERE cluster_id = 'calendar'")
-    assert calendar[0]["n"] >= 1 and ref_ids["trajectories"]  # the fault had units to hit
+    faulty = Store(tmp_path / "faulty.duckdb")
 
     # the faulty run completed with the shop's units stored and curated, and said what failed
     failures = faulty.query("SELECT * FROM unit_failures ORDER BY unit_id")
     assert failures and {f["cluster_id"] for f in failures} == {"calendar"}
-    assert {(f["kind"], f["failure_class"], f["error_type"]) for f in failures} == {
-        ("rollout", "infra", "InfraError")
-    }
+    cls, error_type, attempts = GIVEN_UP[stage]
+    assert {(f["kind"], f["failure_class"], f["error_type"], f["attempts"]) for f in failures} == {
+        (stage, cls, error_type, attempts)
+    }  # the task's retries fired, then it was given up
     assert all("500" in f["error"] and "\n" not in f["error"] for f in failures)
-    assert {f["attempts"] for f in failures} == {3}  # the task's retries fired, then gave up
-    # no tree of the failed unit was stored (the retry's tree is the healthy run's)
+    # no tree of a failed unit was stored (the retry's tree is the healthy run's)
     assert not {f["blueprint_id"] for f in failures} & {r["blueprint_id"] for r in grown}
     assert first.failed_units == {"infra": len(failures)}
     assert first.failed_unit_errors and first.trajectories >= 1
+    assert faulty.query("SELECT state FROM runs")[0]["state"] == "completed"
     assert second.failed_units == {} and second.failed_unit_errors == []
 
     # the second run asked only about the failed (calendar) units: no shop unit ran again
-    assert retried and not [b for b in retried if any(t in b for t in SHOP_TOOLS)]
+    assert retried and not [b for b in retried if SHOP in b or any(t in b for t in SHOP_TOOLS)]
     # and it ends with exactly what a run that never failed stores
     final = _ids(faulty)
     for name in COMPARED:
         assert final[name] == ref_ids[name], f"{name}: ids differ after the retry"
-    assert second.trajectories == whole.trajectories and second.passed == whole.passed
-    runs = faulty.query("SELECT state FROM runs")
-    assert [r["state"] for r in runs] == ["completed"]
-    selected = "SELECT count(*) AS n FROM round_stats WHERE run_id = ?"
-    assert faulty.query(selected, [first.run_id])[0]["n"] == 1  # the round was curated
+    assert (second.trajectories, second.passed) == (ref_summary.trajectories, ref_summary.passed)
+    curated = "SELECT count(*) AS n FROM round_stats WHERE run_id = ?"
+    assert faulty.query(curated, [first.run_id])[0]["n"] == 1  # the round was curated
