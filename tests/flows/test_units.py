@@ -1,17 +1,20 @@
-"""The run's token budget is split over its units up front, so no run can exceed it."""
+"""The run's token budget is split over its units up front, so no run can exceed it; a unit
+given up after its retries is a failure row with its class."""
 
 from __future__ import annotations
 
-from trajsynth.flows.units import failed_unit, rollout_unit_id, unit_token_budget
+from trajsynth.flows.units import (
+    UnitRef,
+    failure_class_of,
+    rollout_unit_id,
+    unit_failure_row,
+    unit_token_budget,
+)
 from trajsynth.schemas import (
-    Blueprint,
     Budgets,
-    Cell,
-    Difficulty,
-    EnvState,
-    GoldRun,
-    PathShape,
-    ReasoningMode,
+    LLMError,
+    MCPServerError,
+    ModelOutputError,
     RolloutMode,
     RunConfig,
     TreeConfig,
@@ -47,28 +50,31 @@ def test_linear_units_are_rollouts_and_share_the_run_budget() -> None:
     assert rollout_unit_id("bp_1", RolloutMode.TREE, 3) == "tree:bp_1"
 
 
-def test_a_unit_that_never_got_an_environment_is_recorded_not_done() -> None:
-    bp = Blueprint(
-        blueprint_id="bp_1",
-        cluster_id="shop",
-        domain="retail",
-        cell=Cell(
-            cluster_id="shop",
-            path_shape=PathShape.SINGLE,
-            target_mode=ReasoningMode.DIRECT_EXECUTE,
-            difficulty=Difficulty.EASY,
-        ),
-        initial_state_id="s0",
-        tool_path=[],
-        persona="p",
-        goal="g",
-        gold_run=GoldRun(calls=[], final_state=EnvState(state_hash="s0"), initial_state_hash="s0"),
-        constraints=[],
-        seed=0,
+def test_a_unit_given_up_is_a_failure_row_with_its_class_and_one_line() -> None:
+    unit = UnitRef(kind="rollout", unit_id="tree:bp_1", round=0, cluster_id="shop",
+                   blueprint_id="bp_1")  # fmt: skip
+    exc = MCPServerError("server did not start\nTraceback (most recent call last): ...")
+    row = unit_failure_row("run_x", unit, exc, attempts=3, failure=1)
+    assert (row["failure_class"], row["error_type"], row["attempts"]) == (
+        "infra",
+        "MCPServerError",
+        3,
     )
-    config = RunConfig(tasks=1, samples=2)
-    unit = failed_unit(config, "run_x", bp, 0, "MCPServerError: server did not start")
-    assert not unit.done and unit.kind == "rollout" and unit.unit_id == f"tree:{bp.blueprint_id}"
-    (tree,) = unit.rows["trees"]
-    assert tree["n_leaves"] == 0 and tree["budget"]["infra_error"].startswith("MCPServerError")
-    assert set(unit.rows) == {"trees"}  # no trajectory, so nothing counted against the policy
+    assert row["error"] == "MCPServerError: server did not start"  # one line
+    assert (row["unit_id"], row["blueprint_id"], row["kind"]) == ("tree:bp_1", "bp_1", "rollout")
+    again = unit_failure_row("run_x", unit, exc, attempts=3, failure=2)
+    assert again["failure_id"] != row["failure_id"]  # a second failure is a second row
+    assert (
+        unit_failure_row("run_x", unit, exc, attempts=3, failure=1)["failure_id"]
+        == (row["failure_id"])
+    )  # and the same failure is the same row (idempotent writes)
+
+
+def test_an_exception_of_no_class_is_recorded_as_error() -> None:
+    unit = UnitRef(kind="plan", unit_id="plan:0:1", round=0)
+    assert failure_class_of(LLMError("500 after retries")) == "infra"
+    assert failure_class_of(ModelOutputError("bad json")) == "model"
+    row = unit_failure_row("run_x", unit, KeyError("slot"), attempts=1, failure=1)
+    assert (row["failure_class"], row["error"]) == ("error", "KeyError: 'slot'")
+    lone = unit_failure_row("run_x", unit, ValueError("bad \ud800 text"), attempts=1, failure=1)
+    lone["error"].encode("utf-8")  # a lone surrogate is stored, not a crash

@@ -98,9 +98,12 @@ def run_and_report(
     if summary.trajectories == 0:
         # issue 17: a run that yields no task (or no trajectory) says so and fails
         reasons = ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items())
+        failed = ", ".join(f"{k}: {v}" for k, v in sorted(summary.failed_units.items()))
         console.print(
             f"[yellow]warning:[/] the run produced nothing: {summary.tasks_planned} task(s) "
-            f"planned, 0 trajectories" + (f"; blueprints rejected ({reasons})" if reasons else "")
+            f"planned, 0 trajectories"
+            + (f"; blueprints rejected ({reasons})" if reasons else "")
+            + (f"; units failed ({failed})" if failed else "")
         )
         return False
     return True
@@ -123,6 +126,12 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
         "failures by class",
         ", ".join(f"{k}: {v}" for k, v in sorted(summary.failures_by_class.items())) or "none",
     )
+    if summary.failed_units:
+        table.add_row(
+            "units failed (the next run retries them)",
+            ", ".join(f"{k}: {v}" for k, v in sorted(summary.failed_units.items())),
+        )
+        table.add_row("top unit errors", "\n".join(summary.failed_unit_errors))
     table.add_row(
         "terminations", ", ".join(f"{k}: {v}" for k, v in sorted(summary.terminations.items()))
     )

@@ -30,12 +30,13 @@ from pydantic import SecretStr, TypeAdapter
 from trajsynth.agents.cells import sample_cells
 from trajsynth.flows.progress import report
 from trajsynth.flows.units import (
+    UnitRef,
     UnitRows,
-    failed_unit,
     grow_unit,
     plan_unit,
     rollout_unit_id,
     run_id_for,
+    unit_failure_row,
 )
 from trajsynth.schemas import (
     Blueprint,
@@ -112,28 +113,12 @@ async def plan_task(**kwargs: Any) -> UnitRows:
 )
 async def rollout_task(**kwargs: Any) -> UnitRows:
     """One blueprint's tree (or one linear sample). Infra faults raise, so Prefect retries;
-    on the last attempt the faulty leaves are stored as excluded."""
+    on the last attempt the faulty leaves are stored as excluded. A fault that still escapes
+    (no environment, no LLM client) fails the task; the flow records it (``_drain``)."""
     from prefect.runtime import task_run
 
     attempt = int(task_run.run_count or 1)
-    last = attempt > ROLLOUT_RETRIES
-    try:
-        return await grow_unit(**kwargs, attempt=attempt, last_attempt=last)
-    except InfraError as exc:
-        if not last:
-            raise
-        # no environment or LLM even after the retries: record the fault and let the round
-        # go on; the unit is not marked done, so the next run of this config retries it
-        log.error(
-            "%s: given up after %d attempts: %s", kwargs["blueprint"].blueprint_id, attempt, exc
-        )
-        return failed_unit(
-            kwargs["config"],
-            kwargs["run_id"],
-            kwargs["blueprint"],
-            kwargs.get("sample", 0),
-            f"{type(exc).__name__}: {exc}",
-        )
+    return await grow_unit(**kwargs, attempt=attempt, last_attempt=attempt > ROLLOUT_RETRIES)
 
 
 def _write(store: Store, run_id: str, unit: UnitRows) -> None:
@@ -143,24 +128,68 @@ def _write(store: Store, run_id: str, unit: UnitRows) -> None:
     store.insert_many(batches)
 
 
-async def _drain(
-    futures: Sequence[PrefectFuture[UnitRows]],
-    on_done: Callable[[UnitRows], None],
-) -> None:
-    """Write each unit's rows as it finishes (in a thread: ``as_completed`` blocks)."""
+def _attempts(task: Task[..., Any], exc: BaseException) -> int:
+    """Tries a unit had: Prefect retries exactly the exceptions ``_infra_only`` accepts."""
+    return 1 + task.retries if isinstance(exc, InfraError) else 1
 
-    def drain() -> None:
+
+def record_failure(
+    store: Store, run_id: str, unit: UnitRef, exc: BaseException, *, attempts: int
+) -> dict[str, Any]:
+    """Store a unit given up after its retries as a ``unit_failures`` row (not done: the next
+    run of the config tries it again); returns the row."""
+    store.migrate()  # a stage flow run alone may open a store from before this table
+    earlier = store.query(
+        "SELECT count(*) AS n FROM unit_failures WHERE run_id = ? AND unit_id = ?",
+        [run_id, unit.unit_id],
+    )
+    row = unit_failure_row(run_id, unit, exc, attempts=attempts, failure=earlier[0]["n"] + 1)
+    store.insert("unit_failures", [row])
+    log.error(
+        "%s given up after %d attempt(s) (%s, retried by the next run): %s",
+        unit.unit_id,
+        attempts,
+        row["failure_class"],
+        row["error"],
+    )
+    return row
+
+
+async def _drain(
+    submitted: Sequence[tuple[UnitRef, PrefectFuture[UnitRows]]],
+    task: Task[..., Any],
+    store: Store,
+    run_id: str,
+    on_done: Callable[[UnitRows | None], None],
+) -> int:
+    """Write each unit's rows as it finishes (in a thread: ``as_completed`` blocks). A unit
+    whose task failed after its retries is recorded as data and the others go on (issue 16
+    item 6) and ``on_done(None)`` is called for it; returns how many failed. A failure to
+    write the store is no unit's: it raises."""
+    refs = {id(future): ref for ref, future in submitted}
+
+    def drain() -> int:
+        failed = 0
         errors: list[BaseException] = []
-        for future in as_completed(list(futures)):
+        for future in as_completed([f for _, f in submitted]):
             try:
-                on_done(future.result())
+                try:
+                    rows = future.result()
+                except Exception as exc:  # noqa: BLE001 - classified and recorded, run goes on
+                    ref = refs[id(future)]
+                    record_failure(store, run_id, ref, exc, attempts=_attempts(task, exc))
+                    failed += 1
+                    on_done(None)  # progress moves on; nothing to write
+                    continue
+                on_done(rows)
             except Exception as exc:  # noqa: BLE001 - finish the others, then raise the first
-                log.error("a unit failed: %s", exc)
+                log.error("writing a unit failed: %s", exc)
                 errors.append(exc)
         if errors:
             raise errors[0]
+        return failed
 
-    await asyncio.to_thread(drain)
+    return await asyncio.to_thread(drain)
 
 
 # --------------------------------------------------------------------------- plan
@@ -184,29 +213,41 @@ async def plan_round(
     cells = sample_cells(list(clusters), config.tasks, rng, weights)
     done = store.done_units(run_id, "plan")
     todo = [(i, c) for i, c in enumerate(cells) if f"plan:{round_index}:{i}" not in done]
-    progress = {"done": len(cells) - len(todo)}
+    progress = {"done": len(cells) - len(todo), "failed": 0}
     report("plan", progress["done"], len(cells))
-    futures = [
-        plan_task.submit(
-            config=config,
-            llm=llm,
-            run_id=run_id,
-            round_index=round_index,
-            task_index=i,
-            cell=cell,
-            cluster=by_id[cell.cluster_id],
-            api_key=api_key,
-            cache_dir=cache_dir,
+    submitted = [
+        (
+            UnitRef(
+                kind="plan",
+                unit_id=f"plan:{round_index}:{i}",
+                round=round_index,
+                cluster_id=cell.cluster_id,
+            ),
+            plan_task.submit(
+                config=config,
+                llm=llm,
+                run_id=run_id,
+                round_index=round_index,
+                task_index=i,
+                cell=cell,
+                cluster=by_id[cell.cluster_id],
+                api_key=api_key,
+                cache_dir=cache_dir,
+            ),
         )
         for i, cell in todo
     ]
 
-    def on_done(unit: UnitRows) -> None:
-        _write(store, run_id, unit)
+    def on_done(unit: UnitRows | None) -> None:
+        if unit is None:
+            progress["failed"] += 1
+        else:
+            _write(store, run_id, unit)
         progress["done"] += 1
-        report("plan", progress["done"], len(cells))
+        note = f"{progress['failed']} failed" if progress["failed"] else ""
+        report("plan", progress["done"], len(cells), note)
 
-    await _drain(futures, on_done)
+    await _drain(submitted, plan_task, store, run_id, on_done)
     return len(todo)
 
 
@@ -245,29 +286,43 @@ async def rollout_round(
         if rollout_unit_id(bp.blueprint_id, config.rollout_mode, s) not in done
     ]
     total = len(blueprints) * samples
-    progress = {"done": total - len(jobs), "trajectories": 0}
+    progress = {"done": total - len(jobs), "trajectories": 0, "failed": 0}
     report("rollout", progress["done"], total)
-    futures = [
-        rollout_task.submit(
-            config=config,
-            llm=llm,
-            run_id=run_id,
-            blueprint=bp,
-            cluster=by_id[bp.cluster_id],
-            sample=s,
-            api_key=api_key,
-            cache_dir=cache_dir,
+    submitted = [
+        (
+            UnitRef(
+                kind="rollout",
+                unit_id=rollout_unit_id(bp.blueprint_id, config.rollout_mode, s),
+                round=round_index,
+                cluster_id=bp.cluster_id,
+                blueprint_id=bp.blueprint_id,
+            ),
+            rollout_task.submit(
+                config=config,
+                llm=llm,
+                run_id=run_id,
+                blueprint=bp,
+                cluster=by_id[bp.cluster_id],
+                sample=s,
+                api_key=api_key,
+                cache_dir=cache_dir,
+            ),
         )
         for bp, s in jobs
     ]
 
-    def on_done(unit: UnitRows) -> None:
-        _write(store, run_id, unit)
+    def on_done(unit: UnitRows | None) -> None:
+        if unit is None:
+            progress["failed"] += 1
+        else:
+            _write(store, run_id, unit)
+            progress["trajectories"] += int(unit.summary.get("trajectories", 0))
         progress["done"] += 1
-        progress["trajectories"] += int(unit.summary.get("trajectories", 0))
-        report("rollout", progress["done"], total, f"{progress['trajectories']} trajectories")
+        note = f"{progress['trajectories']} trajectories"
+        note += f", {progress['failed']} failed" if progress["failed"] else ""
+        report("rollout", progress["done"], total, note)
 
-    await _drain(futures, on_done)
+    await _drain(submitted, rollout_task, store, run_id, on_done)
     return len(jobs)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +40,25 @@ from trajsynth.schemas import (
     LLMConfig,
     LLMUsage,
     RolloutMode,
-    RolloutTree,
     RunConfig,
     ToolCluster,
     Trajectory,
+    TrajsynthError,
     content_id,
     counts_against_policy,
 )
 
 __all__ = [
+    "UnitRef",
     "UnitRows",
     "assistant_for",
-    "failed_unit",
+    "failure_class_of",
     "grow_unit",
     "plan_seed",
     "plan_unit",
     "rollout_unit_id",
     "run_id_for",
+    "unit_failure_row",
 ]
 
 log = logging.getLogger(__name__)
@@ -240,30 +243,51 @@ def _linear_rows(
     return _judged_rows(run_id, judged, judged.trajectories[0].trajectory_id, result.usage)
 
 
-def failed_unit(
-    config: RunConfig, run_id: str, blueprint: Blueprint, sample: int, detail: str
-) -> UnitRows:
-    """A unit whose environment or LLM failed on every attempt: its tree is recorded with no
-    leaves and the fault (``budget.infra_error``), nothing is counted, and it is not done."""
-    mode = config.rollout_mode
-    key = {"run_id": run_id, "blueprint_id": blueprint.blueprint_id}
-    key.update({"mode": "tree"} if mode is RolloutMode.TREE else {"sample": sample})
-    key["infra_failed"] = True  # never the id of the tree a later retry grows
-    tree = RolloutTree(
-        tree_id=content_id("tree", key),
-        run_id=run_id,
-        blueprint_id=blueprint.blueprint_id,
-        round=blueprint.round,
-        rollout_mode=mode.value,
-        budget={"infra_error": detail[:500]},
-    )
-    return UnitRows(
-        unit_id=rollout_unit_id(blueprint.blueprint_id, mode, sample),
-        kind="rollout",
-        rows={"trees": [tree.model_dump(mode="json")]},
-        summary={"trajectories": 0, "infra_error": detail},
-        done=False,
-    )
+class UnitRef(BaseModel):
+    """Which unit a submitted task is: what a failure row needs when its task raised."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    unit_id: str
+    round: int
+    cluster_id: str | None = None
+    blueprint_id: str | None = None
+
+
+def failure_class_of(exc: BaseException) -> str:
+    """The taxonomy's class of an exception (``schemas.failures``); ``error`` for one that has
+    none (a bug), so it is recorded and retried like the rest instead of ending the run."""
+    known = exc.failure_class if isinstance(exc, TrajsynthError) else None
+    return known.value if known is not None else "error"
+
+
+def unit_failure_row(
+    run_id: str, unit: UnitRef, exc: BaseException, *, attempts: int, failure: int
+) -> dict[str, Any]:
+    """The ``unit_failures`` row of a unit given up after ``attempts`` tries: its class, the
+    error on one line, and which failure of the unit it is (the unit is not marked done, so
+    the next run of the config tries it again and a second failure is a second row)."""
+    lines = str(exc).strip().splitlines()
+    message = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    # a lone surrogate (model output quoted in an error) cannot be stored as UTF-8
+    message = message.encode("utf-8", "replace").decode("utf-8")[:300]
+    key = {"run_id": run_id, "unit_id": unit.unit_id, "failure": failure}
+    return {
+        "failure_id": content_id("fail", key),
+        "run_id": run_id,
+        "round": unit.round,
+        "kind": unit.kind,
+        "unit_id": unit.unit_id,
+        "blueprint_id": unit.blueprint_id,
+        "cluster_id": unit.cluster_id,
+        "failure": failure,
+        "failure_class": failure_class_of(exc),
+        "error_type": type(exc).__name__,
+        "error": message,
+        "attempts": attempts,
+        "failed_at": datetime.now(UTC).replace(tzinfo=None),
+    }
 
 
 def unit_token_budget(config: RunConfig) -> int:
@@ -292,7 +316,8 @@ async def grow_unit(
 ) -> UnitRows:
     """Act one blueprint out (its tree, or one linear sample), verify every leaf, and return
     the rows. An infra fault raises ``InfraError`` unless this is the last attempt; then the
-    faulty leaves are kept, judged as excluded (never counted against the policy)."""
+    faulty leaves are kept, judged as excluded (never counted against the policy), when
+    other leaves were grown whole; a unit whose every leaf hit one raises even then."""
     mode = config.rollout_mode
     async with (
         _client(llm, api_key, cache_dir) as client,
@@ -331,7 +356,9 @@ async def grow_unit(
             )
             trajectories = [result.trajectory]
     infra = [t for t in trajectories if t.failure_class is FailureClass.INFRA]
-    if infra and not last_attempt:
+    if infra and (not last_attempt or len(infra) == len(trajectories)):
+        # a unit with no leaf but infra faults made nothing: it fails (recorded by the flow,
+        # not done, so the next run grows it again) rather than storing a tree of nothing
         raise InfraError(f"{blueprint.blueprint_id}: {infra[0].failure_detail}")
     rows = (
         _tree_rows(run_id, blueprint, tree, attempt)

@@ -478,6 +478,23 @@ class WorkUnitRow(Row):
     done_at: datetime | None = _c("when it was committed (UTC)")
 
 
+@_table("unit_failures")
+class UnitFailureRow(Row):
+    failure_id: str = Field(description="content id: the run, the unit and which failure it is")
+    run_id: str | None = _c("the run")
+    round: int | None = _c("the round")
+    kind: str | None = _c("plan or rollout")
+    unit_id: str | None = _c("the unit of work (its work_units id once it succeeds)")
+    blueprint_id: str | None = _c("the task grown (rollout units)")
+    cluster_id: str | None = _c("the cluster")
+    failure: int | None = _c("which failure of this unit it is (1, 2, ... over reruns)")
+    failure_class: str | None = _c("infra, simulator or model; error: an exception of no class")
+    error_type: str | None = _c("the exception's type")
+    error: str | None = _c("the error, one line")
+    attempts: int | None = _c("tries before it was given up (Prefect task retries included)")
+    failed_at: datetime | None = _c("when it was given up (UTC)")
+
+
 # --- the training loop: trained models and their held-out evals ----------------------------
 @_table("models")
 class ModelRow(Row):

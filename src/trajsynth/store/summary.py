@@ -28,6 +28,35 @@ class RunSummary(BaseModel):
     llm_s: float
     tool_calls: int
     median_tool_ms: float | None
+    # units given up after their retries and not done since (the next run retries them)
+    failed_units: dict[str, int] = {}
+    failed_unit_errors: list[str] = []  # the most frequent error lines, with their counts
+
+
+# each outstanding unit's latest failure: a unit that failed and later succeeded is done
+_OUTSTANDING = """
+SELECT * FROM unit_failures f
+WHERE f.run_id = ? AND f.unit_id NOT IN (SELECT unit_id FROM work_units WHERE run_id = ?)
+QUALIFY row_number() OVER (PARTITION BY f.unit_id ORDER BY f.failure DESC) = 1
+"""
+
+
+def _failed_units(store: Store, run_id: str, top: int = 3) -> tuple[dict[str, int], list[str]]:
+    has = store.query(
+        "SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 'unit_failures'"
+    )
+    if not has or not has[0]["n"]:  # a store from before the table
+        return {}, []
+    by_class = store.query(
+        f"SELECT failure_class AS k, count(*) AS n FROM ({_OUTSTANDING}) GROUP BY 1 ORDER BY 1",
+        [run_id, run_id],
+    )
+    errors = store.query(
+        f"SELECT error, count(*) AS n FROM ({_OUTSTANDING}) GROUP BY 1 ORDER BY n DESC, error "
+        f"LIMIT {int(top)}",
+        [run_id, run_id],
+    )
+    return {r["k"]: int(r["n"]) for r in by_class}, [f"{r['n']} x {r['error']}" for r in errors]
 
 
 def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
@@ -63,6 +92,7 @@ def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         "FROM trajectories t, unnest(CAST(t.calls AS JSON[])) AS u(c) WHERE t.run_id = ?",
         [run_id],
     )
+    failed_units, failed_errors = _failed_units(store, run_id)
     v = verdicts[0] if verdicts else {"n": 0, "counted": 0, "passed": 0}
     tokens = {r["role"]: int(r["tokens"] or 0) for r in usage}
     secs = {r["role"]: float(r["secs"] or 0.0) for r in usage}
@@ -85,4 +115,6 @@ def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         llm_s=sum(secs.values()),
         tool_calls=int(tools[0]["n"]) if tools else 0,
         median_tool_ms=float(tools[0]["ms"]) if tools and tools[0]["ms"] is not None else None,
+        failed_units=failed_units,
+        failed_unit_errors=failed_errors,
     )
