@@ -191,10 +191,13 @@ def export_dataset(
     tokenizer: Any | None = None,
     check_render: bool = True,
     plots: bool = True,
+    license: str = "other",
+    language: Sequence[str] = ("en",),
 ) -> ExportReport:
     """SFT (``out_dir/sft``), RL (``out_dir/rl``), the card (``README.md``) and its plots.
 
     One side may be empty (it is left out and the card says so); both empty is an error.
+    ``license`` and ``language`` go into the card's front matter.
     """
     from trajsynth.export.card import write_card
 
@@ -229,7 +232,9 @@ def export_dataset(
         )
         if sft:
             files += _ship_tokenizer(tmp, tokenizer)  # issue 18: trainable without trajsynth
-        files += write_card(store, tmp, report, sft, rl, plots=plots)
+        files += write_card(
+            store, tmp, report, sft, rl, plots=plots, license=license, language=language
+        )
         names = _relative(files, tmp)
     log.info("wrote %d SFT and %d RL rows with a card to %s", len(sft), len(rl), out_dir)
     return report.model_copy(update={"files": names, "seconds": time.perf_counter() - start})

@@ -69,12 +69,17 @@ def export(
     """Write SFT (messages + tools) and RL (prompt + env + constraints) datasets, a
     README.md dataset card and its plots; every SFT row is checked to render through the
     tool-aware chat template with the assistant turns masked."""
-    if store_path is None:
-        from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
+    from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
 
-        store_path = cli.settings().store_path
+    settings = cli.settings()
     report = export_dataset(
-        Store(store_path), out, run_id=run, round=round, fmt=fmt, overwrite=overwrite
+        Store(store_path or settings.store_path),
+        out,
+        run_id=run,
+        round=round,
+        fmt=fmt,
+        overwrite=overwrite,
+        license=settings.dataset_license,
     )
     if push_to:
         push_to_hub(report, push_to)
