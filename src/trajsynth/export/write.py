@@ -37,6 +37,7 @@ from trajsynth.export import records
 from trajsynth.export.formats import EXPORT_FORMATS
 from trajsynth.export.report import EmptySelectionError, ExportError, ExportReport
 from trajsynth.export.rows import resolve_run, rl_rows, sft_rows
+from trajsynth.export.seen import selection_seen
 from trajsynth.schemas import SFTRow
 from trajsynth.store import Store
 
@@ -209,8 +210,10 @@ def export_dataset(
     rl = _optional(rl_rows, store, run, round, "RL")
     if not sft and not rl:
         at = "" if round is None else f" round {round}"
+        seen = selection_seen(store, run, round)
         raise EmptySelectionError(
-            f"empty selection: run {run!r}{at} has no selected SFT or RL items"
+            f"empty selection: run {run!r}{at} has no selected SFT or RL items; {seen.line()}",
+            seen,
         )
     n_tok, n_asst = render_rows(sft, tokenizer) if check_render and sft else (0, 0)
     with _staged(out_dir) as tmp:
