@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajsynth.cli.ids import resolve
 from trajsynth.export import (
     FORMATS,
     EmptySelectionError,
@@ -74,7 +75,8 @@ def push_to_hub(report: ExportReport, repo: str) -> None:
 def export(
     out: Annotated[Path, typer.Option("--out", "-o", help="dataset folder to write")],
     run: Annotated[
-        str | None, typer.Option("--run", help="run id (default: newest run with selected items)")
+        str | None,
+        typer.Option("--run", help="run id or a unique prefix (default: newest with selections)"),
     ] = None,
     round: Annotated[
         int | None, typer.Option("--round", help="one round only (default: every round)")
@@ -99,11 +101,12 @@ def export(
     from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
 
     settings = cli.settings()
+    store = Store(store_path or settings.store_path)
     try:
         report = export_dataset(
-            Store(store_path or settings.store_path),
+            store,
             out,
-            run_id=run,
+            run_id=resolve(store, "run", run) if run else None,
             round=round,
             fmt=fmt,
             overwrite=overwrite,
