@@ -87,9 +87,10 @@ def run_and_report(
 
         def on_event(event: tuple[str, int, int, str]) -> None:
             stage, done, total, note = event
+            # total 0: open-ended (the `turns` ticks, one per assistant reply of any rollout)
             if stage not in bars:
-                bars[stage] = progress.add_task(stage, total=total, note="")
-            progress.update(bars[stage], completed=done, total=total, note=note)
+                bars[stage] = progress.add_task(stage, total=total or None, note="")
+            progress.update(bars[stage], completed=done, total=total or None, note=note)
 
         with progress_sink(on_event):
             wait_api()
