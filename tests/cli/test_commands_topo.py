@@ -56,4 +56,4 @@ def test_topo_unknown_task_is_a_clear_error(tmp_path) -> None:
     store.insert("trajectories", [make_trajectory("r1", [[GOOD]])])
     result = CliRunner().invoke(_cli(), ["topo", "nope", "--store", str(store.path)])
     assert result.exit_code != 0
-    assert "no trajectories for task 'nope'" in str(result.exception)
+    assert "no task id starts with 'nope'" in str(result.exception)

@@ -18,6 +18,7 @@ from trajsynth.export import (
     sft_rows,
 )
 from trajsynth.export.records import message_dict
+from trajsynth.store import Store
 from trajsynth.training.chat_template import load_tokenizer, render
 
 
@@ -232,3 +233,37 @@ def test_cli_export_writes_then_refuses_to_overwrite(tmp_path: Path) -> None:
     again = CliRunner().invoke(app, args)
     assert again.exit_code != 0
     assert CliRunner().invoke(app, [*args, "--overwrite"]).exit_code == 0
+
+
+def test_empty_selection_says_what_the_selection_saw(tmp_path: Path) -> None:
+    """A curated round that kept nothing: counts per kind and the top reasons, not
+    'curate a round first'."""
+    store = export_store(tmp_path / "s.duckdb", selections=False)
+    left = [
+        {**select("sft", t, "task-1", selected=False), "reason": "not verified"}
+        for t in ("t1", "t2", "t3")
+    ]
+    left.append({**select("sft", "t4", "task-2", selected=False), "reason": "near-duplicate"})
+    left.append({**select("rl", "task-1", "task-1", selected=False), "reason": "all pass"})
+    store.insert_many({"selections": left})
+    with pytest.raises(EmptySelectionError) as info:
+        export_dataset(store, tmp_path / "out", check_render=False)
+    seen = info.value.seen
+    assert (seen.run_id, seen.n_trajectories, seen.n_verified) == (RUN, 4, 3)
+    assert seen.considered == {"sft": 4, "rl": 1} and seen.selected == {"sft": 0, "rl": 0}
+    assert seen.reasons == [("not verified", 3), ("all pass", 1), ("near-duplicate", 1)]
+    message = str(info.value)
+    assert "curate a round first" not in message
+    assert "4 trajectories, 3 verified" in message and "sft: 0 selected of 4 considered" in message
+    assert "'not verified' x3" in message
+
+
+def test_empty_selection_of_an_uncurated_run_says_so(tmp_path: Path) -> None:
+    store = export_store(tmp_path / "s.duckdb", selections=False)
+    with pytest.raises(EmptySelectionError, match="no curation decisions") as info:
+        export_dataset(store, tmp_path / "out", check_render=False)
+    assert info.value.seen.n_trajectories == 4 and info.value.seen.considered == {}
+    empty = Store(tmp_path / "empty.duckdb")
+    empty.execute("SELECT 1")  # the store exists, with its tables and no row
+    with pytest.raises(EmptySelectionError, match="has no runs"):
+        export_dataset(empty, tmp_path / "out")

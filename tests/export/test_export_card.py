@@ -27,7 +27,7 @@ def test_card_carries_the_store_numbers_and_plots(tmp_path: Path) -> None:
     assert meta["size_categories"] == ["n<1K"]
     assert "| sft | 3 |" in card and "| rl | 1 |" in card
     assert "after round 0 (`round_stats`)" in card
-    assert "| reasoning-mode entropy (bits) | 0.918 |" in card
+    assert "| reasoning-mode entropy (nats) | 0.918 |" in card
     assert "| cumulative action complexity (mean) | 2.25 |" in card
     # pass rates by cluster: t1, t2, t4 pass, t3 fails
     assert "| shop | 4 | 0 | 3 | 0.75 |" in card
@@ -53,3 +53,38 @@ def test_card_counts_from_rows_without_round_stats(tmp_path: Path) -> None:
     sft = datasets.load_dataset(str(tmp_path / "ds"), "sft", split="train")
     rl = datasets.load_dataset(str(tmp_path / "ds"), "rl", split="train")
     assert (len(sft), len(rl)) == (3, 1)
+
+
+def test_card_validates_with_huggingface_hub(tmp_path: Path) -> None:
+    """The Hub's own card loader reads the front matter: configs, declared features,
+    license, language, task categories; the features are the ones the Parquet files hold."""
+    import datasets
+    from huggingface_hub import DatasetCard
+
+    from trajsynth.export.records import rl_features, sft_features
+
+    store = export_store(tmp_path / "s.duckdb")
+    export_dataset(store, tmp_path / "ds", check_render=False, plots=False, license="cc-by-4.0")
+    card = DatasetCard.load(tmp_path / "ds" / "README.md")
+    data = card.data
+    assert data.license == "cc-by-4.0" and data.language == ["en"]
+    assert data.task_categories == ["text-generation"] and data.size_categories == ["n<1K"]
+    assert [c["config_name"] for c in data.configs] == ["sft", "rl"]
+    infos = datasets.info.DatasetInfosDict.from_dataset_card_data(data)
+    assert infos["sft"].features == sft_features() and infos["rl"].features == rl_features()
+    assert infos["sft"].splits["train"].num_examples == 3
+    assert infos["rl"].splits["train"].num_examples == 1
+    assert "domain entropy (nats)" in card.text and "(bits)" not in card.text
+    sft = datasets.load_dataset(str(tmp_path / "ds"), "sft", split="train")
+    assert sft.features == sft_features()
+
+
+def test_card_of_a_jsonl_export_declares_no_parquet_features(tmp_path: Path) -> None:
+    from huggingface_hub import DatasetCard
+
+    store = export_store(tmp_path / "s.duckdb")
+    export_dataset(store, tmp_path / "ds", fmt="openai-jsonl", check_render=False, plots=False)
+    data = DatasetCard.load(tmp_path / "ds" / "README.md").data
+    assert data.license == "other"
+    assert data.configs[0]["data_files"] == [{"split": "train", "path": "sft/train.jsonl"}]
+    assert data.get("dataset_info") is None

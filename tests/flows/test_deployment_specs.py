@@ -190,3 +190,59 @@ def test_next_seed_counts_completed_runs_of_the_same_config(tmp_path: Path) -> N
     store.insert("runs", rows)
     # two finished firings of this config; the crashed third (seed 12) is resumed next
     assert next_seed(store, base) == 12
+
+
+def _comparable(spec) -> dict:
+    data = spec.model_dump(exclude={"entrypoint"})
+    return data
+
+
+def test_the_packaged_definitions_agree_with_the_repo_prefect_yaml() -> None:
+    """The package ships the deployments (any folder); prefect.yaml stays for `prefect deploy`."""
+    from trajsynth.flows.deployments import load_flow, packaged
+
+    shipped = packaged()
+    assert shipped.is_file() and shipped.parent.name == "data"
+    ours = {s.name: s for s in load_project(shipped)}
+    repo = {s.name: s for s in load_project(REPO / "prefect.yaml")}
+    assert set(ours) == set(repo) == {"grow-dataset", "export"}
+    for name, spec in ours.items():
+        assert _comparable(spec) == _comparable(repo[name])
+        # the same flow object: the module path and the repo's file path name one function
+        assert load_flow(shipped.parent, spec, shipped) is load_flow(REPO, repo[name])
+
+
+def test_the_packaged_deployments_build_from_any_folder(tmp_path: Path, monkeypatch) -> None:
+    settings = _settings(tmp_path)
+    monkeypatch.chdir(tmp_path)  # no prefect.yaml here
+    assert not (tmp_path / "prefect.yaml").exists()
+    deployments = {d.name: d for d in build_deployments(None, settings)}
+    grow, export = deployments["grow-dataset"], deployments["export"]
+    assert grow.entrypoint == "trajsynth.flows.grow.grow_dataset"
+    assert grow.schedules[0].schedule.cron == "0 3 * * *"
+    assert grow.parameters["store_path"] == str(tmp_path / "s.duckdb")
+    assert export.entrypoint == "trajsynth.flows.stages.export_stage"
+    assert export.parameters["out_dir"] == str(tmp_path / "data" / "export")
+    assert (grow.concurrency_limit, export.tags) == (1, ["trajsynth", "export"])
+
+
+def test_a_module_entrypoint_that_names_nothing(tmp_path: Path) -> None:
+    path = _project(tmp_path, "- name: d\n  entrypoint: trajsynth.flows.grow.no_such_flow\n")
+    with pytest.raises(InputError, match="deployment 'd': entrypoint") as err:
+        build_deployments(path, _settings(tmp_path))
+    assert "no_such_flow" in str(err.value)
+
+
+def test_synth_deploy_outside_the_checkout_reaches_the_api_check(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """From a folder with no prefect.yaml the definitions still load; what stops it here is
+    the missing Prefect server, named in one line."""
+    monkeypatch.chdir(tmp_path)
+    settings = tmp_path / "synth.toml"
+    settings.write_text(f'store_path = "{tmp_path / "s.duckdb"}"\n')
+    result = CliRunner().invoke(
+        app, ["--config", str(settings), "deploy"], env={"PREFECT_API_URL": ""}
+    )
+    assert isinstance(result.exception, InputError), result.output
+    assert "PREFECT_API_URL is not set" in str(result.exception)

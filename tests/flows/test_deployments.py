@@ -125,8 +125,9 @@ def test_deploy_serve_and_run_grows_the_store(
     store_path = _project(tmp_path, llm)
     env = _prefect_env(tmp_path / "client_home", prefect_api)
     env["SYNTH_LLM__API_KEY"] = "sk-never-in-prefect-7"
+    # from a folder that is not the checkout: the packaged definitions (issue 20)
     deployed = subprocess.run(
-        [*SYNTH, "deploy", "--project", str(PROJECT)],
+        [*SYNTH, "deploy"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -161,7 +162,7 @@ def test_deploy_serve_and_run_grows_the_store(
 
         serve_log = (tmp_path / "serve.log").open("w")
         server = subprocess.Popen(
-            [*SYNTH, "serve", "--project", str(PROJECT)],
+            [*SYNTH, "serve"],
             cwd=tmp_path,
             env=env,
             stdout=serve_log,
@@ -185,7 +186,8 @@ def test_deploy_serve_and_run_grows_the_store(
             _stop(server)
             serve_log.close()
 
-    # for workers instead of `synth serve`: the same deployment into a (new) process work pool
+    # for workers instead of `synth serve`: the same deployment into a (new) process work pool,
+    # read from the repo's prefect.yaml (kept for `prefect deploy` users)
     pooled = subprocess.run(
         [*SYNTH, "deploy", "--project", str(PROJECT), "--name", "export", "--work-pool", "tsp"],
         cwd=tmp_path,

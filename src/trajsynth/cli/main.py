@@ -190,11 +190,28 @@ def query(
         writer.writerows(rows)
         sys.stdout.write(buf.getvalue())
     else:
+        from trajsynth.cli.ids import id_column
+
         table = Table()
-        for c in cols:
-            table.add_column(c)
-        for r in rows:
-            table.add_row(*(_cell(v) for v in r))
+        cells = [[_cell(v) for v in r] for r in rows]
+        for i, c in enumerate(cols):
+            if c == "id" or c.endswith("_id"):  # ids stay whole: they go into the next command
+                id_column(table, c, [row[i] for row in cells])
+            else:
+                table.add_column(c, overflow="fold")
+        for row in cells:
+            table.add_row(*row)
+        # every id on one line, every other column at least 6 wide (a word of folded
+        # text), plus the borders: wider than the terminal, and rich would squeeze some
+        # columns to nothing
+        need = sum(col.min_width or 6 for col in table.columns) + 3 * len(cols) + 1
+        if need > console.width:
+            # too many ids for one line each: one block per row, every value whole
+            for n, row in enumerate(cells, 1):
+                console.print(f"[bold]row {n}[/]")
+                for c, v in zip(cols, row, strict=True):
+                    console.print(f"  {c}: {v}", soft_wrap=True, highlight=False)
+            return
         console.print(table)
 
 

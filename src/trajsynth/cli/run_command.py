@@ -7,9 +7,18 @@ import os
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
+from trajsynth.cli.explain import little_reasons, produced_little
 from trajsynth.cli.reaper import guard_descendants
 from trajsynth.cli.settings import Settings
 from trajsynth.schemas import InputError, RunConfig
@@ -69,6 +78,8 @@ def run_and_report(
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),  # from the rate of finished units so far
         TextColumn("{task.fields[note]}"),
     )
     with Progress(*columns, console=console, transient=False) as progress:
@@ -76,9 +87,10 @@ def run_and_report(
 
         def on_event(event: tuple[str, int, int, str]) -> None:
             stage, done, total, note = event
+            # total 0: open-ended (the `turns` ticks, one per assistant reply of any rollout)
             if stage not in bars:
-                bars[stage] = progress.add_task(stage, total=total, note="")
-            progress.update(bars[stage], completed=done, total=total, note=note)
+                bars[stage] = progress.add_task(stage, total=total or None, note="")
+            progress.update(bars[stage], completed=done, total=total or None, note=note)
 
         with progress_sink(on_event):
             wait_api()
@@ -149,6 +161,24 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
     table.add_row(
         "written to", f"{store_path}  (try: synth query 'select count(*) from trajectories')"
     )
+    console.print(table)
+    if produced_little(summary.passed, summary.counted, summary.trajectories):
+        print_reasons(summary.run_id, store_path=store_path, console=console)
+
+
+def print_reasons(run_id: str, *, store_path: str, console: Console) -> None:
+    """Why the run produced little: top failure reasons with counts and what to change."""
+    from trajsynth.store import Store
+
+    reasons = little_reasons(Store(Path(store_path)), run_id)
+    if not reasons:
+        return
+    table = Table(title="why so little passed (failed trajectories)")
+    table.add_column("reason", overflow="fold")
+    table.add_column("count", justify="right")
+    table.add_column("what to change", overflow="fold")
+    for r in reasons:
+        table.add_row(escape(r.what), str(r.count), escape(r.hint))  # "[run]" is not markup
     console.print(table)
 
 

@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     store_path: Path = Path("data/synth.duckdb")
     clusters_dir: Path = Path("data/clusters")
     cache_dir: Path = Path("data/cache")
+    # the dataset card's `license` (a Hub license id: apache-2.0, cc-by-4.0, ...); "other"
+    # until the owner of the run picks one, since the data's terms follow the LLM's
+    dataset_license: str = "other"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     run: RunSettings = Field(default_factory=RunSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
@@ -177,6 +180,7 @@ def default_toml() -> str:
 store_path = "data/synth.duckdb"   # the DuckDB store
 clusters_dir = "data/clusters"     # outside MCP servers added with `synth clusters add`
 cache_dir = "data/cache"           # LLM response cache (a re-run costs nothing)
+dataset_license = "other"          # `license` on the exported dataset card (a Hub license id)
 
 [llm]
 # base_url = "http://127.0.0.1:8000/v1"   # any OpenAI-compatible server (vLLM, hosted);

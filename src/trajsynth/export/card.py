@@ -1,5 +1,11 @@
 """The dataset card: ``README.md`` with YAML front matter the Hub reads, and PNG plots.
 
+The card is built with ``huggingface_hub``'s ``DatasetCard`` / ``DatasetCardData``; the
+``dataset_info`` block comes from ``datasets``' own ``DatasetInfosDict`` over the features
+``records`` declares (Parquet only: the JSONL layouts are not those features), so a loader
+that reads the YAML gets the very types the files hold. Entropies are in nats, as
+``curation/entropy.py`` computes them (METHODS.md §1.1).
+
 Figures come from the store: the diversity and topology figures from the run's last
 ``round_stats`` row (METHODS.md §5-§8 as curation computed them), else counted from the
 exported rows; pass rates by cluster from ``trajectories`` and ``verdicts`` (excluded
@@ -21,7 +27,18 @@ from trajsynth.export.report import ExportReport
 from trajsynth.schemas import RLRow, SFTRow
 from trajsynth.store import Store
 
-__all__ = ["card_text", "pass_rates", "write_card", "write_plots"]
+__all__ = [
+    "DEFAULT_LANGUAGE",
+    "DEFAULT_LICENSE",
+    "card_data",
+    "card_text",
+    "pass_rates",
+    "write_card",
+    "write_plots",
+]
+
+DEFAULT_LICENSE = "other"
+DEFAULT_LANGUAGE = ("en",)
 
 _SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
 _FIGURES = (
@@ -30,10 +47,10 @@ _FIGURES = (
     ("n_accepted", "accepted trajectories"),
     ("pass_rate", "pass rate"),
     ("n_tasks", "tasks"),
-    ("domain_entropy", "domain entropy (bits)"),
+    ("domain_entropy", "domain entropy (nats)"),
     ("domain_entropy_norm", "domain entropy, normalised"),
     ("cluster_entropy_norm", "cluster entropy, normalised"),
-    ("reasoning_mode_entropy", "reasoning-mode entropy (bits)"),
+    ("reasoning_mode_entropy", "reasoning-mode entropy (nats)"),
     ("reasoning_mode_entropy_norm", "reasoning-mode entropy, normalised"),
     ("action_complexity", "cumulative action complexity (mean)"),
     ("error_branch_ratio", "error branch ratio (mean)"),
@@ -134,8 +151,37 @@ def write_plots(sft: Sequence[SFTRow], rl: Sequence[RLRow], folder: Path) -> lis
     return paths
 
 
-def _front_matter(report: ExportReport) -> str:
-    import yaml
+def _dataset_infos(report: ExportReport) -> Any:
+    """``datasets``' infos per Parquet config: declared features and the train split size."""
+    from datasets import DatasetInfo
+    from datasets.info import DatasetInfosDict
+    from datasets.splits import SplitDict, SplitInfo
+
+    from trajsynth.export.records import rl_features, sft_features
+
+    infos = DatasetInfosDict()
+    if report.fmt != "parquet":
+        return infos
+    for name, n, features in (
+        ("sft", report.n_sft, sft_features),
+        ("rl", report.n_rl, rl_features),
+    ):
+        if n:
+            splits = SplitDict()
+            splits.add(SplitInfo(name="train", num_examples=n))
+            infos[name] = DatasetInfo(features=features(), splits=splits, config_name=name)
+    return infos
+
+
+def card_data(
+    report: ExportReport,
+    *,
+    license: str = DEFAULT_LICENSE,
+    language: Sequence[str] = DEFAULT_LANGUAGE,
+) -> Any:
+    """The card's front matter as ``huggingface_hub.DatasetCardData``: configs (data files
+    per kind), ``dataset_info`` features, license, language, task categories, size."""
+    from huggingface_hub import DatasetCardData
 
     ext = "parquet" if report.fmt == "parquet" else "jsonl"
     configs = [
@@ -143,16 +189,20 @@ def _front_matter(report: ExportReport) -> str:
         for name, n in (("sft", report.n_sft), ("rl", report.n_rl))
         if n
     ]
-    if report.fmt == "openai-jsonl" and report.n_sft:
+    if report.fmt in ("openai-jsonl", "sharegpt") and report.n_sft:
+        # sft/metadata.jsonl lies beside the rows (openai-jsonl): name the one data file
         configs[0]["data_files"][0]["path"] = "sft/train.jsonl"
-    meta = {
-        "pretty_name": f"trajsynth dataset, run {report.run_id}",
-        "tags": ["trajsynth", "synthetic", "tool-use", "agents", "function-calling"],
-        "task_categories": ["text-generation"],
-        "size_categories": [_size_category(max(report.n_sft, report.n_rl))],
-        "configs": configs,
-    }
-    return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
+    data = DatasetCardData(
+        language=list(language),
+        license=license,
+        pretty_name=f"trajsynth dataset, run {report.run_id}",
+        task_categories=["text-generation"],
+        size_categories=[_size_category(max(report.n_sft, report.n_rl))],
+        tags=["trajsynth", "synthetic", "tool-use", "agents", "function-calling"],
+        configs=configs,
+    )
+    _dataset_infos(report).to_dataset_card_data(data)
+    return data
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -162,9 +212,18 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 
 def card_text(
-    store: Store, report: ExportReport, sft: Sequence[SFTRow], rl: Sequence[RLRow]
+    store: Store,
+    report: ExportReport,
+    sft: Sequence[SFTRow],
+    rl: Sequence[RLRow],
+    *,
+    license: str = DEFAULT_LICENSE,
+    language: Sequence[str] = DEFAULT_LANGUAGE,
 ) -> str:
-    """The README.md text (front matter, sizes, figures, pass rates, config, plots)."""
+    """The README.md text (front matter, sizes, figures, pass rates, config, plots),
+    rendered by ``huggingface_hub.DatasetCard``."""
+    from huggingface_hub import DatasetCard
+
     run, rnd = report.run_id, report.round
     where, params = ("", []) if rnd is None else (" AND round <= ?", [rnd])
     stats = store.query(
@@ -173,7 +232,7 @@ def card_text(
     )
     runs = store.query("SELECT config, state FROM runs WHERE run_id = ?", [run])
     scope = "every round" if rnd is None else f"round {rnd}"
-    out = [_front_matter(report), f"# trajsynth dataset: run `{run}`", ""]
+    out = [f"# trajsynth dataset: run `{run}`", ""]
     out += [
         f"Tool-use agent trajectories built by trajsynth (run `{run}`, {scope}): SFT rows "
         "are verified trajectories chosen by curation, RL rows are tasks whose rollouts "
@@ -242,7 +301,8 @@ def card_text(
         "```",
         "",
     ]
-    return "\n".join(out)
+    data = card_data(report, license=license, language=language)
+    return str(DatasetCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out)))
 
 
 def write_card(
@@ -253,9 +313,14 @@ def write_card(
     rl: Sequence[RLRow],
     *,
     plots: bool = True,
+    license: str = DEFAULT_LICENSE,
+    language: Sequence[str] = DEFAULT_LANGUAGE,
 ) -> list[Path]:
     """Write ``README.md`` (and ``plots/*.png``) into ``folder``; returns the paths."""
+    from huggingface_hub import DatasetCard
+
     paths = write_plots(sft, rl, folder / "plots") if plots else []
     card = folder / "README.md"
-    card.write_text(card_text(store, report, sft, rl), encoding="utf-8")
+    text = card_text(store, report, sft, rl, license=license, language=language)
+    DatasetCard(text).save(card)
     return [card, *paths]

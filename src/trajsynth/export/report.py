@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from trajsynth.schemas import InputError, Record
@@ -18,7 +20,12 @@ class EmptySelectionError(ExportError):
 
     Callers that may meet it before curation ran (a scheduled export, the dataset export's
     optional half) catch this type and skip; every other ``ExportError`` is a real fault.
+    ``seen`` holds what the selection saw (``export.seen.SelectionSeen``) when a run is known.
     """
+
+    def __init__(self, message: str, seen: Any = None) -> None:
+        super().__init__(message)
+        self.seen = seen
 
 
 class ExportReport(Record):

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from trajsynth.export.report import EmptySelectionError, ExportError
+from trajsynth.export.seen import newest_run, selection_seen
 from trajsynth.schemas import (
     Constraint,
     EnvSpec,
@@ -47,8 +48,11 @@ def resolve_run(store: Store, run_id: str | None) -> str:
     if run_id is not None:
         rows = store.query("SELECT count(*) AS n FROM selections WHERE run_id = ?", [run_id])
         if not rows or not rows[0]["n"]:
+            seen = selection_seen(store, run_id)
             raise EmptySelectionError(
-                f"empty selection: run {run_id!r} has no selections in {store.path}"
+                f"empty selection: run {run_id!r} has no selections in {store.path}; "
+                + seen.line(),
+                seen,
             )
         return run_id
     rows = store.query(
@@ -57,8 +61,15 @@ def resolve_run(store: Store, run_id: str | None) -> str:
         "ORDER BY max(r.created_at) DESC NULLS LAST, s.run_id DESC LIMIT 1"
     )
     if not rows:
+        newest = newest_run(store)
+        if newest is None:
+            raise EmptySelectionError(
+                f"empty selection: {store.path} has no runs (start one: synth run)"
+            )
+        seen = selection_seen(store, newest)
         raise EmptySelectionError(
-            f"empty selection: {store.path} has no selected items (curate a round first)"
+            f"empty selection: no run in {store.path} has a selected item; newest {seen.line()}",
+            seen,
         )
     return str(rows[0]["run_id"])
 
@@ -199,8 +210,10 @@ def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow
     )
     if not rows:
         at = "" if round is None else f" round {round}"
+        seen = selection_seen(store, run_id, round)
         raise EmptySelectionError(
-            f"empty selection: no selected SFT trajectories in run {run_id!r}{at}"
+            f"empty selection: no selected SFT trajectories in run {run_id!r}{at}; " + seen.line(),
+            seen,
         )
     missing = [r["item_id"] for r in rows if r["trajectory_id"] is None]
     if missing:
@@ -284,7 +297,10 @@ def rl_rows(store: Store, run_id: str, round: int | None = None) -> list[RLRow]:
     )
     if not rows:
         at = "" if round is None else f" round {round}"
-        raise EmptySelectionError(f"empty selection: no selected RL tasks in run {run_id!r}{at}")
+        seen = selection_seen(store, run_id, round)
+        raise EmptySelectionError(
+            f"empty selection: no selected RL tasks in run {run_id!r}{at}; {seen.line()}", seen
+        )
     missing = [r["item_id"] for r in rows if r["blueprint_id"] is None]
     if missing:
         raise ExportError(f"selected task {missing[0]} has no blueprint in the store")

@@ -37,6 +37,7 @@ from trajsynth.export import records
 from trajsynth.export.formats import EXPORT_FORMATS
 from trajsynth.export.report import EmptySelectionError, ExportError, ExportReport
 from trajsynth.export.rows import resolve_run, rl_rows, sft_rows
+from trajsynth.export.seen import selection_seen
 from trajsynth.schemas import SFTRow
 from trajsynth.store import Store
 
@@ -191,10 +192,13 @@ def export_dataset(
     tokenizer: Any | None = None,
     check_render: bool = True,
     plots: bool = True,
+    license: str = "other",
+    language: Sequence[str] = ("en",),
 ) -> ExportReport:
     """SFT (``out_dir/sft``), RL (``out_dir/rl``), the card (``README.md``) and its plots.
 
     One side may be empty (it is left out and the card says so); both empty is an error.
+    ``license`` and ``language`` go into the card's front matter.
     """
     from trajsynth.export.card import write_card
 
@@ -206,8 +210,10 @@ def export_dataset(
     rl = _optional(rl_rows, store, run, round, "RL")
     if not sft and not rl:
         at = "" if round is None else f" round {round}"
+        seen = selection_seen(store, run, round)
         raise EmptySelectionError(
-            f"empty selection: run {run!r}{at} has no selected SFT or RL items"
+            f"empty selection: run {run!r}{at} has no selected SFT or RL items; {seen.line()}",
+            seen,
         )
     n_tok, n_asst = render_rows(sft, tokenizer) if check_render and sft else (0, 0)
     with _staged(out_dir) as tmp:
@@ -229,7 +235,9 @@ def export_dataset(
         )
         if sft:
             files += _ship_tokenizer(tmp, tokenizer)  # issue 18: trainable without trajsynth
-        files += write_card(store, tmp, report, sft, rl, plots=plots)
+        files += write_card(
+            store, tmp, report, sft, rl, plots=plots, license=license, language=language
+        )
         names = _relative(files, tmp)
     log.info("wrote %d SFT and %d RL rows with a card to %s", len(sft), len(rl), out_dir)
     return report.model_copy(update={"files": names, "seconds": time.perf_counter() - start})

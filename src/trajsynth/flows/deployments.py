@@ -1,11 +1,17 @@
-"""Scheduled deployments from ``prefect.yaml``: read, check, register, serve.
+"""Scheduled deployments: read, check, register, serve.
 
-``prefect.yaml`` (at the project root) lists deployments the way Prefect's own ``prefect
-deploy`` reads them: a ``name``, an ``entrypoint`` (``path/to/file.py:flow``, relative to the
-file's folder), ``schedules`` (``cron`` and ``timezone``), ``parameters``, ``tags``,
-``concurrency_limit`` and an optional ``work_pool: {name: ...}``. Everything is checked
-before anything reaches the Prefect API: a schedule that does not parse or an entrypoint that
-names no flow is an ``InputError`` naming the file, the deployment and the field.
+The definitions ship with the package (``trajsynth/data/deployments.yaml``, ``packaged()``),
+so ``synth deploy`` and ``synth serve`` work from any folder; ``--project FILE`` reads a
+user's own ``prefect.yaml`` instead (the repo root keeps one for ``prefect deploy`` users).
+Each entry has the keys of a ``prefect.yaml`` deployment: a ``name``, an ``entrypoint``
+(a module path ``pkg.mod.flow``, or ``path/to/file.py:flow`` relative to the file's
+folder), ``schedules`` (``cron`` and ``timezone``), ``parameters``, ``tags``,
+``concurrency_limit`` and an optional ``work_pool: {name: ...}``. Only those keys are read
+(no ``build``/``pull`` steps); the deployment itself is made by Prefect's
+``Flow.to_deployment``, registered with ``RunnerDeployment.apply`` and served with
+``prefect.serve``. Everything is checked before anything reaches the Prefect API: a schedule
+that does not parse or an entrypoint that names no flow is an ``InputError`` naming the
+file, the deployment and the field.
 
 Parameters the flow takes and the file leaves out come from the user's settings
 (``synth.toml``): ``config`` (the RunConfig; a ``config`` mapping in the file overrides its
@@ -40,6 +46,7 @@ __all__ = [
     "load_flow",
     "load_project",
     "module_entrypoint",
+    "packaged",
     "register",
     "serve",
 ]
@@ -47,6 +54,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PROJECT_FILE = "prefect.yaml"
+PACKAGED_FILE = "deployments.yaml"
+
+
+def packaged() -> Path:
+    """The deployment definitions shipped in the package (``trajsynth/data``)."""
+    from importlib.resources import files
+
+    return Path(str(files("trajsynth") / "data" / PACKAGED_FILE))
 
 
 class ScheduleSpec(BaseModel):
@@ -121,21 +136,33 @@ def load_project(path: Path | str) -> list[DeploymentSpec]:
     return specs
 
 
+def _is_module_path(entrypoint: str) -> bool:
+    return ":" not in entrypoint and "/" not in entrypoint and "." in entrypoint
+
+
 def load_flow(root: Path, spec: DeploymentSpec, source: Path | None = None) -> Any:
-    """The flow object an entrypoint names (``file.py:flow`` relative to ``root``)."""
+    """The flow object an entrypoint names: a module path (``pkg.mod.flow``, imported from
+    the installed package) or ``file.py:flow`` relative to ``root``."""
     from prefect.exceptions import MissingFlowError, ScriptError
     from prefect.flows import Flow, load_flow_from_entrypoint
 
     where = f"{source or root / PROJECT_FILE}: deployment {spec.name!r}: entrypoint"
-    file_part, sep, func = spec.entrypoint.rpartition(":")
-    if not sep or not file_part.endswith(".py") or not func:
-        raise InputError(f"{where} {spec.entrypoint!r} is not 'path/to/file.py:flow_function'")
-    if not (root / file_part).is_file():
-        raise InputError(f"{where} {spec.entrypoint!r}: no file {root / file_part}")
+    entry = spec.entrypoint
+    if not _is_module_path(entry):
+        file_part, sep, func = entry.rpartition(":")
+        if not sep or not file_part.endswith(".py") or not func:
+            raise InputError(
+                f"{where} {entry!r} is not 'path/to/file.py:flow_function' or 'package.module.flow'"
+            )
+        if not (root / file_part).is_file():
+            raise InputError(f"{where} {entry!r}: no file {root / file_part}")
+        # a package file is imported as its module: the flow object (and the deployment's
+        # entrypoint) is then the installed package's, not a copy loaded from a path
+        entry = module_entrypoint(root, entry)
     with contextlib.chdir(root):
         try:
-            obj = load_flow_from_entrypoint(spec.entrypoint, use_placeholder_flow=False)
-        except MissingFlowError as exc:
+            obj = load_flow_from_entrypoint(entry, use_placeholder_flow=False)
+        except (MissingFlowError, AttributeError, ModuleNotFoundError) as exc:
             raise InputError(f"{where} {spec.entrypoint!r}: {exc}".rstrip(". ")) from None
         except ScriptError as exc:
             cause = exc.user_exc if hasattr(exc, "user_exc") else exc
@@ -233,13 +260,14 @@ def flow_parameters(flow: Any, spec: DeploymentSpec, settings: Any, source: Path
 
 
 def build_deployments(
-    project: Path | str, settings: Any, names: Sequence[str] | None = None
+    project: Path | str | None, settings: Any, names: Sequence[str] | None = None
 ) -> list[Any]:
-    """``RunnerDeployment``s for the file's deployments (all, or those in ``names``)."""
-    from prefect.deployments.runner import RunnerDeployment
+    """``RunnerDeployment``s (Prefect's ``Flow.to_deployment``) for the deployments of
+    ``project`` (default: the packaged definitions), all or those in ``names``."""
+    from prefect.deployments.runner import EntrypointType
     from prefect.schedules import Schedule
 
-    project = Path(project).resolve()
+    project = Path(project).resolve() if project is not None else packaged()
     root = project.parent
     specs = load_project(project)
     if names:
@@ -255,9 +283,13 @@ def build_deployments(
         schedules = [
             Schedule(cron=s.cron, timezone=s.timezone, active=s.active) for s in spec.schedules
         ]
-        with contextlib.chdir(root):  # a file entrypoint runs from here
-            deployment = RunnerDeployment.from_entrypoint(
-                module_entrypoint(root, spec.entrypoint),
+        # a flow of an importable module runs from the installed package (Prefect's engine
+        # copies the folder of a file entrypoint into the flow run's working directory);
+        # a flow in a loose file runs from that file, relative to the project's folder
+        in_package = "." in flow.fn.__module__ and flow.fn.__module__ != "__main__"
+        kind = EntrypointType.MODULE_PATH if in_package else EntrypointType.FILE_PATH
+        with contextlib.chdir(root):
+            deployment = flow.to_deployment(
                 name=spec.name,
                 description=spec.description,
                 schedules=schedules or None,
@@ -265,6 +297,7 @@ def build_deployments(
                 tags=spec.tags,
                 concurrency_limit=spec.concurrency_limit,
                 work_pool_name=spec.work_pool.name if spec.work_pool else None,
+                entrypoint_type=kind,
             )
         out.append(deployment)
     return out

@@ -28,6 +28,7 @@ from trajsynth.agents.planner import (
 from trajsynth.agents.rollout import Episode, EpisodeResult, run_episode
 from trajsynth.agents.tree import TreeResult, grow_tree
 from trajsynth.agents.user_sim import UserSimulator
+from trajsynth.flows.progress import TurnReporter
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.sandboxes.pool import SandboxPool, shared_pool
 from trajsynth.schemas import (
@@ -330,6 +331,7 @@ async def grow_unit(
             pool=sandbox_pool_for(config),
         ) as env,
     ):
+        client = TurnReporter(client, blueprint.blueprint_id)  # per-turn progress (issue 20)
         assistant, user_sim = assistant_for(config), UserSimulator()
         budget = unit_token_budget(config)
         if mode is RolloutMode.TREE:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajsynth.cli.ids import id_column
 from trajsynth.schemas import Domain, ResetMode, SandboxKind, ToolAccess, ToolCluster
 
 if TYPE_CHECKING:
@@ -40,9 +42,15 @@ def _console() -> Console:
     return Console()  # per command: it reads the terminal width (COLUMNS) when it runs
 
 
-def _table(title: str, *columns: str, numeric: tuple[str, ...] = ()) -> Table:
+def _table(
+    title: str, *columns: str, numeric: tuple[str, ...] = (), ids: Sequence[str] = ()
+) -> Table:
+    """``ids``: the first column's values, cluster ids kept whole on one line (issue 20)."""
     table = Table(title=title)
-    for col in columns:
+    for i, col in enumerate(columns):
+        if i == 0 and ids:
+            id_column(table, col, ids)
+            continue
         # names fold instead of turning into "get_curre…": every character matters here
         table.add_column(col, justify="right" if col in numeric else "left", overflow="fold")
     return table
@@ -86,12 +94,14 @@ def _copy_label(item: object) -> str:
 @app.command("list")
 def list_(clusters_dir: ClustersDirOpt = None) -> None:
     """Every cluster: where it comes from, its domain, tools (read/write) and edges."""
+    clusters = _registry().list_clusters(clusters_dir=_clusters_dir(clusters_dir))
     table = _table(
         "tool clusters",
         *("cluster", "source", "domain", "server", "tools", "read", "write", "edges"),
         numeric=("tools", "read", "write", "edges"),
+        ids=[c.cluster_id for c in clusters],
     )
-    for c in _registry().list_clusters(clusters_dir=_clusters_dir(clusters_dir)):
+    for c in clusters:
         n_write = sum(t.access == ToolAccess.WRITE for t in c.tools)
         server = _server_label(c)
         table.add_row(
@@ -255,7 +265,11 @@ def add(
         args=fixed,
         sandbox_kind=sandbox,
     )
-    table = _table(f"added {name}", "cluster", "tools", "read", "write", "edges", "tags from")
+    table = _table(
+        f"added {name}",
+        *("cluster", "tools", "read", "write", "edges", "tags from"),
+        ids=[part.cluster_id for part in parts],
+    )
     for part in parts:
         n_write = sum(t.access == ToolAccess.WRITE for t in part.tools)
         sources = sorted({t.access_source or "" for t in part.tools})

@@ -1,8 +1,9 @@
-"""`synth deploy` and `synth serve`: the deployments of ``prefect.yaml`` on a Prefect server.
+"""`synth deploy` and `synth serve`: trajsynth's deployments on a Prefect server.
 
-Both read the project file and the settings, and check every deployment (schedules parse,
-entrypoints name flows, parameters fit) before they talk to the Prefect API at
-``PREFECT_API_URL``.
+Both read the deployment definitions shipped with the package (or ``--project FILE``, a
+prefect.yaml of your own) and the settings of the folder they run in, and check every
+deployment (schedules parse, entrypoints name flows, parameters fit) before they talk to
+the Prefect API at ``PREFECT_API_URL``. They work from any folder.
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajsynth.cli.ids import id_column
 from trajsynth.schemas import InputError
 
 __all__ = ["deploy", "serve"]
 
 ProjectOpt = Annotated[
-    Path,
-    typer.Option("--project", "-p", help="the Prefect project file (default ./prefect.yaml)"),
+    Path | None,
+    typer.Option(
+        "--project",
+        "-p",
+        help="a prefect.yaml with `deployments:` (default: the definitions shipped with trajsynth)",
+    ),
 ]
 NamesOpt = Annotated[
     list[str] | None,
@@ -28,7 +34,7 @@ NamesOpt = Annotated[
 ]
 
 
-def _deployments(project: Path, names: list[str] | None) -> list:
+def _deployments(project: Path | None, names: list[str] | None) -> list:
     from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
     from trajsynth.cli.run_command import prefect_environment
 
@@ -51,14 +57,14 @@ def _api_url() -> str:
 
 
 def deploy(
-    project: ProjectOpt = Path("prefect.yaml"),
+    project: ProjectOpt = None,
     names: NamesOpt = None,
     work_pool: Annotated[
         str | None,
         typer.Option(help="register into this work pool (a process pool is created if missing)"),
     ] = None,
 ) -> None:
-    """Register the project's deployments (and their cron schedules) with the Prefect server."""
+    """Register trajsynth's deployments (and their cron schedules) with the Prefect server."""
     from trajsynth.flows.deployments import register
 
     deployments = _deployments(project, names)
@@ -66,8 +72,10 @@ def deploy(
     ids = register(deployments, work_pool=work_pool)
     console = Console()
     table = Table(title=f"deployments on {url}")
-    for col in ("deployment", "id", "schedule", "runs on"):
-        table.add_column(col)
+    table.add_column("deployment", overflow="fold")
+    id_column(table, "id", ids.values())  # whole: `prefect deployment run` takes it
+    for col in ("schedule", "runs on"):
+        table.add_column(col, overflow="fold")
     for d in deployments:
         crons = ", ".join(f"{s.schedule.cron} {s.schedule.timezone}" for s in d.schedules or [])
         pool = work_pool or d.work_pool_name
@@ -77,11 +85,11 @@ def deploy(
 
 
 def serve(
-    project: ProjectOpt = Path("prefect.yaml"),
+    project: ProjectOpt = None,
     names: NamesOpt = None,
     limit: Annotated[int | None, typer.Option(help="flow runs at once")] = None,
 ) -> None:
-    """Serve the project's deployments from this machine until interrupted (Ctrl-C)."""
+    """Serve trajsynth's deployments from this machine until interrupted (Ctrl-C)."""
     from trajsynth.flows.deployments import serve as serve_deployments
 
     deployments = _deployments(project, names)

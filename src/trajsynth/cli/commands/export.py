@@ -10,13 +10,41 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trajsynth.export import FORMATS, ExportError, ExportReport, export_dataset
+from trajsynth.cli.ids import resolve
+from trajsynth.export import (
+    FORMATS,
+    EmptySelectionError,
+    ExportError,
+    ExportReport,
+    SelectionSeen,
+    export_dataset,
+)
 from trajsynth.store import Store
 
 __all__ = ["export", "push_to_hub"]
 
 console = Console()
+err_console = Console(stderr=True)
 log = logging.getLogger(__name__)
+
+
+def seen_table(seen: SelectionSeen) -> Table:
+    """What the selection saw: trajectories, verified, per kind considered and selected,
+    and the top reasons items were left out."""
+    at = "" if seen.round is None else f", round {seen.round}"
+    table = Table(title=f"nothing to export: run {seen.run_id}{at}")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    table.add_row("trajectories", str(seen.n_trajectories))
+    table.add_row("verified", str(seen.n_verified))
+    for kind in ("sft", "rl"):
+        considered = seen.considered.get(kind, 0)
+        table.add_row(
+            f"{kind} selected / considered", f"{seen.selected.get(kind, 0)} / {considered}"
+        )
+    for reason, n in seen.reasons:
+        table.add_row(f"left out: {reason}", str(n))
+    return table
 
 
 def push_to_hub(report: ExportReport, repo: str) -> None:
@@ -47,7 +75,8 @@ def push_to_hub(report: ExportReport, repo: str) -> None:
 def export(
     out: Annotated[Path, typer.Option("--out", "-o", help="dataset folder to write")],
     run: Annotated[
-        str | None, typer.Option("--run", help="run id (default: newest run with selected items)")
+        str | None,
+        typer.Option("--run", help="run id or a unique prefix (default: newest with selections)"),
     ] = None,
     round: Annotated[
         int | None, typer.Option("--round", help="one round only (default: every round)")
@@ -69,13 +98,36 @@ def export(
     """Write SFT (messages + tools) and RL (prompt + env + constraints) datasets, a
     README.md dataset card and its plots; every SFT row is checked to render through the
     tool-aware chat template with the assistant turns masked."""
-    if store_path is None:
-        from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
+    from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
 
-        store_path = cli.settings().store_path
-    report = export_dataset(
-        Store(store_path), out, run_id=run, round=round, fmt=fmt, overwrite=overwrite
-    )
+    settings = cli.settings()
+    store = Store(store_path or settings.store_path)
+    try:
+        report = export_dataset(
+            store,
+            out,
+            run_id=resolve(store, "run", run) if run else None,
+            round=round,
+            fmt=fmt,
+            overwrite=overwrite,
+            license=settings.dataset_license,
+        )
+    except EmptySelectionError as exc:
+        if exc.seen is None:
+            raise
+        err_console.print(seen_table(exc.seen))
+        if not exc.seen.considered:
+            hint = "no round of this run was curated (`synth run` curates at the end of each round)"
+        elif not exc.seen.n_verified:
+            hint = (
+                "nothing passed verification: `synth stats` shows the failure classes; a "
+                "larger model or more --samples per task gives curation something to keep"
+            )
+        else:
+            hint = "curation left every item out: see the reasons above"
+        err_console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        err_console.print(f"next: {hint}", soft_wrap=True)
+        raise typer.Exit(2) from exc
     if push_to:
         push_to_hub(report, push_to)
     table = Table(title=f"synth export: run {report.run_id}")

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
 
+from trajsynth.cli.ids import id_column
 from trajsynth.store import Store
 
 __all__ = ["RunRow", "list_runs", "runs"]
@@ -132,8 +133,10 @@ def runs(
         console.print(f"no runs in {store_path} (start one with `synth run`)")
         return
     table = Table(title=f"runs in {store_path}")
+    # the id stays whole at any width (it is copied into the next command); the other
+    # columns fold rather than lose characters to an ellipsis
+    id_column(table, "run", [r.run_id for r in rows])
     for col, justify in (
-        ("run", "left"),
         ("state", "left"),
         ("created (UTC)", "left"),
         ("updated (UTC)", "left"),
@@ -142,7 +145,7 @@ def runs(
         ("trajectories", "right"),
         ("pass rate", "right"),
     ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for r in rows:
         style = _STATE_STYLE.get(r.state, "white")
         rate = f"{r.pass_rate:.0%} ({r.passed}/{r.counted})" if r.pass_rate is not None else "n/a"

@@ -130,8 +130,10 @@ def sft(
         if data is not None:
             source = data
         elif run is not None:
+            from trajsynth.cli.ids import resolve
             from trajsynth.export import export_sft
 
+            run = resolve(store, "run", run)  # any unique prefix (issue 20)
             export_sft(store, Path(tmp) / "data", run_id=run)
             source, run_ids = Path(tmp) / "data", [run]
         elif smoke:

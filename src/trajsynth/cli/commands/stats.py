@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajsynth.cli.ids import id_column, resolve
 from trajsynth.schemas import InputError
 from trajsynth.store import Store
 
@@ -74,7 +75,7 @@ def _round_entry(row: dict[str, Any]) -> dict[str, Any]:
 
 def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
     """The figures of one run (default: the latest) as a JSON-ready dict."""
-    run = run_id or _latest_run(store)
+    run = resolve(store, "run", run_id) if run_id else _latest_run(store)
     if run is None:
         raise InputError(f"no runs in {store.path} (run `synth run` first)")
     size = store.query(
@@ -143,9 +144,16 @@ def _fmt(value: Any) -> str:
 
 
 def _print(data: dict[str, Any]) -> None:
-    head = Table(title=f"run {data['run_id']}", show_header=False)
-    head.add_column("key")
-    head.add_column("value", justify="right")
+    head = Table(
+        title=f"run {data['run_id']}",
+        show_header=False,
+        # the figures count the dataset (accepted trajectories), not every rollout: a run
+        # whose accepted rows all sit in one domain shows domain entropy 0 however many
+        # clusters it rolled out in
+        caption="diversity figures: of the accepted trajectories so far; entropies in nats",
+    )
+    head.add_column("key", overflow="fold")
+    head.add_column("value", justify="right", overflow="fold")
     for key in ("n_rounds", "n_trajectories", "n_tasks", "n_passed", "n_excluded", "pass_rate"):
         head.add_row(key, _fmt(data[key]))
     for kind, n in sorted(data["selected"].items()):
@@ -154,8 +162,9 @@ def _print(data: dict[str, Any]) -> None:
         head.add_row(key, _fmt(data.get(key)))
     console.print(head)
     clusters = Table(title="pass rate by cluster")
-    for col in ("cluster", "trajectories", "passed", "excluded", "pass rate"):
-        clusters.add_column(col, justify="left" if col == "cluster" else "right")
+    id_column(clusters, "cluster", [str(c["cluster_id"]) for c in data["pass_rate_by_cluster"]])
+    for col in ("trajectories", "passed", "excluded", "pass rate"):
+        clusters.add_column(col, justify="right", overflow="fold")
     for c in data["pass_rate_by_cluster"]:
         clusters.add_row(
             c["cluster_id"], str(c["n"]), str(c["passed"]), str(c["excluded"]),
@@ -174,7 +183,7 @@ def _print(data: dict[str, Any]) -> None:
             "action_complexity", "error_branch_ratio", "n_recovered", "n_duplicates",
             "n_sft_selected", "n_rl_selected")  # fmt: skip
     for col in cols:
-        per_round.add_column(col.replace("_", " "), justify="right")
+        per_round.add_column(col.replace("_", " "), justify="right", overflow="fold")
     for r in data["rounds"]:
         per_round.add_row(*(_fmt(r.get(c)) for c in cols))
     console.print(per_round)
@@ -182,7 +191,9 @@ def _print(data: dict[str, Any]) -> None:
 
 def stats(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    run: Annotated[str | None, typer.Option("--run", help="run id (default: latest)")] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="run id or a unique prefix (default: latest)")
+    ] = None,
     store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
 ) -> None:
     """The dataset's figures: sizes, pass rates, diversity and topology, per round."""

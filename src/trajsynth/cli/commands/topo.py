@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajsynth.cli.ids import resolve
 from trajsynth.curation.topology import build_quotient_graph, draw_quotient_graph, task_metrics
 from trajsynth.store import Store
 from trajsynth.store.tasks import load_task
@@ -23,7 +24,7 @@ console = Console()
 
 @app.command()
 def topo(
-    task_id: Annotated[str, typer.Argument(help="the task (blueprint id)")],
+    task_id: Annotated[str, typer.Argument(help="the task (blueprint id, or a unique prefix)")],
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help=".png, .svg or .html (default: PNG)")
     ] = None,
@@ -34,15 +35,17 @@ def topo(
         from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
 
         store_path = cli.settings().store_path
-    trajectories, verdicts, write_tools, hidden = load_task(Store(store_path), task_id)
+    store = Store(store_path)
+    task_id = resolve(store, "task", task_id)
+    trajectories, verdicts, write_tools, hidden = load_task(store, task_id)
     graph = build_quotient_graph(
         trajectories, verdicts, write_tools=write_tools, hidden_info=hidden
     )
     path = draw_quotient_graph(graph, out or Path(f"topo-{task_id}.png"))
     metrics = task_metrics(graph)
     table = Table(title=f"topology of {task_id}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("metric", overflow="fold")
+    table.add_column("value", justify="right", overflow="fold")
     for key, value in metrics.model_dump().items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
