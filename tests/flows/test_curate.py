@@ -98,6 +98,7 @@ def test_methods_example_rows(store: Store) -> None:
     assert stats["action_complexity"] == pytest.approx(report.cumulative.cac_mean)
 
 
+@pytest.mark.slow  # several seconds: planning, processes or a full round
 def test_curating_twice_adds_nothing_and_new_rollouts_replace_the_round(store: Store) -> None:
     trajectories, verdicts = methods_example()
     write_round(store, trajectories, verdicts)

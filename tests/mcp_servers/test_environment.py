@@ -400,6 +400,7 @@ def _assert_each_episode_fresh(seen: dict[str, object]) -> None:
     assert seen["idle"] == 1
 
 
+@pytest.mark.slow  # several seconds: planning, processes or a full round
 async def test_pooled_local_sandboxes_start_each_episode_fresh() -> None:
     seen = await _pooled_episodes(SandboxKind.LOCAL)
     _assert_each_episode_fresh(seen)

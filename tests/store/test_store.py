@@ -78,6 +78,7 @@ def _writer(path: str, n: int) -> None:
         store.insert("trajectories", [_trajectory(1000 + i)])
 
 
+@pytest.mark.slow  # several seconds: planning, processes or a full round
 def test_reader_answers_while_another_process_writes(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     store = Store(path)

@@ -10,6 +10,7 @@ from trajsynth.schemas import InputError, RLRow
 from trajsynth.training.grpo import load_train_config, rl_rows
 
 
+@pytest.mark.slow  # several seconds: planning, processes or a full round
 def test_rows_are_planned_without_an_export() -> None:
     from trajsynth.training.run import smoke_config
 
