@@ -29,6 +29,11 @@ class RunSummary(BaseModel):
     tool_calls: int
     median_tool_ms: float | None
 
+    @property
+    def seconds_per_verified(self) -> float | None:
+        """Wall time per passed trajectory (the dashboard's "Seconds / verified")."""
+        return self.wall_s / self.passed if self.passed else None
+
 
 def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
     q = store.query
