@@ -176,13 +176,22 @@ def test_dashboard_shows_the_store_in_chromium(server: str, known_store: Store) 
             page.goto(server + "/" + href, wait_until="domcontentloaded")
             page.wait_for_selector("text=Trajectory task-a1-t3", timeout=60_000)
             page.wait_for_selector("text=Signals fired", timeout=60_000)
+            page.wait_for_selector("text=no such order", timeout=60_000)  # the folded result
             text = page.inner_text("body")
             assert "Verdict: FAILED" in text and "cluster shop" in text
-            for seen in ("user", "assistant", "call", "get_order", "X9", "no such order",
-                         "Sorry.", "final_state", "order X9 does not exist", "tool_called"):
-                assert seen in text, (seen, text)  # fmt: skip
+            seen = ("user", "assistant", "call", "get_order", "X9", "no such order", "Sorry.",
+                    "final_state", "order X9 does not exist", "tool_called")  # fmt: skip
+            assert [w for w in seen if w not in text] == [], text
             assert "FAIL" in page.locator('[data-testid="stTable"]').inner_text()
+            assert "`failure`" not in text and "failure, no_progress" in text  # signals fired
             _full_screenshot(page, SHOTS / "transcript.png")
+
+            # a task link opens that task: its tree and its trajectories' transcript links
+            task_href = page.evaluate("() => location.origin") + "/?task=task-a2"
+            page.goto(task_href, wait_until="domcontentloaded")
+            _wait_rendered(page)
+            page.wait_for_selector("text=tree tree-task-a2: 7 nodes, 4 leaves", timeout=60_000)
+            assert page.locator('a[href*="trajectory=task-a2-t3"]').count() == 1
 
             # the other run: its own figures, and the empty state for missing round figures
             page.goto(server, wait_until="domcontentloaded")

@@ -33,9 +33,7 @@ def merge(*parts: Rows) -> Rows:
     return out
 
 
-def run_row(
-    run_id: str, state: str, created_at: datetime, *, wall_s: float | None = None
-) -> Rows:
+def run_row(run_id: str, state: str, created_at: datetime, *, wall_s: float | None = None) -> Rows:
     """A run; ``wall_s`` given: a finished run whose stored summary holds that wall time (the
     time ``synth run`` measured, not a sum over trajectories)."""
     return {
@@ -126,6 +124,11 @@ def task_rows(
                     "passed": outcome == "pass", "score": 1.0 if outcome == "pass" else 0.0,
                     "excluded": outcome == "excluded",
                 }
+            )  # fmt: skip
+        if outcome == "fail":  # what curation's signals flag on a failed lookup
+            rows.setdefault("signals", []).append(
+                {"trajectory_id": tid, "run_id": run_id, "round": round_,
+                 "failure_rate": 1.0, "failure": True, "no_progress": True}
             )  # fmt: skip
         if modes is not None:
             rows["scores"].append(

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from urllib.parse import quote
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -174,6 +174,8 @@ def _overview_section(path: str, run_id: str | None) -> None:
         "Wall time", f"{wall_s:,.1f} s",
         help="from the run summary" if final else "the run has not finished: time so far",
     )  # fmt: skip
+
+
 def _rounds_section(path: str, run_id: str | None) -> None:
     st.header("Diversity per round")
     rows = _page(path, run_id)["round_stats"]
@@ -261,9 +263,13 @@ def _cost_section(path: str, run_id: str | None) -> None:
             rounds,
             {
                 "round": str, "n_trajectories": _num, "pass_rate": _pct,
-                "total_tokens": _num, "wall_s": lambda v: _num(v, 1),
+                "total_tokens": _num, "trajectory_s": lambda v: _num(v, 1),
             },
         )  # fmt: skip
+        st.caption(
+            "trajectory_s sums each trajectory's own seconds; rollouts overlap, so it is not "
+            "the wall time (see the run's Wall time above)."
+        )
     with right:
         st.subheader("LLM calls by role")
         if not roles:
@@ -299,7 +305,8 @@ def _md_table(rows: list[dict[str, Any]], columns: dict[str, Callable[[Any], str
     head = "| " + " | ".join(columns) + " |"
     rule = "| " + " | ".join("---" for _ in columns) + " |"
     body = [
-        "| " + " | ".join(fmt(row.get(name)).replace("|", "\\|") for name, fmt in columns.items())
+        "| "
+        + " | ".join(fmt(row.get(name)).replace("|", "\\|") for name, fmt in columns.items())
         + " |"
         for row in rows
     ]
@@ -389,9 +396,6 @@ def _task_section(path: str, run_id: str | None) -> None:
 
 
 # --- the transcript page (?trajectory=ID) -----------------------------------------------------
-_ICONS = {"system": "⚙️", "user": "🧑", "assistant": "🤖", "call": "🔧", "result": "📄"}
-
-
 def _transcript_page(path: str, trajectory_id: str) -> None:
     from trajsynth.dashboards.views import load_transcript  # curation code, loaded on demand
 
@@ -416,17 +420,16 @@ def _transcript_page(path: str, trajectory_id: str) -> None:
     )
     st.subheader("Turns")
     for e in t.entries:
-        icon = _ICONS.get(e.kind, "")
         if e.kind == "call":
-            st.markdown(f"{icon} **call** `{e.name}`")
+            st.markdown(f"**call** `{e.name}`")
             st.code(e.arguments or "", language="json")
         elif e.kind == "result":
             flag = " (error)" if e.error else ""
             folded = f" · {e.folded_lines} lines folded" if e.folded_lines else ""
-            st.markdown(f"{icon} **result** of `{e.name or ''}`{flag}{folded}")
+            st.markdown(f"**result** of `{e.name or ''}`{flag}{folded}")
             st.code(e.text, language=None)
         else:
-            st.markdown(f"{icon} **{e.kind}**")
+            st.markdown(f"**{e.kind}**")
             st.markdown(e.text or "_(empty)_")
     st.subheader("Verdict per constraint")
     if t.constraints:

@@ -1,10 +1,12 @@
 """Plotly figures of a rollout tree and a task's quotient graph, laid out in layers.
 
-Both are drawn full width with zoom and pan (plotly's own controls; the wheel zooms). Layers
-come from ``networkx.multipartite_layout`` (pygraphviz is not a dependency): a tree node's
-layer is its depth, a quotient-graph state's layer its distance from the start (METHODS.md §8)
-with the terminals last. Nodes carry a short label; the long text (node id, tool, value,
-outcome) is in the hover, so no label runs over a neighbour.
+Both are drawn full width with zoom and pan (plotly's own controls; the wheel zooms). A tree
+is laid out in layers by depth, leaves in depth-first order and each parent level with its
+children (no crossing edges; networkx walks the tree). A quotient graph's layers come from
+``networkx.multipartite_layout`` (pygraphviz is not installed, so no Graphviz ``dot``): a
+state's layer is its distance from the start (METHODS.md §8), the terminals last. Nodes carry
+a short label under them; the long text (node id, tool, value, outcome) is in the hover, so no
+label runs over a neighbour.
 """
 
 from __future__ import annotations
@@ -43,6 +45,25 @@ def _layered(graph: nx.DiGraph, layer: Mapping[Any, int]) -> dict[Any, tuple[flo
     return out
 
 
+def _tree_positions(
+    graph: nx.DiGraph, roots: Sequence[Any], by_id: Mapping[Any, Mapping[str, Any]]
+) -> dict[Any, tuple[float, float]]:
+    """A tidy layered tree: x the depth; leaves one unit apart from the top in depth-first
+    order, each inner node level with the middle of its children, so no two edges cross."""
+    pos: dict[Any, tuple[float, float]] = {}
+    slot = 0
+    for root in roots:
+        for node in nx.dfs_postorder_nodes(graph, root, sort_neighbors=sorted):
+            depth = float(by_id[node].get("depth") or 0)
+            kids = [pos[c] for c in graph.successors(node) if c in pos]
+            if kids:
+                pos[node] = (depth, sum(y for _, y in kids) / len(kids))
+            else:
+                pos[node] = (depth, -float(slot))
+                slot += 1
+    return pos
+
+
 def _edges_trace(pos: Mapping[Any, tuple[float, float]], edges: Sequence[tuple[Any, Any]],
                  color: str, width: float, name: str) -> go.Scatter:  # fmt: skip
     xs: list[float | None] = []
@@ -56,16 +77,17 @@ def _edges_trace(pos: Mapping[Any, tuple[float, float]], edges: Sequence[tuple[A
 
 def _layout(fig: go.Figure, pos: Mapping[Any, tuple[float, float]], title: str) -> go.Figure:
     n_layers = len({x for x, _ in pos.values()}) or 1
-    widest = max((sum(1 for x2, _ in pos.values() if x2 == x) for x, _ in pos.values()), default=1)
+    ys = [y for _, y in pos.values()] or [0.0]
     fig.update_layout(
         title={"text": title, "font": {"size": 14}},
-        height=max(360, 70 * widest + 120),
+        height=max(360, int(70 * (max(ys) - min(ys) + 1)) + 120),  # 70 px between rows
         dragmode="pan",
         hovermode="closest",
         margin={"l": 20, "r": 20, "t": 50, "b": 20},
         plot_bgcolor="white",
         xaxis={"visible": False, "range": [-0.6, n_layers - 0.4]},
-        yaxis={"visible": False},
+        # room above and below for the labels under the outermost nodes
+        yaxis={"visible": False, "range": [min(ys) - 0.7, max(ys) + 0.4]},
         legend={"orientation": "h", "y": -0.02},
     )
     return fig
@@ -100,13 +122,9 @@ def tree_figure(
         else:
             roots.append(n["node_id"])
     graph = nx.DiGraph()
-    for root in roots:  # DFS order, so siblings sit together in their layer
-        tree = nx.DiGraph([(p, c) for p, cs in children.items() for c in cs])
-        tree.add_node(root)
-        for node in nx.dfs_preorder_nodes(tree, root):
-            graph.add_node(node)
+    graph.add_nodes_from(by_id)
     graph.add_edges_from((p, c) for p, cs in children.items() for c in cs)
-    pos = _layered(graph, {n: int(by_id[n].get("depth") or 0) for n in graph.nodes})
+    pos = _tree_positions(graph, roots, by_id)
     text, hover, colors = [], [], []
     for node_id in graph.nodes:
         node = by_id[node_id]
@@ -130,7 +148,8 @@ def tree_figure(
         go.Scatter(
             x=[pos[n][0] for n in graph.nodes], y=[pos[n][1] for n in graph.nodes],
             mode="markers+text", text=text, textposition="bottom center",
-            textfont={"size": 11}, hovertext=hover, hoverinfo="text", name="node",
+            textfont={"size": 12, "color": "#222222"}, hovertext=hover, hoverinfo="text",
+            name="node",
             marker={"size": 22, "color": colors, "line": {"color": "#333333", "width": 1}},
             showlegend=False, customdata=list(graph.nodes),
         )
@@ -190,7 +209,8 @@ def quotient_figure(graph: nx.MultiDiGraph, *, title: str = "") -> go.Figure:
         go.Scatter(
             x=[pos[n][0] for n in layer], y=[pos[n][1] for n in layer],
             mode="markers+text", text=text, textposition="bottom center",
-            textfont={"size": 11}, hovertext=hover, hoverinfo="text", name="state",
+            textfont={"size": 12, "color": "#222222"}, hovertext=hover, hoverinfo="text",
+            name="state",
             marker={"size": 22, "color": [colors.get(graph.nodes[n]["kind"], _GREY) for n in layer],
                     "line": {"color": "#333333", "width": 1}},
             showlegend=False,

@@ -119,8 +119,7 @@ def _overview_sql(run_id: str | None) -> Statement:
     return (
         f"""
         SELECT count(DISTINCT t.blueprint_id) AS n_tasks, {_PASS_COLUMNS},
-               coalesce(sum(t.total_tokens), 0) AS total_tokens,
-               coalesce(sum(t.wall_s), 0) AS wall_s
+               coalesce(sum(t.total_tokens), 0) AS total_tokens
         FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
         {where}
         """,
@@ -129,11 +128,8 @@ def _overview_sql(run_id: str | None) -> Statement:
 
 
 def _overview_post(rows: Rows) -> dict[str, Any]:
-    out = dict(rows[0]) if rows else {}
-    n_passed = out.get("n_passed") or 0
-    out["tokens_per_verified"] = out["total_tokens"] / n_passed if n_passed else None
-    out["wall_s_per_verified"] = out["wall_s"] / n_passed if n_passed else None
-    return out
+    # per-verified costs and wall time are the run summary's (``run_summary``), not sums here
+    return dict(rows[0]) if rows else {}
 
 
 def run_wall_s(store: Store, run_id: str) -> tuple[float, bool]:
@@ -220,7 +216,10 @@ def _by_mode_sql(run_id: str | None) -> Statement:
 
 
 def by_round(store: Store, run_id: str | None) -> Rows:
-    """Pass rate, tokens and time per round (from the trajectories themselves)."""
+    """Pass rate, tokens and time per round (from the trajectories themselves).
+
+    ``trajectory_s`` sums the trajectories' own seconds: rollouts of a tree share a prefix and
+    run side by side, so this is not wall time (that is the run summary's ``wall_s``)."""
     return store.query(*_by_round_sql(run_id))
 
 
@@ -230,7 +229,7 @@ def _by_round_sql(run_id: str | None) -> Statement:
         f"""
         SELECT t.round, {_PASS_COLUMNS},
                coalesce(sum(t.total_tokens), 0) AS total_tokens,
-               coalesce(sum(t.wall_s), 0) AS wall_s
+               coalesce(sum(t.wall_s), 0) AS trajectory_s
         FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
         {where} GROUP BY t.round ORDER BY t.round
         """,

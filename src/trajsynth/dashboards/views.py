@@ -9,20 +9,18 @@ it loads that one task's trajectories and verdicts and calls ``curation.topology
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
-from trajsynth.curation.topology import build_quotient_graph, draw_quotient_graph, task_metrics
+from trajsynth.curation.topology import build_quotient_graph, task_metrics
 from trajsynth.curation.transcript import Transcript, transcript
 from trajsynth.schemas import InputError, Signals, Trajectory, Verdict
 from trajsynth.store import Store
 from trajsynth.store.rows import model_from_row
 from trajsynth.store.tasks import load_task
 
-__all__ = ["load_transcript", "quotient_graph", "quotient_graph_svg"]
+__all__ = ["load_transcript", "quotient_graph"]
 
 
 def quotient_graph(store: Store, task_id: str) -> tuple[nx.MultiDiGraph, dict[str, Any]]:
@@ -35,15 +33,6 @@ def quotient_graph(store: Store, task_id: str) -> tuple[nx.MultiDiGraph, dict[st
         trajectories, verdicts, write_tools=write_tools, hidden_info=hidden
     )
     return graph, task_metrics(graph).model_dump(mode="json")
-
-
-def quotient_graph_svg(store: Store, task_id: str) -> tuple[str, dict[str, Any]]:
-    """The task's quotient graph drawn as SVG text (``synth topo``'s drawing), and its metrics."""
-    graph, metrics = quotient_graph(store, task_id)
-    with tempfile.TemporaryDirectory(prefix="trajsynth-topo-") as tmp:
-        path = draw_quotient_graph(graph, Path(tmp) / "graph.svg")
-        svg = path.read_text()
-    return svg, metrics
 
 
 def load_transcript(store: Store, trajectory_id: str) -> Transcript:

@@ -59,7 +59,9 @@ def _check_intact(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     row = con.execute("PRAGMA database_size").fetchone()
     if row is None:
         return
-    block_size, total_blocks = int(row[2]), int(row[3])
+    # Count the used blocks only: a writer in another process (a run beside the dashboard)
+    # trims free blocks off the file's tail while the header still counts them in the total.
+    block_size, total_blocks = int(row[2]), int(row[4])
     expected = _FILE_HEADERS + block_size * total_blocks
     actual = path.stat().st_size
     if total_blocks and actual < expected:
