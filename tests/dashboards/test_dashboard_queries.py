@@ -135,6 +135,9 @@ def test_quotient_graph_of_a_task(known_store: Store) -> None:
     assert set(points.text) == {"start", "S1", "E1", "success", "fail"}
     xs = dict(zip(points.text, points.x, strict=True))
     assert xs["start"] < xs["S1"] < xs["success"] == xs["fail"]  # layers, terminals last
+    ys = dict(zip(points.text, points.y, strict=True))
+    assert ys["S1"] == ys["success"] and ys["E1"] == ys["fail"]  # no crossing edges
+    assert len(set(zip(points.x, points.y, strict=True))) == len(points.x)  # none overlap
     with pytest.raises(InputError, match="no trajectories for task 'nope'"):
         quotient_graph(known_store, "nope")
 

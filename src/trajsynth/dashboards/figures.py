@@ -2,9 +2,10 @@
 
 Both are drawn full width with zoom and pan (plotly's own controls; the wheel zooms). A tree
 is laid out in layers by depth, leaves in depth-first order and each parent level with its
-children (no crossing edges; networkx walks the tree). A quotient graph's layers come from
-``networkx.multipartite_layout`` (pygraphviz is not installed, so no Graphviz ``dot``): a
-state's layer is its distance from the start (METHODS.md §8), the terminals last. Nodes carry
+children (no crossing edges; networkx walks the tree). A quotient graph's layer is a state's
+distance from the start (networkx shortest paths, METHODS.md §8), the terminals last, and each
+layer is ordered by where its predecessors sit (barycentre), so its edges seldom cross.
+pygraphviz is not installed, so Graphviz ``dot`` is not used. Nodes carry
 a short label under them; the long text (node id, tool, value, outcome) is in the hover, so no
 label runs over a neighbour.
 """
@@ -30,19 +31,6 @@ _SHORT = 14  # characters of a node label; the rest is in the hover
 
 def _short(text: str) -> str:
     return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
-
-
-def _layered(graph: nx.DiGraph, layer: Mapping[Any, int]) -> dict[Any, tuple[float, float]]:
-    """Positions: one column per layer, members in insertion order (a tree inserted in DFS
-    order gets no crossing edges), spaced one unit apart so labels keep clear of each other."""
-    nx.set_node_attributes(graph, dict(layer), "layer")
-    pos = nx.multipartite_layout(graph, subset_key="layer", align="vertical", scale=1.0)
-    # multipartite_layout squeezes every layer into [-1, 1]: rescale to unit spacing instead
-    widest = max((sum(1 for v in layer.values() if v == d) for d in set(layer.values())), default=1)
-    out: dict[Any, tuple[float, float]] = {}
-    for node, (_, y) in pos.items():
-        out[node] = (float(layer[node]), float(y) * max(widest - 1, 1) / 2.0)
-    return out
 
 
 def _tree_positions(
@@ -169,13 +157,24 @@ def quotient_figure(graph: nx.MultiDiGraph, *, title: str = "") -> go.Figure:
         for node, d in nx.single_source_shortest_path_length(graph, s).items():
             depth[node] = min(d, depth.get(node, d))
     last = max((d for n, d in depth.items() if n not in (SUCCESS, FAIL)), default=0) + 1
-    layer = {
-        n: last if n in (SUCCESS, FAIL) else depth.get(n, last - 1)
-        for n in sorted(graph.nodes, key=lambda n: (graph.nodes[n]["kind"] == "error", str(n)))
-    }
-    simple = nx.DiGraph()
-    simple.add_nodes_from(layer)  # the sorted order: states above errors in each layer
-    pos = _layered(simple, layer)
+    of = {n: last if n in (SUCCESS, FAIL) else depth.get(n, last - 1) for n in graph.nodes}
+    # order each layer by where its predecessors sit (barycentre, one sweep from the start),
+    # so edges run straight instead of crossing; ties: states above errors, then by name
+    rank: dict[Any, float] = {}
+    for d in range(last + 1):
+        members = sorted((n for n in graph.nodes if of[n] == d), key=str)
+
+        def place(n: Any) -> tuple[float, bool, bool, str]:
+            seen = [rank[p] for p in graph.predecessors(n) if p in rank and p != n]
+            centre = sum(seen) / len(seen) if seen else 0.0
+            return centre, graph.nodes[n]["kind"] == "error", n != SUCCESS, str(n)
+
+        for i, n in enumerate(sorted(members, key=place)):
+            rank[n] = float(i)
+    layer = {n: of[n] for n in sorted(graph.nodes, key=lambda n: (of[n], rank[n]))}
+    size = {d: sum(1 for n in of if of[n] == d) for d in set(of.values())}
+    # one unit between rows, each layer centred on the start's row
+    pos = {n: (float(of[n]), (size[of[n]] - 1) / 2.0 - rank[n]) for n in layer}
     groups: dict[str, list[tuple[Any, Any]]] = {"success": [], "error": [], "other": []}
     for u, v, data in graph.edges(data=True):
         if u == v:
