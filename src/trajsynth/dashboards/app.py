@@ -157,21 +157,22 @@ def _overview_section(path: str, run_id: str | None) -> None:
     o = _page(path, run_id)["overview"]
     st.header(f"Run {run_id}" if run_id else "All runs")
     tokens_pv, seconds_pv, wall_s, final = _costs(path, run_id)
-    cols = st.columns(7)
+    cols = st.columns(4)  # two rows of four: a label never cut short
     cols[0].metric("Trajectories", _num(o.get("n_trajectories")))
     cols[1].metric("Tasks", _num(o.get("n_tasks")))
     cols[2].metric("Pass rate", _pct(o.get("pass_rate")), help="excluded verdicts left out")
     cols[3].metric("Excluded", _num(o.get("n_excluded")))
-    cols[4].metric(
+    cols = st.columns(4)
+    cols[0].metric(
         "Tokens / verified", _num(tokens_pv, 0),
         help="LLM tokens of every role (llm_calls) per passed trajectory, as in the run summary",
     )  # fmt: skip
-    cols[5].metric(
+    cols[1].metric(
         "Seconds / verified", _num(seconds_pv, 2),
         help="the run's wall time per passed trajectory, as in the run summary",
     )  # fmt: skip
-    cols[6].metric(
-        "Wall time", f"{wall_s:,.1f} s",
+    cols[2].metric(
+        "Wall time", f"{wall_s:,.1f} s" if wall_s < 1000 else f"{wall_s:,.0f} s",
         help="from the run summary" if final else "the run has not finished: time so far",
     )  # fmt: skip
 
