@@ -185,3 +185,24 @@ def test_page_reads_every_figure_in_one_go(known_store: Store, tmp_path) -> None
     empty.migrate()  # a store with tables and no rows yet
     nothing = queries.page(empty, None)
     assert nothing["runs"] == [] and nothing["overview"]["n_trajectories"] == 0
+
+
+def test_the_page_agrees_with_synth_stats_and_the_run_summary(known_store: Store) -> None:
+    from trajsynth.cli.commands.stats import collect_stats
+
+    page = queries.page(known_store, "run-alpha")["overview"]
+    stats = collect_stats(known_store, "run-alpha")
+    summary, _ = queries.run_summary(known_store, "run-alpha")
+    for key in ("n_trajectories", "n_tasks", "n_passed", "n_excluded"):
+        assert page[key] == stats[key], key
+    assert page["pass_rate"] == pytest.approx(stats["pass_rate"]) == summary.pass_rate
+    assert (page["n_passed"], page["n_verified"]) == (summary.passed, summary.counted)
+    clusters = {r["cluster_id"]: r for r in queries.by_cluster(known_store, "run-alpha")}
+    for c in stats["pass_rate_by_cluster"]:
+        row = clusters[c["cluster_id"]]
+        assert (row["n_trajectories"], row["n_passed"], row["n_excluded"]) == (
+            c["n"],
+            c["passed"],
+            c["excluded"],
+        )
+        assert row["pass_rate"] == pytest.approx(c["pass_rate"])
