@@ -68,7 +68,8 @@ def _layout(fig: go.Figure, pos: Mapping[Any, tuple[float, float]], title: str) 
     ys = [y for _, y in pos.values()] or [0.0]
     fig.update_layout(
         title={"text": title, "font": {"size": 14}},
-        height=max(360, int(70 * (max(ys) - min(ys) + 1)) + 120),  # 70 px between rows
+        # 70 px between rows up to 2,400 px; a taller tree is read by zooming in
+        height=min(2400, max(360, int(70 * (max(ys) - min(ys) + 1)) + 120)),
         dragmode="pan",
         hovermode="closest",
         margin={"l": 20, "r": 20, "t": 50, "b": 20},
