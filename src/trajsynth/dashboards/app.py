@@ -94,7 +94,7 @@ def _pct(x: float | None) -> str:
 def _num(x: float | int | None, digits: int = 3) -> str:
     if x is None:
         return "–"
-    return f"{x:,}" if isinstance(x, int) else f"{x:.{digits}f}"
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.{digits}f}"
 
 
 def _table(rows: list[dict[str, Any]], columns: dict[str, Callable[[Any], str]]) -> None:
