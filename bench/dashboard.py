@@ -17,6 +17,7 @@ import json
 import shutil
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from trajsynth.dashboards import free_port, queries, start_dashboard, wait_until_ready
@@ -38,12 +39,13 @@ def build(path: Path, n: int) -> float:
     start = time.perf_counter()
     runs = {"run-bench-a": n // 5, "run-bench-b": n // 5, "run-bench-c": n - 2 * (n // 5)}
     for k, (run_id, count) in enumerate(runs.items()):
-        day = f"2026-01-0{k + 1}"
+        started = datetime(2026, 1, k + 1, 10, 0)  # datetimes: the store's Arrow path
         store.insert(
             "runs",
             [{"run_id": run_id, "state": "finished" if k < 2 else "running",
-              "created_at": f"{day} 10:00:00", "updated_at": f"{day} 11:00:00",
-              "config": {}, "manifest": {}}],
+              "created_at": started, "updated_at": started + timedelta(hours=1),
+              "config": {}, "manifest": {},
+              "summary": {"wall_s": 3600.0} if k < 2 else None}],
         )  # fmt: skip
         for offset in range(0, count, BATCH):
             rows = synthetic_rows(
@@ -55,11 +57,13 @@ def build(path: Path, n: int) -> float:
 
 
 def _rendered(page) -> None:
-    page.wait_for_selector('[data-testid="stImage"] img', timeout=120_000)
-    page.wait_for_selector('[data-testid="stGraphVizChart"] svg g.node', timeout=120_000)
+    """Six plotly charts (rounds, clusters, modes, roles, the tree, the quotient graph) drawn,
+    the tree's and the quotient graph's nodes among them."""
     page.wait_for_function(
-        "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=120_000
+        "document.querySelectorAll('.js-plotly-plot').length >= 6", timeout=120_000
     )
+    for key in ("tree_chart", "quotient_chart"):
+        page.wait_for_selector(f".st-key-{key} .js-plotly-plot g.textpoint", timeout=120_000)
 
 
 def browser_load(url: str, chromium: str, loads: int) -> list[tuple[float, float]]:

@@ -6,10 +6,12 @@ import pytest
 from typer.testing import CliRunner
 
 from trajsynth.cli.main import app
-from trajsynth.dashboards import dashboard_command, queries, tree_dot
-from trajsynth.dashboards.views import quotient_graph_svg
+from trajsynth.dashboards import dashboard_command, queries
+from trajsynth.dashboards.figures import quotient_figure, tree_figure
+from trajsynth.dashboards.views import load_transcript, quotient_graph
 from trajsynth.schemas import InputError
 from trajsynth.store import Store
+from trajsynth.store.summary import summarize_run
 
 
 def test_runs_newest_first_with_state_and_pass_rate(known_store: Store) -> None:
@@ -27,13 +29,25 @@ def test_runs_newest_first_with_state_and_pass_rate(known_store: Store) -> None:
     assert queries.run_ids(known_store) == ["run-alpha", "run-beta"]
 
 
-def test_overview_tokens_and_time_per_verified_trajectory(known_store: Store) -> None:
+def test_overview_counts(known_store: Store) -> None:
     o = queries.overview(known_store, "run-alpha")
     assert (o["n_tasks"], o["n_excluded"], o["total_tokens"]) == (2, 1, 4 * 100 + 4 * 200)
-    assert o["tokens_per_verified"] == 300.0 and o["wall_s_per_verified"] == 4.0
     everything = queries.overview(known_store, None)
     assert (everything["n_trajectories"], everything["n_passed"]) == (10, 5)
     assert everything["pass_rate"] == pytest.approx(5 / 8)
+
+
+def test_costs_per_verified_are_the_run_summarys(known_store: Store) -> None:
+    summary, final = queries.run_summary(known_store, "run-alpha")
+    # the wall time the run stored at its end (120 s), not the trajectories' summed 16 s
+    assert final and summary.wall_s == 120.0
+    assert summary == summarize_run(known_store, "run-alpha", wall_s=120.0)
+    # tokens of every LLM call (planner, user, assistant: 523 + 1,050) per passed trajectory
+    assert summary.passed == 4 and summary.tokens_per_verified == (523 + 1050) / 4
+    assert summary.seconds_per_verified == 30.0
+    running, final = queries.run_summary(known_store, "run-beta")
+    assert not final and running.passed == 1  # still running: the time so far
+    assert running.wall_s > 0 and running.seconds_per_verified == running.wall_s
 
 
 def test_distributions_by_cluster_mode_and_round(known_store: Store) -> None:
@@ -51,9 +65,9 @@ def test_distributions_by_cluster_mode_and_round(known_store: Store) -> None:
     beta_modes = queries.by_mode(known_store, "run-beta")
     assert [(r["mode"], r["n_trajectories"]) for r in beta_modes] == [("(unscored)", 2)]
     rounds = queries.by_round(known_store, "run-alpha")
-    assert [(r["round"], r["total_tokens"], r["pass_rate"]) for r in rounds] == [
-        (0, 400, 0.75),
-        (1, 800, pytest.approx(1 / 3)),
+    assert [(r["round"], r["total_tokens"], r["pass_rate"], r["trajectory_s"]) for r in rounds] == [
+        (0, 400, 0.75, 8.0),
+        (1, 800, pytest.approx(1 / 3), 8.0),
     ]
 
 
@@ -78,7 +92,7 @@ def test_tokens_by_role_sum_llm_calls(known_store: Store) -> None:
     assert roles["user"]["completion_tokens"] == 4 * 12 + 4 * 25
 
 
-def test_task_tree_drawn_with_leaf_outcomes(known_store: Store) -> None:
+def test_task_tree_drawn_in_layers_with_leaf_outcomes(known_store: Store) -> None:
     tasks = queries.tasks(known_store, "run-alpha")
     assert [t["blueprint_id"] for t in tasks] == ["task-a1", "task-a2"]  # mixed outcomes first
     trees = queries.trees_of_task(known_store, "task-a1")
@@ -86,24 +100,62 @@ def test_task_tree_drawn_with_leaf_outcomes(known_store: Store) -> None:
     nodes, leaves = queries.task_tree(known_store, "tree-task-a1")
     assert len(nodes) == 8 and len(leaves) == 4
     assert all("messages" not in n for n in nodes)
-    dot = tree_dot(nodes, leaves)
-    assert dot.count("->") == 7  # every node but the root has its edge
-    assert dot.count("\\npass") == 3 and dot.count("\\nfail") == 1
-    assert "pruned: repeated_call" in dot and "v=0.50" in dot
-    excluded = tree_dot(*queries.task_tree(known_store, "tree-task-a2"))
-    assert excluded.count("\\nexcluded") == 1
+    fig = tree_figure(nodes, leaves)
+    edges, points = fig.data
+    assert len([x for x in edges.x if x is None]) == 7  # every node but the root has its edge
+    labels = " ".join(points.text)
+    assert labels.count("pass") == 3 and labels.count("fail") == 1
+    assert "pruned: repeated_call" in labels
+    assert any("value 0.50" in h for h in points.hovertext)  # long text in the hover
+    # one column per depth, no two nodes in one place, every parent level with its children
+    pos = dict(zip(points.customdata, zip(points.x, points.y, strict=True), strict=True))
+    assert {x for x, _ in pos.values()} == {0.0, 1.0, 2.0}
+    assert len(set(pos.values())) == 8
+    by_id = {n["node_id"]: n for n in nodes}
+    for node_id, (_, y) in pos.items():
+        kids = [pos[c][1] for c, n in by_id.items() if n["parent_id"] == node_id]
+        if kids:
+            assert y == pytest.approx(sum(kids) / len(kids))
+    assert fig.layout.dragmode == "pan" and fig.layout.height >= 360
+    excluded = tree_figure(*queries.task_tree(known_store, "tree-task-a2"))
+    assert sum("excluded" in t for t in excluded.data[1].text) == 1
+    outcomes = queries.trajectories_of_tree(known_store, "tree-task-a1")
+    assert [(r["trajectory_id"], r["passed"]) for r in outcomes][-1] == ("task-a1-t3", False)
 
 
 def test_quotient_graph_of_a_task(known_store: Store) -> None:
-    svg, metrics = quotient_graph_svg(known_store, "task-a1")
-    assert "<svg" in svg
+    graph, metrics = quotient_graph(known_store, "task-a1")
     assert (
         metrics["n_rollouts"] == 4
         and metrics["pass_rate"] == 0.75
         and metrics["error_branch_ratio"] == 0.5
     )
+    fig = quotient_figure(graph)
+    points = fig.data[-1]
+    assert set(points.text) == {"start", "S1", "E1", "success", "fail"}
+    xs = dict(zip(points.text, points.x, strict=True))
+    assert xs["start"] < xs["S1"] < xs["success"] == xs["fail"]  # layers, terminals last
+    ys = dict(zip(points.text, points.y, strict=True))
+    assert ys["S1"] == ys["success"] and ys["E1"] == ys["fail"]  # no crossing edges
+    assert len(set(zip(points.x, points.y, strict=True))) == len(points.x)  # none overlap
     with pytest.raises(InputError, match="no trajectories for task 'nope'"):
-        quotient_graph_svg(known_store, "nope")
+        quotient_graph(known_store, "nope")
+
+
+def test_transcript_of_a_trajectory(known_store: Store) -> None:
+    t = load_transcript(known_store, "task-a1-t3")
+    assert t.passed is False and t.cluster_id == "shop"
+    kinds = [e.kind for e in t.entries]
+    assert "user" in kinds and "call" in kinds and "result" in kinds and "assistant" in kinds
+    call = next(e for e in t.entries if e.kind == "call")
+    assert call.name == "get_order" and "X9" in (call.arguments or "")
+    assert [(c.kind, c.passed, c.why) for c in t.constraints][-1] == (
+        "final_state",
+        False,
+        "order X9 does not exist",
+    )
+    with pytest.raises(InputError, match="no trajectory with id 'nope'"):
+        load_transcript(known_store, "nope")
 
 
 def test_dashboard_command_binds_loopback(tmp_path) -> None:
@@ -133,3 +185,24 @@ def test_page_reads_every_figure_in_one_go(known_store: Store, tmp_path) -> None
     empty.migrate()  # a store with tables and no rows yet
     nothing = queries.page(empty, None)
     assert nothing["runs"] == [] and nothing["overview"]["n_trajectories"] == 0
+
+
+def test_the_page_agrees_with_synth_stats_and_the_run_summary(known_store: Store) -> None:
+    from trajsynth.cli.commands.stats import collect_stats
+
+    page = queries.page(known_store, "run-alpha")["overview"]
+    stats = collect_stats(known_store, "run-alpha")
+    summary, _ = queries.run_summary(known_store, "run-alpha")
+    for key in ("n_trajectories", "n_tasks", "n_passed", "n_excluded"):
+        assert page[key] == stats[key], key
+    assert page["pass_rate"] == pytest.approx(stats["pass_rate"]) == summary.pass_rate
+    assert (page["n_passed"], page["n_verified"]) == (summary.passed, summary.counted)
+    clusters = {r["cluster_id"]: r for r in queries.by_cluster(known_store, "run-alpha")}
+    for c in stats["pass_rate_by_cluster"]:
+        row = clusters[c["cluster_id"]]
+        assert (row["n_trajectories"], row["n_passed"], row["n_excluded"]) == (
+            c["n"],
+            c["passed"],
+            c["excluded"],
+        )
+        assert row["pass_rate"] == pytest.approx(c["pass_rate"])

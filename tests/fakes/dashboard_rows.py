@@ -33,7 +33,9 @@ def merge(*parts: Rows) -> Rows:
     return out
 
 
-def run_row(run_id: str, state: str, created_at: datetime) -> Rows:
+def run_row(run_id: str, state: str, created_at: datetime, *, wall_s: float | None = None) -> Rows:
+    """A run; ``wall_s`` given: a finished run whose stored summary holds that wall time (the
+    time ``synth run`` measured, not a sum over trajectories)."""
     return {
         "runs": [
             {
@@ -43,7 +45,7 @@ def run_row(run_id: str, state: str, created_at: datetime) -> Rows:
                 "state": state,
                 "config": {"seed": 0},
                 "manifest": {},
-                "summary": None,
+                "summary": None if wall_s is None else {"run_id": run_id, "wall_s": wall_s},
             }
         ]
     }
@@ -117,10 +119,16 @@ def task_rows(
         if outcome != "unverified":
             rows["verdicts"].append(
                 {
-                    "verdict_id": f"v-{tid}", "trajectory_id": tid, "results": [],
+                    "verdict_id": f"v-{tid}", "trajectory_id": tid,
+                    "results": _results(outcome == "pass"),
                     "passed": outcome == "pass", "score": 1.0 if outcome == "pass" else 0.0,
                     "excluded": outcome == "excluded",
                 }
+            )  # fmt: skip
+        if outcome == "fail":  # what curation's signals flag on a failed lookup
+            rows.setdefault("signals", []).append(
+                {"trajectory_id": tid, "run_id": run_id, "round": round_,
+                 "failure_rate": 1.0, "failure": True, "no_progress": True}
             )  # fmt: skip
         if modes is not None:
             rows["scores"].append(
@@ -133,6 +141,16 @@ def task_rows(
         ]
     rows["trees"][0]["n_nodes"] = len(nodes)
     return rows
+
+
+def _results(passed: bool) -> list[dict[str, Any]]:
+    """Constraint results as the verifier writes them: a call check and a state check."""
+    return [
+        {"index": 0, "kind": "tool_called", "hard": True, "passed": True,
+         "detail": "get_order was called"},
+        {"index": 1, "kind": "final_state", "hard": True, "passed": passed,
+         "detail": "order W1 read" if passed else "order X9 does not exist"},
+    ]  # fmt: skip
 
 
 def _node(

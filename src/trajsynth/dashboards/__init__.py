@@ -1,5 +1,6 @@
 """The dashboard over the DuckDB store: a Streamlit page (``app.py``) fed by SQL aggregates
-(``queries.py``), started on loopback by ``synth dashboard`` (``server.py``)."""
+(``queries.py``) and the run summary (``store.summary``), drawn with plotly (``figures.py``),
+started on loopback by ``synth dashboard`` (``server.py``)."""
 
 from trajsynth.dashboards.server import (
     APP_PATH,
@@ -8,13 +9,11 @@ from trajsynth.dashboards.server import (
     start_dashboard,
     wait_until_ready,
 )
-from trajsynth.dashboards.tree import tree_dot
 
 __all__ = [
     "APP_PATH",
     "dashboard_command",
     "free_port",
     "start_dashboard",
-    "tree_dot",
     "wait_until_ready",
 ]

@@ -12,15 +12,17 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from trajsynth.dashboards import queries
-from trajsynth.dashboards.tree import tree_dot
+from trajsynth.dashboards.figures import PLOTLY_CONFIG, quotient_figure, tree_figure
 from trajsynth.schemas import InputError
 from trajsynth.store import Store
+from trajsynth.store.summary import RunSummary
 
 CACHE_TTL_S = 5.0
 ALL_RUNS = "(all runs)"
@@ -67,11 +69,21 @@ def _tree(store_path: str, tree_id: str) -> tuple[list[dict[str, Any]], list[dic
     return queries.task_tree(Store(store_path), tree_id)
 
 
-@st.cache_data(ttl=60.0, show_spinner=False)
-def _quotient(store_path: str, task_id: str) -> tuple[str, dict[str, Any]]:
-    from trajsynth.dashboards.views import quotient_graph_svg  # curation code, loaded on demand
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _summary(store_path: str, run_id: str) -> tuple[RunSummary, bool]:
+    return queries.run_summary(Store(store_path), run_id)
 
-    return quotient_graph_svg(Store(store_path), task_id)
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _tree_trajectories(store_path: str, tree_id: str) -> list[dict[str, Any]]:
+    return queries.trajectories_of_tree(Store(store_path), tree_id)
+
+
+@st.cache_data(ttl=60.0, show_spinner=False)
+def _quotient(store_path: str, task_id: str) -> tuple[Any, dict[str, Any]]:
+    from trajsynth.dashboards.views import quotient_graph  # curation code, loaded on demand
+
+    return quotient_graph(Store(store_path), task_id)
 
 
 # --- formatting ----------------------------------------------------------------------------
@@ -82,7 +94,7 @@ def _pct(x: float | None) -> str:
 def _num(x: float | int | None, digits: int = 3) -> str:
     if x is None:
         return "–"
-    return f"{x:,}" if isinstance(x, int) else f"{x:.{digits}f}"
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.{digits}f}"
 
 
 def _table(rows: list[dict[str, Any]], columns: dict[str, Callable[[Any], str]]) -> None:
@@ -126,16 +138,43 @@ def _runs_section(path: str) -> str | None:
     return None if choice == ALL_RUNS else choice
 
 
+def _costs(path: str, run_id: str | None) -> tuple[float | None, float | None, float, bool]:
+    """Tokens and seconds per passed trajectory and the wall time, from the run summary
+    (``store.summary.summarize_run``, what ``synth run`` prints); all runs: their sums."""
+    ids = [run_id] if run_id else [r["run_id"] for r in _runs(path)]
+    summaries = [_summary(path, rid) for rid in ids]
+    passed = sum(s.passed for s, _ in summaries)
+    tokens = sum(sum(s.tokens_by_role.values()) for s, _ in summaries)
+    wall = sum(s.wall_s for s, _ in summaries)
+    final = all(f for _, f in summaries)
+    if run_id:  # one run: the summary's own figures, untouched
+        only = summaries[0][0]
+        return only.tokens_per_verified, only.seconds_per_verified, only.wall_s, final
+    return (tokens / passed if passed else None), (wall / passed if passed else None), wall, final
+
+
 def _overview_section(path: str, run_id: str | None) -> None:
     o = _page(path, run_id)["overview"]
     st.header(f"Run {run_id}" if run_id else "All runs")
-    cols = st.columns(6)
+    tokens_pv, seconds_pv, wall_s, final = _costs(path, run_id)
+    cols = st.columns(4)  # two rows of four: a label never cut short
     cols[0].metric("Trajectories", _num(o.get("n_trajectories")))
     cols[1].metric("Tasks", _num(o.get("n_tasks")))
     cols[2].metric("Pass rate", _pct(o.get("pass_rate")), help="excluded verdicts left out")
     cols[3].metric("Excluded", _num(o.get("n_excluded")))
-    cols[4].metric("Tokens / verified", _num(o.get("tokens_per_verified"), 0))
-    cols[5].metric("Seconds / verified", _num(o.get("wall_s_per_verified"), 2))
+    cols = st.columns(4)
+    cols[0].metric(
+        "Tokens / verified", _num(tokens_pv, 0),
+        help="LLM tokens of every role (llm_calls) per passed trajectory, as in the run summary",
+    )  # fmt: skip
+    cols[1].metric(
+        "Seconds / verified", _num(seconds_pv, 2),
+        help="the run's wall time per passed trajectory, as in the run summary",
+    )  # fmt: skip
+    cols[2].metric(
+        "Wall time", f"{wall_s:,.1f} s" if wall_s < 1000 else f"{wall_s:,.0f} s",
+        help="from the run summary" if final else "the run has not finished: time so far",
+    )  # fmt: skip
 
 
 def _rounds_section(path: str, run_id: str | None) -> None:
@@ -225,9 +264,13 @@ def _cost_section(path: str, run_id: str | None) -> None:
             rounds,
             {
                 "round": str, "n_trajectories": _num, "pass_rate": _pct,
-                "total_tokens": _num, "wall_s": lambda v: _num(v, 1),
+                "total_tokens": _num, "trajectory_s": lambda v: _num(v, 1),
             },
         )  # fmt: skip
+        st.caption(
+            "trajectory_s sums each trajectory's own seconds; rollouts overlap, so it is not "
+            "the wall time (see the run's Wall time above)."
+        )
     with right:
         st.subheader("LLM calls by role")
         if not roles:
@@ -252,43 +295,154 @@ def _cost_section(path: str, run_id: str | None) -> None:
         )  # fmt: skip
 
 
+def _link(label: str, **params: str) -> str:
+    """A markdown link to this page with ``params`` as its query string."""
+    query = "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
+    return f"[{label}](?{query})"
+
+
+def _md_table(rows: list[dict[str, Any]], columns: dict[str, Callable[[Any], str]]) -> None:
+    """A markdown table (its cells may hold links, which ``st.table`` cannot)."""
+    head = "| " + " | ".join(columns) + " |"
+    rule = "| " + " | ".join("---" for _ in columns) + " |"
+    body = [
+        "| "
+        + " | ".join(fmt(row.get(name)).replace("|", "\\|") for name, fmt in columns.items())
+        + " |"
+        for row in rows
+    ]
+    st.markdown("\n".join([head, rule, *body]))
+
+
+def _outcome(row: dict[str, Any]) -> str:
+    if row.get("excluded"):
+        return "excluded"
+    if row.get("passed") is None:
+        return "unverified"
+    return "pass" if row["passed"] else "fail"
+
+
 def _task_section(path: str, run_id: str | None) -> None:
-    st.header("A task: rollout tree and quotient graph")
+    st.header("Tasks")
     tasks = _page(path, run_id)["tasks"]
     if not tasks:
         st.info("No tasks with trajectories in this run.")
         return
+    with st.expander(f"All {len(tasks)} tasks (links open a task)", expanded=False):
+        _md_table(
+            tasks,
+            {
+                "blueprint_id": lambda v: _link(str(v), task=str(v)),
+                "cluster_id": str, "n_trajectories": _num, "n_passed": _num, "pass_rate": _pct,
+            },
+        )  # fmt: skip
     labels = {
         r["blueprint_id"]: f"{r['blueprint_id']} · {r['cluster_id']} · "
         f"{r['n_trajectories']} rollouts · pass {_pct(r['pass_rate'])}"
         for r in tasks
     }
-    task_id = st.selectbox("Task", list(labels), format_func=labels.__getitem__)
+    asked = st.query_params.get("task")
+    index = list(labels).index(asked) if asked in labels else 0
+    task_id = st.selectbox("Task", list(labels), index=index, format_func=labels.__getitem__)
     trees = _trees(path, task_id)
-    left, right = st.columns(2)
-    with left:
-        st.subheader("Rollout tree")
-        if not trees:
-            st.info("No rollout tree stored for this task.")
-        else:
-            tree_id = trees[0]["tree_id"]
-            if len(trees) > 1:
-                tree_id = st.selectbox("Tree", [t["tree_id"] for t in trees])
-            nodes, leaves = _tree(path, tree_id)
-            st.caption(f"tree {tree_id}: {len(nodes)} nodes, {len(leaves)} leaves")
-            st.graphviz_chart(tree_dot(nodes, leaves))
-    with right:
-        st.subheader("Quotient graph")
-        try:
-            svg, metrics = _quotient(path, task_id)
-        except InputError as exc:
-            st.warning(str(exc))
-            return
-        st.image(svg, caption=f"quotient graph of {task_id}")
-        _table(
-            [{"metric": k, "value": v} for k, v in metrics.items() if not isinstance(v, dict)],
-            {"metric": str, "value": lambda v: _num(v) if isinstance(v, float) else str(v)},
+    st.subheader("Rollout tree")
+    if not trees:
+        st.info("No rollout tree stored for this task.")
+    else:
+        tree_ids = [t["tree_id"] for t in trees]
+        asked_tree = st.query_params.get("tree")
+        tree_id = tree_ids[0]
+        if len(trees) > 1:
+            _md_table(
+                trees,
+                {
+                    "tree_id": lambda v: _link(str(v), task=task_id, tree=str(v)),
+                    "round": str, "n_nodes": _num, "n_leaves": _num,
+                },
+            )  # fmt: skip
+            start = tree_ids.index(asked_tree) if asked_tree in tree_ids else 0
+            tree_id = st.selectbox("Tree", tree_ids, index=start)
+        nodes, leaves = _tree(path, tree_id)
+        st.caption(
+            f"tree {tree_id}: {len(nodes)} nodes, {len(leaves)} leaves · drag to pan, wheel or "
+            "box to zoom, double-click to reset · hover a node for its id, value and trajectory"
         )
+        st.plotly_chart(
+            tree_figure(nodes, leaves, title=f"rollout tree {tree_id}"),
+            key="tree_chart", width="stretch", config=PLOTLY_CONFIG,
+        )  # fmt: skip
+        st.markdown("**Trajectories of this tree** (links open the transcript)")
+        _md_table(
+            [r | {"outcome": _outcome(r)} for r in _tree_trajectories(path, tree_id)],
+            {
+                "trajectory_id": lambda v: _link(str(v), trajectory=str(v)),
+                "outcome": str, "termination": str, "failure_class": lambda v: v or "",
+                "total_tokens": _num,
+            },
+        )  # fmt: skip
+    st.subheader("Quotient graph")
+    try:
+        graph, metrics = _quotient(path, task_id)
+    except InputError as exc:
+        st.warning(str(exc))
+        return
+    st.plotly_chart(
+        quotient_figure(graph, title=f"quotient graph of {task_id}"),
+        key="quotient_chart", width="stretch", config=PLOTLY_CONFIG,
+    )  # fmt: skip
+    _table(
+        [{"metric": k, "value": v} for k, v in metrics.items() if not isinstance(v, dict)],
+        {"metric": str, "value": lambda v: _num(v) if isinstance(v, float) else str(v)},
+    )
+
+
+# --- the transcript page (?trajectory=ID) -----------------------------------------------------
+def _transcript_page(path: str, trajectory_id: str) -> None:
+    from trajsynth.dashboards.views import load_transcript  # curation code, loaded on demand
+
+    st.markdown("[← back to the dashboard](?)")
+    try:
+        t = load_transcript(Store(path), trajectory_id)
+    except InputError as exc:
+        st.error(str(exc))
+        return
+    st.header(f"Trajectory {t.trajectory_id}")
+    if t.passed is None:
+        verdict = "not verified"
+    elif t.excluded:
+        verdict = f"excluded ({t.failure_class})"
+    else:
+        verdict = "PASSED" if t.passed else "FAILED"
+    score = "" if t.score is None else f" · score {t.score:.2f}"
+    st.markdown(
+        f"**Verdict: {verdict}**{score} · cluster `{t.cluster_id}` · termination "
+        f"`{t.termination}` · failure class `{t.failure_class or 'none'}`"
+        + (f" ({t.failure_detail})" if t.failure_detail else "")
+    )
+    st.subheader("Turns")
+    for e in t.entries:
+        if e.kind == "call":
+            st.markdown(f"**call** `{e.name}`")
+            st.code(e.arguments or "", language="json")
+        elif e.kind == "result":
+            flag = " (error)" if e.error else ""
+            folded = f" · {e.folded_lines} lines folded" if e.folded_lines else ""
+            st.markdown(f"**result** of `{e.name or ''}`{flag}{folded}")
+            st.code(e.text, language=None)
+        else:
+            st.markdown(f"**{e.kind}**")
+            st.markdown(e.text or "_(empty)_")
+    st.subheader("Verdict per constraint")
+    if t.constraints:
+        _table(
+            [c.model_dump() for c in t.constraints],
+            {"kind": str, "hard": lambda v: "hard" if v else "soft",
+             "passed": lambda v: "pass" if v else "FAIL", "why": str},
+        )  # fmt: skip
+    else:
+        st.info("No constraint results stored for this trajectory.")
+    st.subheader("Signals fired")
+    st.markdown(", ".join(f"`{s}`" for s in t.signals_fired) or "none")
 
 
 def main(argv: Sequence[str] = ()) -> None:
@@ -301,6 +455,10 @@ def main(argv: Sequence[str] = ()) -> None:
         st.cache_data.clear()
     if not Path(path).exists():
         st.error(f"No store at {path}: run `synth run` first, or pass `--store`.")
+        return
+    trajectory_id = st.query_params.get("trajectory")
+    if trajectory_id:
+        _transcript_page(path, trajectory_id)
         return
     run_id = _runs_section(path)
     if run_id is None and not _runs(path):

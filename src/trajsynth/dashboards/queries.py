@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from trajsynth.store import Store
+from trajsynth.store.summary import RunSummary, summarize_run
 
 __all__ = [
     "PAGE_QUERIES",
@@ -26,7 +28,9 @@ __all__ = [
     "round_stats",
     "run_ids",
     "runs",
+    "run_summary",
     "task_tree",
+    "trajectories_of_tree",
     "tasks",
     "page",
     "time_page",
@@ -115,8 +119,7 @@ def _overview_sql(run_id: str | None) -> Statement:
     return (
         f"""
         SELECT count(DISTINCT t.blueprint_id) AS n_tasks, {_PASS_COLUMNS},
-               coalesce(sum(t.total_tokens), 0) AS total_tokens,
-               coalesce(sum(t.wall_s), 0) AS wall_s
+               coalesce(sum(t.total_tokens), 0) AS total_tokens
         FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
         {where}
         """,
@@ -125,11 +128,32 @@ def _overview_sql(run_id: str | None) -> Statement:
 
 
 def _overview_post(rows: Rows) -> dict[str, Any]:
-    out = dict(rows[0]) if rows else {}
-    n_passed = out.get("n_passed") or 0
-    out["tokens_per_verified"] = out["total_tokens"] / n_passed if n_passed else None
-    out["wall_s_per_verified"] = out["wall_s"] / n_passed if n_passed else None
-    return out
+    # per-verified costs and wall time are the run summary's (``run_summary``), not sums here
+    return dict(rows[0]) if rows else {}
+
+
+def run_wall_s(store: Store, run_id: str) -> tuple[float, bool]:
+    """The run's wall time and whether it is final: the stored run summary's ``wall_s`` once
+    the run finished (what ``synth run`` printed), else the seconds since it started."""
+    rows = store.query("SELECT created_at, summary FROM runs WHERE run_id = ?", [run_id])
+    if not rows:
+        return 0.0, False
+    stored = rows[0]["summary"]
+    if isinstance(stored, dict) and stored.get("wall_s") is not None:
+        return float(stored["wall_s"]), True
+    created = rows[0]["created_at"]
+    if created is None:
+        return 0.0, False
+    now = datetime.now(UTC).replace(tzinfo=None)  # the store keeps naive UTC times
+    return max(0.0, (now - created).total_seconds()), False
+
+
+def run_summary(store: Store, run_id: str) -> tuple[RunSummary, bool]:
+    """The run's summary, computed by ``store.summary.summarize_run`` (the same function that
+    ``synth run`` prints at its end) with the wall time of ``run_wall_s``; and whether that
+    wall time is final. The dashboard's per-verified costs and wall time are read from it."""
+    wall_s, final = run_wall_s(store, run_id)
+    return summarize_run(store, run_id, wall_s=wall_s), final
 
 
 def round_stats(store: Store, run_id: str | None, tables: set[str] | None = None) -> Rows:
@@ -192,7 +216,10 @@ def _by_mode_sql(run_id: str | None) -> Statement:
 
 
 def by_round(store: Store, run_id: str | None) -> Rows:
-    """Pass rate, tokens and time per round (from the trajectories themselves)."""
+    """Pass rate, tokens and time per round (from the trajectories themselves).
+
+    ``trajectory_s`` sums the trajectories' own seconds: rollouts of a tree share a prefix and
+    run side by side, so this is not wall time (that is the run summary's ``wall_s``)."""
     return store.query(*_by_round_sql(run_id))
 
 
@@ -202,7 +229,7 @@ def _by_round_sql(run_id: str | None) -> Statement:
         f"""
         SELECT t.round, {_PASS_COLUMNS},
                coalesce(sum(t.total_tokens), 0) AS total_tokens,
-               coalesce(sum(t.wall_s), 0) AS wall_s
+               coalesce(sum(t.wall_s), 0) AS trajectory_s
         FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
         {where} GROUP BY t.round ORDER BY t.round
         """,
@@ -280,6 +307,19 @@ def task_tree(store: Store, tree_id: str, max_nodes: int = 400) -> tuple[Rows, R
         [tree_id],
     )
     return nodes, leaves
+
+
+def trajectories_of_tree(store: Store, tree_id: str) -> Rows:
+    """One tree's trajectories with their outcome, for the table linking to transcripts."""
+    return store.query(
+        f"""
+        SELECT t.trajectory_id, t.leaf_node_id, t.termination, t.failure_class,
+               t.total_tokens, v.passed, v.excluded
+        FROM trajectories t LEFT JOIN {_VERDICTS} v USING (trajectory_id)
+        WHERE t.tree_id = ? ORDER BY t.trajectory_id
+        """,
+        [tree_id],
+    )
 
 
 # The queries one load of the main page runs (the task section adds its own on demand):

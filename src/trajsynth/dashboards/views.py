@@ -1,24 +1,30 @@
-"""Views over the store that need more than SQL: the dashboard's curation drawings.
+"""Views over the store that need more than SQL: the dashboard's curation drawings and the
+transcript of one trajectory.
 
-``quotient_graph_svg`` draws a task's quotient graph (METHODS.md §8) the way ``synth topo``
-does: it loads that one task's trajectories and verdicts and calls ``curation.topology``.
+``quotient_graph`` builds a task's quotient graph (METHODS.md §8) the way ``synth topo`` does:
+it loads that one task's trajectories and verdicts and calls ``curation.topology``.
+``load_transcript`` reads one trajectory with its verdict and signals and hands them to
+``curation.transcript.transcript`` (the reading ``synth show trajectory`` prints).
 """
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from trajsynth.curation.topology import build_quotient_graph, draw_quotient_graph, task_metrics
+import networkx as nx
+
+from trajsynth.curation.topology import build_quotient_graph, task_metrics
+from trajsynth.curation.transcript import Transcript, transcript
+from trajsynth.schemas import InputError, Signals, Trajectory, Verdict
 from trajsynth.store import Store
+from trajsynth.store.rows import model_from_row
 from trajsynth.store.tasks import load_task
 
-__all__ = ["quotient_graph_svg"]
+__all__ = ["load_transcript", "quotient_graph"]
 
 
-def quotient_graph_svg(store: Store, task_id: str) -> tuple[str, dict[str, Any]]:
-    """The task's quotient graph as SVG text, and its topology metrics (``TaskTopology``).
+def quotient_graph(store: Store, task_id: str) -> tuple[nx.MultiDiGraph, dict[str, Any]]:
+    """The task's quotient graph and its topology metrics (``TaskTopology``).
 
     Raises ``InputError`` when the store holds no trajectory of the task.
     """
@@ -26,7 +32,21 @@ def quotient_graph_svg(store: Store, task_id: str) -> tuple[str, dict[str, Any]]
     graph = build_quotient_graph(
         trajectories, verdicts, write_tools=write_tools, hidden_info=hidden
     )
-    with tempfile.TemporaryDirectory(prefix="trajsynth-topo-") as tmp:
-        path = draw_quotient_graph(graph, Path(tmp) / "graph.svg")
-        svg = path.read_text()
-    return svg, task_metrics(graph).model_dump(mode="json")
+    return graph, task_metrics(graph).model_dump(mode="json")
+
+
+def load_transcript(store: Store, trajectory_id: str) -> Transcript:
+    """The transcript of a stored trajectory (any unique id prefix), with its verdict and
+    signals when curation stored them. Raises ``InputError`` for an unknown id."""
+    row = store.get("trajectories", trajectory_id)
+    if row is None:
+        raise InputError(f"no trajectory with id {trajectory_id!r} in {store.path}")
+    trajectory = model_from_row(Trajectory, row)
+    tid = [trajectory.trajectory_id]
+    verdicts = store.query("SELECT * FROM verdicts WHERE trajectory_id = ?", tid)
+    signals = store.query("SELECT * FROM signals WHERE trajectory_id = ?", tid)
+    return transcript(
+        trajectory,
+        model_from_row(Verdict, verdicts[0]) if verdicts else None,
+        model_from_row(Signals, signals[0]) if signals else None,
+    )

@@ -58,6 +58,11 @@ def _failed_units(store: Store, run_id: str, top: int = 3) -> tuple[dict[str, in
     )
     return {r["k"]: int(r["n"]) for r in by_class}, [f"{r['n']} x {r['error']}" for r in errors]
 
+    @property
+    def seconds_per_verified(self) -> float | None:
+        """Wall time per passed trajectory (the dashboard's "Seconds / verified")."""
+        return self.wall_s / self.passed if self.passed else None
+
 
 def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
     q = store.query
