@@ -32,6 +32,11 @@ class RunSummary(BaseModel):
     failed_units: dict[str, int] = {}
     failed_unit_errors: list[str] = []  # the most frequent error lines, with their counts
 
+    @property
+    def seconds_per_verified(self) -> float | None:
+        """Wall time per passed trajectory (the dashboard's "Seconds / verified")."""
+        return self.wall_s / self.passed if self.passed else None
+
 
 # each outstanding unit's latest failure: a unit that failed and later succeeded is done
 _OUTSTANDING = """
@@ -57,11 +62,6 @@ def _failed_units(store: Store, run_id: str, top: int = 3) -> tuple[dict[str, in
         [run_id, run_id],
     )
     return {r["k"]: int(r["n"]) for r in by_class}, [f"{r['n']} x {r['error']}" for r in errors]
-
-    @property
-    def seconds_per_verified(self) -> float | None:
-        """Wall time per passed trajectory (the dashboard's "Seconds / verified")."""
-        return self.wall_s / self.passed if self.passed else None
 
 
 def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
