@@ -68,7 +68,9 @@ def test_the_run_table_shows_failed_units_by_class_with_their_errors(tmp_path: P
     unit = UnitRef(kind="rollout", unit_id="tree:bp_9", round=0, blueprint_id="bp_9")
     record_failure(store, "run_a", unit, LLMError("server error 500 after retries"), attempts=3)
     console = Console(record=True, width=200)
-    print_summary(summarize_run(store, "run_a", wall_s=1.0), console=console, store_path="s")
+    print_summary(
+        summarize_run(store, "run_a", wall_s=1.0), console=console, store_path=str(store.path)
+    )
     text = console.export_text()
     assert "units failed (the next run retries them)" in text and "infra: 1" in text
     assert "1 x LLMError: server error 500 after retries" in text
