@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 
@@ -64,6 +65,10 @@ def run_and_report(
     from trajsynth.flows.build import build_dataset, run_id_for
     from trajsynth.flows.progress import progress_sink
     from trajsynth.flows.runners import task_runner_for
+
+    # importing prefect configures logging anew; HTTP request lines would flood the progress
+    for noisy in ("httpx", "httpcore", "openai", "docker", "urllib3", "mcp"):
+        logging.getLogger(noisy).setLevel(max(logging.getLogger().level, logging.WARNING))
 
     runner = task_runner_for(
         settings.run.task_runner, settings.run.task_runner_address, workers=concurrency
