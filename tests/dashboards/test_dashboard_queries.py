@@ -187,17 +187,20 @@ def test_page_reads_every_figure_in_one_go(known_store: Store, tmp_path) -> None
     assert nothing["runs"] == [] and nothing["overview"]["n_trajectories"] == 0
 
 
-def test_the_page_agrees_with_synth_stats_and_the_run_summary(known_store: Store) -> None:
+@pytest.mark.parametrize("run_id", ["run-alpha", "run-beta"])  # beta: unverified trajectories
+def test_the_page_agrees_with_synth_stats_and_the_run_summary(
+    known_store: Store, run_id: str
+) -> None:
     from trajsynth.cli.commands.stats import collect_stats
 
-    page = queries.page(known_store, "run-alpha")["overview"]
-    stats = collect_stats(known_store, "run-alpha")
-    summary, _ = queries.run_summary(known_store, "run-alpha")
+    page = queries.page(known_store, run_id)["overview"]
+    stats = collect_stats(known_store, run_id)
+    summary, _ = queries.run_summary(known_store, run_id)
     for key in ("n_trajectories", "n_tasks", "n_passed", "n_excluded"):
         assert page[key] == stats[key], key
     assert page["pass_rate"] == pytest.approx(stats["pass_rate"]) == summary.pass_rate
     assert (page["n_passed"], page["n_verified"]) == (summary.passed, summary.counted)
-    clusters = {r["cluster_id"]: r for r in queries.by_cluster(known_store, "run-alpha")}
+    clusters = {r["cluster_id"]: r for r in queries.by_cluster(known_store, run_id)}
     for c in stats["pass_rate_by_cluster"]:
         row = clusters[c["cluster_id"]]
         assert (row["n_trajectories"], row["n_passed"], row["n_excluded"]) == (

@@ -81,7 +81,8 @@ def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
     size = store.query(
         "SELECT count(*) AS n_trajectories, count(DISTINCT t.blueprint_id) AS n_tasks, "
         "count(*) FILTER (WHERE v.passed AND NOT coalesce(v.excluded, false)) AS n_passed, "
-        "count(*) FILTER (WHERE v.excluded) AS n_excluded, max(t.round) AS last_round "
+        "count(*) FILTER (WHERE v.excluded) AS n_excluded, max(t.round) AS last_round, "
+        "count(v.verdict_id) AS n_verified "
         "FROM trajectories t LEFT JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ?",
         [run],
     )[0]
@@ -90,13 +91,15 @@ def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
     clusters = store.query(
         "SELECT t.cluster_id, count(*) AS n, "
         "count(*) FILTER (WHERE v.passed AND NOT coalesce(v.excluded, false)) AS passed, "
-        "count(*) FILTER (WHERE v.excluded) AS excluded "
+        "count(*) FILTER (WHERE v.excluded) AS excluded, count(v.verdict_id) AS verified "
         "FROM trajectories t LEFT JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ? "
         "GROUP BY t.cluster_id ORDER BY t.cluster_id",
         [run],
     )
+    # the pass rate is the run summary's: passed over verified and not excluded (an
+    # unverified trajectory is neither)
     for c in clusters:
-        counted = c["n"] - c["excluded"]
+        counted = c.pop("verified") - c["excluded"]
         c["pass_rate"] = c["passed"] / counted if counted else None
     selected = store.query(
         "SELECT kind, count(*) FILTER (WHERE selected) AS n FROM selections "
@@ -112,7 +115,7 @@ def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
         _round_entry(r)
         for r in store.query("SELECT * FROM round_stats WHERE run_id = ? ORDER BY round", [run])
     ]
-    counted = size["n_trajectories"] - size["n_excluded"]
+    counted = size["n_verified"] - size["n_excluded"]
     out: dict[str, Any] = {
         "run_id": run,
         "curated": bool(rounds),
