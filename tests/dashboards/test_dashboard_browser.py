@@ -156,7 +156,11 @@ def test_dashboard_shows_the_store_in_chromium(server: str, known_store: Store) 
             assert q_box and q_box["width"] >= 0.97 * content
             q_labels = set(quotient.locator("g.textpoint text").all_text_contents())
             assert {"start", "success", "fail", "S1", "E1"} <= q_labels
-            assert "rl_score" in body and "0.340" in body  # the quotient graph's metrics
+            # the quotient graph's metrics: a table drawn after the chart (wait for it: a loaded
+            # machine renders the page in pieces)
+            page.wait_for_selector("text=rl_score", timeout=60_000)
+            body = page.inner_text("body")
+            assert "rl_score" in body and "0.340" in body
 
             # the tree's trajectories link to their transcripts; tasks link to their task
             links = page.locator('a[href*="trajectory="]')
