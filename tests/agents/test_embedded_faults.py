@@ -35,6 +35,10 @@ ASK = [
     Message(role=MessageRole.SYSTEM, content="You are a helpful calendar assistant."),
     Message(role=MessageRole.USER, content="Add a dentist appointment on 2024-05-01."),
 ]
+COUNT = [
+    Message(role=MessageRole.SYSTEM, content="You are a patient assistant."),
+    Message(role=MessageRole.USER, content="Write every number from 1 to 400, one per line."),
+]
 _CALL_TEXT = re.compile(r"(?m)^\s*functions\.")
 
 
@@ -71,9 +75,12 @@ async def test_a_request_given_up_on_is_never_computed(
         # as if the server had been measured very fast, with no slack: the timeout is the
         # 0.2 s setting
         monkeypatch.setattr(endpoints, "_TIMEOUT_SLACK_S", 0.0)
-        client.endpoint.observe(latency_s=0.001, prompt_tokens=0, completion_tokens=1000)
+        # (set, not observed: an earlier server on the same port may have left a measurement)
+        client.endpoint.seconds_per_token = 1e-6
         with pytest.raises(LLMError, match="timed out"):
-            await client.chat(ASK, role=AgentRole.USER, seed=2)
+            # an answer that cannot end early: a short one can finish inside 0.2 s on a quiet
+            # machine, and then it was computed, rightly
+            await client.chat(COUNT, role=AgentRole.USER, seed=2)
     assert server.restarts == ["timeout", "timeout"]
     assert server.computed_requests() == 0
     async with _client(server) as client:
