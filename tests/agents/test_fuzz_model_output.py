@@ -39,7 +39,6 @@ from trajsynth.schemas import (
     AgentRole,
     Blueprint,
     Budgets,
-    FailureClass,
     LLMConfig,
     LLMError,
     MessageRole,
@@ -224,11 +223,14 @@ class _Harness:
         self.loop.run_until_complete(self.client.aclose())
         self.loop.close()
 
-    def run(self, answer: bytes) -> None:
+    def run(self, answer: bytes) -> list[str]:
+        """The case's recorded outcomes: one per call, or how the turn ended without one."""
         self.answer = answer
-        self.loop.run_until_complete(self._case())
+        outcomes = self.loop.run_until_complete(self._case())
+        self.outcomes.update(outcomes)
+        return outcomes
 
-    async def _case(self) -> None:
+    async def _case(self) -> list[str]:
         episode = Episode(
             self.blueprint, self.env, self.client, Assistant(), UserSimulator(), Budgets()
         )
@@ -238,8 +240,7 @@ class _Harness:
                 path.messages, role=AgentRole.ASSISTANT, tools=episode.openai_tools, seed=1
             )
         except LLMError:
-            self.outcomes["infra: not a completion"] += 1
-            return
+            return ["infra: not a completion"]
         _check_result(result)
         await act(episode, path, result, user_seed=1)
         _, nodes = path_nodes("tree_fuzz", path)
@@ -261,11 +262,9 @@ class _Harness:
         for message in trajectory.messages:
             if message.role is MessageRole.ASSISTANT and message.content:
                 assert "\nfunctions." not in "\n" + message.content, message.content
-        for call in trajectory.calls:
-            assert call.failure_class in (None, FailureClass.MODEL, FailureClass.TOOL)
-            self.outcomes[f"call: {call.failure_class or 'ok'} {call.error_type or ''}"] += 1
         if not trajectory.calls:
-            self.outcomes["answer in words"] += 1
+            return ["answer in words"]
+        return [f"call: {c.failure_class or 'ok'} {c.error_type or ''}" for c in trajectory.calls]
 
 
 def _check_result(result: ChatResult) -> None:
@@ -289,6 +288,17 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Harness]:
         print(f"  {count:6d}  {outcome}")
 
 
+# a case ends as exactly these: an infra error (not a completion), words, or calls that are ok
+# or a recorded model/tool failure (never infra or simulator: the policy's output caused them)
+_RECORDED = ("infra: not a completion", "answer in words", "call: ok ", "call: model ",
+             "call: tool ")  # fmt: skip
+
+
+def _assert_recorded(outcomes: list[str]) -> None:
+    assert outcomes, "the case recorded nothing"
+    assert all(o.startswith(_RECORDED) for o in outcomes), outcomes
+
+
 _FUZZ = {
     "deadline": None,
     "derandomize": True,
@@ -299,11 +309,11 @@ _FUZZ = {
 @settings(max_examples=100, **_FUZZ)  # the fast tier; 10,000 in the slow one
 @given(answer=answers)
 def test_no_model_output_crashes_the_turn(harness: _Harness, answer: bytes) -> None:
-    harness.run(answer)
+    _assert_recorded(harness.run(answer))
 
 
 @pytest.mark.slow
 @settings(max_examples=10_000, **_FUZZ)
 @given(answer=answers)
 def test_no_model_output_crashes_the_turn_10k(harness: _Harness, answer: bytes) -> None:
-    harness.run(answer)
+    _assert_recorded(harness.run(answer))
