@@ -236,9 +236,12 @@ def show(
     """Show one stored record: a trajectory as its transcript (turns, calls, results, the
     verdict per constraint, signals), a tree drawn; ``--json`` prints the raw record."""
     if kind.rstrip("s") == "trajectory" and not as_json:
-        from trajsynth.cli.commands.transcript import load_transcript, render_transcript
+        from trajsynth.cli.commands.transcript import render_transcript
+        from trajsynth.curation.transcript import transcript
+        from trajsynth.store.tasks import load_trajectory
 
-        console.print(render_transcript(load_transcript(Store(settings().store_path), record_id)))
+        loaded = load_trajectory(Store(settings().store_path), record_id)
+        console.print(render_transcript(transcript(*loaded)))
         return
     if kind.rstrip("s") == "tree" and not as_json:
         from trajsynth.cli.commands.tree import render_tree

@@ -15,10 +15,8 @@ import networkx as nx
 
 from trajsynth.curation.topology import build_quotient_graph, task_metrics
 from trajsynth.curation.transcript import Transcript, transcript
-from trajsynth.schemas import InputError, Signals, Trajectory, Verdict
 from trajsynth.store import Store
-from trajsynth.store.rows import model_from_row
-from trajsynth.store.tasks import load_task
+from trajsynth.store.tasks import load_task, load_trajectory
 
 __all__ = ["load_transcript", "quotient_graph"]
 
@@ -36,17 +34,6 @@ def quotient_graph(store: Store, task_id: str) -> tuple[nx.MultiDiGraph, dict[st
 
 
 def load_transcript(store: Store, trajectory_id: str) -> Transcript:
-    """The transcript of a stored trajectory (any unique id prefix), with its verdict and
-    signals when curation stored them. Raises ``InputError`` for an unknown id."""
-    row = store.get("trajectories", trajectory_id)
-    if row is None:
-        raise InputError(f"no trajectory with id {trajectory_id!r} in {store.path}")
-    trajectory = model_from_row(Trajectory, row)
-    tid = [trajectory.trajectory_id]
-    verdicts = store.query("SELECT * FROM verdicts WHERE trajectory_id = ?", tid)
-    signals = store.query("SELECT * FROM signals WHERE trajectory_id = ?", tid)
-    return transcript(
-        trajectory,
-        model_from_row(Verdict, verdicts[0]) if verdicts else None,
-        model_from_row(Signals, signals[0]) if signals else None,
-    )
+    """The transcript of a stored trajectory (any unique id prefix). Raises ``InputError`` for
+    an unknown id."""
+    return transcript(*load_trajectory(store, trajectory_id))

@@ -8,29 +8,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from trajsynth.curation.transcript import Transcript, transcript
-from trajsynth.schemas import InputError, Signals, Trajectory, Verdict
-from trajsynth.store import Store
-from trajsynth.store.rows import model_from_row
+from trajsynth.curation.transcript import Transcript
 
-__all__ = ["load_transcript", "render_transcript"]
-
-
-def load_transcript(store: Store, trajectory_id: str) -> Transcript:
-    """The transcript of a stored trajectory (any unique id prefix), with its verdict and
-    signals when curation stored them."""
-    row = store.get("trajectories", trajectory_id)
-    if row is None:
-        raise InputError(f"no trajectory with id {trajectory_id!r} in {store.path}")
-    trajectory = model_from_row(Trajectory, row)
-    tid = [trajectory.trajectory_id]
-    verdicts = store.query("SELECT * FROM verdicts WHERE trajectory_id = ?", tid)
-    signals = store.query("SELECT * FROM signals WHERE trajectory_id = ?", tid)
-    return transcript(
-        trajectory,
-        model_from_row(Verdict, verdicts[0]) if verdicts else None,
-        model_from_row(Signals, signals[0]) if signals else None,
-    )
+__all__ = ["render_transcript"]
 
 
 _ROLE_STYLE = {"system": "dim", "user": "green", "assistant": "bold"}
