@@ -17,6 +17,8 @@ from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origi
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from trajsynth.schemas import MetricValue, Scores
+
 __all__ = [
     "ROW_MODELS",
     "BigInt",
@@ -278,30 +280,13 @@ class VerdictRow(Row):
 
 # --- curation --------------------------------------------------------------------------------
 @_table("scores")
-class ScoreRow(Row):
-    trajectory_id: str = Field(description="the trajectory")
-    mode: str | None = _c("reasoning mode (codebook cluster)")
-    mode_codebook: str | None = _c("the codebook that assigned it")
-    action_complexity: float | None = _c("cumulative action complexity (METHODS.md §5)")
-    n_steps: int | None = _c("tool-calling steps")
-    n_distinct_tools: int | None = _c("distinct tools called")
-    max_dep_depth: int | None = _c("deepest dependency chain along the path")
-    n_bound_args: int | None = _c("arguments fed from earlier outputs")
-    n_conditional: int | None = _c("steps that depend on a condition")
-    signature: str | None = _c("hash of the strategy (quotient-graph path)")
-    recovered: bool | None = _c("passed an error and still succeeded")
-    efficiency: float | None = _c("shortest success length over its own (successes only)")
-    sft_score: float | None = _c("the SFT selection score")
-    duplicate_of: str | None = _c("the near-duplicate it repeats (NULL: none)")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round")
-    mode_label: str | None = _c("the mode's majority label")
-    mode_cosine: float | None = _c("cosine to the mode's centre")
-    mode_reason: str | None = _c("how the mode was assigned")
-    rule_label: str | None = _c("the rule-based reasoning label")
-    accepted: bool | None = _c("verified and counted in the dataset")
-    domain: str | None = _c("the cluster's domain")
-    digest_key: str | None = _c("key of the text embedded for the mode")
+class ScoreRow(Row, Scores):
+    """``schemas.Scores`` as stored: its fields are the columns."""
+
+
+@_table("metric_values")
+class MetricValueRow(Row, MetricValue):
+    """``schemas.MetricValue`` as stored: one registered metric's value for one item."""
 
 
 @_table("signals")
