@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig
 
 import trajsynth
@@ -358,6 +358,9 @@ def _remove(container: Any) -> None:
         container.remove(force=True)
     except NotFound:
         pass  # auto_remove got there first
-    except DockerException as exc:
-        if "already in progress" not in str(exc):
+    except APIError as exc:
+        # 409 Conflict: a removal is already in progress (auto_remove got there first)
+        if exc.status_code != 409:
             log.warning("could not remove container %s: %s", container.short_id, exc)
+    except DockerException as exc:
+        log.warning("could not remove container %s: %s", container.short_id, exc)

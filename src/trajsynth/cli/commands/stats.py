@@ -171,11 +171,11 @@ def _fmt(value: Any) -> str:
 
 
 def _metrics_table(metrics: list[dict[str, Any]]) -> Table:
-    table = Table(title="registered metrics (metric_values; mean over the run's items)")
-    for col in ("metric", "scope", "unit", "items", "mean", "meaning"):
-        table.add_column(
-            col, overflow="fold", justify="right" if col in ("items", "mean") else "left"
-        )
+    table = Table(title="registered metrics", caption="metric_values: mean over the run's items")
+    table.add_column("metric", no_wrap=True)  # a name users type into SQL: never folded
+    for col in ("scope", "unit", "items", "mean", "meaning"):
+        right = col in ("items", "mean")
+        table.add_column(col, overflow="fold", justify="right" if right else "left")
     for m in metrics:
         table.add_row(m["name"], m["scope"], m["unit"], str(m["n"]), _fmt(m["mean"]), m["meaning"])
     return table
