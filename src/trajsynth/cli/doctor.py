@@ -123,7 +123,7 @@ def run_checks(settings: Settings, *, start_embedded: bool = True) -> list[Check
             "local sandbox limits",
             *_guard(lambda: _local_sandbox(settings)),
             "run as root with bubblewrap and cgroups, use the Docker sandbox, or set "
-            "sandbox.allow_unsafe_local_sandbox = true",
+            "run.sandbox_limits.allow_unsafe_local_sandbox = true",
             settings.run.sandbox == SandboxKind.LOCAL,
         ),
         Check(

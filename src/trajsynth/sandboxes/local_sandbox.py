@@ -96,7 +96,7 @@ _ETC_FILES = (
     "/etc/nsswitch.conf",
     "/etc/ssl/certs",
 )
-UNSAFE_SETTING = "sandbox.allow_unsafe_local_sandbox"
+UNSAFE_SETTING = "run.sandbox_limits.allow_unsafe_local_sandbox"
 
 
 def _is_root() -> bool:
