@@ -2,9 +2,11 @@
 all read from these models, so a column is declared once.
 
 A model's fields are its columns in order; the first is the primary key. The DuckDB type
-comes from the annotation (``str`` VARCHAR, ``int`` INTEGER, ``float`` DOUBLE, ``bool``
-BOOLEAN, ``datetime`` TIMESTAMP, anything nested JSON); ``BigInt`` and ``Vector`` name the two
-types an annotation cannot say. Each field's description is the column's meaning.
+comes from the annotation (``str`` or a ``StrEnum`` VARCHAR, ``int`` INTEGER, ``float`` DOUBLE,
+``bool`` BOOLEAN, ``datetime`` TIMESTAMP, anything nested JSON); ``BigInt`` and ``Vector`` name
+the two types an annotation cannot say. Each field's description is the column's meaning. A
+record the library builds whole (``schemas.Scores``, ``schemas.MetricValue``) is its own row
+model's base, so its columns are declared once, in ``schemas/``.
 Every column but the key may be NULL: a row written by an older release lacks later columns.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -81,6 +84,8 @@ def _sql_type(annotation: Any, metadata: list[Any]) -> str:
     if get_origin(annotation) is Annotated:
         base, *meta = get_args(annotation)
         return _sql_type(base, list(meta))
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return "VARCHAR"  # stored as its value, so SQL compares it with a plain string
     return _SCALARS.get(annotation, "JSON")
 
 
