@@ -75,6 +75,15 @@ def test_stats_json_has_the_figures_per_round(tmp_path) -> None:
     by_cluster = {c["cluster_id"]: c for c in data["pass_rate_by_cluster"]}
     assert by_cluster["shop"]["pass_rate"] == pytest.approx(2 / 3)
     assert by_cluster["air"]["pass_rate"] == pytest.approx(0.5)
+    # every registered metric is listed; a2 failed once and recovered: error_recovery_rate 1
+    metrics = {m["name"]: m for m in data["metrics"]}
+    assert {"error_recovery_rate", "tokens_per_success"} <= set(metrics)
+    assert metrics["error_recovery_rate"]["unit"] == "share"
+    [row] = store.query(
+        "SELECT value FROM metric_values WHERE metric = 'error_recovery_rate' AND item_id = 'a2'"
+    )
+    assert row["value"] == 1.0
+    assert metrics["tokens_per_success"]["n"] == 2  # both tasks have a success
     stored = store.query("SELECT error_branch_ratio FROM round_stats ORDER BY round")
     assert [r["error_branch_ratio"] for r in data["rounds"]] == [
         r["error_branch_ratio"] for r in stored
@@ -87,6 +96,7 @@ def test_stats_table_and_topo_from_the_store(tmp_path) -> None:
     result = CliRunner().invoke(_cli(), ["stats", "--store", str(store.path)])
     assert result.exit_code == 0, result.output
     assert "pass rate by cluster" in result.output and "per round" in result.output
+    assert "registered metrics" in result.output and "tokens_per_success" in result.output
     out = tmp_path / "g.png"
     result = CliRunner().invoke(
         _cli(), ["topo", "task-1", "--store", str(store.path), "--out", str(out)]

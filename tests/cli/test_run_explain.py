@@ -63,4 +63,4 @@ def test_the_summary_prints_the_reasons_of_a_poor_run(tmp_path: Path) -> None:
     text = console.export_text()
     assert "why so little passed" in text
     assert "failure class model" in text and "stopped by max_turns" in text
-    assert "raise [run] max_turns in synth.toml" in text
+    assert "raise [run.budgets] max_turns in synth.toml" in text

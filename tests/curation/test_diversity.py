@@ -135,7 +135,7 @@ def test_cac_and_mode_fill_the_scores_row() -> None:
     (mode,) = book.assign(None, [ReasoningMode.EXPLORE_THEN_COMMIT])
     row = Scores(trajectory_id="t", **diversity_fields(cac(_flight_example()), mode))
     assert (row.mode, row.mode_codebook) == ("explore_then_commit", book.codebook_id)
-    assert row.cac == pytest.approx(13.16096 - 1.0, abs=TOL)  # no branch node given
+    assert row.action_complexity == pytest.approx(13.16096 - 1.0, abs=TOL)  # no branch node given
     assert (row.n_steps, row.max_dep_depth, row.n_bound_args) == (3, 2, 3)
 
 

@@ -43,6 +43,7 @@ def test_the_round_returns_its_report_and_one_row_set_per_table() -> None:
         "scores": 4,
         "selections": 5,
         "mode_codebooks": 1,
+        "metric_values": 3,  # error_recovery_rate of r3 and r4, tokens_per_success
         "round_stats": 1,
     }
     [task] = out.rows["task_topology"]

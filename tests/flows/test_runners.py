@@ -17,7 +17,7 @@ def test_thread_pool_is_the_default() -> None:
     runner = task_runner_for("thread", workers=3)
     assert isinstance(runner, ThreadPoolTaskRunner)
     assert runner._max_workers == 3
-    assert Settings().run.task_runner == "thread"
+    assert Settings().runner.kind == "thread"
 
 
 def test_dask_local_cluster_or_address() -> None:
@@ -45,5 +45,5 @@ def test_unknown_kind_and_bad_workers() -> None:
 def test_the_runner_choice_does_not_change_the_run_id() -> None:
     threads = Settings()
     dask = Settings(run={"task_runner": "dask", "task_runner_address": "tcp://h:8786"})
-    assert dask.run.task_runner == "dask"
+    assert dask.runner.kind == "dask"
     assert threads.run_config().config_hash() == dask.run_config().config_hash()

@@ -19,6 +19,8 @@ from trajsynth.mcp_servers.environment import Environment, ToolResult, open_envi
 from trajsynth.mcp_servers.registry import add_outside_cluster, get_cluster
 from trajsynth.sandboxes import Sandbox, ensure_image, open_sandbox
 from trajsynth.schemas import (
+    EnvironmentStartError,
+    InfraError,
     MCPServerError,
     SandboxKind,
     SandboxLimits,
@@ -255,8 +257,10 @@ async def test_a_server_that_cannot_start_is_an_infra_error(local_sandbox: Sandb
     # state_readable=False: no state dump first, so the failure is the server's start
     cluster = cluster.model_copy(update={"state_readable": False})
     env = Environment(cluster, local_sandbox, start_timeout_s=30, owns_sandbox=False)
-    with pytest.raises(MCPServerError, match=r"no_such_module.*did not start"):
+    # a type callers branch on (skip the cluster, try elsewhere), still an MCPServerError
+    with pytest.raises(EnvironmentStartError, match=r"no_such_module.*did not start") as info:
         await env.start()
+    assert isinstance(info.value, MCPServerError) and isinstance(info.value, InfraError)
     await env.close()
 
 
@@ -315,7 +319,7 @@ async def test_outside_server_missing_in_the_image_is_named_or_runs_on_the_host_
         "time", command=[sys.executable, "-m", "mcp_server_time"], clusters_dir=tmp_path
     )
     env = Environment(cluster, docker_sandbox, tool_timeout_s=20, owns_sandbox=False)
-    with pytest.raises(MCPServerError, match="cannot be found inside the DockerSandbox.*--mount"):
+    with pytest.raises(EnvironmentStartError, match="cannot be found inside the Docker.*--mount"):
         await env.start()  # never silently on the host: the image has no mcp_server_time
     await env.close()
     [on_host] = add_outside_cluster(

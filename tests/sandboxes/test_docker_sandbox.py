@@ -15,7 +15,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from trajsynth.sandboxes import WORKDIR_ENV, DockerSandbox, docker_client, open_sandbox
-from trajsynth.schemas import SandboxError, SandboxKind, SandboxLimits
+from trajsynth.schemas import SandboxError, SandboxKind, SandboxLimits, SandboxStartError
 
 pytestmark = pytest.mark.docker
 
@@ -253,7 +253,7 @@ def test_container_goes_when_its_owner_dies(sandbox_image: str) -> None:
 
 def test_missing_image_says_how_to_build_it() -> None:
     sb = DockerSandbox(image="trajsynth-sandbox:does-not-exist")
-    with pytest.raises(SandboxError, match="synth sandbox build"):
+    with pytest.raises(SandboxStartError, match="synth sandbox build"):
         sb.start()
     sb.close()
 

@@ -11,12 +11,18 @@ from trajsynth.schemas import (
     AnswerContains,
     CallPattern,
     Constraint,
+    EnvironmentStartError,
     FailureClass,
     FinalState,
     FunctionCall,
+    InfraError,
+    MCPServerError,
+    MCPServerStartError,
     Message,
     MessageRole,
     RunConfig,
+    SandboxError,
+    SandboxStartError,
     ToolCall,
     ToolCalled,
     ToolSpec,
@@ -89,3 +95,18 @@ def test_only_tool_and_model_failures_count_against_the_policy() -> None:
     assert not counts_against_policy(FailureClass.INFRA)
     assert not counts_against_policy(FailureClass.SIMULATOR)
     assert not counts_against_policy(None)
+
+
+@pytest.mark.parametrize(
+    ("error", "family"),
+    [(SandboxStartError, SandboxError), (MCPServerStartError, MCPServerError)],
+)
+def test_an_environment_that_did_not_start_is_one_type(
+    error: type[Exception], family: type[Exception]
+) -> None:
+    """Callers branch on the type (skip the cluster, retry elsewhere), never on the message;
+    the old handlers of the sandbox's or the server's errors still catch it."""
+    with pytest.raises(EnvironmentStartError) as info:
+        raise error("did not start")
+    assert isinstance(info.value, family) and isinstance(info.value, InfraError)
+    assert info.value.failure_class is FailureClass.INFRA

@@ -92,3 +92,25 @@ def test_reader_answers_while_another_process_writes(tmp_path: Path) -> None:
     assert proc.exitcode == 0
     assert store.counts()["trajectories"] == 40
     assert seen == sorted(seen)  # every read saw a committed prefix
+
+
+def test_a_record_built_whole_is_its_rows_one_definition(tmp_path: Path) -> None:
+    """``ScoreRow`` and ``MetricValueRow`` are ``Scores`` and ``MetricValue`` under a table
+    name: the same columns in the same order, an enum stored as its plain value."""
+    from trajsynth.schemas import MetricScope, MetricValue, Scores
+    from trajsynth.store.rows import MetricValueRow, ScoreRow, column_types
+
+    assert list(ScoreRow.model_fields) == list(Scores.model_fields)
+    assert list(MetricValueRow.model_fields) == list(MetricValue.model_fields)
+    assert column_types(MetricValueRow)["scope"] == "VARCHAR"
+    store = Store(tmp_path / "s.duckdb")
+    value = MetricValue(
+        value_id=MetricValue.key_of(MetricScope.TASK, "t1", "m"),
+        scope=MetricScope.TASK,
+        item_id="t1",
+        metric="m",
+        value=2.5,
+    )
+    store.insert("metric_values", [value.model_dump(mode="json")])
+    rows = store.query("SELECT item_id, value FROM metric_values WHERE scope = 'task'")
+    assert rows == [{"item_id": "t1", "value": 2.5}]

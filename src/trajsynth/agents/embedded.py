@@ -28,7 +28,7 @@ Server options, and why:
   a 100 MB logits copy it does not count), which grew the server to 4-7 GB resident;
   ``chatml_tools.CompactRAMCache`` drops that copy and counts every byte, so the server
   stays near its fixed footprint plus ``cache_mb`` (``bench/llm_footprint.py``).
-* ``--n_ctx``: ``[llm] embedded_ctx`` (``LLMConfig.embedded_ctx``, 4096 by default): a
+* ``--n_ctx``: ``[run.llm] embedded_ctx`` (``LLMConfig.embedded_ctx``, 4096 by default): a
   rollout's prompt (system, tool list, up to ``max_turns`` turns) stays under 4,096
   tokens, and the KV cache and the cache entries grow with it.
 * ``--n_batch 256`` (``n_batch``; llama-cpp-python's default is 512): the logits buffer is

@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
 import logging
 import math
@@ -75,6 +74,7 @@ from trajsynth.schemas import (
     Record,
     ToolCall,
     canonical_json,
+    stable_hash,
 )
 
 __all__ = [
@@ -181,8 +181,7 @@ def request_key(body: dict[str, Any]) -> str:
     >>> request_key({"model": "m", "seed": 1}) == request_key({"model": "m", "seed": 2})
     False
     """
-    blob = canonical_json({"v": CACHE_VERSION, "request": body})
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return stable_hash({"v": CACHE_VERSION, "request": body}, length=64)
 
 
 @dataclass

@@ -18,12 +18,13 @@ import functools
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import networkx as nx
 from pydantic import Field
 
+from trajsynth.curation.evolution import weighted_draw
 from trajsynth.mcp_servers.arguments import param_values, schema_kinds
 from trajsynth.mcp_servers.graph import entry_tools as graph_entry_tools
 from trajsynth.mcp_servers.graph import normalize_name, output_fields, singular
@@ -298,18 +299,6 @@ def _successors(graph: nx.DiGraph, u: str, tools: set[str]) -> list[str]:
 
 def _predecessors(graph: nx.DiGraph, v: str, tools: set[str]) -> list[str]:
     return sorted(u for u in graph.predecessors(v) if u != v and u in tools)
-
-
-def _choice(rng: random.Random, items: Sequence[str], weights: Sequence[float]) -> str:
-    total = sum(weights)
-    if total <= 0:
-        return items[rng.randrange(len(items))]
-    x = rng.random() * total
-    for item, w in zip(items, weights, strict=True):
-        x -= w
-        if x < 0:
-            return item
-    return items[-1]
 
 
 def _rarity(uses: Mapping[str, int], tool: str) -> float:
@@ -598,14 +587,14 @@ def _walk(
         if not options:
             break
         weights = [weight(u, v) * _rarity(uses, v) for v in options]
-        v = _choice(rng, options, weights)
+        v = weighted_draw(rng, options, weights)
         links.append((len(tools) - 1, len(tools)))
         tools.append(v)
     return _Draft(tools, links)
 
 
 def _pick_entry(entries: list[str], uses: Mapping[str, int], rng: random.Random) -> str:
-    return _choice(rng, entries, [_rarity(uses, t) for t in entries])
+    return weighted_draw(rng, entries, [_rarity(uses, t) for t in entries])
 
 
 def _draft_shape(
@@ -634,7 +623,7 @@ def _draft_shape(
         while len(chosen) < k:
             rest = [v for v in options if v not in chosen]
             weights = [weight(root, v) * _rarity(uses, v) for v in rest]
-            chosen.append(_choice(rng, rest, weights))
+            chosen.append(weighted_draw(rng, rest, weights))
         tools = [root, *chosen]
         links = [(0, i) for i in range(1, len(tools))]
         return _walk(graph, weight, tools, links, length, names, uses, rng)
@@ -653,7 +642,7 @@ def _draft_shape(
         while len(chosen) < k:
             rest = [u for u in preds if u not in chosen]
             weights = [weight(u, c) * _rarity(uses, u) for u in rest]
-            chosen.append(_choice(rng, rest, weights))
+            chosen.append(weighted_draw(rng, rest, weights))
         tools = [*sorted(chosen), c]
         links = [(i, len(chosen)) for i in range(len(chosen))]
         return _walk(graph, weight, tools, links, length, names, uses, rng)
@@ -668,7 +657,7 @@ def _draft_shape(
     if not diamonds:
         return "no diamond in the graph"
     weights = [sum(_rarity(uses, t) for t in dia) for dia in diamonds]
-    index = _choice(rng, [str(i) for i in range(len(diamonds))], weights)
+    index = weighted_draw(rng, [str(i) for i in range(len(diamonds))], weights)
     a, b, c, d = diamonds[int(index)]
     return _walk(
         graph, weight, [a, b, c, d], [(0, 1), (0, 2), (1, 3), (2, 3)], length, names, uses, rng

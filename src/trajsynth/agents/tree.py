@@ -362,7 +362,7 @@ class _TreeGrower:
             limit = self._budget_left()
             if limit is not None:
                 if added == 0 and not restore_first:
-                    return await self._end_at(node, chain, path, f"budget: {limit}")
+                    return await self._end_at(node, chain, path, limit)
                 if not decided:
                     break
                 self.decisions.setdefault(node.node_id, BranchDecision())["limited_by"] = limit
@@ -450,12 +450,14 @@ class _TreeGrower:
             return
         await self._expand(node, chain, path, snap, consecutive=consecutive)
 
-    async def _end_at(self, node: Node, chain: list[Node], path: PathState, reason: str) -> int:
-        """A budget ran out before ``node`` got a child: it becomes a pruned leaf."""
+    async def _end_at(self, node: Node, chain: list[Node], path: PathState, limit: str) -> int:
+        """The budget ``limit`` (``_budget_left``'s name) ran out before ``node`` got a child:
+        it becomes a pruned leaf."""
+        reason = f"budget: {limit}"
         self.prunes[node.node_id] = reason
         ended = path.fork()
         ended.end(
-            Termination.TOKEN_BUDGET if "tokens" in reason else Termination.PRUNED, None, reason
+            Termination.TOKEN_BUDGET if limit == "tree_tokens" else Termination.PRUNED, None, reason
         )
         await self._leaf(ended, chain)
         return 0

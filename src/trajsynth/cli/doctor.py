@@ -55,7 +55,7 @@ def _local_sandbox(settings: Settings) -> tuple[bool, str]:
     if not missing:
         return True, "isolation, unprivileged user, memory, pids, work-dir and /tmp size enforced"
     listed = "; ".join(f"{limit}: {why}" for limit, why in missing.items())
-    if settings.sandbox.allow_unsafe_local_sandbox:
+    if settings.run.sandbox_limits.allow_unsafe_local_sandbox:
         return True, f"UNSAFE (allow_unsafe_local_sandbox is set), not enforced: {listed}"
     return False, f"refuses to run model code; not enforced: {listed}"
 
@@ -67,21 +67,21 @@ def _embedded_files() -> tuple[bool, str]:
 
 
 def _llm_endpoint(settings: Settings, start_embedded: bool) -> tuple[bool, str]:
-    if settings.llm.base_url:
-        url = settings.llm.base_url.rstrip("/") + "/models"
+    if settings.run.llm.base_url:
+        url = settings.run.llm.base_url.rstrip("/") + "/models"
         headers = {}
         if settings.llm.api_key is not None:
             headers["Authorization"] = f"Bearer {settings.llm.api_key.get_secret_value()}"
         try:
             resp = httpx.get(url, headers=headers, timeout=5)
         except httpx.HTTPError as exc:
-            return False, f"{settings.llm.base_url}: {type(exc).__name__}"
-        return resp.status_code < 400, f"{settings.llm.base_url}: HTTP {resp.status_code}"
+            return False, f"{settings.run.llm.base_url}: {type(exc).__name__}"
+        return resp.status_code < 400, f"{settings.run.llm.base_url}: HTTP {resp.status_code}"
     if not start_embedded:
         return True, "embedded server (not started: --quick)"
     from trajsynth.agents.embedded import EmbeddedLLMServer
 
-    with EmbeddedLLMServer(n_ctx=settings.llm.embedded_ctx) as server:
+    with EmbeddedLLMServer(n_ctx=settings.run.llm.embedded_ctx) as server:
         resp = httpx.get(server.base_url.rstrip("/") + "/models", timeout=10)
         return resp.status_code == 200, f"embedded server answered at {server.base_url}"
 
@@ -114,8 +114,8 @@ def _guard(fn: Callable[[], tuple[bool, str]]) -> tuple[bool, str]:
 
 
 def run_checks(settings: Settings, *, start_embedded: bool = True) -> list[Check]:
-    docker_needed = settings.sandbox.kind == SandboxKind.DOCKER
-    embedded_needed = settings.llm.base_url is None
+    docker_needed = settings.run.sandbox == SandboxKind.DOCKER
+    embedded_needed = settings.run.llm.base_url is None
     checks = [
         Check("Docker engine", *_guard(_docker_engine), "make docker", docker_needed),
         Check("sandbox image", *_guard(_sandbox_image), "synth sandbox build", docker_needed),
@@ -123,8 +123,8 @@ def run_checks(settings: Settings, *, start_embedded: bool = True) -> list[Check
             "local sandbox limits",
             *_guard(lambda: _local_sandbox(settings)),
             "run as root with bubblewrap and cgroups, use the Docker sandbox, or set "
-            "sandbox.allow_unsafe_local_sandbox = true",
-            settings.sandbox.kind == SandboxKind.LOCAL,
+            "run.sandbox_limits.allow_unsafe_local_sandbox = true",
+            settings.run.sandbox == SandboxKind.LOCAL,
         ),
         Check(
             "embedded LLM files",
@@ -135,7 +135,7 @@ def run_checks(settings: Settings, *, start_embedded: bool = True) -> list[Check
         Check(
             "LLM endpoint",
             *_guard(lambda: _llm_endpoint(settings, start_embedded)),
-            "check [llm] base_url / SYNTH_LLM__BASE_URL, or make setup",
+            "check [run.llm] base_url / SYNTH_RUN__LLM__BASE_URL, or make setup",
             True,
         ),
         Check(
@@ -144,7 +144,7 @@ def run_checks(settings: Settings, *, start_embedded: bool = True) -> list[Check
         Check("embeddings model", *_guard(_embeddings), "pip install -e '.[embed]'", True),
         Check("Prefect", *_guard(_prefect), "pip install -e .", True),
     ]
-    if settings.sandbox.kind == SandboxKind.AUTO:
+    if settings.run.sandbox == SandboxKind.AUTO:
         # auto falls back to LocalSandbox, but the default configuration is the Docker sandbox
         checks = [
             Check(c.part, c.ok, c.detail, c.fix, True)

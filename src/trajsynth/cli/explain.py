@@ -25,15 +25,15 @@ _CLASS_HINT = {
     "tool": "tool calls failed: `synth clusters show CLUSTER` lists the tools and their "
     "schemas; an outside server may need its state or credentials",
     "simulator": "the user simulator broke (excluded from pass rates): a model that follows "
-    "the simulator prompt, or a lower [llm] temperature",
+    "the simulator prompt, or a lower [run.llm] temperature",
     "infra": "sandbox or server faults (excluded from pass rates): run `synth doctor`",
 }
 _STOP_HINT = {
-    "max_turns": "rollouts ran out of turns: raise [run] max_turns in synth.toml",
-    "tool_budget": "rollouts ran out of tool calls: raise [run] max_tool_calls",
-    "token_budget": "rollouts ran out of tokens: raise [run] max_tokens",
+    "max_turns": "rollouts ran out of turns: raise [run.budgets] max_turns in synth.toml",
+    "tool_budget": "rollouts ran out of tool calls: raise [run.budgets] max_tool_calls",
+    "token_budget": "rollouts ran out of tokens: raise [run.budgets] max_tokens",
     "context_limit": "conversations outgrew the context: a model with a longer context",
-    "tool_timeout": "tool calls timed out: raise [run] tool_timeout_s",
+    "tool_timeout": "tool calls timed out: raise [run.budgets] tool_timeout_s",
     "simulator_error": "the user simulator failed: see the simulator class above",
 }
 

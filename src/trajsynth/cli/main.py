@@ -288,24 +288,21 @@ def run(
     ] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option(help="units in flight at once (default: [run] task_runner_workers)"),
+        typer.Option(help="units in flight at once (default: [runner] workers)"),
     ] = None,
 ) -> None:
     """Synthesise, verify and store trajectories (a Prefect flow, ephemeral mode)."""
     from trajsynth.cli.run_command import run_and_report
 
     loaded = settings()
-    llm = loaded.llm.model_copy(
-        update={k: v for k, v in {"base_url": base_url, "model": model}.items() if v is not None}
-    )
-    loaded = loaded.model_copy(update={"llm": llm})
     config = loaded.run_config(
+        llm={"base_url": base_url, "model": model},
         tasks=tasks,
         clusters=[c.strip() for c in clusters.split(",") if c.strip()] if clusters else None,
         seed=seed,
         rounds=rounds,
         samples=samples,
-        rollout=rollout,
+        rollout_mode=rollout,
     )
     from trajsynth.mcp_servers.registry import cluster_names
 
@@ -316,7 +313,7 @@ def run(
             f"unknown cluster {unknown[0]!r} in --clusters; known: {', '.join(known)} "
             "(add an outside server with `synth clusters add`)"
         )
-    workers = concurrency or loaded.run.task_runner_workers
+    workers = concurrency or loaded.runner.workers
     ok = run_and_report(loaded, config, console=console, concurrency=workers)
     if not ok:
         raise typer.Exit(1)

@@ -55,8 +55,8 @@ def check_reachable(base_url: str, timeout_s: float = 10.0) -> None:
 def run_and_report(
     settings: Settings, config: RunConfig, *, console: Console, concurrency: int
 ) -> bool:
-    if settings.llm.base_url:
-        check_reachable(settings.llm.base_url)
+    if config.llm.base_url:
+        check_reachable(config.llm.base_url)
     guard_descendants()  # a `kill -9` of this command must not orphan its servers
     prefect_environment()
     from trajsynth.flows.api import start_api, wait_api
@@ -70,9 +70,7 @@ def run_and_report(
     for noisy in ("httpx", "httpcore", "openai", "docker", "urllib3", "mcp"):
         logging.getLogger(noisy).setLevel(max(logging.getLogger().level, logging.WARNING))
 
-    runner = task_runner_for(
-        settings.run.task_runner, settings.run.task_runner_address, workers=concurrency
-    )
+    runner = task_runner_for(settings.runner.kind, settings.runner.address, workers=concurrency)
 
     console.print(
         f"run [bold]{run_id_for(config)}[/]: {config.tasks} tasks x {config.rounds} round(s), "

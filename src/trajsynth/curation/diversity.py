@@ -297,13 +297,14 @@ def diversity_fields(
     ``mode`` is the assignment's ``mode_id`` (None when unassigned; names live in the stored
     codebook) and ``mode_codebook`` the codebook's id.
 
-    >>> diversity_fields(CACBreakdown())["cac"], diversity_fields(CACBreakdown())["mode"]
+    >>> fields = diversity_fields(CACBreakdown())
+    >>> fields["action_complexity"], fields["mode"]
     (0.0, None)
     """
     return {
         "mode": assignment.mode_id if assignment is not None else None,
         "mode_codebook": assignment.codebook if assignment is not None else None,
-        "cac": breakdown.cac,
+        "action_complexity": breakdown.cac,
         "n_steps": breakdown.n_steps,
         "n_distinct_tools": breakdown.n_distinct_tools,
         "max_dep_depth": breakdown.max_dep_depth,

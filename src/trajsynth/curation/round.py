@@ -6,7 +6,8 @@ verdicts and blueprints, and what earlier rounds left), calls ``run_round`` and 
 rows it returns. Per trajectory they are a ``signals`` row (§7), a ``trajectory_topology`` row
 and a ``scores`` row (mode, CAC, recovery, efficiency, SFT score, duplicate; §5, §8); per task
 a ``task_topology`` row with its quotient graph (§8); one ``selections`` row per SFT and RL
-decision with its reason (§8); the round's mode codebook (§5.2); and one ``round_stats`` row
+decision with its reason (§8); one ``metric_values`` row per value of every metric registered
+in ``curation/metrics/``; the round's mode codebook (§5.2); and one ``round_stats`` row
 with the dataset's figures after the round (§5.4). Bad input never stops the round: a
 trajectory whose signals cannot be computed gets no signals row and a recorded reason (so SFT
 never picks it), a text the embedder cannot take gets no embedding (its mode is the rule
@@ -50,13 +51,14 @@ from trajsynth.curation.digests import (
     rule_mode,
     text_key,
 )
-from trajsynth.curation.diversity import diversity_report, near_duplicates
+from trajsynth.curation.diversity import diversity_fields, diversity_report, near_duplicates
 from trajsynth.curation.embeddings import (
     Embedder,
     load_embedder,
     resolve_dtype,
     resolve_threads,
 )
+from trajsynth.curation.metrics import TaskFacts, TrajectoryFacts, compute_metrics
 from trajsynth.curation.modes import ModeCodebook, embed_texts, needs_refit
 from trajsynth.curation.select import select_rl, select_sft
 from trajsynth.curation.signals import compute_signals
@@ -74,9 +76,11 @@ from trajsynth.schemas import (
     DiversityReport,
     Domain,
     InputError,
+    MetricValue,
     ModeAssignment,
     PlannedCall,
     ReasoningMode,
+    Scores,
     Selection,
     SelectionKind,
     Signals,
@@ -296,7 +300,7 @@ class RoundInput:
 class RoundOutput:
     """The round's report and its rows, table -> rows (``signals``, ``trajectory_topology``,
     ``task_topology``, ``scores``, ``selections``, ``mode_codebooks``, ``embeddings`` (the
-    new vectors only), ``round_stats``)."""
+    new vectors only), ``metric_values`` (every registered metric), ``round_stats``)."""
 
     report: CurationReport
     rows: dict[str, list[dict[str, Any]]]
@@ -334,6 +338,7 @@ class _Curation:
         self.assignments: dict[str, ModeAssignment] = {}
         self.duplicates: dict[str, str] = {}
         self.selections: list[Selection] = []
+        self.metric_values: list[MetricValue] = []
 
     # stages -----------------------------------------------------------------------------
 
@@ -356,6 +361,8 @@ class _Curation:
             self._duplicates()
         with self.timer.stage("selection"):
             self._select()
+        with self.timer.stage("metrics"):
+            self._metrics()
         with self.timer.stage("report"):
             report, rows = self._report_and_rows(self.data.input_hash)
         report = report.model_copy(update={"timings": dict(self.timer.times)})
@@ -577,6 +584,37 @@ class _Curation:
         rl = select_rl(self.task_topos, round=self.round, config=self.cfg.rl)
         self.selections = sft + rl
 
+    def _metrics(self) -> None:
+        """Every registered metric (``curation/metrics/``) of every trajectory and task."""
+        topo = {t.trajectory_id: t for t in self.traj_topos}
+        by_task: dict[str, list[Trajectory]] = defaultdict(list)
+        for t in self.data.trajectories:
+            by_task[t.blueprint_id].append(t)
+
+        def skip(item_id: str, name: str, exc: Exception) -> None:
+            why = f"metric {name} failed: {type(exc).__name__}: {exc}"[:300]
+            self.skips.setdefault(item_id, why)
+
+        self.metric_values = compute_metrics(
+            [
+                TrajectoryFacts(
+                    trajectory=t,
+                    verdict=self.data.verdicts.get(t.trajectory_id),
+                    signals=self.signals.get(t.trajectory_id),
+                    topology=topo.get(t.trajectory_id),
+                    complexity=self.cacs.get(t.trajectory_id),
+                )
+                for t in self.data.trajectories
+            ],
+            [
+                TaskFacts(topology=t, trajectories=by_task[t.task_id], verdicts=self.data.verdicts)
+                for t in self.task_topos
+            ],
+            run_id=self.run_id,
+            round=self.round,
+            on_error=skip,
+        )
+
     # report and rows ----------------------------------------------------------------------
 
     def _domain(self, t: Trajectory) -> str | None:
@@ -690,30 +728,23 @@ class _Curation:
             topo = topo_by.get(tid)
             breakdown = self.cacs.get(tid, CACBreakdown())
             scores.append(
-                {
+                Scores(
                     **base,
-                    "trajectory_id": tid,
-                    "mode": a.mode_id if a else None,
-                    "mode_codebook": a.codebook if a else None,
-                    "action_complexity": breakdown.cac,
-                    "n_steps": breakdown.n_steps,
-                    "n_distinct_tools": breakdown.n_distinct_tools,
-                    "max_dep_depth": breakdown.max_dep_depth,
-                    "n_bound_args": breakdown.n_bound_args,
-                    "n_conditional": breakdown.n_conditional,
-                    "signature": topo.signature if topo else None,
-                    "recovered": bool(topo.recovered) if topo else False,
-                    "efficiency": topo.efficiency if topo else None,
-                    "sft_score": sft_score.get(tid),
-                    "duplicate_of": self.duplicates.get(tid),
-                    "mode_label": a.label.value if a and a.label else None,
-                    "mode_cosine": a.cosine if a else None,
-                    "mode_reason": a.reason if a else None,
-                    "rule_label": self.rules[tid].value if tid in self.rules else None,
-                    "accepted": tid in accepted_ids,
-                    "domain": self._domain(t),
-                    "digest_key": self.digest_keys.get(tid),
-                }
+                    trajectory_id=tid,
+                    **diversity_fields(breakdown, a),
+                    signature=topo.signature if topo else None,
+                    recovered=bool(topo.recovered) if topo else False,
+                    efficiency=topo.efficiency if topo else None,
+                    sft_score=sft_score.get(tid),
+                    duplicate_of=self.duplicates.get(tid),
+                    mode_label=a.label.value if a and a.label else None,
+                    mode_cosine=a.cosine if a else None,
+                    mode_reason=a.reason if a else None,
+                    rule_label=self.rules[tid].value if tid in self.rules else None,
+                    accepted=tid in accepted_ids,
+                    domain=self._domain(t),
+                    digest_key=self.digest_keys.get(tid),
+                ).model_dump(mode="json")
             )
         rl_pool = {
             s.item_id for s in self.selections if s.kind is SelectionKind.RL and s.rank is not None
@@ -781,6 +812,7 @@ class _Curation:
             ],  # fmt: skip
             "mode_codebooks": codebooks,
             "embeddings": self.cache_rows,
+            "metric_values": [v.model_dump(mode="json") for v in self.metric_values],
             "round_stats": [stats],
         }
 

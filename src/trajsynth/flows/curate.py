@@ -233,6 +233,7 @@ def _write(store: Store, run_id: str, round: int, rows: dict[str, list[dict]]) -
         ("DELETE FROM task_topology WHERE run_id = ? AND round = ?", params),
         (f"DELETE FROM task_topology WHERE task_id IN ({tasks})", params),
         ("DELETE FROM selections WHERE run_id = ? AND round = ?", params),
+        ("DELETE FROM metric_values WHERE run_id = ? AND round = ?", params),
         ("DELETE FROM mode_codebooks WHERE run_id = ? AND round = ?", params),
         ("DELETE FROM round_stats WHERE round_key = ?", [f"{run_id}:{round}"]),
     ]

@@ -214,10 +214,10 @@ def _settings_parameters(settings: Any, config_overrides: dict[str, Any]) -> dic
             str(Path(settings.cache_dir).resolve() / "llm") if settings.llm.cache else None
         ),
         "clusters_dir": str(Path(settings.clusters_dir).resolve()),
-        "concurrency": settings.llm.max_concurrency,
-        "task_runner": settings.run.task_runner,
-        "task_runner_address": settings.run.task_runner_address,
-        "task_runner_workers": settings.run.task_runner_workers,
+        "concurrency": settings.run.llm.max_concurrency,
+        "task_runner": settings.runner.kind,
+        "task_runner_address": settings.runner.address,
+        "task_runner_workers": settings.runner.workers,
     }
 
 

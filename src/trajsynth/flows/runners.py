@@ -1,9 +1,9 @@
 """Which Prefect task runner spreads a round's rollouts: threads, a Dask cluster or Ray.
 
-The choice lives in the settings (``[run] task_runner``, ``task_runner_address``,
-``task_runner_workers``), not in ``RunConfig``: where the work runs does not change what the
-data is, so it must not change the run id, and a run started on threads resumes on Dask. The
-flow applies it with ``build_dataset.with_options(task_runner=task_runner_for(...))``.
+The choice lives in the settings (``[runner] kind``, ``address``, ``workers``), not in
+``RunConfig``: where the work runs does not change what the data is, so it must not change the
+run id, and a run started on threads resumes on Dask. The flow applies it with
+``build_dataset.with_options(task_runner=task_runner_for(...))``.
 
 A rollout task takes plain pydantic records and returns its rows; the flow writes them, so a
 worker on another machine needs the LLM endpoint and the sandbox, never the store.

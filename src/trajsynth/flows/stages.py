@@ -257,7 +257,7 @@ def round_blueprints(store: Store, run_id: str, round_index: int) -> list[Bluepr
         "FROM blueprints WHERE run_id = ? AND round = ? ORDER BY blueprint_id",
         [run_id, round_index],
     )
-    return [Blueprint.model_validate({k: v for k, v in r.items() if v is not None}) for r in rows]
+    return [model_from_row(Blueprint, r) for r in rows]
 
 
 # --------------------------------------------------------------------------- rollout

@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import Implementation, PaginatedRequestParams, Tool
 
-from trajsynth.schemas import MCPServerError
+from trajsynth.schemas import MCPServerError, MCPServerStartError
 
 __all__ = ["ServerConnection", "TransportFactory", "http_transport", "stdio_transport"]
 
@@ -115,7 +115,7 @@ class ServerConnection:
             message = f"{self.label}: MCP server did not start ({detail})"
             if stderr:
                 message += f"; its stderr ends with:\n{stderr}"
-            raise MCPServerError(message) from exc
+            raise MCPServerStartError(message) from exc
         self._session = session
         return session
 

@@ -53,6 +53,7 @@ from trajsynth.schemas import (
     InputError,
     JsonValue,
     MCPServerError,
+    MCPServerStartError,
     ProbeCall,
     Record,
     ResetMode,
@@ -343,10 +344,10 @@ class Environment:
         try:
             result = await asyncio.to_thread(self.sandbox.exec, probe, timeout=30.0)
         except SandboxError as exc:
-            raise MCPServerError(f"{label}: the sandbox failed: {exc}") from exc
+            raise MCPServerStartError(f"{label}: the sandbox failed: {exc}") from exc
         if result.exit_code != 0:
             mounts = getattr(self.sandbox, "mounts", [])
-            raise MCPServerError(
+            raise MCPServerStartError(
                 f"{label}: `{command[0]}` cannot be found inside the "
                 f"{type(self.sandbox).__name__} (mounted read-only: "
                 f"{', '.join(mounts) or 'nothing'}); name the folder that holds it with "

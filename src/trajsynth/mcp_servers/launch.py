@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.sandboxes import DockerSandbox, LocalSandbox, Sandbox
-from trajsynth.sandboxes.factory import docker_unusable
+from trajsynth.sandboxes.factory import docker_unusable, started
 from trajsynth.schemas import (
     CopiedFile,
     InputError,
@@ -247,9 +247,4 @@ def open_mounted_sandbox(
         limits = limits or SandboxLimits()
         limits = limits.model_copy(update={"memory_mb": max(limits.memory_mb, _LOCAL_AS_MB)})
         sandbox = MountedLocalSandbox(limits, mounts=mounts)
-    try:
-        sandbox.start()
-    except BaseException:
-        sandbox.close()
-        raise
-    return sandbox
+    return started(sandbox)

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig
 
 import trajsynth
@@ -47,6 +47,7 @@ from trajsynth.schemas import (
     ExecResult,
     SandboxError,
     SandboxLimits,
+    SandboxStartError,
     SandboxTimeout,
     SnapshotHandle,
 )
@@ -217,12 +218,12 @@ class DockerSandbox(Sandbox):
         try:
             container = client.containers.create(self.image, **self._container_kwargs())
         except ImageNotFound as exc:
-            raise SandboxError(
+            raise SandboxStartError(
                 f"sandbox image {self.image} not found: build it with `synth sandbox build` "
                 "(or `make image`)"
             ) from exc
         except DockerException as exc:
-            raise SandboxError(f"cannot create the sandbox container: {exc}") from exc
+            raise SandboxStartError(f"cannot create the sandbox container: {exc}") from exc
         try:
             sock = client.api.attach_socket(
                 container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -230,7 +231,7 @@ class DockerSandbox(Sandbox):
             container.start()
         except DockerException as exc:
             _remove(container)
-            raise SandboxError(f"cannot start the sandbox container: {exc}") from exc
+            raise SandboxStartError(f"cannot start the sandbox container: {exc}") from exc
         self._container = container
         self._chan = _AttachChannel(sock)
         log.debug("sandbox %s started as container %s", self.sandbox_id, container.short_id)
@@ -357,6 +358,9 @@ def _remove(container: Any) -> None:
         container.remove(force=True)
     except NotFound:
         pass  # auto_remove got there first
-    except DockerException as exc:
-        if "already in progress" not in str(exc):
+    except APIError as exc:
+        # 409 Conflict: a removal is already in progress (auto_remove got there first)
+        if exc.status_code != 409:
             log.warning("could not remove container %s: %s", container.short_id, exc)
+    except DockerException as exc:
+        log.warning("could not remove container %s: %s", container.short_id, exc)

@@ -8,7 +8,7 @@ import threading
 import docker
 from docker.errors import DockerException
 
-from trajsynth.schemas import SandboxError
+from trajsynth.schemas import SandboxError, SandboxStartError
 
 __all__ = ["docker_client", "engine_available"]
 
@@ -31,7 +31,9 @@ def docker_client() -> docker.DockerClient:
             client.ping()
         except (DockerException, OSError) as exc:  # requests' errors are OSErrors
             first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            raise SandboxError(f"Docker engine not reachable ({first}): {ENGINE_HINT}") from exc
+            raise SandboxStartError(
+                f"Docker engine not reachable ({first}): {ENGINE_HINT}"
+            ) from exc
         _client = client
         return client
 

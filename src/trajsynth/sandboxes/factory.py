@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TypeVar
 
 from trajsynth.sandboxes.base import Sandbox
 from trajsynth.sandboxes.docker_sandbox import DockerSandbox
@@ -11,7 +12,7 @@ from trajsynth.sandboxes.image import image_exists, image_tag
 from trajsynth.sandboxes.local_sandbox import LocalSandbox
 from trajsynth.schemas import SandboxError, SandboxKind, SandboxLimits
 
-__all__ = ["docker_unusable", "open_sandbox"]
+__all__ = ["docker_unusable", "open_sandbox", "started"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,14 @@ def open_sandbox(
         sandbox = DockerSandbox(limits, image=image)
     else:
         sandbox = LocalSandbox(limits)
+    return started(sandbox)
+
+
+S = TypeVar("S", bound=Sandbox)
+
+
+def started(sandbox: S) -> S:
+    """``sandbox`` started; closed again (whatever it had made) when it does not start."""
     try:
         sandbox.start()
     except BaseException:

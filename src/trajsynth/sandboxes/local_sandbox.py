@@ -54,7 +54,13 @@ from trajsynth.sandboxes.cgroups import (
     probe_cgroups,
     reap_stale_cgroups,
 )
-from trajsynth.schemas import ExecResult, SandboxError, SandboxLimits, SnapshotHandle
+from trajsynth.schemas import (
+    ExecResult,
+    SandboxError,
+    SandboxLimits,
+    SandboxStartError,
+    SnapshotHandle,
+)
 
 __all__ = ["LocalSandbox", "bwrap_usable", "unenforced_limits"]
 
@@ -90,7 +96,7 @@ _ETC_FILES = (
     "/etc/nsswitch.conf",
     "/etc/ssl/certs",
 )
-UNSAFE_SETTING = "sandbox.allow_unsafe_local_sandbox"
+UNSAFE_SETTING = "run.sandbox_limits.allow_unsafe_local_sandbox"
 
 
 def _is_root() -> bool:
@@ -319,7 +325,7 @@ class LocalSandbox(Sandbox):
     ) -> None:
         self.limits = limits or SandboxLimits()
         if use_bwrap and not bwrap_usable():
-            raise SandboxError(
+            raise SandboxStartError(
                 f"bubblewrap cannot build the sandbox here: {_bwrap_problem() or 'not usable'}"
             )
         self.use_bwrap = bwrap_usable() if use_bwrap is None else use_bwrap
@@ -360,7 +366,7 @@ class LocalSandbox(Sandbox):
         missing = self.unenforced()
         if missing and not self.limits.allow_unsafe_local_sandbox:
             what = "; ".join(f"{key}: {why}" for key, why in missing.items())
-            raise SandboxError(
+            raise SandboxStartError(
                 f"LocalSandbox cannot enforce these limits here ({what}); use the Docker "
                 f"sandbox, or set {UNSAFE_SETTING} = true to run model code anyway"
             )
@@ -379,7 +385,7 @@ class LocalSandbox(Sandbox):
         except (OSError, SandboxError) as exc:
             self._closed = True
             self._cleanup()
-            raise SandboxError(f"cannot make the sandbox: {exc}") from exc
+            raise SandboxStartError(f"cannot make the sandbox: {exc}") from exc
         if _is_root():
             self._nproc = self.limits.pids
         else:

@@ -61,13 +61,16 @@ from trajsynth.schemas.diversity import (
 )
 from trajsynth.schemas.env import EnvSpec, EnvState
 from trajsynth.schemas.failures import (
+    EnvironmentStartError,
     FailureClass,
     InfraError,
     InputError,
     LLMError,
     MCPServerError,
+    MCPServerStartError,
     ModelOutputError,
     SandboxError,
+    SandboxStartError,
     SandboxTimeout,
     SimulatorError,
     TrajsynthError,
@@ -87,7 +90,7 @@ from trajsynth.schemas.rollout import (
     UsageTotals,
 )
 from trajsynth.schemas.sandbox import ExecResult, SandboxKind, SandboxLimits, SnapshotHandle
-from trajsynth.schemas.scores import Scores
+from trajsynth.schemas.scores import MetricScope, MetricValue, Scores
 from trajsynth.schemas.signals import Signals
 from trajsynth.schemas.tools import (
     CopiedFile,
@@ -128,8 +131,10 @@ __all__ = [
     "OptionStats", "RolloutOutcome", "RoundWeights", "WeightChange", "WeightReason",
     # outside servers (issue 17)
     "CopiedFile", "ProbeCall", "ResetMode",
+    # an environment that did not start (issue 15)
+    "EnvironmentStartError", "MCPServerStartError", "SandboxStartError",
     # curation wiring (issue 7)
-    "CurationConfig", "CurationReport",
+    "CurationConfig", "CurationReport", "MetricScope", "MetricValue",
     # GRPO stage (METHODS.md §13)
     "AdvantageKind", "EarlyStopConfig", "LoraSettings", "TrainConfig",
 ]  # fmt: skip

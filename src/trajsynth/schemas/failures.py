@@ -12,11 +12,14 @@ from enum import StrEnum
 __all__ = [
     "FailureClass",
     "InfraError",
+    "EnvironmentStartError",
     "InputError",
     "LLMError",
     "MCPServerError",
+    "MCPServerStartError",
     "ModelOutputError",
     "SandboxError",
+    "SandboxStartError",
     "SandboxTimeout",
     "SimulatorError",
     "TrajsynthError",
@@ -52,8 +55,18 @@ class InfraError(TrajsynthError):
     failure_class = FailureClass.INFRA
 
 
+class EnvironmentStartError(InfraError):
+    """An environment did not start: its sandbox (``SandboxStartError``) or its MCP server
+    (``MCPServerStartError``). Callers that skip a cluster or try elsewhere catch this type;
+    the message says why, for people only."""
+
+
 class SandboxError(InfraError):
     """The sandbox could not start, died, or an operation on it failed."""
+
+
+class SandboxStartError(SandboxError, EnvironmentStartError):
+    """The sandbox could not be created or started (no engine, no image, no cgroup, ...)."""
 
 
 class SandboxTimeout(SandboxError):
@@ -62,6 +75,11 @@ class SandboxTimeout(SandboxError):
 
 class MCPServerError(InfraError):
     """The MCP server did not start, hung, died, or its transport broke."""
+
+
+class MCPServerStartError(MCPServerError, EnvironmentStartError):
+    """The MCP server did not start: its command is missing, it crashed or never answered
+    ``initialize`` within its start timeout."""
 
 
 class LLMError(InfraError):

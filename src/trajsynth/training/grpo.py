@@ -8,14 +8,12 @@ below ``training`` in DESIGN.md's table); ``training.run.train`` gets them.
 from __future__ import annotations
 
 import asyncio
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from trajsynth.schemas import InputError, RLRow, TrainConfig
+from trajsynth.schemas import RLRow, TrainConfig
+from trajsynth.training.config_file import load_config_file
 
 if TYPE_CHECKING:
     from trajsynth.training.run import StepLog, TrainResult
@@ -25,16 +23,7 @@ __all__ = ["load_train_config", "rl_rows", "run_grpo"]
 
 def load_train_config(path: Path, **overrides: Any) -> TrainConfig:
     """A TrainConfig from a TOML file (top-level keys, or a ``[train]`` table)."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the training config: {exc}") from exc
-    data = data.get("train", data)
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(f"{path}: {exc}") from exc
+    return load_config_file(path, TrainConfig, table="train", **overrides)
 
 
 def rl_rows(config: TrainConfig) -> list[RLRow]:

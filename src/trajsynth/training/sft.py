@@ -18,14 +18,14 @@ import json
 import logging
 import resource
 import time
-import tomllib
 import warnings
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from trajsynth.schemas import InputError, LoraSettings, Record, stable_hash
+from trajsynth.training.config_file import load_config_file
 from trajsynth.training.models_io import load_base_model, load_base_tokenizer, peft_config
 
 __all__ = ["SFTConfig", "SFTResult", "load_sft_config", "load_sft_dataset", "sft", "smoke_sft"]
@@ -110,16 +110,7 @@ def smoke_sft(**overrides: Any) -> SFTConfig:
 
 def load_sft_config(path: Path, **overrides: Any) -> SFTConfig:
     """An SFTConfig from a TOML file (top-level keys, or an ``[sft]`` table)."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the SFT config: {exc}") from exc
-    data = data.get("sft", data)
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return SFTConfig.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(f"{path}: {exc}") from exc
+    return load_config_file(path, SFTConfig, table="sft", **overrides)
 
 
 def _data_files(path: Path) -> list[Path]:

@@ -100,7 +100,7 @@ def run(
 ) -> None:
     """Run `-- CMD ...` in a sandbox exactly as the code tool runs a program.
 
-    Same sandbox and limits as a run (the [sandbox] settings), started the same way, and the
+    Same sandbox and limits as a run (the [run] sandbox settings), started the same way, and the
     command goes through the code tool's own runner: output capped, everything it started
     killed when it ends or times out, the timeout kept under run.tool_timeout_s. Prints the
     command's output and exits with its status (124: timed out, 128+N: killed by signal N).

@@ -3,9 +3,11 @@
 Sizes, pass rates by cluster, the three diversity figures (METHODS.md §5: domain entropy,
 reasoning-mode entropy, mean cumulative action complexity) and the topology figures (§8: mean
 error branch ratio, strategic heterogeneity, recoveries), read from the rows that
-``flows.curate.curate_round`` stored. The top level holds the latest round; ``rounds`` one
-entry per round. Every figure is of the dataset after that round (accepted trajectories of
-all rounds so far), except ``round_*`` keys, which are of that round alone.
+``flows.curate.curate_round`` stored, and every metric registered in ``curation/metrics/``
+(``metrics``: name, scope, unit, meaning, and its count and mean over the run). The top
+level holds the latest round; ``rounds`` one entry per round. Every figure is of the dataset
+after that round (accepted trajectories of all rounds so far), except ``round_*`` keys, which
+are of that round alone.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trajsynth.cli.ids import id_column, resolve
+from trajsynth.curation.metrics import registered_metrics
 from trajsynth.schemas import InputError
 from trajsynth.store import Store
 
@@ -132,10 +135,31 @@ def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
     latest = rounds[-1] if rounds else {}
     out.update({k: latest.get(k) for k in FIGURES})
     out["rounds"] = rounds
+    out["metrics"] = _metrics(store, run)
     from trajsynth.cli.commands.eval import recent_evals  # issue 18
 
     out["evals"] = recent_evals(store)
     return out
+
+
+def _metrics(store: Store, run: str) -> list[dict[str, Any]]:
+    """Every registered curation metric with its mean and count over the run's items."""
+    found = {
+        r["metric"]: r
+        for r in store.query(
+            "SELECT metric, count(*) AS n, avg(value) AS mean FROM metric_values "
+            "WHERE run_id = ? GROUP BY metric",
+            [run],
+        )
+    }
+    return [
+        {
+            **spec.model_dump(mode="json"),
+            "n": found.get(spec.name, {}).get("n", 0),
+            "mean": found.get(spec.name, {}).get("mean"),
+        }
+        for spec in registered_metrics()
+    ]
 
 
 def _fmt(value: Any) -> str:
@@ -144,6 +168,17 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)
+
+
+def _metrics_table(metrics: list[dict[str, Any]]) -> Table:
+    table = Table(title="registered metrics", caption="metric_values: mean over the run's items")
+    table.add_column("metric", no_wrap=True)  # a name users type into SQL: never folded
+    for col in ("scope", "unit", "items", "mean", "meaning"):
+        right = col in ("items", "mean")
+        table.add_column(col, overflow="fold", justify="right" if right else "left")
+    for m in metrics:
+        table.add_row(m["name"], m["scope"], m["unit"], str(m["n"]), _fmt(m["mean"]), m["meaning"])
+    return table
 
 
 def _print(data: dict[str, Any]) -> None:
@@ -174,6 +209,7 @@ def _print(data: dict[str, Any]) -> None:
             _fmt(c["pass_rate"]),
         )  # fmt: skip
     console.print(clusters)
+    console.print(_metrics_table(data["metrics"]))
     if data.get("evals"):  # issue 18
         from trajsynth.cli.commands.eval import evals_table
 
