@@ -25,6 +25,7 @@ from trajsynth.curation.canon import is_identifier, parse_json_maybe
 from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.tags import READ_VERBS, WRITE_VERBS, name_tokens
 from trajsynth.schemas import (
+    Domain,
     EnvState,
     GoldCall,
     JsonValue,
@@ -80,15 +81,15 @@ _IDENTITY = frozenset(
 )
 # The domain catalog's default users, for a cluster that declares no facts of its own (an
 # outside server); a bundled cluster's persona comes from its folder (``ToolCluster.facts``).
-_PERSONAS = {
-    "retail": "A shopper at an online store.",
-    "travel": "A traveller planning a trip.",
-    "finance": "A bank customer managing their money.",
-    "productivity": "A busy professional keeping their schedule in order.",
-    "devtools": "A developer working on a small project.",
-    "data_sql": "An analyst who needs numbers from a database.",
-    "filesystem": "Someone tidying up their files.",
-    "code": "A developer working on a small project.",
+_PERSONAS: dict[str, str] = {  # Domain is a StrEnum: a plain domain string finds it
+    Domain.RETAIL: "A shopper at an online store.",
+    Domain.TRAVEL: "A traveller planning a trip.",
+    Domain.FINANCE: "A bank customer managing their money.",
+    Domain.PRODUCTIVITY: "A busy professional keeping their schedule in order.",
+    Domain.DEVTOOLS: "A developer working on a small project.",
+    Domain.DATA_SQL: "An analyst who needs numbers from a database.",
+    Domain.FILESYSTEM: "Someone tidying up their files.",
+    Domain.CODE: "A developer working on a small project.",
 }
 _MODE_SUFFIX = {
     ReasoningMode.VERIFY_AFTER_WRITE: " Please confirm that it went through.",
