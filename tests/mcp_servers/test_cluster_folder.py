@@ -31,6 +31,7 @@ from trajsynth.schemas import (
     Difficulty,
     Domain,
     EdgeOrigin,
+    InputError,
     PathShape,
     ReasoningMode,
     ServerKind,
@@ -241,3 +242,15 @@ async def test_the_planner_plans_from_it_with_its_persona(tmp_path: Path) -> Non
         assert bp.persona == PERSONA  # from the folder's cluster.py, not a table in agents/
         assert {s.tool for s in bp.tool_path} <= {"list_accounts", "deposit"}
         assert bp.gold_run.final_state.state_hash
+
+
+def test_an_install_without_the_entry_points_says_how_to_get_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundled clusters exist only as entry points: a stale install is told to reinstall."""
+    monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda *, group: [])
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_BUILT", {})
+    monkeypatch.setattr(registry, "_DISCOVERED", False)
+    with pytest.raises(InputError, match=r"known clusters: none \(.*pip install -e \."):
+        registry.get_cluster("shop", clusters_dir=tmp_path)

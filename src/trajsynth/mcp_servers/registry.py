@@ -339,7 +339,14 @@ def get_cluster(name: str, *, clusters_dir: Path | None = None) -> ToolCluster:
     if name in outside:
         return outside[name]
     known = ", ".join(sorted(set(_REGISTRY) | set(outside))) or "none"
-    raise InputError(f"unknown cluster {name!r}; known clusters: {known}")
+    hint = ""
+    if not any(e.source == "bundled" for e in _REGISTRY.values()):
+        # the bundled clusters exist only as entry points: an install older than them has none
+        hint = (
+            f" (no bundled cluster is installed: `pip install -e .` registers the "
+            f"{ENTRY_POINT_GROUP} entry points)"
+        )
+    raise InputError(f"unknown cluster {name!r}; known clusters: {known}{hint}")
 
 
 def list_clusters(*, clusters_dir: Path | None = None) -> list[ToolCluster]:
