@@ -7,6 +7,7 @@ LLM is the scripted fake behind the real openai client (``fakes.llm``).
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -48,7 +49,7 @@ from trajsynth.schemas import (
 
 SHOP = get_cluster("shop")
 PRODUCTS = {p["name"]: p["price"] for p in json.loads(
-    (Path(__file__).parents[2] / "src/trajsynth/data/seeds/shop.json").read_text()
+    importlib.import_module("trajsynth.mcp_servers.servers.shop.server").STORE.seed_file.read_text()
 )["products"]}  # fmt: skip
 
 

@@ -40,7 +40,7 @@ class InProcessEnvironment:
         self.workdir = Path(workdir) / f"env{next(_ids)}"
         self.workdir.mkdir(parents=True)
         self.seed = seed
-        self.module = importlib.import_module(f"trajsynth.mcp_servers.servers.{name}")
+        self.module = importlib.import_module(f"trajsynth.mcp_servers.servers.{name}.server")
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self._snapshots: dict[str, Path] = {}
         self.closed = False

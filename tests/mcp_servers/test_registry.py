@@ -178,7 +178,7 @@ def test_entry_points_extend_the_registry(
     assert [(e.source, e.target, e.in_param) for e in c.edges] == [
         ("list_accounts", "get_balance", "account_id")
     ]
-    with pytest.raises(InputError, match=r"ep-bad.*expected a ToolCluster"):
+    with pytest.raises(InputError, match=r"ep-bad.*expected a BundledCluster, a ToolCluster"):
         get_cluster("ep-bad", clusters_dir=tmp_path)
 
 

@@ -5,6 +5,8 @@ are checked both through later calls and in the canonical state dump."""
 from __future__ import annotations
 
 import csv
+import importlib
+import importlib.metadata
 import io
 import json
 import subprocess
@@ -19,9 +21,17 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent, Tool
 
-from trajsynth.mcp_servers.servers import BUNDLED, load_server, server_module
+from trajsynth.mcp_servers.registry import ENTRY_POINT_GROUP
 from trajsynth.mcp_servers.servers._state import NoStateError, dump_state
-from trajsynth.schemas import Domain, EnvState
+from trajsynth.schemas import BundledCluster, EnvState
+
+# the bundled clusters, read where the registry reads them: trajsynth's entry points
+SPECS: dict[str, BundledCluster] = {
+    ep.name: ep.load()
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    if ep.dist is not None and ep.dist.name == "trajsynth"
+}
+BUNDLED = tuple(sorted(SPECS))
 
 READS = {
     "shop": {"find_user_by_email", "get_user", "search_products", "get_product", "view_cart",
@@ -75,7 +85,7 @@ async def serve(name: str, workdir: Path, seed: int) -> AsyncIterator[Conn]:
     """Start bundled server ``name`` as a subprocess over stdio, as the environment does."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", server_module(name)],
+        args=["-m", SPECS[name].module],
         env={"TRAJSYNTH_WORKDIR": str(workdir), "TRAJSYNTH_SEED": str(seed)},
     )
     with (workdir.parent / f"{name}-server.log").open("w") as errlog:
@@ -125,18 +135,22 @@ async def test_tools_are_listed_with_tags_and_schemas(name: str, tmp_path: Path)
                           for t in writes)  # fmt: skip
 
 
+def test_the_four_bundled_clusters_are_entry_points() -> None:
+    assert BUNDLED == ("calendar", "code", "shop", "travel")
+
+
 @pytest.mark.parametrize("name", BUNDLED)
-async def test_cluster_meta_is_consistent(name: str) -> None:
-    module = load_server(name)
-    meta = module.CLUSTER_META
-    assert meta["cluster_id"] == name
-    Domain(meta["domain"])
-    assert meta["description"]
+async def test_cluster_declaration_is_consistent(name: str) -> None:
+    spec = SPECS[name]
+    assert spec.cluster_id == name
+    assert spec.description and spec.facts.persona
+    module = importlib.import_module(spec.server_module)
+    assert module.STORE.name == name  # the state dump finds `<name>.sqlite` by the folder name
+    assert module.STORE.seed_file == Path(module.__file__).with_name("seed.json")
     tools = {t.name: t for t in await module.server.list_tools()}
-    for edge in meta["declared_edges"]:
-        assert set(edge) == {"source", "target", "out_field", "in_param"}
-        assert edge["source"] in tools
-        assert edge["in_param"] in tools[edge["target"]].input_schema["properties"]
+    for edge in spec.declared_edges:
+        assert edge.source in tools
+        assert edge.in_param in tools[edge.target].input_schema["properties"]
 
 
 # ---------------------------------------------------------------- seeding and state dumps
@@ -693,7 +707,7 @@ async def test_shop_server_runs_inside_a_docker_sandbox(tmp_path: Path) -> None:
         assert json.loads(init.stdout) == expected_initial
 
         argv = sandbox.stdio_command(
-            [sandbox.python, "-m", server_module("shop")], env={"TRAJSYNTH_SEED": "4"}
+            [sandbox.python, "-m", SPECS["shop"].module], env={"TRAJSYNTH_SEED": "4"}
         )
         params = StdioServerParameters(command=argv[0], args=argv[1:])
         with (tmp_path / "docker-server.log").open("w") as errlog:

@@ -25,6 +25,7 @@ from trajsynth.curation.canon import is_identifier, parse_json_maybe
 from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.tags import READ_VERBS, WRITE_VERBS, name_tokens
 from trajsynth.schemas import (
+    Domain,
     EnvState,
     GoldCall,
     JsonValue,
@@ -78,15 +79,17 @@ _STOP = frozenset({"by", "for", "to", "from", "of", "all", "my", "a", "an", "the
 _IDENTITY = frozenset(
     {"email", "user_email", "customer_email", "username", "user_name", "phone", "account"}
 )
-_PERSONAS = {
-    "retail": "A shopper at an online store.",
-    "travel": "A traveller planning a trip.",
-    "finance": "A bank customer managing their money.",
-    "productivity": "A busy professional keeping their schedule in order.",
-    "devtools": "A developer working on a small project.",
-    "data_sql": "An analyst who needs numbers from a database.",
-    "filesystem": "Someone tidying up their files.",
-    "code": "A developer working on a small project.",
+# The domain catalog's default users, for a cluster that declares no facts of its own (an
+# outside server); a bundled cluster's persona comes from its folder (``ToolCluster.facts``).
+_PERSONAS: dict[str, str] = {  # Domain is a StrEnum: a plain domain string finds it
+    Domain.RETAIL: "A shopper at an online store.",
+    Domain.TRAVEL: "A traveller planning a trip.",
+    Domain.FINANCE: "A bank customer managing their money.",
+    Domain.PRODUCTIVITY: "A busy professional keeping their schedule in order.",
+    Domain.DEVTOOLS: "A developer working on a small project.",
+    Domain.DATA_SQL: "An analyst who needs numbers from a database.",
+    Domain.FILESYSTEM: "Someone tidying up their files.",
+    Domain.CODE: "A developer working on a small project.",
 }
 _MODE_SUFFIX = {
     ReasoningMode.VERIFY_AFTER_WRITE: " Please confirm that it went through.",
@@ -113,6 +116,7 @@ class WordsSpec(Record):
 
     domain: str
     description: str = ""
+    persona: str | None = None  # the cluster's own (DomainFacts); None: the domain's default
     mode: ReasoningMode
     steps: list[str]  # what each call does, in plain words (tool descriptions)
     actions: list[str] = Field(default_factory=list)  # each write, as an imperative
@@ -380,6 +384,7 @@ def words_spec(
     return WordsSpec(
         domain=str(cluster.domain),
         description=cluster.description,
+        persona=cluster.facts.persona if cluster.facts is not None else None,
         mode=mode,
         steps=described,
         actions=actions,
@@ -543,12 +548,16 @@ def _first_object(text: str) -> dict | None:
     return None
 
 
+def _default_persona(spec: WordsSpec) -> str:
+    return spec.persona or _PERSONAS.get(spec.domain, "A user of the service.")
+
+
 def parse_words(text: str | None, spec: WordsSpec) -> Words | None:
     """The first JSON object in the reply as words, or None when there is none with a goal.
 
     Keys are matched case-insensitively. ``hidden_info`` entries are kept only for slots
     (matched by name or by value) and always carry the slot's true value; a missing persona
-    gets the domain's default.
+    gets the cluster's persona (or the domain's default).
 
     >>> s = WordsSpec(domain="retail", mode="direct_execute", steps=[], slots={"email": "a@x.io"},
     ...     tool_names=[])
@@ -564,7 +573,7 @@ def parse_words(text: str | None, spec: WordsSpec) -> Words | None:
         return None
     persona = fields.get("persona")
     if not isinstance(persona, str) or not persona.strip():
-        persona = _PERSONAS.get(spec.domain, "A user of the service.")
+        persona = _default_persona(spec)
     raw_hidden = fields.get("hidden_info", fields.get("hidden", {}))
     hidden: dict[str, JsonValue] = {}
     if isinstance(raw_hidden, Mapping):
@@ -686,7 +695,7 @@ def template_words(spec: WordsSpec) -> Words:
     >>> template_words(s).goal
     'What is the price of Vortex 600 Blender?'
     """
-    persona = _PERSONAS.get(spec.domain, "A user of the service.")
+    persona = _default_persona(spec)
     hidden: dict[str, JsonValue] = {}
     stated: dict[str, JsonValue] = {}
     for name, value in spec.slots.items():

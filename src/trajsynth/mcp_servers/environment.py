@@ -77,8 +77,7 @@ __all__ = ["STATE_MODULE", "Environment", "OpenEnvironment", "ToolResult", "open
 
 log = logging.getLogger(__name__)
 
-SERVERS_PACKAGE = "trajsynth.mcp_servers.servers"
-STATE_MODULE = f"{SERVERS_PACKAGE}._state"
+STATE_MODULE = "trajsynth.mcp_servers.servers._state"
 SEED_ENV = "TRAJSYNTH_SEED"
 # Extra wall-clock time over the request timeout before the whole call is abandoned (a write
 # to a server that stopped reading its stdin can block before the request clock starts).
@@ -211,9 +210,18 @@ class Environment:
         return not self.bundled and self.cluster.server.reset is ResetMode.SNAPSHOT
 
     @property
+    def bundled_module(self) -> str:
+        """The package a bundled cluster runs as (``ServerSpec.module``, from its folder's
+        ``BundledCluster``); there is no default derived from the cluster's name."""
+        module = self.cluster.server.module
+        if not module:
+            raise InputError(f"cluster {self.cluster.cluster_id}: a bundled server needs a module")
+        return module
+
+    @property
     def server_name(self) -> str:
-        module = self.cluster.server.module or f"{SERVERS_PACKAGE}.{self.cluster.cluster_id}"
-        return module.rsplit(".", 1)[-1]
+        """The cluster's folder: the state dump (``_state``) finds the state by it."""
+        return self.bundled_module.rsplit(".", 1)[-1]
 
     async def __aenter__(self) -> Environment:
         await self.start()
@@ -313,7 +321,7 @@ class Environment:
         spec = self.cluster.server
         env = self._server_env()
         if spec.kind == ServerKind.BUNDLED:
-            module = spec.module or f"{SERVERS_PACKAGE}.{self.cluster.cluster_id}"
+            module = self.bundled_module
             argv = self._sandbox_stdio([self.sandbox.python, "-m", module], env)
             self.server_location = "sandbox"
             return stdio_transport(argv), f"{self.cluster.cluster_id} ({module})"

@@ -1,14 +1,15 @@
-"""The cluster registry: bundled servers, decorated factories, entry points, outside servers.
+"""The cluster registry: entry points, decorated factories, outside servers.
 
 Where a cluster comes from (DESIGN.md step 1, METHODS.md §2):
 
-- **bundled**: every module ``trajsynth.mcp_servers.servers.<name>`` (no leading underscore)
-  with ``CLUSTER_META`` and ``server``; its tools are read in-process with
-  ``await server.list_tools()``.
+- **entry points**: group ``trajsynth.clusters`` is the one list of installed clusters. An
+  entry point loads a ``BundledCluster`` (a folder ``mcp_servers/servers/<name>/``: its
+  ``cluster.py`` declares it, its ``server`` module's tools are read in-process with
+  ``await server.list_tools()``), a ``ToolCluster``, a factory returning one, or a module
+  whose import registers clusters with ``@cluster``. The four bundled clusters are
+  trajsynth's own entry points (pyproject.toml); adding one is a folder and one line there.
 - **decorated**: ``@cluster("name")`` on a factory returning a ``ToolCluster`` (STYLE.md §1: the
   name and the arguments it was registered with are kept, see ``registry_params``).
-- **entry points**: group ``trajsynth.clusters``; each entry point loads a ``ToolCluster``, a
-  factory returning one, or a module whose import registers clusters with ``@cluster``.
 - **outside**: MCP servers added with ``add_outside_cluster`` (``synth clusters add``), saved
   as ``<clusters_dir>/<name>.json``.
 
@@ -20,10 +21,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.metadata
-import importlib.util
 import logging
 import os
-import pkgutil
 import re
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ from trajsynth.mcp_servers.graph import Embedder, infer_edges, split_cluster
 from trajsynth.mcp_servers.launch import copied_file, server_mounts, state_outside_warnings
 from trajsynth.mcp_servers.tags import tag_tool
 from trajsynth.schemas import (
+    BundledCluster,
     Domain,
     InputError,
     MCPServerError,
@@ -60,7 +60,6 @@ from trajsynth.schemas import (
 __all__ = [
     "DEFAULT_CLUSTERS_DIR",
     "ENTRY_POINT_GROUP",
-    "SERVERS_PACKAGE",
     "ClusterFactory",
     "RegisteredCluster",
     "add_outside_cluster",
@@ -79,7 +78,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "trajsynth.clusters"
-SERVERS_PACKAGE = "trajsynth.mcp_servers.servers"
+_OWN_DIST = "trajsynth"  # entry points this distribution declares are its bundled clusters
 DEFAULT_CLUSTERS_DIR = Path("data/clusters")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -218,54 +217,46 @@ def _run_sync(make: Callable[[], Awaitable[T]]) -> T:
 # --------------------------------------------------------------------------- bundled
 
 
-def bundled_cluster(name: str, *, embed: Embedder | None = None) -> ToolCluster:
-    """The bundled cluster ``name``: ``CLUSTER_META`` plus the tools its ``MCPServer`` lists."""
-    module_name = f"{SERVERS_PACKAGE}.{name}"
+def bundled_cluster(spec: BundledCluster, *, embed: Embedder | None = None) -> ToolCluster:
+    """The cluster a folder declares: ``spec`` plus the tools its ``MCPServer`` lists."""
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(spec.server_module)
     except ModuleNotFoundError as exc:
-        raise InputError(f"bundled cluster {name!r}: no module {module_name}") from exc
-    meta = getattr(module, "CLUSTER_META", None)
+        raise InputError(f"bundled cluster {spec.cluster_id!r}: no module {exc.name}") from exc
     server = getattr(module, "server", None)
-    if not isinstance(meta, Mapping) or server is None:
-        raise InputError(f"{module_name}: a bundled server needs CLUSTER_META and `server`")
+    if server is None:
+        raise InputError(f"{spec.server_module}: a bundled cluster's server module needs `server`")
     tools = [tool_spec(t) for t in _run_sync(server.list_tools)]
-    try:
-        domain = Domain(str(meta.get("domain", Domain.OTHER)))
-    except ValueError as exc:
-        raise InputError(f"{module_name}: CLUSTER_META domain {meta.get('domain')!r}") from exc
-    edges = infer_edges(tools, meta.get("declared_edges") or (), embed=embed)
+    declared = [e.model_dump() for e in spec.declared_edges]
     return ToolCluster(
-        cluster_id=str(meta.get("cluster_id", name)),
-        domain=domain,
-        description=str(meta.get("description", "")),
-        server=ServerSpec(kind=ServerKind.BUNDLED, module=module_name),
+        cluster_id=spec.cluster_id,
+        domain=spec.domain,
+        description=spec.description,
+        server=ServerSpec(kind=ServerKind.BUNDLED, module=spec.module),
         tools=tools,
-        edges=edges,
+        edges=infer_edges(tools, declared, embed=embed),
         state_readable=True,
         source="bundled",
+        facts=spec.facts,
     )
-
-
-def _bundled_names() -> list[str]:
-    spec = importlib.util.find_spec(SERVERS_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    names = []
-    for info in pkgutil.iter_modules(list(spec.submodule_search_locations)):
-        if not info.name.startswith("_") and not info.ispkg:
-            names.append(info.name)
-    return sorted(names)
 
 
 def _entry_point_factory(ep: importlib.metadata.EntryPoint) -> ClusterFactory:
     def build() -> ToolCluster:
         obj = ep.load()
+        if isinstance(obj, BundledCluster):
+            if obj.cluster_id != ep.name:
+                raise InputError(
+                    f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP}): it "
+                    f"declares cluster {obj.cluster_id!r}; name the entry point the same"
+                )
+            return bundled_cluster(obj)
         built = obj() if callable(obj) and not isinstance(obj, ToolCluster) else obj
         if not isinstance(built, ToolCluster):
             raise InputError(
                 f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP}): expected a "
-                f"ToolCluster or a factory returning one, got {type(built).__name__}"
+                f"BundledCluster, a ToolCluster or a factory returning one, got "
+                f"{type(built).__name__}"
             )
         if not built.edges:
             built = built.model_copy(update={"edges": infer_edges(built.tools)})
@@ -274,27 +265,32 @@ def _entry_point_factory(ep: importlib.metadata.EntryPoint) -> ClusterFactory:
     return build
 
 
+def _source(ep: importlib.metadata.EntryPoint) -> Literal["bundled", "entry_point"]:
+    dist = getattr(ep, "dist", None)
+    return "bundled" if dist is not None and dist.name == _OWN_DIST else "entry_point"
+
+
 def _discover() -> None:
-    """Register bundled servers and entry points (once per process)."""
+    """Register every entry point of the group (once per process); none is loaded yet."""
     global _DISCOVERED
     if _DISCOVERED:
         return
     _DISCOVERED = True
-    for name in _bundled_names():
-        if name not in _REGISTRY:
-            _REGISTRY[name] = RegisteredCluster(
-                name, lambda name=name: bundled_cluster(name), "bundled", {}
-            )
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _REGISTRY and _REGISTRY[ep.name].source == "bundled":
-            log.warning("entry point %s shadows the bundled cluster of that name", ep.name)
         if ":" not in ep.value:  # a module: importing it registers its @cluster factories
             try:
                 importlib.import_module(ep.value)
             except ImportError as exc:
                 log.warning("entry point %s (%s) failed to import: %s", ep.name, ep.value, exc)
             continue
-        register_cluster(ep.name, _entry_point_factory(ep), source="entry_point")
+        if ep.name in _REGISTRY:
+            log.warning(
+                "entry point %s (%s) replaces the %s cluster of that name",
+                ep.name,
+                ep.value,
+                _REGISTRY[ep.name].source,
+            )
+        register_cluster(ep.name, _entry_point_factory(ep), source=_source(ep))
 
 
 def _build(name: str) -> ToolCluster:
@@ -343,11 +339,18 @@ def get_cluster(name: str, *, clusters_dir: Path | None = None) -> ToolCluster:
     if name in outside:
         return outside[name]
     known = ", ".join(sorted(set(_REGISTRY) | set(outside))) or "none"
-    raise InputError(f"unknown cluster {name!r}; known clusters: {known}")
+    hint = ""
+    if not any(e.source == "bundled" for e in _REGISTRY.values()):
+        # the bundled clusters exist only as entry points: an install older than them has none
+        hint = (
+            f" (no bundled cluster is installed: `pip install -e .` registers the "
+            f"{ENTRY_POINT_GROUP} entry points)"
+        )
+    raise InputError(f"unknown cluster {name!r}; known clusters: {known}{hint}")
 
 
 def list_clusters(*, clusters_dir: Path | None = None) -> list[ToolCluster]:
-    """Every cluster, sorted by id: bundled, decorated, entry points, then outside ones."""
+    """Every cluster, sorted by id: entry points (bundled ones too), decorated, then outside."""
     _discover()
     clusters = {name: _build(name) for name in sorted(_REGISTRY)}
     for name, found in _load_outside(clusters_dir or DEFAULT_CLUSTERS_DIR).items():

@@ -93,8 +93,11 @@ from trajsynth.schemas.sandbox import ExecResult, SandboxKind, SandboxLimits, Sn
 from trajsynth.schemas.scores import MetricScope, MetricValue, Scores
 from trajsynth.schemas.signals import Signals
 from trajsynth.schemas.tools import (
+    BundledCluster,
     CopiedFile,
+    DeclaredEdge,
     Domain,
+    DomainFacts,
     EdgeOrigin,
     ProbeCall,
     ResetMode,
@@ -110,8 +113,9 @@ from trajsynth.schemas.verdict import ConstraintResult, Verdict
 
 __all__ = [
     "AgentRole", "AnswerContains", "AnswerMatches", "ArgBinding", "Blueprint",
-    "BlueprintAttempt", "Budgets", "CallPattern", "Cell", "CodeTestsPass", "Constraint",
-    "ConstraintKind", "ConstraintResult", "Difficulty", "Domain", "EdgeOrigin", "EnvSpec",
+    "BlueprintAttempt", "Budgets", "BundledCluster", "CallPattern", "Cell", "CodeTestsPass",
+    "Constraint", "ConstraintKind", "ConstraintResult", "DeclaredEdge", "Difficulty", "Domain",
+    "DomainFacts", "EdgeOrigin", "EnvSpec",
     "EnvState", "ExecResult", "FailureClass", "FinalState", "FunctionCall", "GoldCall",
     "GoldRun", "InfraError", "InputError", "JsonValue", "LLMConfig", "LLMError", "LLMUsage",
     "LiteralArg", "MCPServerError", "MaxCalls", "Message", "MessageRole", "ModelOutputError",

@@ -10,8 +10,11 @@ from pydantic import Field
 from trajsynth.schemas._base import JsonValue, Record
 
 __all__ = [
+    "BundledCluster",
     "CopiedFile",
+    "DeclaredEdge",
     "Domain",
+    "DomainFacts",
     "EdgeOrigin",
     "ProbeCall",
     "ResetMode",
@@ -135,6 +138,41 @@ class ServerSpec(Record):
     args: dict[str, JsonValue] = Field(default_factory=dict, description="--arg name=value")
 
 
+class DomainFacts(Record):
+    """What a cluster tells the planner about its users, so agents read it from the cluster."""
+
+    persona: str = Field(description="who the user is, one sentence (a draft without one)")
+
+
+class DeclaredEdge(Record):
+    """A dependency edge a bundled cluster states outright (added with score 1, §2 step 3)."""
+
+    source: str
+    target: str
+    out_field: str
+    in_param: str
+
+
+class BundledCluster(Record):
+    """A bundled cluster's declaration: ``servers/<name>/cluster.py`` holds one, and its
+    ``trajsynth.clusters`` entry point names it. The registry builds the ``ToolCluster`` from
+    it (tools read from the running server, edges inferred plus ``declared_edges``)."""
+
+    cluster_id: str
+    domain: Domain
+    description: str
+    module: str = Field(
+        description="the folder's package: `python -m` runs it; its `.server` holds the server"
+    )
+    declared_edges: list[DeclaredEdge] = Field(default_factory=list)
+    facts: DomainFacts
+
+    @property
+    def server_module(self) -> str:
+        """The module with the ``MCPServer`` (``server``) and the state store (``STORE``)."""
+        return f"{self.module}.server"
+
+
 class ToolCluster(Record):
     """One service's tools that depend on each other, served by one MCP server."""
 
@@ -153,6 +191,8 @@ class ToolCluster(Record):
     probes: list[ProbeCall] = Field(default_factory=list)
     arg_values: dict[str, dict[str, list[JsonValue]]] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    # Bundled clusters declare them; None: the words fall back to the domain's defaults.
+    facts: DomainFacts | None = None
 
     def tool(self, name: str) -> ToolSpec:
         for spec in self.tools:

@@ -1,28 +1,16 @@
-"""The bundled business clusters, each a real MCP server on the SDK's ``MCPServer``.
+"""The bundled clusters, one folder each, and the server machinery they share.
 
-``shop`` (retail), ``travel``, ``calendar`` (calendar and email) and ``code`` (a Python
-interpreter with a work directory). Each module exposes ``CLUSTER_META``, ``server`` and
-``STORE`` and runs as ``python -m trajsynth.mcp_servers.servers.<name>`` over stdio. Importing
-this package imports no server (they load on demand with ``load_server``).
+A folder ``<name>/`` holds the whole cluster: ``server.py`` (a real MCP server on the SDK's
+``MCPServer``, with ``server`` and its state store ``STORE``), ``seed.json`` (the seed data its
+state is built from), ``cluster.py`` (``CLUSTER``, a ``BundledCluster``: domain, description,
+declared edges and the domain facts the planner's words use) and ``__main__.py`` (``python -m
+trajsynth.mcp_servers.servers.<name>`` serves it over stdio). Its entry point in the
+``trajsynth.clusters`` group names ``CLUSTER``; that group is the only list of bundled clusters.
+
+``_backend`` (SQLite and file state, tool annotations, errors) and ``_state`` (the canonical
+state dump run inside the sandbox) are shared. Importing this package imports no server.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-
-__all__ = ["BUNDLED", "load_server", "server_module"]
-
-BUNDLED = ("shop", "travel", "calendar", "code")
-
-
-def server_module(name: str) -> str:
-    """The dotted module path that serves bundled cluster ``name``."""
-    if name not in BUNDLED:
-        raise ValueError(f"unknown bundled cluster '{name}'; expected one of {', '.join(BUNDLED)}")
-    return f"{__name__}.{name}"
-
-
-def load_server(name: str) -> ModuleType:
-    """Import the server module of bundled cluster ``name`` (``CLUSTER_META``, ``server``)."""
-    return importlib.import_module(server_module(name))
+__all__: list[str] = []

@@ -1,7 +1,7 @@
 """The SQLite backend the bundled servers share: seeding, transactions, tool tags, errors.
 
 A server's state is one SQLite file, ``$TRAJSYNTH_WORKDIR/<name>.sqlite``, created on first use
-from bundled seed data (``trajsynth/data/seeds/<name>.json``) perturbed by ``random.Random(seed)``
+from the cluster's seed data (``seed.json`` in its folder) perturbed by ``random.Random(seed)``
 with ``seed = $TRAJSYNTH_SEED`` (default 0). Every tool call opens its own connection and commits
 or rolls back as one transaction, so a snapshot restored under a running server is seen by the
 next call and a failed call leaves no partial change.
@@ -52,7 +52,6 @@ __all__ = [
 
 WORKDIR_ENV = "TRAJSYNTH_WORKDIR"
 SEED_ENV = "TRAJSYNTH_SEED"
-SEEDS_DIR = Path(__file__).resolve().parents[2] / "data" / "seeds"
 
 
 def env_workdir() -> Path:
@@ -76,9 +75,8 @@ def canonical_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def load_seed_data(name: str) -> dict[str, Any]:
-    """The bundled seed data of cluster ``name``."""
-    path = SEEDS_DIR / f"{name}.json"
+def load_seed_data(path: Path) -> dict[str, Any]:
+    """A cluster's seed data (the ``seed.json`` in its folder)."""
     with path.open(encoding="utf-8") as fh:
         data: dict[str, Any] = json.load(fh)
     return data
@@ -157,13 +155,15 @@ Seeder = Callable[[dict[str, Any], random.Random], Mapping[str, Sequence[Mapping
 class Store:
     """A cluster's SQLite state: its tables, how to seed them, and one-transaction access.
 
-    ``seeder(seed_data, rng)`` returns rows per table; ``meta`` rows record the seed, the
-    fixed clock (``now`` from the seed data) and the seed data's sha256.
+    ``seeder(seed_data, rng)`` returns rows per table, ``seed_data`` read from ``seed_file``;
+    ``meta`` rows record the seed, the fixed clock (``now`` from the seed data) and the seed
+    data's sha256.
     """
 
     name: str
     tables: tuple[Table, ...]
     seeder: Seeder
+    seed_file: Path
     _seeded: set[Path] = field(default_factory=set, repr=False)
 
     def path(self, workdir: Path | None = None) -> Path:
@@ -184,7 +184,7 @@ class Store:
 
     def _create(self, path: Path, seed: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = load_seed_data(self.name)
+        data = load_seed_data(self.seed_file)
         rows = self.seeder(data, random.Random(seed))
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         tmp.unlink(missing_ok=True)
@@ -317,11 +317,13 @@ class FileStore:
     """A cluster whose state is the files under the work directory (same API as ``Store``).
 
     ``seeder(seed_data, rng)`` returns the files to write (relative path -> text) on first
-    start; a marker ``.trajsynth/<name>.json`` records the seed and the fixed clock.
+    start, ``seed_data`` read from ``seed_file``; a marker ``.trajsynth/<name>.json`` records
+    the seed and the fixed clock.
     """
 
     name: str
     seeder: FileSeeder
+    seed_file: Path
 
     def marker(self, workdir: Path | None = None) -> Path:
         return (workdir or env_workdir()) / PRIVATE_DIR / f"{self.name}.json"
@@ -336,7 +338,7 @@ class FileStore:
         if marker.is_file():
             return root
         seed = env_seed() if seed is None else seed
-        data = load_seed_data(self.name)
+        data = load_seed_data(self.seed_file)
         for rel, text in self.seeder(data, random.Random(seed)).items():
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -7,20 +7,23 @@ sha256 of the canonical JSON of the tables and two environments in the same stat
 ``--init`` creates and seeds the state when it does not exist yet (it starts no server); without
 it a missing state is an error (exit status 3).
 
-Runs inside the sandbox. Dumping reads the state alone (the SQLite file records its own
-volatile columns), so it imports only the stdlib; ``--init`` imports the server module (and
-``mcp``) for its seeder.
+``<name>`` is a cluster folder under ``trajsynth.mcp_servers.servers`` (the last part of its
+``ServerSpec.module``). Runs inside the sandbox, where there are no entry points: the folder is
+the only thing asked. Dumping reads the state alone (the SQLite file records its own volatile
+columns; a file cluster's state is marked by ``.trajsynth/<name>.json``), so it imports only
+the stdlib; ``--init`` imports the folder's ``server`` module (and ``mcp``) for its seeder.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from trajsynth.mcp_servers.servers import BUNDLED
 from trajsynth.mcp_servers.servers._backend import (
     PRIVATE_DIR,
     canonical_json,
@@ -30,9 +33,10 @@ from trajsynth.mcp_servers.servers._backend import (
     env_workdir,
 )
 
-__all__ = ["BUNDLED", "NoStateError", "dump_state", "main", "state_exists", "state_store"]
+__all__ = ["NoStateError", "dump_state", "main", "state_exists", "state_store"]
 
-FILE_CLUSTERS = frozenset({"code"})
+_PACKAGE = "trajsynth.mcp_servers.servers"  # not __name__: this runs as __main__ too
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class NoStateError(FileNotFoundError):
@@ -48,23 +52,31 @@ class _StateStore(Protocol):
 def state_store(name: str) -> _StateStore:
     """The state store of bundled cluster ``name`` (its server module's ``STORE``)."""
     _check(name)
-    module = importlib.import_module(f"trajsynth.mcp_servers.servers.{name}")
+    module = importlib.import_module(f"{_PACKAGE}.{name}.server")
     store: _StateStore = module.STORE
     return store
 
 
 def _check(name: str) -> None:
-    if name not in BUNDLED:
-        raise ValueError(f"unknown bundled cluster '{name}'; expected one of {', '.join(BUNDLED)}")
+    """ValueError unless ``name`` is a cluster folder here (it names a path in the work dir)."""
+    try:
+        found = _NAME.match(name) and importlib.util.find_spec(f"{_PACKAGE}.{name}.server")
+    except ModuleNotFoundError:
+        found = None
+    if not found:
+        raise ValueError(f"unknown bundled cluster '{name}': no {_PACKAGE}.{name}.server module")
+
+
+def _file_cluster(name: str, root: Path) -> bool:
+    # checked before the SQLite file: a program in the code cluster may write `<name>.sqlite`
+    return (root / PRIVATE_DIR / f"{name}.json").is_file()
 
 
 def state_exists(name: str, workdir: str | Path) -> bool:
     """Whether ``workdir`` holds seeded state of cluster ``name``."""
     _check(name)
     root = Path(workdir)
-    if name in FILE_CLUSTERS:
-        return (root / PRIVATE_DIR / f"{name}.json").is_file()
-    return (root / f"{name}.sqlite").is_file()
+    return _file_cluster(name, root) or (root / f"{name}.sqlite").is_file()
 
 
 def dump_state(
@@ -80,7 +92,7 @@ def dump_state(
         if not init:
             raise NoStateError(f"no {name} state in {root}: start the server or use --init")
         state_store(name).ensure(root, seed)
-    if name in FILE_CLUSTERS:
+    if _file_cluster(name, root):
         return dump_files(root, name)
     return dump_sqlite(root / f"{name}.sqlite")
 
@@ -90,11 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m trajsynth.mcp_servers.servers._state",
         description="Print the canonical state (EnvState JSON) of a bundled cluster.",
     )
-    parser.add_argument("name", choices=BUNDLED)
+    parser.add_argument("name", help="the cluster's folder under " + _PACKAGE)
     parser.add_argument("--init", action="store_true", help="create and seed the state if missing")
     parser.add_argument("--workdir", type=Path, default=None, help="default: $TRAJSYNTH_WORKDIR")
     parser.add_argument("--seed", type=int, default=None, help="default: $TRAJSYNTH_SEED or 0")
     args = parser.parse_args(argv)
+    try:
+        _check(args.name)
+    except ValueError as exc:
+        parser.error(str(exc))
     workdir = args.workdir or env_workdir()
     seed = env_seed() if args.seed is None else args.seed
     try:

@@ -1,12 +1,12 @@
 """Calendar and email for a small team: events, invitations, conflicts, messages (MCP server).
 
-State: ``$TRAJSYNTH_WORKDIR/calendar.sqlite``, seeded from ``data/seeds/calendar.json`` perturbed
-by ``$TRAJSYNTH_SEED`` (which pending invitations were answered, which messages are unread).
-Policy the tools enforce, as a calendar service would: nothing is scheduled in the past or with
-an end before its start; an organizer cannot double-book, and an attendee cannot accept an
-invitation that overlaps an event they organize or accepted (a conflict names the other event);
-only the organizer may reschedule or cancel; cancelled events take no invitations or replies.
-Invitations, reschedules and cancellations send messages to the people concerned.
+State: ``$TRAJSYNTH_WORKDIR/calendar.sqlite``, seeded from ``seed.json`` (beside this module)
+perturbed by ``$TRAJSYNTH_SEED`` (which pending invitations were answered, which messages are
+unread). Policy the tools enforce, as a calendar service would: nothing is scheduled in the past
+or with an end before its start; an organizer cannot double-book, and an attendee cannot accept
+an invitation that overlaps an event they organize or accepted (a conflict names the other
+event); only the organizer may reschedule or cancel; cancelled events take no invitations or
+replies. Invitations, reschedules and cancellations send messages to the people concerned.
 
 Run: ``python -m trajsynth.mcp_servers.servers.calendar`` (stdio).
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import re
 import sqlite3
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -33,43 +34,7 @@ from trajsynth.mcp_servers.servers._backend import (
     write_tool,
 )
 
-__all__ = ["CLUSTER_META", "STORE", "main", "server"]
-
-CLUSTER_META: dict[str, Any] = {
-    "cluster_id": "calendar",
-    "domain": "productivity",
-    "description": (
-        "A team calendar with email: find colleagues, list a day's events, check availability, "
-        "create, reschedule and cancel events, invite people, answer invitations, send and read "
-        "messages."
-    ),
-    "declared_edges": [
-        {
-            "source": "find_user",
-            "target": "invite_attendee",
-            "out_field": "users[].user_id",
-            "in_param": "user_id",
-        },
-        {
-            "source": "find_user",
-            "target": "send_message",
-            "out_field": "users[].email",
-            "in_param": "to_email",
-        },
-        {
-            "source": "check_availability",
-            "target": "create_event",
-            "out_field": "user_id",
-            "in_param": "organizer_id",
-        },
-        {
-            "source": "list_messages",
-            "target": "read_message",
-            "out_field": "messages[].message_id",
-            "in_param": "message_id",
-        },
-    ],
-}
+__all__ = ["STORE", "main", "server"]
 
 STORE_TABLES = (
     Table(
@@ -141,7 +106,7 @@ def _seed(data: dict[str, Any], rng: random.Random) -> dict[str, list[dict[str, 
     return rows
 
 
-STORE = Store("calendar", STORE_TABLES, _seed)
+STORE = Store("calendar", STORE_TABLES, _seed, Path(__file__).with_name("seed.json"))
 server = MCPServer(
     name="calendar",
     instructions="A team's shared calendar and email. Dates are YYYY-MM-DD, times HH:MM (24 h).",

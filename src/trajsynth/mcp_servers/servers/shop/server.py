@@ -1,6 +1,6 @@
 """Retail shop: catalogue, cart, orders, returns and refunds, as an MCP server (METHODS.md §2).
 
-State: ``$TRAJSYNTH_WORKDIR/shop.sqlite``, seeded from ``data/seeds/shop.json`` perturbed by
+State: ``$TRAJSYNTH_WORKDIR/shop.sqlite``, seeded from ``seed.json`` beside this module perturbed by
 ``$TRAJSYNTH_SEED`` (stock levels, gift-card balances, which orders are pending/shipped/delivered).
 Policy the tools enforce, as a real shop would: only pending or processing orders can be
 cancelled; only items of delivered orders can be returned, once; a gift card cannot pay more than
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -32,42 +33,7 @@ from trajsynth.mcp_servers.servers._backend import (
     write_tool,
 )
 
-__all__ = ["CLUSTER_META", "STORE", "main", "server"]
-
-CLUSTER_META: dict[str, Any] = {
-    "cluster_id": "shop",
-    "domain": "retail",
-    "description": (
-        "An online shop: find a customer, search the catalogue, fill a cart, place orders with "
-        "a card, PayPal or gift card, cancel pending orders, return delivered items, see refunds."
-    ),
-    "declared_edges": [
-        {
-            "source": "find_user_by_email",
-            "target": "place_order",
-            "out_field": "default_payment_method_id",
-            "in_param": "payment_method_id",
-        },
-        {
-            "source": "get_user",
-            "target": "place_order",
-            "out_field": "payment_methods[].payment_method_id",
-            "in_param": "payment_method_id",
-        },
-        {
-            "source": "get_order",
-            "target": "return_items",
-            "out_field": "items[].item_id",
-            "in_param": "item_ids",
-        },
-        {
-            "source": "search_products",
-            "target": "add_to_cart",
-            "out_field": "products[].product_id",
-            "in_param": "product_id",
-        },
-    ],
-}
+__all__ = ["STORE", "main", "server"]
 
 ORDER_STATUSES = ("pending", "processing", "shipped", "delivered", "cancelled")
 
@@ -215,7 +181,7 @@ def _seed(data: dict[str, Any], rng: random.Random) -> dict[str, list[dict[str, 
     return rows
 
 
-STORE = Store("shop", STORE_TABLES, _seed)
+STORE = Store("shop", STORE_TABLES, _seed, Path(__file__).with_name("seed.json"))
 server = MCPServer(
     name="shop",
     instructions="An online shop's customer-service tools. Amounts are in USD.",

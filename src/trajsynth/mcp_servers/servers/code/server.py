@@ -7,8 +7,9 @@ the first ``OUTPUT_CAP`` bytes of each stream are kept, so no program can outliv
 hang the server or fill its memory. What the program's own code causes (a timeout, a full work
 directory, a kill at the sandbox's memory or process limit) is a tool error the model sees.
 State is the files under the work directory: first start writes a small seeded project from
-``data/seeds/code.json`` (an inventory module with one real bug, its unittest tests, and CSV data
-whose quantities ``$TRAJSYNTH_SEED`` perturbs). Paths must stay inside the work directory.
+``seed.json`` beside this module (an inventory module with one real bug, its unittest tests, and
+CSV data whose quantities ``$TRAJSYNTH_SEED`` perturbs). Paths must stay inside the work
+directory.
 
 Run: ``python -m trajsynth.mcp_servers.servers.code`` (stdio).
 """
@@ -40,31 +41,7 @@ from trajsynth.mcp_servers.servers._backend import (
 )
 from trajsynth.sandboxes._agent import become_subreaper, run_process
 
-__all__ = ["CLUSTER_META", "STORE", "main", "server"]
-
-CLUSTER_META: dict[str, Any] = {
-    "cluster_id": "code",
-    "domain": "code",
-    "description": (
-        "A Python code interpreter with a work directory: run Python, list, read, write and "
-        "delete files, and run the project's unittest tests."
-    ),
-    "declared_edges": [
-        {
-            "source": "list_files",
-            "target": "read_file",
-            "out_field": "files[].path",
-            "in_param": "path",
-        },
-        {
-            "source": "list_files",
-            "target": "delete_file",
-            "out_field": "files[].path",
-            "in_param": "path",
-        },
-        {"source": "write_file", "target": "run_tests", "out_field": "path", "in_param": "path"},
-    ],
-}
+__all__ = ["STORE", "main", "server"]
 
 MAX_FILE_BYTES = 1_000_000
 MAX_OUTPUT_CHARS = 8_000
@@ -98,7 +75,7 @@ def _seed_files(data: dict[str, Any], rng: random.Random) -> dict[str, str]:
     return files
 
 
-STORE = FileStore("code", _seed_files)
+STORE = FileStore("code", _seed_files, Path(__file__).with_name("seed.json"))
 server = MCPServer(
     name="code",
     instructions=(

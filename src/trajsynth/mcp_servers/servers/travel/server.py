@@ -1,12 +1,13 @@
 """Airline travel: flight search, fares, booking, seats and cancellation, as an MCP server.
 
-State: ``$TRAJSYNTH_WORKDIR/travel.sqlite``, seeded from ``data/seeds/travel.json`` perturbed by
-``$TRAJSYNTH_SEED`` (fare levels, which seats are taken, gift-card and certificate balances).
-Policy the tools enforce, as an airline would: only scheduled flights that have not departed can
-be booked; basic fares are economy only, non-refundable and allow no seat change; standard fares
-refund the price minus a cancellation fee; flex fares refund in full; a flight the airline
-cancelled refunds in full whatever the fare; gift cards and travel certificates cannot pay more
-than their balance; a seat holds one passenger; one user holds one booking per flight.
+State: ``$TRAJSYNTH_WORKDIR/travel.sqlite``, seeded from ``seed.json`` (beside this module)
+perturbed by ``$TRAJSYNTH_SEED`` (fare levels, which seats are taken, gift-card and certificate
+balances). Policy the tools enforce, as an airline would: only scheduled flights that have not
+departed can be booked; basic fares are economy only, non-refundable and allow no seat change;
+standard fares refund the price minus a cancellation fee; flex fares refund in full; a flight
+the airline cancelled refunds in full whatever the fare; gift cards and travel certificates
+cannot pay more than their balance; a seat holds one passenger; one user holds one booking per
+flight.
 
 Run: ``python -m trajsynth.mcp_servers.servers.travel`` (stdio).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import random
 import re
 import sqlite3
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -34,48 +36,7 @@ from trajsynth.mcp_servers.servers._backend import (
     write_tool,
 )
 
-__all__ = ["CLUSTER_META", "STORE", "main", "server"]
-
-CLUSTER_META: dict[str, Any] = {
-    "cluster_id": "travel",
-    "domain": "travel",
-    "description": (
-        "An airline's booking desk: find a traveller, look up airports, search flights by route "
-        "and date, read fare rules and seat maps, book, change seats, cancel with refunds."
-    ),
-    "declared_edges": [
-        {
-            "source": "find_airports",
-            "target": "search_flights",
-            "out_field": "airports[].code",
-            "in_param": "origin",
-        },
-        {
-            "source": "find_airports",
-            "target": "search_flights",
-            "out_field": "airports[].code",
-            "in_param": "destination",
-        },
-        {
-            "source": "find_user",
-            "target": "book_flight",
-            "out_field": "payment_methods[].payment_method_id",
-            "in_param": "payment_method_id",
-        },
-        {
-            "source": "get_seat_map",
-            "target": "change_seat",
-            "out_field": "available_seats[]",
-            "in_param": "seat",
-        },
-        {
-            "source": "get_seat_map",
-            "target": "book_flight",
-            "out_field": "available_seats[]",
-            "in_param": "seat",
-        },
-    ],
-}
+__all__ = ["STORE", "main", "server"]
 
 STORE_TABLES = (
     Table(
@@ -265,7 +226,7 @@ def _seed(data: dict[str, Any], rng: random.Random) -> dict[str, list[dict[str, 
     return rows
 
 
-STORE = Store("travel", STORE_TABLES, _seed)
+STORE = Store("travel", STORE_TABLES, _seed, Path(__file__).with_name("seed.json"))
 server = MCPServer(
     name="travel",
     instructions="An airline's booking tools. Prices are per passenger in USD; dates YYYY-MM-DD.",

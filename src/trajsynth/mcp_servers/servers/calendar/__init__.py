@@ -1,0 +1,7 @@
+"""The bundled calendar cluster, one folder: ``server.py`` (the MCP server and its state store),
+``seed.json`` (its seed data) and ``cluster.py`` (what the cluster is, named by its entry point).
+
+Calendar and email for a small team: events, invitations, conflicts, messages (MCP server).
+
+Importing this package imports nothing, so the sandbox can run ``python -m`` on it cheaply.
+"""

@@ -1,0 +1,45 @@
+"""What the shop cluster is: its domain, its description, the dependency edges it states
+and the facts its tasks' words use. Its ``trajsynth.clusters`` entry point names ``CLUSTER``."""
+
+from __future__ import annotations
+
+from trajsynth.schemas import BundledCluster, DeclaredEdge, Domain, DomainFacts
+
+__all__ = ["CLUSTER"]
+
+CLUSTER = BundledCluster(
+    cluster_id="shop",
+    domain=Domain.RETAIL,
+    description=(
+        "An online shop: find a customer, search the catalogue, fill a cart, place orders with a "
+        "card, PayPal or gift card, cancel pending orders, return delivered items, see refunds."
+    ),
+    module=__name__.rpartition(".")[0],  # this folder's package
+    declared_edges=[
+        DeclaredEdge(
+            source="find_user_by_email",
+            target="place_order",
+            out_field="default_payment_method_id",
+            in_param="payment_method_id",
+        ),
+        DeclaredEdge(
+            source="get_user",
+            target="place_order",
+            out_field="payment_methods[].payment_method_id",
+            in_param="payment_method_id",
+        ),
+        DeclaredEdge(
+            source="get_order",
+            target="return_items",
+            out_field="items[].item_id",
+            in_param="item_ids",
+        ),
+        DeclaredEdge(
+            source="search_products",
+            target="add_to_cart",
+            out_field="products[].product_id",
+            in_param="product_id",
+        ),
+    ],
+    facts=DomainFacts(persona="A shopper at an online store."),
+)

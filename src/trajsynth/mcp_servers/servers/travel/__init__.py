@@ -1,0 +1,7 @@
+"""The bundled travel cluster, one folder: ``server.py`` (the MCP server and its state store),
+``seed.json`` (its seed data) and ``cluster.py`` (what the cluster is, named by its entry point).
+
+Airline travel: flight search, fares, booking, seats and cancellation, as an MCP server.
+
+Importing this package imports nothing, so the sandbox can run ``python -m`` on it cheaply.
+"""

@@ -1,0 +1,51 @@
+"""What the travel cluster is: its domain, its description, the dependency edges it states
+and the facts its tasks' words use. Its ``trajsynth.clusters`` entry point names ``CLUSTER``."""
+
+from __future__ import annotations
+
+from trajsynth.schemas import BundledCluster, DeclaredEdge, Domain, DomainFacts
+
+__all__ = ["CLUSTER"]
+
+CLUSTER = BundledCluster(
+    cluster_id="travel",
+    domain=Domain.TRAVEL,
+    description=(
+        "An airline's booking desk: find a traveller, look up airports, search flights by route "
+        "and date, read fare rules and seat maps, book, change seats, cancel with refunds."
+    ),
+    module=__name__.rpartition(".")[0],  # this folder's package
+    declared_edges=[
+        DeclaredEdge(
+            source="find_airports",
+            target="search_flights",
+            out_field="airports[].code",
+            in_param="origin",
+        ),
+        DeclaredEdge(
+            source="find_airports",
+            target="search_flights",
+            out_field="airports[].code",
+            in_param="destination",
+        ),
+        DeclaredEdge(
+            source="find_user",
+            target="book_flight",
+            out_field="payment_methods[].payment_method_id",
+            in_param="payment_method_id",
+        ),
+        DeclaredEdge(
+            source="get_seat_map",
+            target="change_seat",
+            out_field="available_seats[]",
+            in_param="seat",
+        ),
+        DeclaredEdge(
+            source="get_seat_map",
+            target="book_flight",
+            out_field="available_seats[]",
+            in_param="seat",
+        ),
+    ],
+    facts=DomainFacts(persona="A traveller planning a trip."),
+)
