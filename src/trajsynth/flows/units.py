@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.judge import JudgedTree, judge_episode, judge_tree
+from trajsynth.agents.judge import JudgedTree, judge, judge_episode, judge_tree, leaf_outcome
 from trajsynth.agents.llm import LLMClient, open_llm_client
 from trajsynth.agents.planner import (
     Planner,
@@ -28,7 +28,7 @@ from trajsynth.agents.planner import (
 from trajsynth.agents.rollout import Episode, EpisodeResult, run_episode
 from trajsynth.agents.tree import TreeResult, grow_tree
 from trajsynth.agents.user_sim import UserSimulator
-from trajsynth.flows.progress import TurnReporter
+from trajsynth.flows.progress import TurnReporter, close_leaves, expect_leaves, leaf
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.sandboxes.pool import SandboxPool, shared_pool
 from trajsynth.schemas import (
@@ -320,6 +320,51 @@ async def grow_unit(
     faulty leaves are kept, judged as excluded (never counted against the policy), when
     other leaves were grown whole; a unit whose every leaf hit one raises even then."""
     mode = config.rollout_mode
+    label = rollout_unit_id(blueprint.blueprint_id, mode, sample)
+    # a retry announces its leaves again; an attempt that raises gives back what it did not grow
+    expect_leaves({label: config.samples if mode is RolloutMode.TREE else 1})
+    try:
+        return await _grow_unit(
+            config=config,
+            llm=llm,
+            run_id=run_id,
+            blueprint=blueprint,
+            cluster=cluster,
+            sample=sample,
+            attempt=attempt,
+            last_attempt=last_attempt,
+            api_key=api_key,
+            cache_dir=cache_dir,
+            label=label,
+        )
+    finally:
+        close_leaves(label)
+
+
+def _report_leaf(
+    blueprint: Blueprint, attempt: int, label: str, trajectory: Trajectory, state: EnvState | None
+) -> None:
+    """Judges a leaf as it ends, for the progress display only (verification is cheap, no
+    model; the stored verdicts come from ``judge_tree`` once the unit is done)."""
+    judged, verdict = judge(blueprint, trajectory, state, attempt)
+    leaf(label, leaf_outcome(judged, verdict))
+
+
+async def _grow_unit(
+    *,
+    config: RunConfig,
+    llm: LLMConfig,
+    run_id: str,
+    blueprint: Blueprint,
+    cluster: ToolCluster,
+    sample: int,
+    attempt: int,
+    last_attempt: bool,
+    api_key: SecretStr | None,
+    cache_dir: str | None,
+    label: str,
+) -> UnitRows:
+    mode = config.rollout_mode
     async with (
         _client(llm, api_key, cache_dir) as client,
         open_environment(
@@ -342,6 +387,9 @@ async def grow_unit(
                 leaves=config.samples,
                 run_id=run_id,
                 reply_token_cap=assistant.max_tokens or config.llm.max_tokens,
+                on_leaf=lambda grown: _report_leaf(
+                    blueprint, attempt, label, grown.trajectory, grown.final_state
+                ),
             )
             trajectories = tree.trajectories
         else:
@@ -357,6 +405,7 @@ async def grow_unit(
                 reply_token_cap=assistant.max_tokens or config.llm.max_tokens,
             )
             trajectories = [result.trajectory]
+            _report_leaf(blueprint, attempt, label, result.trajectory, result.final_state)
     infra = [t for t in trajectories if t.failure_class is FailureClass.INFRA]
     if infra and (not last_attempt or len(infra) == len(trajectories)):
         # a unit with no leaf but infra faults made nothing: it fails (recorded by the flow,
