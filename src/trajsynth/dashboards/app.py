@@ -253,13 +253,6 @@ def _distributions_section(path: str, run_id: str | None) -> None:
             ),
             key="cluster_chart",
         )
-        _table(
-            clusters,
-            {
-                "cluster_id": str, "n_trajectories": _num, "n_verified": _num,
-                "n_excluded": _num, "pass_rate": _pct, "mean_tokens": lambda v: _num(v, 0),
-            },
-        )  # fmt: skip
     with right:
         right.plotly_chart(
             _bar(
@@ -271,10 +264,21 @@ def _distributions_section(path: str, run_id: str | None) -> None:
             ),
             key="mode_chart",
         )
-        _table(
-            modes,
-            {"mode": str, "n_trajectories": _num, "n_verified": _num, "pass_rate": _pct},
-        )
+    # the tables full width: in a half-width column the cluster table's last column was cut
+    # (the issue 20 screenshots)
+    st.caption("by cluster")
+    _table(
+        clusters,
+        {
+            "cluster_id": str, "n_trajectories": _num, "n_verified": _num,
+            "n_excluded": _num, "pass_rate": _pct, "mean_tokens": lambda v: _num(v, 0),
+        },
+    )  # fmt: skip
+    st.caption("by reasoning mode")
+    _table(
+        modes,
+        {"mode": str, "n_trajectories": _num, "n_verified": _num, "pass_rate": _pct},
+    )
 
 
 def _cost_section(path: str, run_id: str | None) -> None:
