@@ -15,6 +15,7 @@ Every function is pure; logs are natural (nats).
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Hashable, Sequence
 
@@ -84,7 +85,7 @@ def sampled_step_entropy(token_logprobs: Sequence[float], k_tok: int = K_TOK) ->
     values = [-lp for lp in token_logprobs[:k_tok] if lp is not None]
     if not values:
         return None
-    return sum(values) / len(values)
+    return statistics.fmean(values)
 
 
 def confidence(token_logprobs: Sequence[float]) -> float | None:
@@ -100,7 +101,7 @@ def confidence(token_logprobs: Sequence[float]) -> float | None:
     values = [lp for lp in token_logprobs if lp is not None]
     if not values:
         return None
-    return math.exp(sum(values) / len(values))
+    return math.exp(statistics.fmean(values))
 
 
 def candidate_disagreement(actions: Sequence[Hashable]) -> float | None:

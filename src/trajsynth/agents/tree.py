@@ -252,7 +252,7 @@ class _TreeGrower:
         u = self.rng.random()
         branched = p > cfg.tau if cfg.deterministic else u < p
         confs = [n.confidence for n in self.nodes.values() if n.confidence is not None]
-        conf_group = sum(confs) / len(confs) if confs else 0.0
+        conf_group = statistics.fmean(confs) if confs else 0.0
         width = max(2, echo_width(dh, conf_group, cfg.max_children)) if branched else 1
         limited_by = None
         if width > cfg.max_children:
@@ -590,7 +590,7 @@ def node_values(
         for node_id in chain:
             if node_id in below:
                 below[node_id].append(score)
-    value = {k: (sum(v) / len(v) if v else None) for k, v in below.items()}
+    value = {k: (statistics.fmean(v) if v else None) for k, v in below.items()}
     root_value = next((value[n.node_id] for n in nodes if n.parent_id is None), None)
     out: dict[str, dict[str, float | int | None]] = {}
     for n in nodes:

@@ -12,6 +12,7 @@ label runs over a neighbour.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,7 +46,7 @@ def _tree_positions(
             depth = float(by_id[node].get("depth") or 0)
             kids = [pos[c] for c in graph.successors(node) if c in pos]
             if kids:
-                pos[node] = (depth, sum(y for _, y in kids) / len(kids))
+                pos[node] = (depth, statistics.fmean(y for _, y in kids))
             else:
                 pos[node] = (depth, -float(slot))
                 slot += 1
@@ -167,7 +168,7 @@ def quotient_figure(graph: nx.MultiDiGraph, *, title: str = "") -> go.Figure:
 
         def place(n: Any) -> tuple[float, bool, bool, str]:
             seen = [rank[p] for p in graph.predecessors(n) if p in rank and p != n]
-            centre = sum(seen) / len(seen) if seen else 0.0
+            centre = statistics.fmean(seen) if seen else 0.0
             return centre, graph.nodes[n]["kind"] == "error", n != SUCCESS, str(n)
 
         for i, n in enumerate(sorted(members, key=place)):
