@@ -71,7 +71,7 @@ def top_k_step_entropy(top_logprobs: Sequence[Sequence[float]], k_tok: int = K_T
     tokens = [t for t in top_logprobs[:k_tok] if t]
     if not tokens:
         return None
-    return sum(token_entropy(t) for t in tokens) / len(tokens)
+    return statistics.fmean(token_entropy(t) for t in tokens)
 
 
 def sampled_step_entropy(token_logprobs: Sequence[float], k_tok: int = K_TOK) -> float | None:
