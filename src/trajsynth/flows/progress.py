@@ -108,7 +108,7 @@ def expect_leaves(units: dict[str, int]) -> None:
     """Units (by label) that will grow at most this many leaves each; announcing a unit
     again (a retry) resets what it may still grow."""
     tally = _leaves.get()
-    if tally is None:
+    if tally is None or not units:  # no units (nothing planned): no empty, endless bar
         return
     with _lock:
         tally.open.update(units)
