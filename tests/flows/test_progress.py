@@ -24,6 +24,7 @@ from trajsynth.schemas import LLMConfig, RolloutMode, RunConfig, SandboxKind
 def test_leaves_count_by_outcome_and_the_total_shrinks_when_a_unit_ends() -> None:
     events: list[ProgressEvent] = []
     with progress_sink(events.append):
+        expect_leaves({})  # a round with nothing to grow: no bar at all
         expect_leaves({"tree:bp_a": 4, "tree:bp_b": 4})
         assert leaf("tree:bp_a", "passed") == 1
         leaf("tree:bp_a", "pruned")

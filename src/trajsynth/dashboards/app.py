@@ -312,7 +312,10 @@ def _cost_section(path: str, run_id: str | None) -> None:
                        y=[r["completion_tokens"] for r in roles]),
             ]
         )  # fmt: skip
-        fig.update_layout(barmode="stack", height=280, margin={"l": 40, "r": 10, "t": 20, "b": 40})
+        fig.update_layout(
+            barmode="stack", height=280, yaxis_title="tokens",  # the unit: the bars had none
+            margin={"l": 50, "r": 10, "t": 20, "b": 40},
+        )  # fmt: skip
         st.plotly_chart(fig, key="role_chart")
         _table(
             roles,
