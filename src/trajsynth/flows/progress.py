@@ -38,6 +38,7 @@ __all__ = [
     "progress_sink",
     "report",
     "tick",
+    "unit_leaves",
 ]
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,17 @@ def close_leaves(label: str) -> None:
             return  # nothing left to give back: the total did not change
         event = ("leaves", tally.done, tally.total, tally.note())
     report(*event)
+
+
+@contextmanager
+def unit_leaves(label: str, most: int) -> Iterator[None]:
+    """A unit that grows at most ``most`` leaves while inside: announced on entry, what it
+    did not grow given back on exit (raised or returned)."""
+    expect_leaves({label: most})
+    try:
+        yield
+    finally:
+        close_leaves(label)
 
 
 def leaf(label: str, outcome: str) -> int:
