@@ -84,6 +84,21 @@ class FakeLlama:
         }
 
 
+def test_own_options_leave_the_servers_argv_in_order() -> None:
+    """``--max_parallel_calls`` and ``--call_bias`` (ours, argparse) come out of the argv the
+    embedded server is started with; llama_cpp.server gets the rest unchanged, in order."""
+    argv = ["--model", "m.gguf", "--max_parallel_calls", "1", "--chat_format", "x",
+            "--call_bias", "-1.5", "--port", "8080"]  # fmt: skip
+    ours, rest = chatml_tools.own_options(argv)
+    assert (ours.max_parallel_calls, ours.call_bias) == (1, -1.5)  # a negative value too
+    assert rest == ["--model", "m.gguf", "--chat_format", "x", "--port", "8080"]
+    ours, rest = chatml_tools.own_options(["--max_parallel_calls=3", "--max_parallel", "2"])
+    assert ours.max_parallel_calls == 3 and ours.call_bias is None
+    assert rest == ["--max_parallel", "2"]  # a prefix of ours is not taken for ours
+    with pytest.raises(SystemExit):  # argparse's own error for a value that is no number
+        chatml_tools.own_options(["--call_bias", "high"])
+
+
 def test_module_doctests() -> None:
     failures, tried = doctest.testmod(chatml_tools)
     assert tried >= 8 and failures == 0

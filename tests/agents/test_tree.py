@@ -18,9 +18,10 @@ from fakes.llm import ScriptedLLM, say, tool_call
 from fakes.shop import InProcessShop, plan_shop_task
 
 from trajsynth.agents.assistant import Assistant
+from trajsynth.agents.judge import judge, leaf_outcome
 from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.rollout import Episode
-from trajsynth.agents.tree import grow_tree, node_values
+from trajsynth.agents.tree import TreeLeaf, grow_tree, node_values
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.schemas import (
     Blueprint,
@@ -63,6 +64,7 @@ async def _grow(
     leaves: int = 4,
     config: TreeConfig = DETERMINISTIC,
     budgets: Budgets | None = None,
+    on_leaf=None,
 ):
     llm = OpenAILLMClient(
         LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=True),
@@ -70,7 +72,9 @@ async def _grow(
     )
     async with InProcessShop("shop", tmp_path, seed=bp.seed) as env:
         episode = Episode(bp, env, llm, Assistant(), UserSimulator(), budgets or Budgets())
-        return await grow_tree(episode, config, leaves=leaves, run_id="run_t", reply_token_cap=64)
+        return await grow_tree(
+            episode, config, leaves=leaves, run_id="run_t", reply_token_cap=64, on_leaf=on_leaf
+        )
 
 
 def _shape(nodes: list[Node]) -> dict[int, list[int]]:
@@ -173,6 +177,28 @@ async def test_repeated_failing_call_is_pruned_with_its_signal(
         assert traj.termination is Termination.PRUNED
         assert traj.failure_detail.startswith("repeated_failing_call")
         assert traj.leaf_node_id in {n.node_id for n in pruned}
+
+
+async def test_each_leaf_is_seen_as_it_ends_with_its_outcome(
+    task: Blueprint, tmp_path: Path
+) -> None:
+    """Per-leaf progress (issue 20): ``on_leaf`` sees every leaf while the tree still grows,
+    and a leaf cut as a dead end reads as ``pruned``."""
+    seen: list[tuple[str, int]] = []
+    fake = _fake(
+        lambda body, turns, seed: tool_call(
+            "get_product", {"product_id": "no-such-id"}, content=f"try {seed % 997}", probs=LOW
+        )
+    )
+
+    def on_leaf(grown: TreeLeaf) -> None:
+        trajectory, verdict = judge(task, grown.trajectory, grown.final_state, attempt=1)
+        seen.append((leaf_outcome(trajectory, verdict), len(fake.requests)))
+
+    result, _ = await _grow(task, fake, tmp_path, leaves=3, on_leaf=on_leaf)
+    assert [o for o, _ in seen] == ["pruned"] * len(result.leaves)
+    assert len(seen) == 3
+    assert seen[0][1] < len(fake.requests)  # the first leaf was reported before the tree was done
 
 
 @pytest.mark.parametrize(

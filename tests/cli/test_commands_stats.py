@@ -72,6 +72,9 @@ def test_stats_json_has_the_figures_per_round(tmp_path) -> None:
     p = [2 / accepted_after_1, 1 / accepted_after_1]
     h = -sum(x * __import__("math").log(x) for x in p)
     assert data["domain_entropy"] == pytest.approx(h, abs=1e-6)
+    assert data["cluster_entropy_all_trajectories"] == pytest.approx(
+        -0.6 * __import__("math").log(0.6) - 0.4 * __import__("math").log(0.4)
+    )  # 3 shop and 2 air trajectories, whatever was accepted
     by_cluster = {c["cluster_id"]: c for c in data["pass_rate_by_cluster"]}
     assert by_cluster["shop"]["pass_rate"] == pytest.approx(2 / 3)
     assert by_cluster["air"]["pass_rate"] == pytest.approx(0.5)
@@ -97,6 +100,10 @@ def test_stats_table_and_topo_from_the_store(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert "pass rate by cluster" in result.output and "per round" in result.output
     assert "registered metrics" in result.output and "tokens_per_success" in result.output
+    # each entropy says which set it is over and its unit (issue 20): the dataset's accepted
+    # rows, and the run's every trajectory (3 shop and 2 air: 0.673 nats)
+    assert "domain_entropy (accepted, nats)" in result.output
+    assert "cluster_entropy (all, nats)" in result.output and "0.673" in result.output
     out = tmp_path / "g.png"
     result = CliRunner().invoke(
         _cli(), ["topo", "task-1", "--store", str(store.path), "--out", str(out)]

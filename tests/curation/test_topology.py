@@ -17,6 +17,7 @@ from trajsynth.curation.topology import (
     env_state_hash,
     err_key,
     error_branch_ratio,
+    layered_positions,
     normalized_entropy,
     signature,
     state_key,
@@ -358,3 +359,25 @@ def test_rl_score_is_zero_for_uniform_outcomes() -> None:
     m = task_metrics(build_quotient_graph(ts, verdicts_for({"x": True, "y": True})))
     assert m.strategy_entropy_norm == pytest.approx(math.log(2) / math.log(2), abs=TOL)
     assert m.rl_score == 0.0
+
+
+def test_layered_positions_order_each_layer_by_its_predecessors() -> None:
+    """The one layout of `synth topo` and the dashboard: layers by distance from the start,
+    terminals last, and each layer ordered under its predecessors (barycentre), so the two
+    chains below run straight; by name alone ``b_child`` (under ``z_state``) would sit on
+    the top row, under ``a_state``, and the edges would cross."""
+    import networkx as nx
+
+    g = nx.MultiDiGraph()
+    kinds = {"start": "start", "a_state": "state", "z_state": "state", "z_child": "state",
+             "b_child": "state", SUCCESS: SUCCESS, FAIL: FAIL}  # fmt: skip
+    for node, kind in kinds.items():
+        g.add_node(node, kind=kind)
+    g.add_edges_from([("start", "a_state"), ("start", "z_state"), ("a_state", "z_child"),
+                      ("z_state", "b_child"), ("z_child", SUCCESS), ("b_child", FAIL)])  # fmt: skip
+    pos = layered_positions(g)
+    assert set(pos) == set(kinds) and len(set(pos.values())) == len(kinds)  # none overlap
+    assert pos["start"][0] < pos["a_state"][0] < pos["z_child"][0] < pos[SUCCESS][0]
+    assert pos[SUCCESS][0] == pos[FAIL][0]  # terminals share the last layer
+    assert pos["z_child"][1] == pos["a_state"][1] == pos[SUCCESS][1]  # each chain on its row
+    assert pos["b_child"][1] == pos["z_state"][1] == pos[FAIL][1]

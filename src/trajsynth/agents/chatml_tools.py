@@ -42,6 +42,7 @@ inside functions, so importing this module is cheap.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
@@ -59,6 +60,7 @@ __all__ = [
     "CompactRAMCache",
     "chatml_tools_handler",
     "main",
+    "own_options",
     "render_prompt",
 ]
 
@@ -570,14 +572,19 @@ def _scrub_server_env() -> None:
             del os.environ[key]
 
 
-def _take_option(argv: list[str], name: str) -> str | None:
-    """Remove ``--name value`` from argv and return the value (llama_cpp would refuse it)."""
-    if name not in argv:
-        return None
-    i = argv.index(name)
-    value = argv[i + 1]
-    del argv[i : i + 2]
-    return value
+def own_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """This module's own options out of the server's argv, and the rest for llama_cpp.server
+    (which refuses options it does not know). ``allow_abbrev=False``: a prefix of ours
+    (``--max_parallel``) stays llama_cpp's to accept or refuse.
+
+    >>> ours, rest = own_options(["--model", "m.gguf", "--call_bias=-0.5", "--port", "8"])
+    >>> ours.call_bias, ours.max_parallel_calls, rest
+    (-0.5, None, ['--model', 'm.gguf', '--port', '8'])
+    """
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--max_parallel_calls", type=int)
+    parser.add_argument("--call_bias", type=float)
+    return parser.parse_known_args(list(argv))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -587,13 +594,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ``MAX_PARALLEL_CALLS``) and ``--call_bias B`` (nats added to the log-odds of calling
     under ``tool_choice="auto"``; default 0, the model's own probability).
     """
-    args = list(sys.argv[1:] if argv is None else argv)
-    value = _take_option(args, "--max_parallel_calls")
-    if value is not None:
-        _limits["max_parallel_calls"] = max(1, int(value))
-    value = _take_option(args, "--call_bias")
-    if value is not None:
-        _limits["call_bias"] = float(value)
+    ours, args = own_options(sys.argv[1:] if argv is None else argv)
+    if ours.max_parallel_calls is not None:
+        _limits["max_parallel_calls"] = max(1, ours.max_parallel_calls)
+    if ours.call_bias is not None:
+        _limits["call_bias"] = ours.call_bias
     sys.argv = [sys.argv[0], *args]
     _scrub_server_env()
     register()

@@ -57,6 +57,7 @@ import contextlib
 import ctypes
 import importlib.util
 import logging
+import operator
 import os
 import signal
 import socket
@@ -69,6 +70,7 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from trajsynth.agents.chatml_tools import CHAT_FORMAT, COMPUTED_MARK
 from trajsynth.agents.endpoints import forget_endpoint, register_endpoint
@@ -298,32 +300,35 @@ class EmbeddedLLMServer:
         return _rss(self._proc.pid)
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
         url = f"{self.base_url}/models"
         started = time.monotonic()
+
+        def answers(http: httpx.Client) -> bool:
+            assert self._proc is not None
+            code = self._proc.poll()
+            if code is not None:  # raised, not retried: tenacity retries only a False result
+                raise LLMError(
+                    f"the embedded LLM server exited with code {code} while starting:\n"
+                    f"{self.log_tail()}"
+                )
+            try:
+                return http.get(url).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        poll = Retrying(
+            stop=stop_after_delay(self.startup_timeout_s),
+            wait=wait_fixed(0.2),
+            retry=retry_if_result(operator.not_),
+            retry_error_callback=lambda _state: False,  # out of time: say so below
+        )
         with httpx.Client(timeout=5.0) as http:
-            while True:
-                assert self._proc is not None
-                code = self._proc.poll()
-                if code is not None:
-                    raise LLMError(
-                        f"the embedded LLM server exited with code {code} while starting:\n"
-                        f"{self.log_tail()}"
-                    )
-                with contextlib.suppress(httpx.TransportError):
-                    if http.get(url).status_code == 200:
-                        log.info(
-                            "embedded LLM ready in %.1fs on %s",
-                            time.monotonic() - started,
-                            self.base_url,
-                        )
-                        return
-                if time.monotonic() > deadline:
-                    raise LLMError(
-                        f"the embedded LLM server did not answer within "
-                        f"{self.startup_timeout_s:.0f}s:\n{self.log_tail()}"
-                    )
-                time.sleep(0.2)
+            if not poll(answers, http):
+                raise LLMError(
+                    f"the embedded LLM server did not answer within "
+                    f"{self.startup_timeout_s:.0f}s:\n{self.log_tail()}"
+                )
+        log.info("embedded LLM ready in %.1fs on %s", time.monotonic() - started, self.base_url)
 
     def computed_requests(self) -> int:
         """Chat requests the server computed since it was first started (restarts included),

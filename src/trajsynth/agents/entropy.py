@@ -15,6 +15,7 @@ Every function is pure; logs are natural (nats).
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Hashable, Sequence
 
@@ -70,7 +71,7 @@ def top_k_step_entropy(top_logprobs: Sequence[Sequence[float]], k_tok: int = K_T
     tokens = [t for t in top_logprobs[:k_tok] if t]
     if not tokens:
         return None
-    return sum(token_entropy(t) for t in tokens) / len(tokens)
+    return statistics.fmean(token_entropy(t) for t in tokens)
 
 
 def sampled_step_entropy(token_logprobs: Sequence[float], k_tok: int = K_TOK) -> float | None:
@@ -84,7 +85,7 @@ def sampled_step_entropy(token_logprobs: Sequence[float], k_tok: int = K_TOK) ->
     values = [-lp for lp in token_logprobs[:k_tok] if lp is not None]
     if not values:
         return None
-    return sum(values) / len(values)
+    return statistics.fmean(values)
 
 
 def confidence(token_logprobs: Sequence[float]) -> float | None:
@@ -100,7 +101,7 @@ def confidence(token_logprobs: Sequence[float]) -> float | None:
     values = [lp for lp in token_logprobs if lp is not None]
     if not values:
         return None
-    return math.exp(sum(values) / len(values))
+    return math.exp(statistics.fmean(values))
 
 
 def candidate_disagreement(actions: Sequence[Hashable]) -> float | None:

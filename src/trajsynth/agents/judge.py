@@ -18,11 +18,12 @@ from trajsynth.schemas import (
     FailureClass,
     Node,
     RolloutTree,
+    Termination,
     Trajectory,
     Verdict,
 )
 
-__all__ = ["JudgedTree", "classify", "judge", "judge_episode", "judge_tree"]
+__all__ = ["JudgedTree", "classify", "judge", "judge_episode", "judge_tree", "leaf_outcome"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,16 @@ def judge(
         update={"failure_class": classify(trajectory, verdict), "attempts": attempt}
     )
     return trajectory, verdict
+
+
+def leaf_outcome(trajectory: Trajectory, verdict: Verdict) -> str:
+    """What the progress display says of a judged leaf: ``excluded`` (an infra or simulator
+    fault, never counted), ``passed``, ``pruned`` (cut early as a dead end), else ``failed``."""
+    if verdict.excluded:
+        return "excluded"
+    if verdict.passed:
+        return "passed"
+    return "pruned" if trajectory.termination is Termination.PRUNED else "failed"
 
 
 def _valued(nodes: list[Node], trajectories: list[Trajectory], verdicts: list[Verdict]) -> list:

@@ -23,7 +23,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,8 +170,10 @@ class _TreeGrower:
         run_id: str,
         tree_id: str,
         reply_token_cap: int,
+        on_leaf: Callable[[TreeLeaf], None] | None = None,
     ) -> None:
         self.ep = episode
+        self.on_leaf = on_leaf
         self.cfg = config
         self.max_leaves = leaves
         self.run_id = run_id
@@ -250,7 +252,7 @@ class _TreeGrower:
         u = self.rng.random()
         branched = p > cfg.tau if cfg.deterministic else u < p
         confs = [n.confidence for n in self.nodes.values() if n.confidence is not None]
-        conf_group = sum(confs) / len(confs) if confs else 0.0
+        conf_group = statistics.fmean(confs) if confs else 0.0
         width = max(2, echo_width(dh, conf_group, cfg.max_children)) if branched else 1
         limited_by = None
         if width > cfg.max_children:
@@ -475,6 +477,8 @@ class _TreeGrower:
             wall_s=time.perf_counter() - self.t0,
         )
         self.leaves.append(TreeLeaf(path, list(chain), state, trajectory))
+        if self.on_leaf is not None:  # progress belongs to the caller (STYLE: logging)
+            self.on_leaf(self.leaves[-1])
 
     # ---------------------------------------------------------------- result
 
@@ -529,11 +533,13 @@ async def grow_tree(
     leaves: int,
     run_id: str,
     reply_token_cap: int,
+    on_leaf: Callable[[TreeLeaf], None] | None = None,
 ) -> tuple[TreeResult, dict[str, Any]]:
     """Grow one blueprint's rollout tree with at most ``leaves`` leaves.
 
     Returns the tree (nodes with their branch decisions and prune reasons, one trajectory per
-    leaf with its final state) and the budget report (limits and what was used)."""
+    leaf with its final state) and the budget report (limits and what was used).
+    ``on_leaf`` sees each leaf as it ends, before the tree is done (per-leaf progress)."""
     tree_id = content_id(
         "tree",
         {"run_id": run_id, "blueprint_id": episode.blueprint.blueprint_id, "mode": "tree"},
@@ -545,6 +551,7 @@ async def grow_tree(
         run_id=run_id,
         tree_id=tree_id,
         reply_token_cap=reply_token_cap,
+        on_leaf=on_leaf,
     )
     await grower.grow()
     result = grower.result()
@@ -585,7 +592,7 @@ def node_values(
         for node_id in chain:
             if node_id in below:
                 below[node_id].append(score)
-    value = {k: (sum(v) / len(v) if v else None) for k, v in below.items()}
+    value = {k: (statistics.fmean(v) if v else None) for k, v in below.items()}
     root_value = next((value[n.node_id] for n in nodes if n.parent_id is None), None)
     out: dict[str, dict[str, float | int | None]] = {}
     for n in nodes:

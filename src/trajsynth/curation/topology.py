@@ -35,6 +35,7 @@ import io
 import logging
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ __all__ = [
     "err_key",
     "error_branch_ratio",
     "is_write_tool",
+    "layered_positions",
     "signature",
     "state_key",
     "task_metrics",
@@ -676,26 +678,38 @@ _NODE_COLORS = {
 }
 
 
-def _layout(graph: nx.MultiDiGraph) -> dict[str, tuple[float, float]]:
-    """Layers by distance from the start (terminals last), spread evenly in each layer."""
+def layered_positions(graph: nx.MultiDiGraph) -> dict[Any, tuple[float, float]]:
+    """Where each state of a quotient graph is drawn: x its layer, the distance from the start
+    (networkx shortest paths; terminals in the last layer), y one unit per row, each layer
+    centred. A layer is ordered by where its predecessors sit (barycentre, one sweep from the
+    start), so edges run straight instead of crossing; ties: states above errors, success
+    above fail, then by name. The one layout of ``synth topo``'s picture and the dashboard's
+    figure. (networkx's ``multipartite_layout`` places given layers but neither orders them
+    nor keeps unit rows; Graphviz ``dot`` would, but its binary is not a dependency.)"""
     starts = [n for n, k in graph.nodes(data="kind") if k == "start"]
-    depth: dict[str, int] = {}
+    depth: dict[Any, int] = {}
     for s in starts:
         for node, d in nx.single_source_shortest_path_length(graph, s).items():
             depth[node] = min(d, depth.get(node, d))
     last = max((d for n, d in depth.items() if n not in (SUCCESS, FAIL)), default=0) + 1
-    layers: dict[int, list[str]] = {}
-    for node in graph.nodes:
-        d = last if node in (SUCCESS, FAIL) else depth.get(node, last - 1)
-        layers.setdefault(d, []).append(node)
-    pos: dict[str, tuple[float, float]] = {}
-    for d, members in layers.items():
-        members.sort(key=lambda n: (graph.nodes[n]["kind"] == "error", str(n)))
-        if d == last:
-            members.sort(key=lambda n: n != SUCCESS)
-        for i, node in enumerate(members):
-            pos[node] = (float(d), (len(members) - 1) / 2.0 - i)
-    return pos
+    of = {n: last if n in (SUCCESS, FAIL) else depth.get(n, last - 1) for n in graph.nodes}
+    rank: dict[Any, float] = {}
+    size: dict[int, int] = {}
+    for d in range(last + 1):
+        members = sorted((n for n in graph.nodes if of[n] == d), key=str)
+
+        def place(n: Any) -> tuple[float, bool, bool, str]:
+            seen = [rank[p] for p in graph.predecessors(n) if p in rank and p != n]
+            centre = statistics.fmean(seen) if seen else 0.0
+            return centre, graph.nodes[n]["kind"] == "error", n != SUCCESS, str(n)
+
+        for i, n in enumerate(sorted(members, key=place)):
+            rank[n] = float(i)
+        size[d] = len(members)
+    return {
+        n: (float(of[n]), (size[of[n]] - 1) / 2.0 - rank[n])
+        for n in sorted(graph.nodes, key=lambda n: (of[n], rank[n]))
+    }
 
 
 def _labels(graph: nx.MultiDiGraph) -> dict[str, str]:
@@ -727,7 +741,7 @@ def draw_quotient_graph(
     from matplotlib.patches import FancyArrowPatch
 
     out = Path(path)
-    pos = _layout(graph)
+    pos = layered_positions(graph)
     labels = _labels(graph)
     n_layers = max((x for x, _ in pos.values()), default=0) + 1
     height = max((sum(1 for x2, _ in pos.values() if x2 == x) for x, _ in pos.values()), default=1)

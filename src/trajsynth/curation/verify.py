@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -539,7 +540,7 @@ def verify(
             "trajectory %s: no hard constraint, so nothing is verified", trajectory.trajectory_id
         )
     if soft:
-        score = 0.9 * passed + 0.1 * sum(r.passed for r in soft) / len(soft)
+        score = 0.9 * passed + 0.1 * statistics.fmean(r.passed for r in soft)
     else:
         score = 1.0 if passed else 0.0
     verdict_id = content_id(

@@ -17,6 +17,7 @@ from urllib.parse import quote
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+from plotly.subplots import make_subplots
 
 from trajsynth.dashboards import queries
 from trajsynth.dashboards.figures import PLOTLY_CONFIG, quotient_figure, tree_figure
@@ -177,6 +178,48 @@ def _overview_section(path: str, run_id: str | None) -> None:
     )  # fmt: skip
 
 
+def _label_positions(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> dict[str, list[str]]:
+    """Per column, where each point's value label goes: above the highest point of its round
+    among ``cols``, below the others, so two close values (1.099 and 1.040) do not print
+    over each other (the issue 20 screenshots)."""
+    positions: dict[str, list[str]] = {c: [] for c in cols}
+    for r in rows:
+        values = {c: r.get(c) for c in cols if r.get(c) is not None}
+        top = max(values, key=lambda c: values[c], default=None)
+        for c in cols:
+            positions[c].append("top center" if c == top else "bottom center")
+    return positions
+
+
+def _rounds_figure(rows: Sequence[dict[str, Any]]) -> go.Figure:
+    """Entropies and the error ratio in one panel, action complexity (another scale) in
+    its own below: on a shared twin axis their lines crossed and their labels overlapped."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4],
+                        vertical_spacing=0.08)  # fmt: skip
+    rounds = [r["round"] for r in rows]
+    upper = [c for c in ROUND_LABELS if c != "action_complexity"]
+    where = _label_positions(rows, upper) | {"action_complexity": ["top center"] * len(rows)}
+    for col, label in ROUND_LABELS.items():
+        values = [r.get(col) for r in rows]
+        fig.add_trace(
+            go.Scatter(
+                x=rounds, y=values, name=label, mode="lines+markers+text",
+                text=[_num(v) for v in values], textposition=where[col], cliponaxis=False,
+            ),
+            row=2 if col == "action_complexity" else 1, col=1,
+        )  # fmt: skip
+    fig.update_layout(
+        height=460, legend={"orientation": "h", "y": -0.18},
+        margin={"l": 60, "r": 30, "t": 30, "b": 40},
+    )  # fmt: skip
+    fig.update_xaxes(dtick=1, row=1, col=1)
+    fig.update_xaxes(dtick=1, title_text="round", row=2, col=1)
+    # curation computes entropies with scipy's natural log: nats, not bits
+    fig.update_yaxes(title_text="entropy (nats), ratio", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="action complexity", rangemode="tozero", row=2, col=1)
+    return fig
+
+
 def _rounds_section(path: str, run_id: str | None) -> None:
     st.header("Diversity per round")
     rows = _page(path, run_id)["round_stats"]
@@ -186,26 +229,7 @@ def _rounds_section(path: str, run_id: str | None) -> None:
             "(the table is empty or missing)."
         )
         return
-    fig = go.Figure()
-    rounds = [r["round"] for r in rows]
-    for col, label in ROUND_LABELS.items():
-        values = [r.get(col) for r in rows]
-        fig.add_trace(
-            go.Scatter(
-                x=rounds, y=values, name=label, mode="lines+markers+text",
-                text=[_num(v) for v in values], textposition="top center",
-                yaxis="y2" if col == "action_complexity" else "y",
-            )
-        )  # fmt: skip
-    fig.update_layout(
-        height=360, xaxis_title="round", xaxis={"dtick": 1},
-        yaxis={"title": "entropy, ratio", "rangemode": "tozero"},
-        yaxis2={"title": "action complexity", "overlaying": "y", "side": "right",
-                "rangemode": "tozero", "showgrid": False},
-        legend={"orientation": "h", "y": -0.25},
-        margin={"l": 50, "r": 50, "t": 30, "b": 40},
-    )  # fmt: skip
-    st.plotly_chart(fig, key="round_chart")
+    st.plotly_chart(_rounds_figure(rows), key="round_chart")
     _table(
         rows,
         {"round": str, "n_trajectories": _num, "pass_rate": _pct}
@@ -229,13 +253,6 @@ def _distributions_section(path: str, run_id: str | None) -> None:
             ),
             key="cluster_chart",
         )
-        _table(
-            clusters,
-            {
-                "cluster_id": str, "n_trajectories": _num, "n_verified": _num,
-                "n_excluded": _num, "pass_rate": _pct, "mean_tokens": lambda v: _num(v, 0),
-            },
-        )  # fmt: skip
     with right:
         right.plotly_chart(
             _bar(
@@ -247,10 +264,21 @@ def _distributions_section(path: str, run_id: str | None) -> None:
             ),
             key="mode_chart",
         )
-        _table(
-            modes,
-            {"mode": str, "n_trajectories": _num, "n_verified": _num, "pass_rate": _pct},
-        )
+    # the tables full width: in a half-width column the cluster table's last column was cut
+    # (the issue 20 screenshots)
+    st.caption("by cluster")
+    _table(
+        clusters,
+        {
+            "cluster_id": str, "n_trajectories": _num, "n_verified": _num,
+            "n_excluded": _num, "pass_rate": _pct, "mean_tokens": lambda v: _num(v, 0),
+        },
+    )  # fmt: skip
+    st.caption("by reasoning mode")
+    _table(
+        modes,
+        {"mode": str, "n_trajectories": _num, "n_verified": _num, "pass_rate": _pct},
+    )
 
 
 def _cost_section(path: str, run_id: str | None) -> None:
@@ -284,7 +312,10 @@ def _cost_section(path: str, run_id: str | None) -> None:
                        y=[r["completion_tokens"] for r in roles]),
             ]
         )  # fmt: skip
-        fig.update_layout(barmode="stack", height=280, margin={"l": 40, "r": 10, "t": 20, "b": 40})
+        fig.update_layout(
+            barmode="stack", height=280, yaxis_title="tokens",  # the unit: the bars had none
+            margin={"l": 50, "r": 10, "t": 20, "b": 40},
+        )  # fmt: skip
         st.plotly_chart(fig, key="role_chart")
         _table(
             roles,

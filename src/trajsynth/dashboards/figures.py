@@ -4,7 +4,8 @@ Both are drawn full width with zoom and pan (plotly's own controls; the wheel zo
 is laid out in layers by depth, leaves in depth-first order and each parent level with its
 children (no crossing edges; networkx walks the tree). A quotient graph's layer is a state's
 distance from the start (networkx shortest paths, METHODS.md §8), the terminals last, and each
-layer is ordered by where its predecessors sit (barycentre), so its edges seldom cross.
+layer is ordered by where its predecessors sit (barycentre), so its edges seldom cross: the
+positions of ``curation.topology.layered_positions``, which ``synth topo`` draws too.
 pygraphviz is not installed, so Graphviz ``dot`` is not used. Nodes carry
 a short label under them; the long text (node id, tool, value, outcome) is in the hover, so no
 label runs over a neighbour.
@@ -12,6 +13,7 @@ label runs over a neighbour.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,7 +47,7 @@ def _tree_positions(
             depth = float(by_id[node].get("depth") or 0)
             kids = [pos[c] for c in graph.successors(node) if c in pos]
             if kids:
-                pos[node] = (depth, sum(y for _, y in kids) / len(kids))
+                pos[node] = (depth, statistics.fmean(y for _, y in kids))
             else:
                 pos[node] = (depth, -float(slot))
                 slot += 1
@@ -150,32 +152,10 @@ def quotient_figure(graph: nx.MultiDiGraph, *, title: str = "") -> go.Figure:
     """A task's quotient graph (``curation.topology.build_quotient_graph``): layers by distance
     from the start, terminals (success, fail) in the last layer. Edges on a successful rollout
     green, error edges red, others grey; nodes labelled S1/E1 with the tool in the hover."""
-    from trajsynth.curation.topology import FAIL, SUCCESS
+    from trajsynth.curation.topology import FAIL, SUCCESS, layered_positions
 
-    starts = [n for n, k in graph.nodes(data="kind") if k == "start"]
-    depth: dict[Any, int] = {}
-    for s in starts:
-        for node, d in nx.single_source_shortest_path_length(graph, s).items():
-            depth[node] = min(d, depth.get(node, d))
-    last = max((d for n, d in depth.items() if n not in (SUCCESS, FAIL)), default=0) + 1
-    of = {n: last if n in (SUCCESS, FAIL) else depth.get(n, last - 1) for n in graph.nodes}
-    # order each layer by where its predecessors sit (barycentre, one sweep from the start),
-    # so edges run straight instead of crossing; ties: states above errors, then by name
-    rank: dict[Any, float] = {}
-    for d in range(last + 1):
-        members = sorted((n for n in graph.nodes if of[n] == d), key=str)
-
-        def place(n: Any) -> tuple[float, bool, bool, str]:
-            seen = [rank[p] for p in graph.predecessors(n) if p in rank and p != n]
-            centre = sum(seen) / len(seen) if seen else 0.0
-            return centre, graph.nodes[n]["kind"] == "error", n != SUCCESS, str(n)
-
-        for i, n in enumerate(sorted(members, key=place)):
-            rank[n] = float(i)
-    layer = {n: of[n] for n in sorted(graph.nodes, key=lambda n: (of[n], rank[n]))}
-    size = {d: sum(1 for n in of if of[n] == d) for d in set(of.values())}
-    # one unit between rows, each layer centred on the start's row
-    pos = {n: (float(of[n]), (size[of[n]] - 1) / 2.0 - rank[n]) for n in layer}
+    pos = layered_positions(graph)  # the layout `synth topo` draws too
+    layer = list(pos)  # layer by layer, top row first
     groups: dict[str, list[tuple[Any, Any]]] = {"success": [], "error": [], "other": []}
     for u, v, data in graph.edges(data=True):
         if u == v:

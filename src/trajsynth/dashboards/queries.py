@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from trajsynth.store import Store
@@ -134,18 +133,27 @@ def _overview_post(rows: Rows) -> dict[str, Any]:
 
 def run_wall_s(store: Store, run_id: str) -> tuple[float, bool]:
     """The run's wall time and whether it is final: the stored run summary's ``wall_s`` once
-    the run finished (what ``synth run`` printed), else the seconds since it started."""
-    rows = store.query("SELECT created_at, summary FROM runs WHERE run_id = ?", [run_id])
+    the run finished (what ``synth run`` printed), else the seconds from its start to its
+    last committed unit (or state change). Not "until now": a run that died without
+    finishing stays ``running``, and the seconds since its start grow without end (the
+    issue 20 screenshots showed 28,370,370 s for one)."""
+    rows = store.query(
+        "SELECT r.created_at, r.updated_at, r.summary,"
+        " (SELECT max(w.done_at) FROM work_units w WHERE w.run_id = r.run_id) AS last_done"
+        " FROM runs r WHERE r.run_id = ?",
+        [run_id],
+    )
     if not rows:
         return 0.0, False
-    stored = rows[0]["summary"]
+    row = rows[0]
+    stored = row["summary"]
     if isinstance(stored, dict) and stored.get("wall_s") is not None:
         return float(stored["wall_s"]), True
-    created = rows[0]["created_at"]
-    if created is None:
+    created = row["created_at"]
+    last = max((t for t in (row["updated_at"], row["last_done"]) if t is not None), default=None)
+    if created is None or last is None:
         return 0.0, False
-    now = datetime.now(UTC).replace(tzinfo=None)  # the store keeps naive UTC times
-    return max(0.0, (now - created).total_seconds()), False
+    return max(0.0, (last - created).total_seconds()), False
 
 
 def run_summary(store: Store, run_id: str) -> tuple[RunSummary, bool]:

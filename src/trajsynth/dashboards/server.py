@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import operator
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from trajsynth.schemas import InfraError
 
@@ -65,14 +66,21 @@ def wait_until_ready(
     """Poll Streamlit's health endpoint until it answers ``ok``; raise ``InfraError`` if the
     process exits first or the time runs out."""
     health = url.rstrip("/") + "/_stcore/health"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         if process is not None and process.poll() is not None:
+            # raised, not retried: tenacity retries only a False result
             raise InfraError(f"the dashboard server exited with code {process.returncode}")
         try:
-            if httpx.get(health, timeout=1.0).status_code == 200:
-                return
+            return httpx.get(health, timeout=1.0).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise InfraError(f"the dashboard at {url} did not answer within {timeout_s:.0f} s")
+            return False
+
+    poll = Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(0.1),
+        retry=retry_if_result(operator.not_),
+        retry_error_callback=lambda _state: False,  # out of time: say so below
+    )
+    if not poll(answers):
+        raise InfraError(f"the dashboard at {url} did not answer within {timeout_s:.0f} s")

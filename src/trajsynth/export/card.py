@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -265,12 +266,12 @@ def card_text(
             ["domains", len(_counts(sft, rl, "domain"))],
             ["reasoning modes", len(_counts(sft, rl, "mode" if sft else "target_mode"))],
             ["tasks in SFT", len({r.task_id for r in sft})],
-            ["mean CAC (SFT)", sum(cac) / len(cac) if cac else None],
+            ["mean CAC (SFT)", statistics.fmean(cac) if cac else None],
         ]
         out += _table(["figure", "value"], counted)
     if rl:
         rates = [r.metadata.get("pass_rate") for r in rl if r.metadata.get("pass_rate") is not None]
-        mean = sum(rates) / len(rates) if rates else None
+        mean = statistics.fmean(rates) if rates else None
         out += ["", f"RL tasks: mean rollout pass rate {_fmt(mean)} over {len(rl)} tasks."]
     out += ["", "## Pass rates by cluster", ""]
     rates_rows = pass_rates(store, run, rnd)

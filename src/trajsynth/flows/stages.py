@@ -28,7 +28,7 @@ from prefect.futures import PrefectFuture, as_completed
 from pydantic import SecretStr, TypeAdapter
 
 from trajsynth.agents.cells import sample_cells
-from trajsynth.flows.progress import report
+from trajsynth.flows.progress import expect_leaves, report
 from trajsynth.flows.units import (
     UnitRef,
     UnitRows,
@@ -288,6 +288,11 @@ async def rollout_round(
     total = len(blueprints) * samples
     progress = {"done": total - len(jobs), "trajectories": 0, "failed": 0}
     report("rollout", progress["done"], total)
+    # the leaves bar's total from the start (each unit announces itself again when it starts)
+    per_unit = config.samples if config.rollout_mode is RolloutMode.TREE else 1
+    expect_leaves(
+        {rollout_unit_id(bp.blueprint_id, config.rollout_mode, s): per_unit for bp, s in jobs}
+    )
     submitted = [
         (
             UnitRef(

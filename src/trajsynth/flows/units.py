@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.judge import JudgedTree, judge_episode, judge_tree
+from trajsynth.agents.judge import JudgedTree, judge, judge_episode, judge_tree, leaf_outcome
 from trajsynth.agents.llm import LLMClient, open_llm_client
 from trajsynth.agents.planner import (
     Planner,
@@ -28,7 +28,7 @@ from trajsynth.agents.planner import (
 from trajsynth.agents.rollout import Episode, EpisodeResult, run_episode
 from trajsynth.agents.tree import TreeResult, grow_tree
 from trajsynth.agents.user_sim import UserSimulator
-from trajsynth.flows.progress import TurnReporter
+from trajsynth.flows.progress import TurnReporter, leaf, unit_leaves
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.sandboxes.pool import SandboxPool, shared_pool
 from trajsynth.schemas import (
@@ -320,65 +320,82 @@ async def grow_unit(
     faulty leaves are kept, judged as excluded (never counted against the policy), when
     other leaves were grown whole; a unit whose every leaf hit one raises even then."""
     mode = config.rollout_mode
-    async with (
-        _client(llm, api_key, cache_dir) as client,
-        open_environment(
-            cluster,
-            sandbox_kind=config.sandbox,
-            limits=config.sandbox_limits,
-            seed=blueprint.seed,
-            tool_timeout_s=config.budgets.tool_timeout_s,
-            pool=sandbox_pool_for(config),
-        ) as env,
-    ):
-        client = TurnReporter(client, blueprint.blueprint_id)  # per-turn progress (issue 20)
-        assistant, user_sim = assistant_for(config), UserSimulator()
-        budget = unit_token_budget(config)
-        if mode is RolloutMode.TREE:
-            episode = Episode(blueprint, env, client, assistant, user_sim, config.budgets)
-            tree, _ = await grow_tree(
-                episode,
-                config.tree.model_copy(update={"max_tree_tokens": budget}),
-                leaves=config.samples,
-                run_id=run_id,
-                reply_token_cap=assistant.max_tokens or config.llm.max_tokens,
-            )
-            trajectories = tree.trajectories
-        else:
-            result = await run_episode(
-                blueprint=blueprint,
-                env=env,
-                llm=client,
-                assistant=assistant,
-                user_sim=user_sim,
-                budgets=config.budgets.model_copy(update={"max_tokens": budget}),
-                run_id=run_id,
-                sample=sample,
-                reply_token_cap=assistant.max_tokens or config.llm.max_tokens,
-            )
-            trajectories = [result.trajectory]
-    infra = [t for t in trajectories if t.failure_class is FailureClass.INFRA]
-    if infra and (not last_attempt or len(infra) == len(trajectories)):
-        # a unit with no leaf but infra faults made nothing: it fails (recorded by the flow,
-        # not done, so the next run grows it again) rather than storing a tree of nothing
-        raise InfraError(f"{blueprint.blueprint_id}: {infra[0].failure_detail}")
-    rows = (
-        _tree_rows(run_id, blueprint, tree, attempt)
-        if mode is RolloutMode.TREE
-        else _linear_rows(run_id, blueprint, result, attempt)
-    )
-    verdicts = rows["verdicts"]
-    return UnitRows(
-        unit_id=rollout_unit_id(blueprint.blueprint_id, mode, sample),
-        kind="rollout",
-        rows=rows,
-        summary={
-            "trajectories": len(verdicts),
-            "passed": sum(1 for v in verdicts if v["passed"] and not v["excluded"]),
-            "counted": sum(
-                1
-                for v, t in zip(verdicts, rows["trajectories"], strict=True)
-                if not v["excluded"] and (v["passed"] or counts_against_policy(t["failure_class"]))
-            ),
-        },
-    )
+    label = rollout_unit_id(blueprint.blueprint_id, mode, sample)
+    # a retry announces its leaves again; an attempt that raises gives back what it did not grow
+    with unit_leaves(label, config.samples if mode is RolloutMode.TREE else 1):
+        async with (
+            _client(llm, api_key, cache_dir) as client,
+            open_environment(
+                cluster,
+                sandbox_kind=config.sandbox,
+                limits=config.sandbox_limits,
+                seed=blueprint.seed,
+                tool_timeout_s=config.budgets.tool_timeout_s,
+                pool=sandbox_pool_for(config),
+            ) as env,
+        ):
+            client = TurnReporter(client, blueprint.blueprint_id)  # per-turn progress (issue 20)
+            assistant, user_sim = assistant_for(config), UserSimulator()
+            budget = unit_token_budget(config)
+            if mode is RolloutMode.TREE:
+                episode = Episode(blueprint, env, client, assistant, user_sim, config.budgets)
+                tree, _ = await grow_tree(
+                    episode,
+                    config.tree.model_copy(update={"max_tree_tokens": budget}),
+                    leaves=config.samples,
+                    run_id=run_id,
+                    reply_token_cap=assistant.max_tokens or config.llm.max_tokens,
+                    on_leaf=lambda grown: _report_leaf(
+                        blueprint, attempt, label, grown.trajectory, grown.final_state
+                    ),
+                )
+                trajectories = tree.trajectories
+            else:
+                result = await run_episode(
+                    blueprint=blueprint,
+                    env=env,
+                    llm=client,
+                    assistant=assistant,
+                    user_sim=user_sim,
+                    budgets=config.budgets.model_copy(update={"max_tokens": budget}),
+                    run_id=run_id,
+                    sample=sample,
+                    reply_token_cap=assistant.max_tokens or config.llm.max_tokens,
+                )
+                trajectories = [result.trajectory]
+                _report_leaf(blueprint, attempt, label, result.trajectory, result.final_state)
+        infra = [t for t in trajectories if t.failure_class is FailureClass.INFRA]
+        if infra and (not last_attempt or len(infra) == len(trajectories)):
+            # a unit with no leaf but infra faults made nothing: it fails (recorded by the flow,
+            # not done, so the next run grows it again) rather than storing a tree of nothing
+            raise InfraError(f"{blueprint.blueprint_id}: {infra[0].failure_detail}")
+        rows = (
+            _tree_rows(run_id, blueprint, tree, attempt)
+            if mode is RolloutMode.TREE
+            else _linear_rows(run_id, blueprint, result, attempt)
+        )
+        verdicts = rows["verdicts"]
+        return UnitRows(
+            unit_id=rollout_unit_id(blueprint.blueprint_id, mode, sample),
+            kind="rollout",
+            rows=rows,
+            summary={
+                "trajectories": len(verdicts),
+                "passed": sum(1 for v in verdicts if v["passed"] and not v["excluded"]),
+                "counted": sum(
+                    1
+                    for v, t in zip(verdicts, rows["trajectories"], strict=True)
+                    if not v["excluded"]
+                    and (v["passed"] or counts_against_policy(t["failure_class"]))
+                ),
+            },
+        )
+
+
+def _report_leaf(
+    blueprint: Blueprint, attempt: int, label: str, trajectory: Trajectory, state: EnvState | None
+) -> None:
+    """Judges a leaf as it ends, for the progress display only (verification is cheap, no
+    model; the stored verdicts come from ``judge_tree`` once the unit is done)."""
+    judged, verdict = judge(blueprint, trajectory, state, attempt)
+    leaf(label, leaf_outcome(judged, verdict))

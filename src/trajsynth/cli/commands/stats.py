@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trajsynth.cli.ids import id_column, resolve
+from trajsynth.curation.entropy import entropy
 from trajsynth.curation.metrics import registered_metrics
 from trajsynth.schemas import InputError
 from trajsynth.store import Store
@@ -130,6 +131,9 @@ def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
         "pass_rate": size["n_passed"] / counted if counted else None,
         "selected": {r["kind"]: r["n"] for r in selected},
         "pass_rate_by_cluster": clusters,
+        # over every trajectory of the run, beside the dataset's (accepted) figures: a run
+        # that rolled out in two clusters but accepted rows of one shows 0 there (issue 20)
+        "cluster_entropy_all_trajectories": entropy([c["n"] for c in clusters]),
         "modes": {m["mode"]: m["n"] for m in modes},
     }
     latest = rounds[-1] if rounds else {}
@@ -181,6 +185,14 @@ def _metrics_table(metrics: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _set_label(key: str) -> str:
+    """The key with the set it is computed over (and the unit of an entropy), so a 0.000
+    domain entropy reads as "the accepted rows sit in one domain", not "one cluster ran"."""
+    if "entropy" in key:
+        return f"{key} (accepted{'' if key.endswith('_norm') else ', nats'})"
+    return f"{key} (accepted)" if key in FIGURES else key
+
+
 def _print(data: dict[str, Any]) -> None:
     head = Table(
         title=f"run {data['run_id']}",
@@ -188,7 +200,8 @@ def _print(data: dict[str, Any]) -> None:
         # the figures count the dataset (accepted trajectories), not every rollout: a run
         # whose accepted rows all sit in one domain shows domain entropy 0 however many
         # clusters it rolled out in
-        caption="diversity figures: of the accepted trajectories so far; entropies in nats",
+        caption="entropies in nats; (accepted): over the accepted trajectories of all rounds "
+        "so far, the dataset; (all): over every trajectory of the run",
     )
     head.add_column("key", overflow="fold")
     head.add_column("value", justify="right", overflow="fold")
@@ -197,7 +210,8 @@ def _print(data: dict[str, Any]) -> None:
     for kind, n in sorted(data["selected"].items()):
         head.add_row(f"selected {kind}", str(n))
     for key in FIGURES:
-        head.add_row(key, _fmt(data.get(key)))
+        head.add_row(_set_label(key), _fmt(data.get(key)))
+    head.add_row("cluster_entropy (all, nats)", _fmt(data.get("cluster_entropy_all_trajectories")))
     console.print(head)
     clusters = Table(title="pass rate by cluster")
     id_column(clusters, "cluster", [str(c["cluster_id"]) for c in data["pass_rate_by_cluster"]])
@@ -217,7 +231,9 @@ def _print(data: dict[str, Any]) -> None:
     if not data["rounds"]:
         console.print("[yellow]not curated yet: no per-round figures[/]")
         return
-    per_round = Table(title="per round (dataset after the round)")
+    per_round = Table(
+        title="per round (the dataset after the round: accepted trajectories; entropies in nats)"
+    )
     cols = ("round", "n_trajectories", "pass_rate", "domain_entropy", "reasoning_mode_entropy",
             "action_complexity", "error_branch_ratio", "n_recovered", "n_duplicates",
             "n_sft_selected", "n_rl_selected")  # fmt: skip
