@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from trajsynth.cli.commands.clusters import app
@@ -32,6 +33,7 @@ def test_list_show_and_graph(tmp_path: Path) -> None:
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # mcp-server-time started 3 times (4-5 s); discovery is fast-tier (test_registry)
 def test_add_a_stdio_server_then_use_it_like_any_cluster(tmp_path: Path) -> None:
     added = _run(
         "add", "time", "--clusters-dir", str(tmp_path), "--domain", "productivity",

@@ -1,8 +1,11 @@
-"""The embedder's precision choice and bf16's agreement with float32."""
+"""The embedder's precision and worker choice, bf16's agreement with float32, and workers
+embedding side by side."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +15,7 @@ from trajsynth.curation import embeddings
 from trajsynth.curation.embeddings import (
     calibrated_setting,
     cpu_has_bf16,
+    embed_in_workers,
     load_embedder,
     pick_fastest,
     resolve_dtype,
@@ -103,3 +107,42 @@ def test_bf16_vectors_stay_close_to_float32() -> None:
     assert half.dtype == np.float32 and half.shape == full.shape == (4, 384)
     assert np.allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
     assert float((full * half).sum(axis=1).min()) > 0.99
+
+
+def test_workers_share_the_batches_and_rows_keep_the_order_of_the_texts() -> None:
+    texts = [f"text {'x' * (i * 7 % 23)} {i}" for i in range(50)]
+    seen: dict[str, list[list[str]]] = {"a": [], "b": []}
+    busy: set[str] = set()
+
+    def worker(name: str):
+        def encode(batch: list[str]) -> np.ndarray:
+            assert name not in busy  # one model copy is never used by two threads at once
+            busy.add(name)
+            time.sleep(0.01)  # hold the batch so the other worker takes the next one
+            seen[name].append(batch)
+            busy.discard(name)
+            return np.array([[float(t.rsplit(" ", 1)[1]), len(t)] for t in batch])
+
+        return encode
+
+    out = embed_in_workers([worker("a"), worker("b")], texts, batch_size=8)
+    assert out[:, 0].tolist() == list(range(50))  # row i is text i
+    batches = seen["a"] + seen["b"]
+    assert seen["a"] and seen["b"] and all(len(b) <= 8 for b in batches)
+    assert sorted(t for b in batches for t in b) == sorted(texts)  # each text once
+    # batches hold texts of similar length: sorted first, so little padding
+    assert all(max(map(len, b)) - min(map(len, b)) <= 8 for b in batches)
+    threads_before = threading.active_count()
+    assert embed_in_workers([worker("a")], texts[:3], batch_size=8).shape == (3, 2)
+    assert threading.active_count() == threads_before
+    assert embed_in_workers([worker("a"), worker("b")], [], batch_size=8).size == 0
+
+
+@pytest.mark.slow
+def test_two_workers_embed_as_one() -> None:
+    texts = [f"Order W{i}: I looked it up and cancelled it.\nR:get_order W:cancel_order ANS"
+             for i in range(40)] + ["x", "Which order do you mean?\nASK ANS"]  # fmt: skip
+    one = load_embedder(max_seq_length=64, dtype="float32")(texts)
+    two = load_embedder(max_seq_length=64, dtype="float32", threads=2)(texts)
+    assert two.shape == one.shape == (42, 384)
+    assert float((one * two).sum(axis=1).min()) > 0.9999

@@ -9,6 +9,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from trajsynth.dashboards import queries
 from trajsynth.store import Store
 
@@ -35,6 +37,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a writer process for 2+ s; the queries are fast-tier (test_dashboard_queries)
 def test_queries_answer_while_a_process_writes(known_store: Store) -> None:
     tests_dir = str(Path(__file__).resolve().parents[1])
     code = WRITER.format(

@@ -302,6 +302,7 @@ def http_server(tmp_path: Path) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow  # an HTTP server process (4-5 s); tags, edges: fast-tier (test_tags, test_graph)
 def test_outside_streamable_http_server(http_server: str, tmp_path: Path) -> None:
     [c] = add_outside_cluster("notes", url=http_server, clusters_dir=tmp_path)
     assert c.server == ServerSpec(kind=ServerKind.HTTP, url=http_server)

@@ -1,6 +1,10 @@
 """The bundled clusters as real MCP servers: each starts as a subprocess over stdio (the SDK's
-``stdio_client`` + ``ClientSession``), every tool is called, errors included, and state changes
-are checked both through later calls and in the canonical state dump."""
+``stdio_client`` + ``ClientSession``) and lists its tools; every tool is called, errors included,
+and state changes are checked both through later calls and in the canonical state dump.
+
+The every-tool tests talk to the same server object in this process (the SDK's in-memory
+``Client``): the tools, their validation and errors are the server's own, and the stdio start
+(about 1 s of CPU per server) is tested once per server by the listing tests."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import importlib
 import importlib.metadata
 import io
 import json
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent, Tool
 
 from trajsynth.mcp_servers.registry import ENTRY_POINT_GROUP
+from trajsynth.mcp_servers.servers._backend import SEED_ENV, WORKDIR_ENV
 from trajsynth.mcp_servers.servers._state import NoStateError, dump_state
 from trajsynth.schemas import BundledCluster, EnvState
 
@@ -47,7 +53,9 @@ READS = {
 class Conn:
     """A stdio session plus bookkeeping: which tools were called."""
 
-    def __init__(self, session: ClientSession, tools: list[Tool], workdir: Path, name: str):
+    def __init__(
+        self, session: ClientSession | Client, tools: list[Tool], workdir: Path, name: str
+    ):
         self.session = session
         self.tools = {t.name: t for t in tools}
         self.workdir = workdir
@@ -78,6 +86,27 @@ class Conn:
 
 def _text(result: CallToolResult) -> str:
     return "".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+@asynccontextmanager
+async def serve_in_process(name: str, workdir: Path, seed: int) -> AsyncIterator[Conn]:
+    """Bundled server ``name``'s MCP server object, connected in memory. The server reads its
+    work directory and seed from the environment on every call (as it does in a sandbox), so
+    they are set for the session and put back after."""
+    saved = {k: os.environ.get(k) for k in (WORKDIR_ENV, SEED_ENV)}
+    os.environ[WORKDIR_ENV], os.environ[SEED_ENV] = str(workdir), str(seed)
+    try:
+        module = importlib.import_module(SPECS[name].server_module)
+        module.STORE.ensure()  # what the server's main() does before it serves
+        async with Client(module.server, read_timeout_seconds=60) as client:
+            listed = await client.list_tools()
+            yield Conn(client, listed.tools, workdir, name)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @asynccontextmanager
@@ -218,7 +247,7 @@ async def test_server_seeds_the_same_state_as_the_cli(tmp_path: Path) -> None:
 
 async def test_shop_every_tool_and_its_failures(tmp_path: Path) -> None:
     workdir = _workdir(tmp_path)
-    async with serve("shop", workdir, seed=7) as conn:
+    async with serve_in_process("shop", workdir, seed=7) as conn:
         s0 = conn.state()
         mia = await conn.ok("find_user_by_email", email="Mia.K@example.com")
         assert mia["user_id"] == "mia_kim_1042"
@@ -351,7 +380,7 @@ async def test_shop_every_tool_and_its_failures(tmp_path: Path) -> None:
 
 
 async def test_shop_bad_arguments_are_tool_errors(tmp_path: Path) -> None:
-    async with serve("shop", _workdir(tmp_path), seed=1) as conn:
+    async with serve_in_process("shop", _workdir(tmp_path), seed=1) as conn:
         msg = await conn.err("add_to_cart", user_id="mia_kim_1042", product_id="P104", quantity=0)
         assert "quantity must be at least 1" in msg
         msg = await conn.err("cancel_order", order_id="#W1002", reason="bored")
@@ -363,7 +392,7 @@ async def test_shop_bad_arguments_are_tool_errors(tmp_path: Path) -> None:
 
 async def test_travel_every_tool_and_its_failures(tmp_path: Path) -> None:
     workdir = _workdir(tmp_path)
-    async with serve("travel", workdir, seed=11) as conn:
+    async with serve_in_process("travel", workdir, seed=11) as conn:
         s0 = conn.state()
         ben = await conn.ok("find_user", email="ben.carter@example.com")
         assert ben["user_id"] == "ben_carter_2314"
@@ -499,7 +528,7 @@ async def test_travel_every_tool_and_its_failures(tmp_path: Path) -> None:
 
 async def test_calendar_every_tool_and_its_failures(tmp_path: Path) -> None:
     workdir = _workdir(tmp_path)
-    async with serve("calendar", workdir, seed=5) as conn:
+    async with serve_in_process("calendar", workdir, seed=5) as conn:
         s0 = conn.state()
         people = await conn.ok("find_user", query="priya")
         assert [u["user_id"] for u in people["users"]] == ["priya_nair"]
@@ -627,7 +656,7 @@ FIXED_LOW_STOCK = '    return sorted(i["sku"] for i in items if i["qty"] <= thre
 
 async def test_code_every_tool_and_its_failures(tmp_path: Path) -> None:
     workdir = _workdir(tmp_path)
-    async with serve("code", workdir, seed=2) as conn:
+    async with serve_in_process("code", workdir, seed=2) as conn:
         s0 = conn.state()
         listing = await conn.ok("list_files")
         paths = [f["path"] for f in listing["files"]]
