@@ -65,7 +65,11 @@ __all__ = [
 CHAT_FORMAT = "trajsynth-chatml-tools"
 MAX_PARALLEL_CALLS = 4
 """The most tool calls one turn may hold (``--max_parallel_calls`` lowers it)."""
-_limits: dict[str, Any] = {"max_parallel_calls": MAX_PARALLEL_CALLS, "call_bias": 0.0}
+_limits: dict[str, Any] = {
+    "max_parallel_calls": MAX_PARALLEL_CALLS,
+    "call_bias": 0.0,
+    "deterministic": False,
+}
 _END = "<|im_end|>"
 COMPUTED_MARK = "trajsynth-chat-computed"
 """Starts the server's log line for each chat request it computed."""
@@ -366,6 +370,12 @@ def chatml_tools_handler(
     }
     prompt = render_prompt(messages, tools)
     completions: list[dict[str, Any]] = []
+    if _limits["deterministic"]:
+        # Reusing the evaluated prefix of the previous request changes how the prompt is
+        # split into batches, and so the logits' last bits: the same seeded request then
+        # samples another answer depending on what ran before it (measured). Evaluating
+        # every request from position 0 makes its answer a function of the request alone.
+        llama.reset()
 
     recorded: list[dict[str, Any]] = []
     from llama_cpp import LogitsProcessorList
@@ -585,7 +595,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     Takes llama_cpp.server's options, plus ``--max_parallel_calls N`` (default
     ``MAX_PARALLEL_CALLS``) and ``--call_bias B`` (nats added to the log-odds of calling
-    under ``tool_choice="auto"``; default 0, the model's own probability).
+    under ``tool_choice="auto"``; default 0, the model's own probability) and
+    ``--deterministic true`` (every request evaluated from an empty context, so a seeded
+    request gets the same answer whatever ran before it; pair it with ``--cache false``).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     value = _take_option(args, "--max_parallel_calls")
@@ -594,6 +606,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     value = _take_option(args, "--call_bias")
     if value is not None:
         _limits["call_bias"] = float(value)
+    value = _take_option(args, "--deterministic")
+    if value is not None:
+        _limits["deterministic"] = value.lower() == "true"
     sys.argv = [sys.argv[0], *args]
     _scrub_server_env()
     register()
