@@ -216,7 +216,9 @@ def test_sigkill_then_rerun_on_the_embedded_model_matches_an_uninterrupted_run(
     deadline = time.monotonic() + 1200
     try:
         while _count(store, "SELECT count(*) AS n FROM trajectories") < 1:
-            assert proc.poll() is None, f"the run ended before it was killed: {proc.stderr and proc.stderr.read()}"
+            if proc.poll() is not None:
+                err = proc.stderr.read() if proc.stderr else ""
+                pytest.fail(f"the run ended before it was killed: {err[-2000:]}")
             assert time.monotonic() < deadline, "no trajectory was stored in 1200 s"
             time.sleep(0.2)
         left = [
