@@ -43,6 +43,7 @@ inside functions, so importing this module is cheap.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
@@ -369,6 +370,9 @@ def chatml_tools_handler(
         "seed": seed,
     }
     prompt = render_prompt(messages, tools)
+    # llama.cpp names a completion with a random uuid; the call ids the conversation (and so
+    # every node id) carries come from the request instead, so one answer has one id
+    request_digest = hashlib.sha256(f"{seed}\0{tool_choice}\0{prompt}".encode()).hexdigest()[:24]
     completions: list[dict[str, Any]] = []
     if _limits["deterministic"]:
         # Reusing the evaluated prefix of the previous request changes how the prompt is
@@ -473,7 +477,7 @@ def chatml_tools_handler(
     if calls:
         message["tool_calls"] = [
             {
-                "id": f"call_{i}_{first['id']}",
+                "id": f"call_{i}_{request_digest}",
                 "type": "function",
                 "function": {"name": name, "arguments": arguments},
             }
@@ -493,7 +497,7 @@ def chatml_tools_handler(
         flush=True,
     )
     return {
-        "id": "chat" + first["id"],
+        "id": f"chatcmpl-{request_digest}",
         "object": "chat.completion",
         "created": first.get("created", int(time.time())),
         "model": first["model"],
