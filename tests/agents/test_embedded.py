@@ -181,7 +181,7 @@ async def test_a_deterministic_server_answers_a_seeded_request_alike_after_any_o
                             answers.append((choice, result.message))
     for choice in ("auto", "required"):
         mine = [m for c, m in answers if c == choice]
-        assert len(mine) == 6 and all(m == mine[0] for m in mine), mine
+        assert len(mine) == 8 and all(m == mine[0] for m in mine), mine
 
 
 async def test_n_samples_are_filled_by_separate_requests(server: EmbeddedLLMServer) -> None:
