@@ -156,6 +156,34 @@ async def test_plain_chat_without_tools_and_the_cache(
     assert again.message == first.message
 
 
+async def test_a_deterministic_server_answers_a_seeded_request_alike_after_any_other() -> None:
+    """By default the server reuses what it evaluated for the last request, which changes how
+    the prompt is split into batches: the same seeded request sampled another answer after a
+    different one (measured). Evaluated from an empty context, the answer is the request's
+    alone: after another request, after one sharing its prefix, after itself, and in a
+    fresh server (a resumed run's)."""
+    system = Message(role=MessageRole.SYSTEM, content="You are a helpful shop assistant.")
+    ask = [system, Message(role=MessageRole.USER, content="I want a red mug, can you find one?")]
+    longer = [system, Message(role=MessageRole.USER, content="I want a red mug. Also cheap.")]
+    other = [Message(role=MessageRole.USER, content="What is the capital of France?")]
+    answers: list[tuple[str, Message]] = []
+    for _ in range(2):
+        with EmbeddedLLMServer(deterministic=True, startup_timeout_s=300) as srv:
+            assert not srv.prompt_cache
+            async with client_for(srv) as client:
+                for messages in (ask, other, ask, longer, ask, ask):
+                    for choice in ("auto", "required"):
+                        result = await client.chat(
+                            messages, role=AgentRole.ASSISTANT, tools=[SEARCH], seed=7,
+                            temperature=0.8, tool_choice=choice,
+                        )  # fmt: skip
+                        if messages is ask:
+                            answers.append((choice, result.message))
+    for choice in ("auto", "required"):
+        mine = [m for c, m in answers if c == choice]
+        assert len(mine) == 8 and all(m == mine[0] for m in mine), mine
+
+
 async def test_n_samples_are_filled_by_separate_requests(server: EmbeddedLLMServer) -> None:
     async with client_for(server) as client:
         result = await client.chat(

@@ -178,3 +178,69 @@ def test_sigkill_of_synth_alone_leaves_no_process_behind(
         proc.wait(timeout=30)
     _, alive = psutil.wait_procs(descendants, timeout=60)
     assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+# --------------------------------------------------------------------- the embedded model
+
+# small enough for three runs on two busy cores; evaluated from an empty context per request
+# (agents.chatml_tools), the seeded answers do not depend on what the server computed before
+EMBEDDED = ["--tasks", "2", "--samples", "2", "--seed", "5"]
+EMBEDDED_ENV = {"SYNTH_LLM__EMBEDDED_DETERMINISTIC": "true", "SYNTH_RUN__MAX_TURNS": "2"}
+
+
+def _embedded(cwd: Path, **popen: object) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "trajsynth.cli", "-q", "run", *EMBEDDED]
+    env = {**_env(cwd), **EMBEDDED_ENV}
+    return subprocess.Popen(argv, cwd=cwd, env=env, text=True, **popen)  # type: ignore[call-overload]
+
+
+def _finish(proc: subprocess.Popen[str]) -> None:
+    out, err = proc.communicate(timeout=1500)
+    assert proc.returncode == 0, (out or "")[-2000:] + (err or "")[-2000:]
+
+
+@pytest.mark.llm
+def test_sigkill_then_rerun_on_the_embedded_model_matches_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    whole.mkdir()
+    killed.mkdir()
+    _finish(_embedded(whole, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    reference = Store(whole / "data" / "synth.duckdb")
+    ref_ids = _ids(reference)
+    assert len(ref_ids["trajectories"]) >= 2
+
+    store = Store(killed / "data" / "synth.duckdb")
+    proc = _embedded(killed, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 1200
+    try:
+        while _count(store, "SELECT count(*) AS n FROM trajectories") < 1:
+            if proc.poll() is not None:
+                err = proc.stderr.read() if proc.stderr else ""
+                pytest.fail(f"the run ended before it was killed: {err[-2000:]}")
+            assert time.monotonic() < deadline, "no trajectory was stored in 1200 s"
+            time.sleep(0.2)
+        left = [
+            p for p in psutil.Process(proc.pid).children(recursive=True)
+            if "trajsynth.cli.reaper" not in " ".join(p.cmdline())
+        ]  # fmt: skip
+    finally:
+        proc.kill()  # the synth process alone, as `kill -9 PID` does
+        proc.wait(timeout=30)
+    assert any("chatml_tools" in " ".join(p.cmdline()) for p in left), "no embedded server"
+    _, alive = psutil.wait_procs(left, timeout=60)
+    assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+    partial = _ids(store)
+    assert 1 <= len(partial["trajectories"]) < len(ref_ids["trajectories"])
+    for name in COMPARED:
+        assert partial[name] <= ref_ids[name], name
+
+    _finish(_embedded(killed, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    final = _ids(store)
+    for name in COMPARED:
+        assert final[name] == ref_ids[name], f"{name}: ids differ after resume"
+    assert store.counts() == reference.counts()  # no duplicate, nothing lost
+    outcome = "SELECT trajectory_id, termination, failure_class, n_calls FROM trajectories"
+    assert sorted(map(str, store.query(outcome))) == sorted(map(str, reference.query(outcome)))

@@ -2,7 +2,9 @@
 
 State lives in memory (an outside server whose state cannot be read): ``add_item`` writes,
 ``list_items`` reads, ``hang`` blocks the whole server, ``die`` kills it, ``fail`` is a tool
-error. It imports only ``mcp`` so it runs inside the Docker sandbox too.
+error, ``flaky`` kills it the first ``failures`` times it is called (counted in a file, which
+outlives the process) and then answers, ``add_then_die`` writes and then kills it. It
+imports only ``mcp`` so it runs inside the Docker sandbox too.
 """
 
 import os
@@ -45,6 +47,28 @@ def hang(seconds: float) -> str:
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def die() -> str:
     """Exit the server process at once."""
+    os._exit(7)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def flaky(counter: str, failures: int) -> str:
+    """Exit the server while ``counter`` (a file, if it exists: discovery's probes find it
+    harmless) holds fewer than ``failures`` lines, adding one each time."""
+    if not os.path.exists(counter):
+        return "not armed"
+    with open(counter, "r+") as f:
+        seen = len(f.read().splitlines())
+        if seen < failures:
+            f.write("died\n")
+            f.flush()
+            os._exit(7)
+    return f"answered after {seen} failures"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False))
+def add_then_die(name: str) -> str:
+    """Add an item, then exit before answering: the write may count, so it is not resent."""
+    ITEMS.append(name)
     os._exit(7)
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from trajsynth.schemas import (
     EnvironmentStartError,
     InfraError,
     MCPServerError,
+    SandboxError,
     SandboxKind,
     SandboxLimits,
     ServerKind,
@@ -205,12 +207,15 @@ async def _fault_round_trip(env: Environment) -> str:
     with pytest.raises(MCPServerError, match=r"'hang'.*no answer within 1\.5s"):
         await env.call_tool("hang", {"seconds": 3600})
     assert time.monotonic() - began < 30
-    assert env.restarts == 1
+    # restarted, never sent again: the model's arguments may be what hangs
+    assert (env.restarts, env.retries) == (1, 0)
     # the environment works again, with its state replayed into the new server
     assert _items(await env.call_tool("list_items", {})) == ["a"]
 
+    # a read that kills the server every time: restarted and sent again, then infra
     with pytest.raises(MCPServerError, match="closed the connection"):
         await env.call_tool("die", {})
+    assert (env.restarts, env.retries) == (1 + env.call_attempts, env.call_attempts - 1)
     return after_a.state_hash
 
 
@@ -219,10 +224,11 @@ async def test_hung_and_killed_outside_server_in_a_local_sandbox(
     local_sandbox: Sandbox, faulty_cluster: ToolCluster
 ) -> None:
     cluster = _in_sandbox(faulty_cluster, local_sandbox)
-    env = Environment(cluster, local_sandbox, tool_timeout_s=1.5, owns_sandbox=False)
+    env = Environment(
+        cluster, local_sandbox, tool_timeout_s=1.5, owns_sandbox=False, retry_wait_s=0.05
+    )
     async with env:
         kept = await _fault_round_trip(env)
-        assert env.restarts == 2
         assert _items(await env.call_tool("list_items", {})) == ["a"]
         assert (await env.state()).state_hash == kept
 
@@ -288,16 +294,86 @@ async def test_hung_and_killed_outside_server_in_docker(
     docker_sandbox: Sandbox, faulty_cluster: ToolCluster
 ) -> None:
     cluster = _in_sandbox(faulty_cluster, docker_sandbox)
-    env = Environment(cluster, docker_sandbox, tool_timeout_s=1.5, owns_sandbox=False)
+    env = Environment(
+        cluster, docker_sandbox, tool_timeout_s=1.5, owns_sandbox=False, retry_wait_s=0.05
+    )
     async with env:
         kept = await _fault_round_trip(env)
-        assert env.restarts == 2
         assert _items(await env.call_tool("list_items", {})) == ["a"]
         assert (await env.state()).state_hash == kept
         # the hung server was reaped inside the container: only the live one is left
         procs = docker_sandbox.exec([docker_sandbox.python, "-c", LIST_PROCESSES])
         assert procs.exit_code == 0, procs.stderr
         assert procs.stdout.count("faulty_server.py") == 1, procs.stdout
+
+
+async def _flaky_round_trip(env: Environment) -> None:
+    """A read whose server dies twice answers on the third try; a write whose server dies
+    is not sent twice (it may have been applied)."""
+    await env.call_tool("add_item", {"name": "a"})
+    env.sandbox.put_file("flaky.count", b"")  # armed
+    counter = f"{env.sandbox.workdir}/flaky.count"
+    answered = await env.call_tool("flaky", {"counter": counter, "failures": 2})
+    assert not answered.is_error and answered.text == "answered after 2 failures"
+    assert (env.restarts, env.retries) == (2, 2)
+    assert _items(await env.call_tool("list_items", {})) == ["a"]  # writes replayed
+
+    with pytest.raises(MCPServerError, match="'add_then_die'.*closed the connection"):
+        await env.call_tool("add_then_die", {"name": "b"})
+    assert (env.restarts, env.retries) == (3, 2)
+    assert _items(await env.call_tool("list_items", {})) == ["a"]
+
+    refused = await env.call_tool("fail", {"reason": "no"})  # the policy's: never resent
+    assert refused.is_error and env.retries == 2
+
+
+@pytest.mark.docker
+async def test_a_server_that_dies_twice_answers_the_third_try_in_docker(
+    docker_sandbox: Sandbox, faulty_cluster: ToolCluster
+) -> None:
+    cluster = _in_sandbox(faulty_cluster, docker_sandbox)
+    env = Environment(
+        cluster, docker_sandbox, tool_timeout_s=10, owns_sandbox=False, retry_wait_s=0.05
+    )
+    async with env:
+        await _flaky_round_trip(env)
+
+
+class _Flaky:
+    """Wraps a sandbox operation so that its first ``failures`` calls raise SandboxError."""
+
+    def __init__(self, op: Callable[..., Any], failures: int) -> None:
+        self.op, self.failures, self.calls = op, failures, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise SandboxError(f"injected fault {self.calls}")
+        return self.op(*args, **kwargs)
+
+
+@pytest.mark.docker
+async def test_sandbox_faults_are_retried_with_backoff_in_docker(
+    docker_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = Environment(get_cluster("shop"), docker_sandbox, owns_sandbox=False, retry_wait_s=0.05)
+    async with env:
+        initial = await env.state()
+        snapshot = _Flaky(docker_sandbox.snapshot, failures=2)
+        monkeypatch.setattr(docker_sandbox, "snapshot", snapshot)
+        handle = await env.snapshot()  # the third try answers
+        assert (snapshot.calls, env.retries) == (3, 2)
+        exec_ = _Flaky(docker_sandbox.exec, failures=2)
+        monkeypatch.setattr(docker_sandbox, "exec", exec_)
+        assert (await env.state()).state_hash == initial.state_hash
+        assert (exec_.calls, env.retries) == (3, 4)
+        await env.restore(handle)
+
+        broken = _Flaky(docker_sandbox.exec, failures=10**6)
+        monkeypatch.setattr(docker_sandbox, "exec", broken)
+        with pytest.raises(SandboxError, match="injected fault 3"):
+            await env.state()  # infra after call_attempts tries
+        assert broken.calls == env.call_attempts
 
 
 @pytest.mark.docker

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import math
 import os
@@ -67,7 +68,11 @@ __all__ = [
 CHAT_FORMAT = "trajsynth-chatml-tools"
 MAX_PARALLEL_CALLS = 4
 """The most tool calls one turn may hold (``--max_parallel_calls`` lowers it)."""
-_limits: dict[str, Any] = {"max_parallel_calls": MAX_PARALLEL_CALLS, "call_bias": 0.0}
+_limits: dict[str, Any] = {
+    "max_parallel_calls": MAX_PARALLEL_CALLS,
+    "call_bias": 0.0,
+    "deterministic": False,
+}
 _END = "<|im_end|>"
 COMPUTED_MARK = "trajsynth-chat-computed"
 """Starts the server's log line for each chat request it computed."""
@@ -367,7 +372,16 @@ def chatml_tools_handler(
         "seed": seed,
     }
     prompt = render_prompt(messages, tools)
+    # llama.cpp names a completion with a random uuid; the call ids the conversation (and so
+    # every node id) carries come from the request instead, so one answer has one id
+    request_digest = hashlib.sha256(f"{seed}\0{tool_choice}\0{prompt}".encode()).hexdigest()[:24]
     completions: list[dict[str, Any]] = []
+    if _limits["deterministic"]:
+        # Reusing the evaluated prefix of the previous request changes how the prompt is
+        # split into batches, and so the logits' last bits: the same seeded request then
+        # samples another answer depending on what ran before it (measured). Evaluating
+        # every request from position 0 makes its answer a function of the request alone.
+        llama.reset()
 
     recorded: list[dict[str, Any]] = []
     from llama_cpp import LogitsProcessorList
@@ -465,7 +479,7 @@ def chatml_tools_handler(
     if calls:
         message["tool_calls"] = [
             {
-                "id": f"call_{i}_{first['id']}",
+                "id": f"call_{i}_{request_digest}",
                 "type": "function",
                 "function": {"name": name, "arguments": arguments},
             }
@@ -485,7 +499,7 @@ def chatml_tools_handler(
         flush=True,
     )
     return {
-        "id": "chat" + first["id"],
+        "id": f"chatcmpl-{request_digest}",
         "object": "chat.completion",
         "created": first.get("created", int(time.time())),
         "model": first["model"],
@@ -584,6 +598,7 @@ def own_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--max_parallel_calls", type=int)
     parser.add_argument("--call_bias", type=float)
+    parser.add_argument("--deterministic")
     return parser.parse_known_args(list(argv))
 
 
@@ -592,13 +607,17 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     Takes llama_cpp.server's options, plus ``--max_parallel_calls N`` (default
     ``MAX_PARALLEL_CALLS``) and ``--call_bias B`` (nats added to the log-odds of calling
-    under ``tool_choice="auto"``; default 0, the model's own probability).
+    under ``tool_choice="auto"``; default 0, the model's own probability) and
+    ``--deterministic true`` (every request evaluated from an empty context, so a seeded
+    request gets the same answer whatever ran before it; pair it with ``--cache false``).
     """
     ours, args = own_options(sys.argv[1:] if argv is None else argv)
     if ours.max_parallel_calls is not None:
         _limits["max_parallel_calls"] = max(1, ours.max_parallel_calls)
     if ours.call_bias is not None:
         _limits["call_bias"] = ours.call_bias
+    if ours.deterministic is not None:
+        _limits["deterministic"] = ours.deterministic.lower() == "true"
     sys.argv = [sys.argv[0], *args]
     _scrub_server_env()
     register()

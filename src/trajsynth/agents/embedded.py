@@ -160,6 +160,7 @@ class EmbeddedLLMServer:
         cache_mb: int = 256,
         max_parallel_calls: int = 1,
         call_bias: float = 0.0,
+        deterministic: bool = False,
         startup_timeout_s: float = 180.0,
         extra_args: list[str] | None = None,
     ) -> None:
@@ -172,7 +173,9 @@ class EmbeddedLLMServer:
         self.n_threads = n_threads
         self.max_parallel_calls = max_parallel_calls
         self.call_bias = call_bias
-        self.prompt_cache = prompt_cache
+        self.deterministic = deterministic
+        # a cached prompt state is one more history the answer would depend on
+        self.prompt_cache = prompt_cache and not deterministic
         self.cache_mb = cache_mb
         self.restarts: list[str] = []  # why each restart happened (the keeper's log)
         self._keep_lock = threading.Lock()
@@ -230,6 +233,8 @@ class EmbeddedLLMServer:
             str(self.max_parallel_calls),
             "--call_bias",
             str(self.call_bias),
+            "--deterministic",
+            "true" if self.deterministic else "false",
             *(["--n_threads", str(self.n_threads)] if self.n_threads else []),
             *self.extra_args,
         ]

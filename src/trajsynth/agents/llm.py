@@ -529,6 +529,7 @@ async def open_llm_client(
             server = EmbeddedLLMServer(
                 model_alias=config.model,
                 n_ctx=config.embedded_ctx,
+                deterministic=config.embedded_deterministic,
                 startup_timeout_s=startup_timeout_s,
             )
             stack.callback(server.stop)

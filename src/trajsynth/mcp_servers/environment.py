@@ -29,12 +29,19 @@ import logging
 import shlex
 import uuid
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, INVALID_PARAMS, REQUEST_TIMEOUT, CallToolResult
 from pydantic import ValidationError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from trajsynth.mcp_servers.client import (
     ServerConnection,
@@ -83,6 +90,16 @@ SEED_ENV = "TRAJSYNTH_SEED"
 # to a server that stopped reading its stdin can block before the request clock starts).
 _CALL_GRACE_S = 5.0
 _PROBE_CHARS = 4000  # a probe result longer than this is hashed, not kept as text
+_T = TypeVar("_T")
+
+
+class _ServerLost(MCPServerError):
+    """The server died or its transport broke during a call (it has been restarted).
+    ``delivered`` is False when the call never reached a live server."""
+
+    def __init__(self, message: str, *, delivered: bool) -> None:
+        super().__init__(message)
+        self.delivered = delivered
 
 
 def _local() -> type:
@@ -160,8 +177,14 @@ class Environment:
         owns_sandbox: bool = True,
         pool: SandboxPool | None = None,
         environ: Mapping[str, str] | None = None,
+        call_attempts: int = 3,
+        retry_wait_s: float = 0.5,
     ) -> None:
         self.cluster = cluster
+        # tries per call for an infra fault (module doc), backing off from retry_wait_s
+        self.call_attempts = max(1, call_attempts)
+        self.retry_wait_s = retry_wait_s
+        self.retries = 0  # calls and sandbox operations sent again after an infra fault
         # where the values of the server's ``env_keys`` come from (None: this process's env)
         self.environ = environ
         self.sandbox = sandbox
@@ -240,7 +263,7 @@ class Environment:
         else:
             if self.cluster.server.copies:
                 await asyncio.to_thread(copy_files, self.sandbox, self.cluster.server.copies)
-            self._initial_snapshot = await asyncio.to_thread(self.sandbox.snapshot)
+            self._initial_snapshot = await self._in_sandbox(self.sandbox.snapshot)
             await self._connect()
             self._started = True
             self._initial_state = await self.state()
@@ -403,18 +426,66 @@ class Environment:
 
     # ------------------------------------------------------------------ tool calls
 
+    def _retrying(self, retry: Callable[[BaseException], bool]) -> AsyncRetrying:
+        def note(state: RetryCallState) -> None:
+            self.retries += 1
+            exc = state.outcome.exception() if state.outcome is not None else None
+            log.warning(
+                "%s: try %d of %d failed (%s); trying again",
+                self.cluster.cluster_id,
+                state.attempt_number,
+                self.call_attempts,
+                exc,
+            )
+
+        return AsyncRetrying(
+            stop=stop_after_attempt(self.call_attempts),
+            wait=wait_exponential(multiplier=self.retry_wait_s, max=30 * self.retry_wait_s),
+            retry=retry_if_exception(retry),
+            before_sleep=note,
+            reraise=True,
+        )
+
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
         """Call one tool. A tool error is an ``is_error`` result; a hung, dead or broken server
-        is restarted and the call raises MCPServerError (``infra``)."""
+        is restarted, the call sent again when that is safe (module doc), and after the last
+        try it raises MCPServerError (``infra``)."""
+        args = dict(arguments or {})
+        write = self._is_write(name)
+
+        def resend(exc: BaseException) -> bool:
+            return isinstance(exc, _ServerLost) and (not write or not exc.delivered)
+
         async with self._lock:
             if not self._started:
                 raise MCPServerError(f"{self.cluster.cluster_id}: environment not started")
-            if self._conn is None or not self._conn.alive:
-                await self.restart("the server was not running before the call")
-            result = await self._call(name, dict(arguments or {}))
-            if not result.is_error and self._is_write(name):
-                self._writes.append((name, dict(arguments or {})))
+            async for attempt in self._retrying(resend):
+                with attempt:
+                    result = await self._call_live(name, args)
+            if not result.is_error and write:
+                self._writes.append((name, args))
             return result
+
+    async def _call_live(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """``_call`` on a running server; a server found dead first is restarted, and the
+        fault is one the call never reached."""
+        if self._conn is None or not self._conn.alive:
+            await self.restart("the server was not running before the call")
+            if self._conn is None or not self._conn.alive:
+                raise _ServerLost(
+                    f"{self.cluster.cluster_id}: the restarted server ended at once",
+                    delivered=False,
+                )
+        return await self._call(name, arguments)
+
+    async def _in_sandbox(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``fn(*args, **kwargs)`` (a sandbox operation) in a thread, tried again with
+        backoff when the sandbox raises SandboxError: every caller's operation is
+        idempotent (a state dump, a check, a snapshot or a restore)."""
+        async for attempt in self._retrying(lambda exc: isinstance(exc, SandboxError)):
+            with attempt:
+                return await asyncio.to_thread(fn, *args, **kwargs)
+        raise AssertionError("unreachable: tenacity reraises the last fault")
 
     def _is_write(self, name: str) -> bool:
         try:
@@ -443,14 +514,14 @@ class Environment:
         except MCPError as exc:
             if exc.code == INVALID_PARAMS:
                 return ToolResult(text=exc.message, is_error=True, error_type="invalid_params")
-            if exc.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
-                fault = (
-                    f"no answer within {self.tool_timeout_s:g}s"
-                    if exc.code == REQUEST_TIMEOUT
-                    else "the server closed the connection"
-                )
+            if exc.code == REQUEST_TIMEOUT:
+                fault = f"no answer within {self.tool_timeout_s:g}s"
                 await self._restart_after(f"{what}: {fault}", conn)
                 raise MCPServerError(f"{what}: {fault}; server restarted") from exc
+            if exc.code == CONNECTION_CLOSED:
+                fault = "the server closed the connection"
+                await self._restart_after(f"{what}: {fault}", conn)
+                raise _ServerLost(f"{what}: {fault}; server restarted", delivered=True) from exc
             raise MCPServerError(f"{what}: JSON-RPC error {exc.code}: {exc.message}") from exc
         except TimeoutError as exc:
             fault = f"no answer within {self.tool_timeout_s + _CALL_GRACE_S:g}s"
@@ -458,7 +529,7 @@ class Environment:
             raise MCPServerError(f"{what}: {fault}; server restarted") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             await self._restart_after(f"{what}: transport broke ({exc!r})", conn)
-            raise MCPServerError(f"{what}: transport broke; server restarted") from exc
+            raise _ServerLost(f"{what}: transport broke; server restarted", delivered=True) from exc
         except (RuntimeError, ValidationError) as exc:
             # The SDK rejects a result that breaks the tool's output schema (RuntimeError) or
             # the protocol (ValidationError): the server's fault, not the policy's.
@@ -505,7 +576,7 @@ class Environment:
         argv = [self.sandbox.python, "-m", STATE_MODULE, self.server_name]
         if init:
             argv.append("--init")
-        result = await asyncio.to_thread(
+        result = await self._in_sandbox(
             self.sandbox.exec, argv, env=self._server_env(), timeout=self.start_timeout_s
         )
         if result.exit_code != 0 or result.timed_out:
@@ -562,7 +633,7 @@ class Environment:
         """Save the state: the sandbox's work directory, or a point in the write trace."""
         async with self._lock:
             if self.bundled or self._files_reset:
-                handle = await asyncio.to_thread(self.sandbox.snapshot)
+                handle = await self._in_sandbox(self.sandbox.snapshot)
                 self._taken.append(handle)
                 return handle
             writes = list(self._writes)
@@ -576,7 +647,7 @@ class Environment:
         """Go back to a snapshot taken by this environment."""
         async with self._lock:
             if handle.method != "replay":
-                await asyncio.to_thread(self.sandbox.restore, handle)
+                await self._in_sandbox(self.sandbox.restore, handle)
                 if self._files_reset:  # the server may hold the old files open: restart it
                     conn, self._conn = self._conn, None
                     if conn is not None:
@@ -595,7 +666,7 @@ class Environment:
                 self._writes = list(writes)
                 return
             if self._initial_snapshot is not None:
-                await asyncio.to_thread(self.sandbox.restore, self._initial_snapshot)
+                await self._in_sandbox(self.sandbox.restore, self._initial_snapshot)
             self._writes = []
             conn, self._conn = self._conn, None
             if conn is not None:
@@ -610,7 +681,7 @@ class Environment:
 
         The result is kept and reported in ``state().checks[check_id]``.
         """
-        result = await asyncio.to_thread(
+        result = await self._in_sandbox(
             self.sandbox.exec,
             [self.sandbox.python, "-"],
             stdin=source,

@@ -227,6 +227,9 @@ def _ro_paths(extra: Sequence[str]) -> list[str]:
     virtualenv and the trajsynth package (not the checkout around it), plus ``extra``."""
     wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, _PACKAGE_DIR, *extra}
     wanted.add(str(Path(sys.executable).resolve().parent.parent))
+    # a virtualenv layered on another (a .pth naming the other's site-packages) imports
+    # from there too; only site dirs, never a source checkout that a .pth also names
+    wanted.update(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))
     paths = sorted(
         os.path.abspath(p)
         for p in wanted

@@ -39,6 +39,15 @@ class LLMConfig(Record):
         ge=512,
         description="context of the embedded server (base_url None); not part of the run id",
     )
+    embedded_deterministic: bool = Field(
+        default=False,
+        description=(
+            "the embedded server evaluates every request from an empty context, with no prompt "
+            "cache, so a seeded request's answer does not depend on the requests before it (a "
+            "resumed run then ends with an uninterrupted run's ids); slower; not part of the "
+            "run id"
+        ),
+    )
 
 
 class Budgets(Record):
@@ -121,6 +130,8 @@ class RunConfig(Record):
     def config_hash(self) -> str:
         # how sandboxes are recycled and how large the embedded server's context is change
         # no result (a prompt too long for it is refused, an infra fault), so a run resumes
-        # across pool and context sizes
-        dump = self.model_dump(mode="json", exclude={"sandbox_pool": True, "llm": {"embedded_ctx"}})
+        # across pool and context sizes; deterministic evaluation changes only whether the
+        # answers repeat, so a run begun without it can be resumed with it
+        exclude = {"sandbox_pool": True, "llm": {"embedded_ctx", "embedded_deterministic"}}
+        dump = self.model_dump(mode="json", exclude=exclude)
         return stable_hash(dump, length=16)
