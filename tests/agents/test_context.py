@@ -4,6 +4,8 @@ cluster and the shop's real tools with the scripted fake LLM; the real embedder 
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import httpx
@@ -161,3 +163,114 @@ def test_the_real_embedder_picks_same_topic_distractors(read_task: Blueprint) ->
     names = {t.name for t in shown}
     assert {"list_invoice", "update_invoice"} <= names
     assert sum(n.endswith("_invoice") for n in names) >= 4  # nearest by MiniLM: invoices
+
+
+# A generated server of 36 tools (six record kinds, six verbs each) on the real MCP SDK: the
+# cluster is too large for a 2,048-token context, so every episode shows a subset.
+MANY_TOOLS_SERVER = """
+import json, pathlib
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("office")
+KINDS = {KINDS!r}
+DB = pathlib.Path("office.json")
+
+def load():
+    return json.loads(DB.read_text()) if DB.exists() else {{k: {{}} for k in KINDS}}
+
+def save(db):
+    DB.write_text(json.dumps(db))
+
+def register(kind, about):
+    def create(title: str) -> str:
+        db = load(); key = f"{{kind}}-{{len(db[kind]) + 1}}"; db[kind][key] = title; save(db)
+        return json.dumps({{"id": key, "title": title}})
+    def get(id: str) -> str:
+        db = load()
+        if id not in db[kind]:
+            raise ValueError(f"no {{kind}} {{id}}")
+        return json.dumps({{"id": id, "title": db[kind][id]}})
+    def list_() -> str:
+        return json.dumps({{"items": [{{"id": k, "title": v}} for k, v in load()[kind].items()]}})
+    def update(id: str, title: str) -> str:
+        db = load()
+        if id not in db[kind]:
+            raise ValueError(f"no {{kind}} {{id}}")
+        db[kind][id] = title; save(db)
+        return json.dumps({{"id": id, "title": title}})
+    def delete(id: str) -> str:
+        db = load()
+        if db[kind].pop(id, None) is None:
+            raise ValueError(f"no {{kind}} {{id}}")
+        save(db)
+        return json.dumps({{"deleted": id}})
+    def search(query: str) -> str:
+        hits = [{{"id": k, "title": v}} for k, v in load()[kind].items() if query in v]
+        return json.dumps({{"items": hits}})
+    for verb, fn in (("create", create), ("get", get), ("list", list_), ("update", update),
+                     ("delete", delete), ("search", search)):
+        server.tool(name=f"{{verb}}_{{kind}}", description=f"{{verb.capitalize()}} {{about}}.")(fn)
+
+for kind, about in KINDS.items():
+    register(kind, about)
+server.run()
+"""
+
+
+@pytest.mark.slow
+async def test_a_36_tool_server_fits_a_small_context_end_to_end(tmp_path: Path) -> None:
+    """A real 36-tool MCP server joined as an outside cluster, a blueprint planned in the
+    sandbox, and a unit grown as ``synth run`` grows it with a 2,048-token embedded context
+    (the fake LLM over HTTP in the model's seat): the stored trajectory lists the path's tools
+    and a few distractors, not all 36, and the fake LLM was sent exactly those."""
+    from fakes.llm_server import FakeLLMServer
+
+    from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
+    from trajsynth.flows.units import grow_unit
+    from trajsynth.mcp_servers.registry import add_outside_cluster
+    from trajsynth.schemas import Cell, Difficulty, PathShape, ReasoningMode, RolloutMode, RunConfig
+
+    tmp_path.chmod(0o755)  # the sandbox's unprivileged user reads the server, as in a venv
+    script = tmp_path / "office_server.py"
+    script.write_text(MANY_TOOLS_SERVER.format(KINDS=FAMILIES))
+    import mcp
+
+    # the venv the SDK lives in (a worktree's venv can layer on another) is mounted read-only
+    sdk_venv = Path(mcp.__file__).resolve().parents[4]
+    [cluster] = add_outside_cluster(
+        "office", command=[sys.executable, str(script)], clusters_dir=tmp_path / "c",
+        sandbox_kind="local", mounts=[str(sdk_venv)],
+    )  # fmt: skip
+    assert len(cluster.tools) == 36
+    cell = Cell(
+        cluster_id="office", path_shape=PathShape.SINGLE,
+        target_mode=ReasoningMode.DIRECT_EXECUTE, difficulty=Difficulty.EASY,
+    )  # fmt: skip
+    factory = environment_factory(cluster, sandbox_kind="local")
+    blueprint = None
+    for seed in range(6):
+        planned = await plan_blueprint(Planner(use_llm=False), None, factory, cluster, cell, seed)
+        if isinstance(planned, Blueprint):
+            blueprint = planned
+            break
+    assert blueprint is not None, planned
+    config = RunConfig(
+        tasks=1, samples=1, rollout_mode=RolloutMode.LINEAR, sandbox="local", sandbox_pool=0,
+        llm=LLMConfig(embedded_ctx=2048, max_retries=0),
+    )  # fmt: skip
+    with FakeLLMServer() as server:
+        rows = await grow_unit(
+            config=config,
+            llm=config.llm.model_copy(update={"base_url": server.base_url}),
+            run_id="run_ctx",
+            blueprint=blueprint,
+            cluster=cluster,
+        )
+    [trajectory] = rows.rows["trajectories"]
+    tools = trajectory["tools"]
+    shown = [
+        t["function"]["name"] for t in (json.loads(tools) if isinstance(tools, str) else tools)
+    ]
+    needed = {s.tool for s in blueprint.tool_path}
+    assert needed <= set(shown) and len(shown) <= len(needed) + 4 < 36
+    assert sum(tool_tokens(cluster.tool(n)) for n in shown) <= tool_budget(2048)
