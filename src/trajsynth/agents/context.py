@@ -40,9 +40,10 @@ Embedder = Callable[[Sequence[str]], np.ndarray]
 # conversation (tool results are often the longest messages) and the reply.
 TOOLS_SHARE = 0.5
 DEFAULT_DISTRACTORS = 4
-# Schemas are JSON: punctuation and short keys make it about 3 characters a token for
-# SmolLM2's tokenizer (measured on server-everything's list), not the 4 of prose; erring
-# high only shows fewer distractors, erring low overflows the context.
+# Schemas are JSON: punctuation and short keys make it 3.2-3.7 characters a token for
+# SmolLM2's tokenizer (the shop's 13 tools as the chat handler lists them: 1,834 tokens,
+# estimated 1,856; the 36 tools of tests/agents/test_context.py: 2,669, estimated 3,156), not
+# the 4 of prose; erring high only shows fewer distractors, erring low overflows the context.
 _CHARS_PER_TOKEN = 3.0
 
 
