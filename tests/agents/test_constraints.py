@@ -322,3 +322,29 @@ def test_docstring_examples() -> None:
 
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_an_outside_write_its_probes_cannot_see_is_checked_by_its_calls() -> None:
+    """server-everything's toggle-simulated-logging changes nothing a read probe shows: the
+    final-state check would equal the initial state (a lint failure), so the calls decide."""
+    toggles = ToolCluster(
+        cluster_id="outside-toggle",
+        domain=Domain.PRODUCTIVITY,
+        server=ServerSpec(kind=ServerKind.STDIO, command=["everything"]),
+        state_readable=True,
+        source="outside",
+        tools=[tool("toggle_logging", W, level={"type": "string", "enum": ["debug", "info"]})],
+    )
+    probed = EnvState(state_hash="s0", readable=True)
+    path = [GoldCall(tool="toggle_logging", arguments={"level": "debug"}, observation="on")]
+    cs = derive_constraints(path, probed, toggles, [], initial_state=probed)
+    assert not any(isinstance(c, FinalState) for c in cs)
+    assert [c.call for c in cs if isinstance(c, ToolCalled)] == [
+        CallPattern(tool="toggle_logging", matchers={"level": "debug"})
+    ]
+    assert lint_constraints(cs, probed, toggles.tools) == []
+    seen = EnvState(state_hash="s1", readable=True)  # a write the probes do see keeps it
+    assert any(
+        isinstance(c, FinalState)
+        for c in derive_constraints(path, seen, toggles, [], initial_state=probed)
+    )

@@ -166,3 +166,62 @@ def test_pick_answer_prefers_the_matching_item_and_telling_fields() -> None:
     )
     ids_only = GoldCall(tool="x", arguments={}, observation={"order_id": "#W1", "refunds": []})
     assert pick_answer([ids_only], {}) is None
+
+
+def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
+    """mcp-server-time: the timezone read and the timezone converted from are one value;
+    holding back one of them while the goal states the other could never pass the check,
+    so a slot with a value of its own is held back, and the template's words pass."""
+    from trajsynth.agents.words import words_spec
+    from trajsynth.schemas import (
+        Domain,
+        PlannedCall,
+        ReasoningMode,
+        ServerKind,
+        ServerSpec,
+        SlotArg,
+        ToolCluster,
+        ToolSpec,
+    )
+
+    def tool(name: str, description: str, *params: str) -> ToolSpec:
+        props = {p: {"type": "string"} for p in params}
+        schema = {"type": "object", "properties": props, "required": list(params)}
+        return ToolSpec(name=name, description=description, input_schema=schema)
+
+    cluster = ToolCluster(
+        cluster_id="time",
+        domain=Domain.PRODUCTIVITY,
+        server=ServerSpec(kind=ServerKind.STDIO, command=["mcp-server-time"]),
+        source="outside",
+        tools=[
+            tool("get_current_time", "Get the current time in a timezone.", "timezone"),
+            tool(
+                "convert_time",
+                "Convert a time between timezones.",
+                "source_timezone",
+                "time",
+                "target_timezone",
+            ),  # fmt: skip
+        ],
+    )
+    slots = {
+        "timezone": "America/New_York",
+        "source_timezone": "America/New_York",
+        "time": "18:45",
+        "target_timezone": "Asia/Tokyo",
+    }
+    steps = [
+        PlannedCall(tool="get_current_time", args={"timezone": SlotArg(name="timezone")}),
+        PlannedCall(
+            tool="convert_time",
+            args={p: SlotArg(name=p) for p in ("source_timezone", "time", "target_timezone")},
+        ),
+    ]
+    calls = [
+        GoldCall(tool="get_current_time", arguments={"timezone": "America/New_York"}),
+        GoldCall(tool="convert_time", arguments={k: slots[k] for k in list(slots)[1:]}),
+    ]
+    spec = words_spec(cluster, ReasoningMode.CLARIFY_FIRST, steps, slots, calls, None)
+    assert spec.hidden_slot in {"time", "target_timezone"}
+    assert check_words(template_words(spec), spec) == []

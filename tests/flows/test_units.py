@@ -3,8 +3,10 @@ given up after its retries is a failure row with its class."""
 
 from __future__ import annotations
 
+from trajsynth.cli.settings import load_settings
 from trajsynth.flows.units import (
     UnitRef,
+    context_tokens,
     failure_class_of,
     rollout_unit_id,
     unit_failure_row,
@@ -12,6 +14,7 @@ from trajsynth.flows.units import (
 )
 from trajsynth.schemas import (
     Budgets,
+    LLMConfig,
     LLMError,
     MCPServerError,
     ModelOutputError,
@@ -78,3 +81,15 @@ def test_an_exception_of_no_class_is_recorded_as_error() -> None:
     assert (row["failure_class"], row["error"]) == ("error", "KeyError: 'slot'")
     lone = unit_failure_row("run_x", unit, ValueError("bad \ud800 text"), attempts=1, failure=1)
     lone["error"].encode("utf-8")  # a lone surrogate is stored, not a crash
+
+
+def test_embedded_ctx_from_synth_toml_is_the_context_rollouts_fit_tools_into(tmp_path) -> None:
+    """``[llm] embedded_ctx`` in synth.toml reaches the run's config (the embedded server is
+    started with it, ``agents.llm.open_llm_client``) and the units' tool fitting; an
+    endpoint's context is not known, so its tools are all shown."""
+    toml = tmp_path / "synth.toml"
+    toml.write_text("[llm]\nembedded_ctx = 8192\n")
+    config = load_settings(toml).run_config()
+    assert config.llm.embedded_ctx == 8192 and context_tokens(config) == 8192
+    remote = config.model_copy(update={"llm": LLMConfig(base_url="http://gpu:8000/v1")})
+    assert context_tokens(remote) is None

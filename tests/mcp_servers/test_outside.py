@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -127,6 +128,7 @@ def test_discovery_probes_an_unannotated_server_in_the_sandbox(tmp_path: Path) -
     assert "changed work dir files" in (c.tool("put").access_evidence or "")
     flow = [e for e in c.edges if e.origin == EdgeOrigin.VALUE_FLOW]
     assert any(e.target == "cat" and e.in_param == "title" and e.evidence for e in flow)
+    assert flow == c.edges  # a guess from names that no probe confirmed is not kept
     assert {p.tool for p in c.probes} >= {"titles"}
     assert c.state_readable
     assert get_cluster("notes", clusters_dir=tmp_path / "c") == c
@@ -225,3 +227,62 @@ def test_a_command_the_sandbox_cannot_find_fails_at_add_with_the_fix(tmp_path: P
             "ghost", command=["/no/such/bin/server"], clusters_dir=tmp_path, sandbox_kind="local"
         )
     assert "/no/such/bin/server" in str(info.value) and "--mount" in str(info.value)
+
+
+def test_docker_mounts_add_node_and_refuse_what_the_container_user_cannot_reach(
+    tmp_path: Path,
+) -> None:
+    """Docker is the default sandbox where a server can run in the container: node from the
+    host's /usr/bin is mounted as a file; a venv on an interpreter under a folder others
+    cannot enter (a pyenv python under /root), or a system python, keeps the local sandbox."""
+    from trajsynth.mcp_servers.launch import docker_mounts
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    script = tmp_path / "server.js"
+    script.write_text("#!/usr/bin/env node\n")
+    mounts, why = docker_mounts(["node", str(script)], [str(tmp_path)])
+    assert why is None and str(Path(node).resolve()) in mounts and str(tmp_path) in mounts
+    plain = tmp_path / "srv"
+    plain.write_text("binary\n")
+    plain.chmod(0o755)
+    _, why = docker_mounts([str(plain)], ["/root/.pyenv/versions/3.11.7"])
+    assert why is not None and "/root" in why
+    _, why = docker_mounts(["/usr/bin/python3", "-m", "srv"], [])
+    assert why is not None and "system folders" in why
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_node_server_joins_in_docker_by_default(tmp_path: Path) -> None:
+    """server-memory from npm, added with the default sandbox: it runs in a container (node
+    and its npm prefix mounted read-only), is probed there, and a fresh environment opens."""
+    import asyncio
+
+    from trajsynth.mcp_servers.environment import open_environment
+    from trajsynth.mcp_servers.launch import MountedDockerSandbox
+
+    tmp_path.chmod(0o755)
+    npm = subprocess.run(
+        ["npm", "install", "--silent", "--prefix", str(tmp_path / "npm"),
+         "@modelcontextprotocol/server-memory"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if npm.returncode != 0:
+        pytest.skip(f"npm registry unreachable: {npm.stderr[-300:]}")
+    command = ["node", str(tmp_path / "npm/node_modules/.bin/mcp-server-memory")]
+    [c] = add_outside_cluster(
+        "memory", command=command, clusters_dir=tmp_path / "c",
+        env={"MEMORY_FILE_PATH": "/tmp/memory.jsonl"},
+    )  # fmt: skip
+    assert {"create_entities", "open_nodes"} <= set(c.tool_names)
+    assert any(e.origin == EdgeOrigin.VALUE_FLOW for e in c.edges)
+
+    async def opened() -> type:
+        os.environ["MEMORY_FILE_PATH"] = "/tmp/memory.jsonl"
+        async with open_environment(c) as env:
+            assert (await env.call_tool("read_graph", {})).is_error is False
+            return type(env.sandbox)
+
+    assert asyncio.run(opened()) is MountedDockerSandbox

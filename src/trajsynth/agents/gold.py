@@ -233,6 +233,11 @@ async def run_gold_path(
                     detail = f"{name}: no field {arg.field!r} in the output of step {arg.step}"
                     return GoldFailure(step=i, tool=step.tool, detail=detail)
                 value = resolve_field(observations[arg.step], path)
+                if value is None or value in ("", [], {}):
+                    # an empty list or value passes nothing on: the step it feeds would act on
+                    # nothing (create_entities(entities=[])), so the reference dangles here
+                    detail = f"{name}: {arg.field!r} is empty in the output of step {arg.step}"
+                    return GoldFailure(step=i, tool=step.tool, detail=detail)
                 schema = props.get(name) if isinstance(props, Mapping) else None
                 arguments[name] = _fit(value, schema if isinstance(schema, Mapping) else {})
                 bindings[name] = RefArg(step=arg.step, field=path)

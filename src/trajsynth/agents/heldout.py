@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.cells import sample_cells
+from trajsynth.agents.context import shown_tools
 from trajsynth.agents.gold import TemplateUser
 from trajsynth.agents.llm import LLMClient
 from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
@@ -104,12 +105,15 @@ async def evaluate(
     sandbox_kind: SandboxKind = SandboxKind.AUTO,
     template_user: bool = False,
     on_try: Callable[[TryResult], None] | None = None,
+    context_tokens: int | None = None,
 ) -> list[TryResult]:
     """Act every task out ``samples`` times and verify each try (see the module doc).
 
     ``template_user``: the user's turns come from ``agents.gold.TemplateUser`` (reveals what
     is asked, then thanks) instead of the simulator on ``llm``: no model in the user's seat,
-    so policies are compared on the assistant alone, at half the LLM calls."""
+    so policies are compared on the assistant alone, at half the LLM calls.
+    ``context_tokens``: the model's context, when known (tools fitted to it,
+    ``agents.context``)."""
     if not tasks:
         raise InputError("nothing to evaluate: the split has no tasks")
     assistant = assistant or eval_assistant(True)
@@ -121,8 +125,9 @@ async def evaluate(
         for sample in range(samples):
             try:
                 result = await _one_try(
-                    task, cluster, task_llm, assistant, budgets, run_id, sample, sandbox_kind
-                )
+                    task, cluster, task_llm, assistant, budgets, run_id, sample, sandbox_kind,
+                    context_tokens,
+                )  # fmt: skip
             except InfraError as exc:
                 result = TryResult(
                     task_id=task.blueprint_id,
@@ -149,6 +154,7 @@ async def _one_try(
     run_id: str,
     sample: int,
     sandbox_kind: SandboxKind,
+    context_tokens: int | None = None,
 ) -> TryResult:
     async with open_environment(
         cluster, sandbox_kind=sandbox_kind, seed=task.seed, tool_timeout_s=budgets.tool_timeout_s
@@ -162,6 +168,7 @@ async def _one_try(
             budgets=budgets,
             run_id=run_id,
             sample=sample,
+            shown=shown_tools(task, env.tools, context_tokens=context_tokens),
         )
     trajectory = episode.trajectory
     state = episode.final_state or EnvState(state_hash="unavailable", readable=False)

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
+from trajsynth.agents.argfill import fill_slots
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import GoldFailure, GoldResult, run_gold_path
 from trajsynth.agents.llm import LLMClient
@@ -317,6 +318,7 @@ async def plan_blueprint(
         initial = await env.state()
         handle = await env.snapshot() if planner.gold_retries else None
         failures: list[tuple[str, str]] = []
+        fill_usage: list[LLMUsage] = []
         truth: _Truth | None = None
         for attempt in range(planner.gold_retries + 1):
             sampled = sample_path(
@@ -326,7 +328,23 @@ async def plan_blueprint(
                 if failures:  # earlier paths failed their gold run or lint; report those
                     break
                 return _attempt(cluster, cell, seed, round, sampled.reason, sampled.detail)
-            outcome = await _ground_truth(env, cluster, sampled, initial)
+            outcome = None
+            if cluster.source == "outside" and planner.use_llm and llm is not None:
+                # issue 17, item 4: schema-only values written by the LLM under the schema;
+                # the schema's own values run when the LLM's fail the gold run
+                filled, used = await fill_slots(
+                    llm, cluster, sampled, seed=(seed * 1013 + attempt) % 2**31,
+                    temperature=planner.temperature, max_tokens=planner.max_tokens,
+                )  # fmt: skip
+                fill_usage += used
+                if filled is not None:
+                    outcome = await _ground_truth(env, cluster, filled, initial)
+                    if not isinstance(outcome, _Truth) and handle is not None:
+                        log.debug("LLM-filled values failed (%s); the schema's run", outcome)
+                        await env.restore(handle)
+                        outcome = None
+            if outcome is None:
+                outcome = await _ground_truth(env, cluster, sampled, initial)
             if isinstance(outcome, _Truth):
                 truth = outcome
                 break
@@ -337,7 +355,7 @@ async def plan_blueprint(
         if truth is None:
             reason = failures[-1][0]
             detail = " | ".join(f"[{r}] {d}" for r, d in failures)
-            return _attempt(cluster, cell, seed, round, reason, detail)
+            return _attempt(cluster, cell, seed, round, reason, detail, fill_usage)
     path, gold, answer, constraints = truth.path, truth.gold, truth.answer, truth.constraints
 
     spec = words_spec(
@@ -353,6 +371,7 @@ async def plan_blueprint(
     words, source, drafts, usage, problems = await _write_words(
         planner, llm, spec, seed, constrained=cluster.source == "outside"
     )
+    usage = fill_usage + usage
     if source == "template":
         final_problems = check_words(words, spec)
         if final_problems:

@@ -64,7 +64,10 @@ async def serve_policy(
     if not (path.is_file() and path.suffix == ".gguf"):
         raise InputError(f"policy {gguf} is not a .gguf file (convert a HF model folder first)")
     server = EmbeddedLLMServer(
-        model_path=path, model_alias=llm.model, startup_timeout_s=startup_timeout_s
+        model_path=path,
+        model_alias=llm.model,
+        n_ctx=llm.embedded_ctx,  # [llm] embedded_ctx holds for a policy's server too
+        startup_timeout_s=startup_timeout_s,
     )
     server.start()
     try:

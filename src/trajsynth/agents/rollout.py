@@ -103,14 +103,22 @@ class Episode:
     assistant: Assistant
     user_sim: UserSimulator
     budgets: Budgets
+    # The tools the model is shown (``agents.context.fit_tools``, when the whole set does not
+    # fit its context); None: every tool of the environment.
+    shown: tuple[ToolSpec, ...] | None = None
+
+    @property
+    def tools(self) -> Sequence[ToolSpec]:
+        return self.env.tools if self.shown is None else self.shown
 
     @property
     def tool_map(self) -> dict[str, ToolSpec]:
-        return {t.name: t for t in self.env.tools}
+        # a call to a tool the model was not shown is an unknown tool, as for any other name
+        return {t.name: t for t in self.tools}
 
     @property
     def openai_tools(self) -> list[dict[str, JsonValue]]:
-        return [t.to_openai() for t in self.env.tools]
+        return [t.to_openai() for t in self.tools]
 
 
 @dataclass
@@ -296,14 +304,18 @@ async def run_episode(
     sample: int = 0,
     on_turn: Callable[[int], None] | None = None,
     reply_token_cap: int | None = None,
+    shown: Sequence[ToolSpec] | None = None,
 ) -> EpisodeResult:
     """Act out one blueprint once, linearly. Ids derive from content and the run, not time.
 
     With ``reply_token_cap`` (the most an assistant reply may generate) a turn starts only
     when it and the simulated user's answer fit in ``budgets.max_tokens``, so the budget is
-    never exceeded; without it the rollout stops once the budget is reached."""
+    never exceeded; without it the rollout stops once the budget is reached. ``shown``: the
+    tools the model sees (None: all of them; ``agents.context.fit_tools``)."""
     started = time.perf_counter()
-    episode = Episode(blueprint, env, llm, assistant, user_sim, budgets)
+    episode = Episode(
+        blueprint, env, llm, assistant, user_sim, budgets, tuple(shown) if shown else None
+    )
     tree_id = content_id(
         "tree", {"run_id": run_id, "blueprint_id": blueprint.blueprint_id, "sample": sample}
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import Field
@@ -487,6 +488,13 @@ def _selection_facts(
 
 
 def _pick_slot(slots: Mapping[str, JsonValue], *, prefer_ids: bool = False) -> str:
+    """The slot to hold back (or to state stale): an id or identity first. A slot whose value
+    another slot repeats is taken only when every value repeats: the goal that states the
+    other slot would state it too (mcp-server-time: timezone and source_timezone, both
+    America/New_York), and the words could never pass their check."""
+    counts = Counter(_text(v) for v in slots.values())
+    unique = {n: v for n, v in slots.items() if counts[_text(v)] == 1}
+    slots = unique or slots
     names = list(slots)
     scalar = [n for n in names if _scalar(slots[n])]
     identity = [n for n in scalar if n in _IDENTITY]

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from trajsynth.agents.assistant import Assistant
+from trajsynth.agents.context import shown_tools
 from trajsynth.agents.judge import JudgedTree, judge, judge_episode, judge_tree, leaf_outcome
 from trajsynth.agents.llm import LLMClient, open_llm_client
 from trajsynth.agents.planner import (
@@ -291,6 +292,12 @@ def unit_failure_row(
     }
 
 
+def context_tokens(config: RunConfig) -> int | None:
+    """The model's context when the run knows it: the embedded server's ``embedded_ctx``
+    (an endpoint's own context is not known here; its tools are all shown)."""
+    return config.llm.embedded_ctx if config.llm.base_url is None else None
+
+
 def unit_token_budget(config: RunConfig) -> int:
     """Generated tokens one unit may spend: its own budget, capped by an even share of the
     run's (``budgets.max_run_tokens``), so the run's total can never be exceeded."""
@@ -337,8 +344,12 @@ async def grow_unit(
             client = TurnReporter(client, blueprint.blueprint_id)  # per-turn progress (issue 20)
             assistant, user_sim = assistant_for(config), UserSimulator()
             budget = unit_token_budget(config)
+            shown = shown_tools(blueprint, env.tools, context_tokens=context_tokens(config))
             if mode is RolloutMode.TREE:
-                episode = Episode(blueprint, env, client, assistant, user_sim, config.budgets)
+                episode = Episode(
+                    blueprint, env, client, assistant, user_sim, config.budgets,
+                    tuple(shown) if shown else None,
+                )  # fmt: skip
                 tree, _ = await grow_tree(
                     episode,
                     config.tree.model_copy(update={"max_tree_tokens": budget}),
@@ -361,6 +372,7 @@ async def grow_unit(
                     run_id=run_id,
                     sample=sample,
                     reply_token_cap=assistant.max_tokens or config.llm.max_tokens,
+                    shown=shown,
                 )
                 trajectories = [result.trajectory]
                 _report_leaf(blueprint, attempt, label, result.trajectory, result.final_state)

@@ -761,7 +761,12 @@ def open_environment(
             pool_ = None
             mounts = server_mounts(spec.command or [], spec.mounts)
             sandbox = await asyncio.to_thread(
-                open_mounted_sandbox, sandbox_kind, limits or SandboxLimits(), image, mounts
+                open_mounted_sandbox,
+                sandbox_kind,
+                limits or SandboxLimits(),
+                image,
+                mounts,
+                spec.command or [],
             )
         elif pool is not None:
             pool_ = pool

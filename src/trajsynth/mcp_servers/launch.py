@@ -38,6 +38,7 @@ __all__ = [
     "MountedLocalSandbox",
     "copy_files",
     "copied_file",
+    "docker_mounts",
     "open_mounted_sandbox",
     "server_env",
     "server_mounts",
@@ -116,6 +117,45 @@ def server_mounts(command: Sequence[str], extra: Sequence[str] = ()) -> list[str
     # a mount inside another is redundant
     found.sort()
     return [m for i, m in enumerate(found) if not any(m.startswith(o + "/") for o in found[:i])]
+
+
+# Interpreters that run from a single file in the container: node links only libc and
+# libstdc++, which the sandbox image has. A system python is not among them: its standard
+# library lives in the host's /usr/lib, which the container does not see.
+_SINGLE_FILE_INTERPRETERS = frozenset({"node", "nodejs"})
+# Folders of the sandbox image that only root may enter (found with `find / -type d ! -perm
+# -o+x` in the image).
+_IMAGE_PRIVATE = ("/root",)
+
+
+def docker_mounts(command: Sequence[str], mounts: Sequence[str]) -> tuple[list[str], str | None]:
+    """The mounts the server ``command`` needs in the Docker sandbox, and why it cannot run
+    there (None: it can).
+
+    The container has its own system folders: an interpreter the command finds in one (node
+    in /usr/bin) is mounted as a file when it runs from one file, else the server cannot run
+    there. A mount under a folder of the image that other users cannot enter (a pyenv python
+    under /root) is out of the container user's reach.
+    """
+    out = list(mounts)
+    exe = shutil.which(command[0]) if command else None
+    interpreters = [Path(exe)] if exe else []
+    interpreters += [i for c in [*interpreters, *map(Path, command[1:2])] if (i := _shebang(c))]
+    for interpreter in interpreters:
+        real = interpreter.resolve()
+        if not _is_system(str(real.parent)) or any(str(real).startswith(m + "/") for m in out):
+            continue
+        if real.name not in _SINGLE_FILE_INTERPRETERS:
+            return out, f"its interpreter {real} lives in the host's system folders"
+        if str(real) not in out:
+            out.append(str(real))
+    for m in out:
+        # a folder the image itself has, closed to other users: Docker creates the missing
+        # parents of a mount open, but cannot open one the image has
+        for private in _IMAGE_PRIVATE:
+            if m.startswith(private + "/"):
+                return out, f"{m} lies under {private}, which the sandbox's user cannot enter"
+    return out, None
 
 
 def server_env(spec: ServerSpec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -223,24 +263,40 @@ class MountedDockerSandbox(DockerSandbox):
         return kwargs
 
 
+_noted: set[str] = set()
+
+
+def _note_local(message: str) -> None:
+    if message not in _noted:  # once per server and reason per process, not per episode
+        _noted.add(message)
+        log.info(message)
+
+
 def open_mounted_sandbox(
     kind: SandboxKind | str,
     limits: SandboxLimits | None,
     image: str | None,
     mounts: Sequence[str],
+    command: Sequence[str] = (),
 ) -> Sandbox:
-    """A started sandbox of ``kind`` (``auto``: Docker when usable) with ``mounts`` read-only."""
+    """A started sandbox of ``kind`` with ``mounts`` read-only, for the server ``command``;
+    ``auto`` is Docker when the engine answers and the server can run in the container
+    (``docker_mounts``), else the local sandbox."""
     kind = SandboxKind(kind)
+    in_docker, why_not = docker_mounts(command, mounts)
     if kind is SandboxKind.AUTO:
-        # An outside server brings its own interpreter (a pyenv python under /root, node from
-        # the host's /usr/bin): the container's user can rarely run it, while bubblewrap sees
-        # the host read-only with the mounts added. Docker only when asked for by name.
-        kind = SandboxKind.LOCAL
-    elif kind is SandboxKind.DOCKER and (reason := docker_unusable(image)) is not None:
+        # Docker when the engine is there and the server can run in the container; else
+        # bubblewrap, which sees the host read-only with the mounts added (a pyenv python
+        # under /root, a system python whose library is the host's)
+        why_not = why_not or docker_unusable(image)
+        kind = SandboxKind.LOCAL if why_not else SandboxKind.DOCKER
+        if why_not:
+            _note_local(f"{' '.join(command)[:80]}: local sandbox, not Docker: {why_not}")
+    elif kind is SandboxKind.DOCKER and (reason := why_not or docker_unusable(image)):
         raise SandboxError(f"sandbox docker: {reason}")
     sandbox: Sandbox
     if kind is SandboxKind.DOCKER:
-        sandbox = MountedDockerSandbox(limits, image=image, mounts=mounts)
+        sandbox = MountedDockerSandbox(limits, image=image, mounts=in_docker)
     else:
         # the local sandbox caps address space (RLIMIT_AS); a JIT runtime (node's V8) reserves
         # gigabytes of it up front without using them, so an outside server gets room for that

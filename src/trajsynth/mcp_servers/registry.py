@@ -473,11 +473,11 @@ def add_outside_cluster(
         raise InputError(f"cluster {name!r}: `{what}` lists no tools")
     tools = found.tools if found is not None else [tool_spec(t) for t in raw_tools]
     flow = found.edges if found is not None else []
-    inferred = [
-        e
-        for e in infer_edges(tools, embed=embed)
-        if (e.source, e.target) not in {(f.source, f.target) for f in flow}
-    ]
+    # An edge guessed from names and schemas is kept only when nothing could be probed: after
+    # probing, the value-flow edges are the confirmed ones, and a guess no probe confirmed
+    # (server-memory: read_graph's `entities[]` fed to create_entities) sent every gold run
+    # that followed it into an empty list (issue 17, item 3).
+    inferred = [] if found is not None else infer_edges(tools, embed=embed)
     whole = ToolCluster(
         cluster_id=name,
         domain=domain,

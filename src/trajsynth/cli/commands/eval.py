@@ -85,6 +85,7 @@ async def run_eval(
     sandbox: SandboxKind,
     template_user: bool = False,
     seed: int = 0,
+    embedded_ctx: int = 4096,
 ) -> tuple[Any, list[Any], str]:
     """Plan, split, serve and evaluate; returns (summary, tries, split kind)."""
     from trajsynth.agents.heldout import eval_assistant, evaluate, plan_eval_tasks
@@ -112,7 +113,7 @@ async def run_eval(
         tasks = candidates
     if not tasks:
         raise InputError(f"split {split!r} has no tasks")
-    llm = LLMConfig(temperature=0.7, max_tokens=128)
+    llm = LLMConfig(temperature=0.7, max_tokens=128, embedded_ctx=embedded_ctx)
     async with open_llm_client(llm) as base:
         if policy == "embedded":
             client: Any = base
@@ -126,6 +127,7 @@ async def run_eval(
                 budgets=budgets,
                 sandbox_kind=sandbox,
                 template_user=template_user,
+                context_tokens=embedded_ctx,
             )
         else:
             async with serve_policy(policy_gguf(policy), llm) as tuned:
@@ -187,6 +189,7 @@ def eval_policy(
             budgets=budgets,
             sandbox=SandboxKind.LOCAL if smoke else SandboxKind.AUTO,
             template_user=template_user,
+            embedded_ctx=cli.settings().llm.embedded_ctx,
         )
     )
     row = eval_row(

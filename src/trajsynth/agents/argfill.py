@@ -1,0 +1,135 @@
+"""Argument values the planner LLM writes for an outside cluster's path (issue 17, item 4).
+
+A path over an outside server binds what it can from the user's ``--arg`` values, from values
+probing saw the server accept, from enums and ranges; what is left comes from the parameter's
+schema alone (a format's example, a name-based guess: ``"notes"``, ``"hello from
+trajsynth"``), the same values in every task. Those slots are offered to the planner LLM as
+the one tool of the request, its parameters the slots' own JSON schemas, with ``tool_choice``
+"required": servers that constrain tool calls by grammar (llama.cpp, vLLM) can only answer
+with values of the right shape. A value that still breaks its schema keeps the schema's; the
+planner runs the gold path with the filled values and falls back to the schema's when that
+run fails, so the LLM can vary the tasks but never costs one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import JsonValue
+
+from trajsynth.agents.llm import LLMClient
+from trajsynth.agents.paths import PlannedPath
+from trajsynth.mcp_servers.arguments import fits_schema
+from trajsynth.schemas import AgentRole, LLMUsage, Message, MessageRole, SlotArg, ToolCluster
+
+__all__ = ["FILL_TOOL", "fill_slots", "fillable_slots"]
+
+log = logging.getLogger(__name__)
+
+FILL_TOOL = "fill_arguments"
+_SYSTEM = (
+    "You choose realistic values that a user of a service would give to its tools. "
+    "Answer by calling the function with one value for every parameter."
+)
+
+
+def fillable_slots(cluster: ToolCluster, path: PlannedPath) -> dict[str, tuple[str, str, dict]]:
+    """slot -> (tool, param, schema) for the slots whose value came from the schema alone."""
+    out: dict[str, tuple[str, str, dict]] = {}
+    for step in path.steps:
+        props = cluster.tool(step.tool).input_schema.get("properties") or {}
+        for param, arg in step.args.items():
+            if not isinstance(arg, SlotArg) or path.slot_sources.get(arg.name) != "schema":
+                continue
+            schema = props.get(param) if isinstance(props, Mapping) else None
+            if isinstance(schema, Mapping) and arg.name not in out:
+                out[arg.name] = (step.tool, param, dict(schema))
+    return out
+
+
+def _request(
+    cluster: ToolCluster, path: PlannedPath, slots: Mapping[str, tuple[str, str, dict]]
+) -> tuple[list[Message], dict[str, Any]]:
+    properties = {
+        name: {
+            **schema,
+            "description": f"{tool}.{param}: {schema.get('description') or param}"[:200],
+        }
+        for name, (tool, param, schema) in slots.items()
+    }
+    tool = {
+        "type": "function",
+        "function": {
+            "name": FILL_TOOL,
+            "description": "Realistic values for the parameters of the tools below.",
+            "parameters": {"type": "object", "properties": properties, "required": list(slots)},
+        },
+    }
+    tools = "\n".join(
+        f"- {name}: {cluster.tool(name).description.strip()[:200]}"
+        for name in dict.fromkeys(path.tools)
+    )
+    examples = "\n".join(
+        f"- {name} ({tool}.{param}), for example {json.dumps(path.slots[name])}"
+        for name, (tool, param, _) in slots.items()
+    )
+    user = (
+        f"Service: {cluster.description.strip()[:300]}\nTools, called in this order:\n{tools}\n"
+        f"Give a realistic value, of the same kind as the example, for:\n{examples}"
+    )
+    messages = [
+        Message(role=MessageRole.SYSTEM, content=_SYSTEM),
+        Message(role=MessageRole.USER, content=user),
+    ]
+    return messages, tool
+
+
+def _arguments(result: Any) -> dict[str, JsonValue]:
+    for call in result.message.tool_calls or []:
+        if call.function.name == FILL_TOOL:
+            try:
+                data = json.loads(call.function.arguments)
+            except ValueError:
+                return {}
+            return data if isinstance(data, dict) else {}
+    return {}
+
+
+async def fill_slots(
+    llm: LLMClient,
+    cluster: ToolCluster,
+    path: PlannedPath,
+    *,
+    seed: int,
+    temperature: float = 0.7,
+    max_tokens: int = 256,
+) -> tuple[PlannedPath | None, list[LLMUsage]]:
+    """``path`` with its schema-only slots written by the LLM (source ``"llm"``), or None when
+    it has none or the LLM gave no value that fits its schema; and the LLM usage."""
+    slots = fillable_slots(cluster, path)
+    if not slots:
+        return None, []
+    messages, tool = _request(cluster, path, slots)
+    result = await llm.chat(
+        messages,
+        role=AgentRole.PLANNER,
+        tools=[tool],
+        tool_choice="required",
+        temperature=temperature,
+        max_tokens=max_tokens,
+        seed=seed,
+    )
+    given = _arguments(result)
+    values = dict(path.slots)
+    sources = dict(path.slot_sources)
+    for name, (_, _, schema) in slots.items():
+        value = given.get(name)
+        if value not in (None, "", [], {}) and fits_schema(value, schema):
+            values[name], sources[name] = value, "llm"
+    if values == path.slots:
+        log.debug("no LLM value fits its schema for %s", list(slots))
+        return None, [result.usage]
+    return path.model_copy(update={"slots": values, "slot_sources": sources}), [result.usage]

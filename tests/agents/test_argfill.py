@@ -1,0 +1,93 @@
+"""Schema-only argument values written by the planner LLM under the parameters' JSON schemas
+(issue 17, item 4), with the scripted fake LLM behind the real openai client."""
+
+from __future__ import annotations
+
+import httpx
+from fakes.llm import ScriptedLLM, tool_call
+
+from trajsynth.agents.argfill import FILL_TOOL, fill_slots, fillable_slots
+from trajsynth.agents.llm import OpenAILLMClient
+from trajsynth.agents.paths import PlannedPath
+from trajsynth.schemas import (
+    Difficulty,
+    Domain,
+    LLMConfig,
+    PathShape,
+    PlannedCall,
+    ServerKind,
+    ServerSpec,
+    SlotArg,
+    ToolCluster,
+    ToolSpec,
+)
+
+NOTES = ToolCluster(
+    cluster_id="notes",
+    domain=Domain.PRODUCTIVITY,
+    description="A notebook of titled notes.",
+    server=ServerSpec(kind=ServerKind.STDIO, command=["notes-mcp"]),
+    source="outside",
+    tools=[
+        ToolSpec(
+            name="put",
+            description="Keep a note under a title.",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string", "description": "the note's title"},
+                    "pages": {"type": "integer", "minimum": 1},
+                    "folder": {"type": "string"},
+                },
+                "required": ["title", "pages", "folder"],
+            },
+        )
+    ],
+)
+PATH = PlannedPath(
+    cluster_id="notes",
+    shape=PathShape.SINGLE,
+    difficulty=Difficulty.EASY,
+    steps=[
+        PlannedCall(
+            tool="put",
+            args={
+                "title": SlotArg(name="title"),
+                "pages": SlotArg(name="pages"),
+                "folder": SlotArg(name="folder"),
+            },
+        )
+    ],
+    slots={"title": "notes", "pages": 1, "folder": "/work"},
+    slot_sources={"title": "schema", "pages": "schema", "folder": "spec"},  # folder: --arg
+)
+
+
+def _client(fake: ScriptedLLM) -> OpenAILLMClient:
+    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
+    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
+
+
+def test_only_schema_only_slots_are_offered() -> None:
+    assert set(fillable_slots(NOTES, PATH)) == {"title", "pages"}  # the --arg value stays
+
+
+async def test_the_llm_fills_slots_under_their_schemas_and_bad_values_keep_the_schemas() -> None:
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "Dentist on Friday", "pages": "two"})])
+    filled, usage = await fill_slots(_client(fake), NOTES, PATH, seed=1)
+    fake.assert_consumed()
+    request = fake.requests[0]
+    assert request["tool_choice"] == "required"
+    [tool] = request["tools"]
+    params = tool["function"]["parameters"]
+    assert params["required"] == ["title", "pages"]
+    assert params["properties"]["pages"]["minimum"] == 1  # the slot's own schema, kept
+    assert filled is not None and len(usage) == 1
+    assert filled.slots == {"title": "Dentist on Friday", "pages": 1, "folder": "/work"}
+    assert filled.slot_sources["title"] == "llm" and filled.slot_sources["pages"] == "schema"
+
+
+async def test_no_fitting_value_leaves_the_path_as_it_was() -> None:
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "", "pages": -3.5})])
+    filled, usage = await fill_slots(_client(fake), NOTES, PATH, seed=1)
+    assert filled is None and len(usage) == 1
