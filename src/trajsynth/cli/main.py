@@ -290,6 +290,13 @@ def run(
         int | None,
         typer.Option(help="units in flight at once (default: [run] task_runner_workers)"),
     ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="a tuned model (.gguf, or the model/ folder `synth sft` writes) for the "
+            "assistant role on its own llama.cpp server; planner and user keep --model"
+        ),
+    ] = None,
 ) -> None:
     """Synthesise, verify and store trajectories (a Prefect flow, ephemeral mode)."""
     from trajsynth.cli.run_command import run_and_report
@@ -307,6 +314,10 @@ def run(
         samples=samples,
         rollout=rollout,
     )
+    if policy is not None:  # issue 18: checked before any work starts, one line if not a model
+        from trajsynth.cli.policy import policy_ref
+
+        config = config.model_copy(update={"policy": policy_ref(policy, Store(loaded.store_path))})
     from trajsynth.mcp_servers.registry import cluster_names
 
     known = cluster_names(clusters_dir=loaded.clusters_dir)
