@@ -24,6 +24,7 @@ from trajsynth.cli.commands import dashboard as dashboard_cmd
 from trajsynth.cli.commands import deploy as deploy_cmd
 from trajsynth.cli.commands import eval as eval_cmd
 from trajsynth.cli.commands import export as export_cmd
+from trajsynth.cli.commands import improve as improve_cmd
 from trajsynth.cli.commands import runs as runs_cmd
 from trajsynth.cli.commands import sandbox as sandbox_cmd
 from trajsynth.cli.commands import sft as sft_cmd
@@ -60,6 +61,7 @@ app.command("deploy")(deploy_cmd.deploy)
 app.command("serve")(deploy_cmd.serve)
 app.command("sft")(sft_cmd.sft)  # issue 18
 app.command("eval")(eval_cmd.eval_policy)  # issue 18
+app.command("improve")(improve_cmd.improve)  # issue 18
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="settings file (default ./synth.toml)")

@@ -23,6 +23,7 @@ def model_id_for(store: Store, *paths: Path) -> str | None:
     """The newest ``models`` row whose model folder or GGUF is one of ``paths``."""
     if not store.path.exists():
         return None
+    store.migrate()  # a store from before the models table gains it (no row: no model id)
     wanted = [p.resolve() for p in paths]
     rows = store.query("SELECT model_id, path, gguf_path FROM models ORDER BY created_at DESC")
     for row in rows:
