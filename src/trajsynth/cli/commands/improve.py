@@ -92,7 +92,10 @@ def improve(
     sft_over = {"max_steps": max_steps} if max_steps else {}
     if smoke:
         rounds = 2
-        overrides = {"tasks": 2, "clusters": ["shop", "calendar"], "samples": 1, **overrides}
+        tiny = {"tasks": 2, "clusters": ["shop", "calendar"], "samples": 1, "rounds": 1}
+        # what the command line gives wins; the rest is the tiny path's
+        overrides = {k: overrides.get(k) if overrides.get(k) is not None else v
+                     for k, v in tiny.items()}  # fmt: skip
         overrides["rollout"] = RolloutMode.LINEAR
         sft_cfg = smoke_sft(**sft_over)
     elif config is not None:
