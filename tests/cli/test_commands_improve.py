@@ -11,11 +11,26 @@ from pathlib import Path
 
 import pytest
 
+from trajsynth.cli.commands.improve import loop_run_config
+from trajsynth.cli.settings import Settings
+from trajsynth.schemas import RolloutMode
 from trajsynth.store import Store
 
-pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.docker]
+
+def test_the_smoke_path_is_tiny_and_the_command_line_wins() -> None:
+    settings = Settings()
+    tiny = loop_run_config(settings, {"tasks": None, "seed": 9}, smoke=True)
+    assert (tiny.tasks, tiny.clusters, tiny.samples, tiny.rounds) == (2, ["shop", "calendar"], 1, 1)
+    assert tiny.rollout_mode is RolloutMode.LINEAR and tiny.seed == 9
+    assert tiny.budgets.max_turns == 3
+    assert loop_run_config(settings, {"tasks": 3}, smoke=True).tasks == 3
+    full = loop_run_config(settings, {"tasks": None, "samples": 5}, smoke=False)
+    assert full == settings.run_config(samples=5)  # without --smoke: the settings' run
 
 
+@pytest.mark.slow
+@pytest.mark.llm
+@pytest.mark.docker
 def test_synth_improve_smoke_closes_the_loop(tmp_path: Path) -> None:
     # docker: this checkout's local sandbox cannot see the layered venv's packages
     env = {**os.environ, "SYNTH_SANDBOX__KIND": "docker"}

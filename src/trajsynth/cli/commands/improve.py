@@ -15,10 +15,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trajsynth.schemas import Budgets, RolloutMode
+from trajsynth.cli.settings import Settings
+from trajsynth.schemas import Budgets, RolloutMode, RunConfig
 from trajsynth.store import Store
 
-__all__ = ["improve", "improve_table"]
+__all__ = ["SMOKE_RUN", "improve", "improve_table", "loop_run_config"]
 
 console = Console()
 
@@ -47,6 +48,27 @@ def improve_table(rows: list[dict[str, Any]]) -> Table:
             r["trained_model_id"] or "-",
         )
     return table
+
+
+SMOKE_RUN: dict[str, Any] = {
+    "tasks": 2,
+    "clusters": ["shop", "calendar"],
+    "samples": 1,
+    "rounds": 1,
+    "rollout": RolloutMode.LINEAR,
+}
+"""Each round's run on the tiny path: two linear tasks, one sample, one curation round."""
+
+
+def loop_run_config(settings: Settings, overrides: dict[str, Any], *, smoke: bool) -> RunConfig:
+    """The base RunConfig of a loop: the settings plus what the command line gave; with
+    ``smoke`` the tiny path's values fill whatever the command line left unset, and
+    episodes are short (the smoke path is about the loop, not the rollouts)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not smoke:
+        return settings.run_config(**given)
+    config = settings.run_config(**{**SMOKE_RUN, **given})
+    return config.model_copy(update={"budgets": Budgets(max_turns=3, max_tokens=1500)})
 
 
 def improve(
@@ -92,21 +114,12 @@ def improve(
     sft_over = {"max_steps": max_steps} if max_steps else {}
     if smoke:
         rounds = 2
-        tiny = {"tasks": 2, "clusters": ["shop", "calendar"], "samples": 1, "rounds": 1}
-        # what the command line gives wins; the rest is the tiny path's
-        overrides = {k: overrides.get(k) if overrides.get(k) is not None else v
-                     for k, v in tiny.items()}  # fmt: skip
-        overrides["rollout"] = RolloutMode.LINEAR
         sft_cfg = smoke_sft(**sft_over)
     elif config is not None:
         sft_cfg = load_sft_config(config, **sft_over)
     else:
         sft_cfg = SFTConfig.model_validate(sft_over)
-    run_config = loaded.run_config(**overrides)
-    if smoke:  # short episodes: the smoke path is about the loop, not the rollouts
-        run_config = run_config.model_copy(
-            update={"budgets": Budgets(max_turns=3, max_tokens=1500)}
-        )
+    run_config = loop_run_config(loaded, overrides, smoke=smoke)
     store = Store(loaded.store_path)
     if policy is not None:
         from trajsynth.cli.policy import policy_ref
