@@ -120,10 +120,16 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--sandbox",
+        default="local",
+        choices=[k.value for k in SandboxKind],
+        help="where the tools run (docker where the local sandbox cannot see the packages)",
+    )
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-efficacy-"))
     work.mkdir(parents=True, exist_ok=True)
-    sandbox = SandboxKind.LOCAL
+    sandbox = SandboxKind(args.sandbox)
     seen = [c.strip() for c in args.clusters.split(",") if c.strip()]
     clusters = {c: get_cluster(c) for c in [*seen, args.loco]}
     budgets = Budgets(max_turns=4, max_tokens=1500)
