@@ -54,6 +54,23 @@ def _tokens(pairs: list[Any]) -> list[int]:
     return out
 
 
+def _trainable(pairs: list[Any]) -> list[Any]:
+    """The rows the chat template renders: a rollout whose call the model wrote as broken
+    JSON is data for the verifier (a `model` failure) but no SFT row (the export refuses it
+    too), so it is left out of the unverified set rather than crashing the bench."""
+    from trajsynth.training.chat_template import RenderError, load_tokenizer, render
+
+    tok = load_tokenizer()
+    out = []
+    for pair in pairs:
+        try:
+            render([m.to_openai() for m in pair[0].messages], pair[0].tools, tok)
+        except RenderError:
+            continue
+        out.append(pair)
+    return out
+
+
 def _take(pairs: list[Any], tokens: list[int], budget: int) -> tuple[list[Any], int]:
     """The first rows whose tokens fit in ``budget``."""
     out, used = [], 0
@@ -120,10 +137,16 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--sandbox",
+        default="local",
+        choices=[k.value for k in SandboxKind],
+        help="where the tools run (docker where the local sandbox cannot see the packages)",
+    )
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-efficacy-"))
     work.mkdir(parents=True, exist_ok=True)
-    sandbox = SandboxKind.LOCAL
+    sandbox = SandboxKind(args.sandbox)
     seen = [c.strip() for c in args.clusters.split(",") if c.strip()]
     clusters = {c: get_cluster(c) for c in [*seen, args.loco]}
     budgets = Budgets(max_turns=4, max_tokens=1500)
@@ -155,9 +178,11 @@ def main() -> None:
     verified = asyncio.run(gold_demos(train_tasks, clusters, run_id="bench", sandbox_kind=sandbox))
     rollouts = asyncio.run(_base_rollouts(train_tasks, clusters, sandbox, budgets))
     verified_all = verified
-    v_tokens, u_tokens = _tokens(verified), _tokens(rollouts)
+    trainable = _trainable(rollouts)
+    log(f"base rollouts: {len(trainable)} of {len(rollouts)} render for training")
+    v_tokens, u_tokens = _tokens(verified), _tokens(trainable)
     budget = min(sum(v_tokens), sum(u_tokens))  # equal tokens: the smaller set's total
-    unverified, used = _take(rollouts, u_tokens, budget)
+    unverified, used = _take(trainable, u_tokens, budget)
     verified, v_used = _take(verified, v_tokens, used)  # whole rows: as close as they allow
     if not verified:
         verified, v_used = _take(verified_all, v_tokens, budget)

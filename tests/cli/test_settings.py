@@ -11,6 +11,7 @@ from trajsynth.schemas import (
     CurationConfig,
     InputError,
     LLMConfig,
+    PolicyRef,
     RolloutMode,
     RunConfig,
     SandboxKind,
@@ -127,6 +128,11 @@ _SET: dict[str, tuple[str, dict[str, str], Any]] = {
         'assistant_tool_choice = "auto"',
         {"SYNTH_RUN__ASSISTANT_TOOL_CHOICE": "auto"},
         "auto",
+    ),
+    "policy": (
+        'policy = { path = "p.gguf", gguf = "p.gguf" }',
+        {"SYNTH_RUN__POLICY": '{"path": "p.gguf", "gguf": "p.gguf"}'},
+        PolicyRef(path="p.gguf", gguf="p.gguf"),
     ),
     "assistant_tool_choice_after_tool": (
         'assistant_tool_choice_after_tool = "auto"',

@@ -24,6 +24,7 @@ from trajsynth.cli.commands import dashboard as dashboard_cmd
 from trajsynth.cli.commands import deploy as deploy_cmd
 from trajsynth.cli.commands import eval as eval_cmd
 from trajsynth.cli.commands import export as export_cmd
+from trajsynth.cli.commands import improve as improve_cmd
 from trajsynth.cli.commands import runs as runs_cmd
 from trajsynth.cli.commands import sandbox as sandbox_cmd
 from trajsynth.cli.commands import sft as sft_cmd
@@ -60,6 +61,7 @@ app.command("deploy")(deploy_cmd.deploy)
 app.command("serve")(deploy_cmd.serve)
 app.command("sft")(sft_cmd.sft)  # issue 18
 app.command("eval")(eval_cmd.eval_policy)  # issue 18
+app.command("improve")(improve_cmd.improve)  # issue 18
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="settings file (default ./synth.toml)")
@@ -290,6 +292,13 @@ def run(
         int | None,
         typer.Option(help="units in flight at once (default: [runner] workers)"),
     ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="a tuned model (.gguf, or the model/ folder `synth sft` writes) for the "
+            "assistant role on its own llama.cpp server; planner and user keep --model"
+        ),
+    ] = None,
 ) -> None:
     """Synthesise, verify and store trajectories (a Prefect flow, ephemeral mode)."""
     from trajsynth.cli.run_command import run_and_report
@@ -304,6 +313,10 @@ def run(
         samples=samples,
         rollout_mode=rollout,
     )
+    if policy is not None:  # issue 18: checked before any work starts, one line if not a model
+        from trajsynth.cli.policy import policy_ref
+
+        config = config.model_copy(update={"policy": policy_ref(policy, Store(loaded.store_path))})
     from trajsynth.mcp_servers.registry import cluster_names
 
     known = cluster_names(clusters_dir=loaded.clusters_dir)

@@ -76,6 +76,9 @@ def run_and_report(
         f"run [bold]{run_id_for(config)}[/]: {config.tasks} tasks x {config.rounds} round(s), "
         f"{config.samples} sample(s) each, store {settings.store_path}"
     )
+    if config.policy is not None:
+        model = f" (model {config.policy.model_id})" if config.policy.model_id else ""
+        console.print(f"assistant: policy {config.policy.gguf}{model} on its own llama.cpp server")
     columns = (
         TextColumn("{task.description:<9}"),
         BarColumn(),

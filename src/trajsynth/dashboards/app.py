@@ -61,6 +61,11 @@ def _page(store_path: str, run_id: str | None) -> dict[str, Any]:
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _evals(store_path: str) -> list[dict[str, Any]]:
+    return queries.evals(Store(store_path), _tables(store_path))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def _trees(store_path: str, task_id: str) -> list[dict[str, Any]]:
     return queries.trees_of_task(Store(store_path), task_id)
 
@@ -326,6 +331,35 @@ def _cost_section(path: str, run_id: str | None) -> None:
         )  # fmt: skip
 
 
+def _interval(est: float | None, low: float | None, high: float | None) -> str:
+    return "–" if est is None else f"{est:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def _evals_section(path: str) -> None:
+    """Held-out evals of policies (``synth eval``): of every run, not the chosen one."""
+    rows = _evals(path)
+    st.header("Held-out evals")
+    if not rows:
+        st.info("No evals yet: `synth eval --policy PATH --split heldout-seeds` stores one.")
+        return
+    for r in rows:
+        r["pass@1 [95% CI]"] = _interval(r["pass1"], r["pass1_low"], r["pass1_high"])
+        r["pass@k [95% CI]"] = _interval(r["passk"], r["passk_low"], r["passk_high"])
+    _table(
+        rows,
+        {
+            "policy": lambda v: str(v)[-48:], "model_id": lambda v: v or "–", "split": str,
+            "k": str, "n_tasks": _num, "n_tries": _num, "n_excluded": _num,
+            "pass@1 [95% CI]": str, "pass@k [95% CI]": str,
+        },
+    )  # fmt: skip
+    st.caption(
+        "pass@1: Wilson 95% interval over every counted try; pass@k: the unbiased estimator "
+        "with a bootstrap 95% interval over tasks. Excluded tries (infra, simulator) are in "
+        "neither."
+    )
+
+
 def _link(label: str, **params: str) -> str:
     """A markdown link to this page with ``params`` as its query string."""
     query = "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
@@ -498,6 +532,7 @@ def main(argv: Sequence[str] = ()) -> None:
     _rounds_section(path, run_id)
     _distributions_section(path, run_id)
     _cost_section(path, run_id)
+    _evals_section(path)
     _task_section(path, run_id)
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "by_cluster",
     "by_mode",
     "by_round",
+    "evals",
     "overview",
     "round_stats",
     "run_ids",
@@ -261,6 +262,25 @@ def _tokens_by_role_sql(run_id: str | None) -> Statement:
         FROM llm_calls {where} GROUP BY role ORDER BY role
         """,
         params,
+    )
+
+
+def evals(store: Store, tables: set[str] | None = None, limit: int = 50) -> Rows:
+    """Held-out evals of policies (the ``evals`` table, issue 18), newest first: pass@1 with
+    its Wilson interval and pass@k with its bootstrap interval. Not per run: an eval scores a
+    policy on tasks no run trained on. Empty when the store has no ``evals`` table yet."""
+    tables = available_tables(store) if tables is None else tables
+    if "evals" not in tables:
+        return []
+    return store.query(
+        """
+        SELECT e.eval_id, e.policy, e.model_id, m.parent, e.split, e.k, e.n_tasks, e.n_tries,
+               e.n_excluded, e.pass1, e.pass1_low, e.pass1_high,
+               e.passk, e.passk_low, e.passk_high, e.created_at
+        FROM evals e LEFT JOIN models m USING (model_id)
+        ORDER BY e.created_at DESC NULLS LAST, e.eval_id LIMIT ?
+        """,
+        [limit],
     )
 
 

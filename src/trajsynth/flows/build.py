@@ -3,14 +3,18 @@
 Runs in Prefect's ephemeral mode by default (no server to start) or under a served
 deployment. The LLM endpoint is resolved once here (the embedded llama.cpp server is started
 and stopped by this flow); units of work get the resolved endpoint, so they run on any task
-runner. After each round the curation stage scores and selects, and evolution sets the next
-round's sampling weights.
+runner. With ``config.policy`` a second embedded server serves the tuned policy's GGUF, and
+the rollout units send the assistant's turns there (``agents.policy.RoleRoutedLLM``) while
+the planner and the user simulator keep the run's model. After each round the curation
+stage scores and selects, and evolution sets the next round's sampling weights.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,7 @@ from pydantic import SecretStr
 from trajsynth.agents.llm import open_llm_client
 from trajsynth.flows.stages import _clusters, plan_round, rollout_round
 from trajsynth.flows.units import run_id_for
-from trajsynth.schemas import RunConfig, SandboxError, SandboxKind, ToolCluster
+from trajsynth.schemas import LLMConfig, RunConfig, SandboxError, SandboxKind, ToolCluster
 from trajsynth.store import Store
 from trajsynth.store.manifest import run_manifest
 from trajsynth.store.summary import RunSummary, summarize_run
@@ -78,6 +82,27 @@ def _cluster_rows(clusters: list[ToolCluster]) -> dict[str, list[dict[str, Any]]
     return rows
 
 
+def policy_endpoint(config: RunConfig, llm: LLMConfig) -> LLMConfig:
+    """How the policy's own server is asked: the run's sampling, the policy's name as the
+    model (so ``llm_calls`` rows say which policy answered the assistant's turns)."""
+    assert config.policy is not None
+    name = config.policy.model_id or Path(config.policy.gguf).stem
+    return llm.model_copy(update={"base_url": None, "model": f"policy:{name}"})
+
+
+@contextlib.asynccontextmanager
+async def _served_policy(config: RunConfig, llm: LLMConfig) -> AsyncIterator[LLMConfig | None]:
+    """The tuned policy's resolved endpoint on its own embedded llama.cpp server, for the
+    run's length (None: no policy; the assistant uses the run's model)."""
+    if config.policy is None:
+        yield None
+        return
+    from trajsynth.agents.policy import serve_policy
+
+    async with serve_policy(config.policy.gguf, policy_endpoint(config, llm)) as client:
+        yield client.config
+
+
 def _curate(store: Store, run_id: str, round_index: int, config: RunConfig) -> None:
     from trajsynth.flows.stages import curate_task
 
@@ -123,7 +148,10 @@ async def build_dataset(
     store.insert_many(_cluster_rows(clusters))
     state = "completed"
     try:
-        async with open_llm_client(config.llm, api_key=api_key) as probe:
+        async with (
+            open_llm_client(config.llm, api_key=api_key) as probe,
+            _served_policy(config, config.llm) as policy_llm,
+        ):
             llm = probe.config  # the resolved endpoint (the embedded server's URL)
             weights = None
             for round_index in range(config.rounds):
@@ -140,7 +168,7 @@ async def build_dataset(
                     "cache_dir": cache_dir,
                 }
                 await plan_round(**common, weights=weights)
-                await rollout_round(**common)
+                await rollout_round(**common, policy_llm=policy_llm)
                 _curate(store, run_id, round_index, config)
     except BaseException:
         state = "failed"

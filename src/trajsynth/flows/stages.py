@@ -74,9 +74,10 @@ def code_version() -> str:
     return stable_hash({str(f.relative_to(package)): f.read_bytes().hex() for f in files})
 
 
-# The endpoint, key and cache folder say where and how, not what: a unit's result does not
-# depend on them, and the embedded server's port changes every run. The code does.
-_UNIT_CACHE = (INPUTS - "llm" - "api_key" - "cache_dir") + CacheKeyFnPolicy(
+# The endpoints, key and cache folder say where and how, not what: a unit's result does not
+# depend on them, and the embedded servers' ports change every run. The code does (and the
+# policy is in the config, so a run with a tuned policy never reuses a base run's units).
+_UNIT_CACHE = (INPUTS - "llm" - "policy_llm" - "api_key" - "cache_dir") + CacheKeyFnPolicy(
     cache_key_fn=lambda context, parameters: code_version()
 )
 ROLLOUT_RETRIES = 2
@@ -273,8 +274,10 @@ async def rollout_round(
     store: Store,
     api_key: SecretStr | None = None,
     cache_dir: str | None = None,
+    policy_llm: LLMConfig | None = None,
 ) -> int:
-    """Grow (and verify) every blueprint of the round; returns the units run now."""
+    """Grow (and verify) every blueprint of the round; returns the units run now.
+    ``policy_llm``: the tuned policy's endpoint for the assistant role (``config.policy``)."""
     by_id = {c.cluster_id: c for c in clusters}
     blueprints = round_blueprints(store, run_id, round_index)
     samples = 1 if config.rollout_mode is RolloutMode.TREE else config.samples
@@ -311,6 +314,7 @@ async def rollout_round(
                 sample=s,
                 api_key=api_key,
                 cache_dir=cache_dir,
+                policy_llm=policy_llm,
             ),
         )
         for bp, s in jobs

@@ -26,6 +26,7 @@ from trajsynth.agents.planner import (
     environment_factory,
     plan_blueprint,
 )
+from trajsynth.agents.policy import RoleRoutedLLM
 from trajsynth.agents.rollout import Episode, EpisodeResult, run_episode
 from trajsynth.agents.tree import TreeResult, grow_tree
 from trajsynth.agents.user_sim import UserSimulator
@@ -85,23 +86,37 @@ def run_id_for(config: RunConfig) -> str:
 
 def assistant_for(config: RunConfig) -> Assistant:
     """The assistant of a run. The embedded 135M model needs its tool use steered: it almost
-    never calls a tool when free to, and repeats calls instead of answering after a result."""
-    embedded = config.llm.base_url is None
+    never calls a tool when free to, and repeats calls instead of answering after a result.
+    A tuned policy (``config.policy``, served by llama.cpp like the embedded model) is made
+    to call after the user speaks but left free after a tool result, as in ``synth eval``
+    (``agents.heldout.eval_assistant``), so a policy trained on chained calls can chain them."""
+    embedded = config.llm.base_url is None or config.policy is not None
     after_user = config.assistant_tool_choice or ("required" if embedded else "auto")
-    after_tool = config.assistant_tool_choice_after_tool or ("none" if embedded else "auto")
+    free_after_tool = config.policy is not None or not embedded
+    after_tool = config.assistant_tool_choice_after_tool or ("auto" if free_after_tool else "none")
     return Assistant(tool_choice_after_user=after_user, tool_choice_after_tool=after_tool)
 
 
 @contextlib.asynccontextmanager
 async def _client(
-    llm: LLMConfig, api_key: SecretStr | None, cache_dir: str | None
+    llm: LLMConfig,
+    api_key: SecretStr | None,
+    cache_dir: str | None,
+    policy_llm: LLMConfig | None = None,
 ) -> AsyncIterator[LLMClient]:
-    if llm.base_url is None:
-        raise InfraError("a unit of work needs a resolved LLM endpoint (the flow starts it)")
-    async with open_llm_client(
-        llm, api_key=api_key, cache_dir=Path(cache_dir) if cache_dir else None
-    ) as client:
-        yield client
+    """The unit's LLM client; with ``policy_llm`` the assistant's turns go to the tuned
+    policy's server and the planner's and user simulator's to ``llm`` (``RoleRoutedLLM``)."""
+    for endpoint in (llm, policy_llm):
+        if endpoint is not None and endpoint.base_url is None:
+            raise InfraError("a unit of work needs a resolved LLM endpoint (the flow starts it)")
+    cache = Path(cache_dir) if cache_dir else None
+    async with open_llm_client(llm, api_key=api_key, cache_dir=cache) as client:
+        if policy_llm is None:
+            yield client
+            return
+        # the policy's server is local (llama.cpp); the run's key is for the run's endpoint
+        async with open_llm_client(policy_llm, cache_dir=cache) as policy:
+            yield RoleRoutedLLM(policy, client)
 
 
 def _usage_rows(run_id: str, owner: str, usage: list[LLMUsage]) -> list[dict[str, Any]]:
@@ -321,17 +336,19 @@ async def grow_unit(
     last_attempt: bool = True,
     api_key: SecretStr | None = None,
     cache_dir: str | None = None,
+    policy_llm: LLMConfig | None = None,
 ) -> UnitRows:
     """Act one blueprint out (its tree, or one linear sample), verify every leaf, and return
     the rows. An infra fault raises ``InfraError`` unless this is the last attempt; then the
     faulty leaves are kept, judged as excluded (never counted against the policy), when
-    other leaves were grown whole; a unit whose every leaf hit one raises even then."""
+    other leaves were grown whole; a unit whose every leaf hit one raises even then.
+    ``policy_llm``: the tuned policy's resolved endpoint, for the assistant role only."""
     mode = config.rollout_mode
     label = rollout_unit_id(blueprint.blueprint_id, mode, sample)
     # a retry announces its leaves again; an attempt that raises gives back what it did not grow
     with unit_leaves(label, config.samples if mode is RolloutMode.TREE else 1):
         async with (
-            _client(llm, api_key, cache_dir) as client,
+            _client(llm, api_key, cache_dir, policy_llm) as client,
             open_environment(
                 cluster,
                 sandbox_kind=config.sandbox,

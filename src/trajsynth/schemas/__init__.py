@@ -16,7 +16,14 @@ from trajsynth.schemas.blueprint import (
     RefArg,
     SlotArg,
 )
-from trajsynth.schemas.config import Budgets, LLMConfig, RolloutMode, RunConfig, TreeConfig
+from trajsynth.schemas.config import (
+    Budgets,
+    LLMConfig,
+    PolicyRef,
+    RolloutMode,
+    RunConfig,
+    TreeConfig,
+)
 from trajsynth.schemas.constraints import (
     AnswerContains,
     AnswerMatches,
@@ -119,7 +126,7 @@ __all__ = [
     "EnvState", "ExecResult", "FailureClass", "FinalState", "FunctionCall", "GoldCall",
     "GoldRun", "InfraError", "InputError", "JsonValue", "LLMConfig", "LLMError", "LLMUsage",
     "LiteralArg", "MCPServerError", "MaxCalls", "Message", "MessageRole", "ModelOutputError",
-    "Node", "ObsClass", "Order", "PathShape", "PlannedCall", "RLRow", "RLSelectConfig",
+    "Node", "ObsClass", "Order", "PathShape", "PlannedCall", "PolicyRef", "RLRow", "RLSelectConfig",
     "ReasoningMode", "Record", "RefArg", "Registry", "RolloutMode", "RolloutTree", "RunConfig",
     "SFTRow",
     "TreeConfig",

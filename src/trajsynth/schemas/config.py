@@ -11,7 +11,7 @@ from trajsynth.schemas._base import Record, stable_hash
 from trajsynth.schemas.curation import CurationConfig
 from trajsynth.schemas.sandbox import SandboxKind, SandboxLimits
 
-__all__ = ["Budgets", "LLMConfig", "RolloutMode", "RunConfig", "TreeConfig"]
+__all__ = ["Budgets", "LLMConfig", "PolicyRef", "RolloutMode", "RunConfig", "TreeConfig"]
 
 
 class RolloutMode(StrEnum):
@@ -90,6 +90,15 @@ class TreeConfig(Record):
     prune: bool = Field(default=True, description="cut dead-end branches from cheap signals")
 
 
+class PolicyRef(Record):
+    """A tuned policy serving the assistant role of a run (issue 18): the model path as
+    given, the GGUF the embedded server loads, and its ``models`` row when it has one."""
+
+    path: str = Field(description="the policy as given: a .gguf, a HF model folder, embedded")
+    gguf: str = Field(description="the GGUF its llama.cpp server loads")
+    model_id: str | None = Field(default=None, description="its models row, when trained here")
+
+
 class RunConfig(Record):
     tasks: int = Field(default=20, ge=1, description="blueprints per round")
     clusters: list[str] = Field(default_factory=list, description="empty: every cluster")
@@ -126,6 +135,11 @@ class RunConfig(Record):
             "repeats calls instead of answering), else 'auto'"
         ),
     )
+    policy: PolicyRef | None = Field(
+        default=None,
+        description="a tuned policy for the assistant role on its own llama.cpp server; "
+        "None: the assistant uses the run's model like the other roles",
+    )
 
     def config_hash(self) -> str:
         # how sandboxes are recycled and how large the embedded server's context is change
@@ -134,4 +148,6 @@ class RunConfig(Record):
         # answers repeat, so a run begun without it can be resumed with it
         exclude = {"sandbox_pool": True, "llm": {"embedded_ctx", "embedded_deterministic"}}
         dump = self.model_dump(mode="json", exclude=exclude)
+        if dump["policy"] is None:  # runs from before --policy keep their ids (and resume)
+            del dump["policy"]
         return stable_hash(dump, length=16)

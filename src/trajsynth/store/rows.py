@@ -522,3 +522,27 @@ class EvalRow(Row):
     clusters: Json = _c("the same figures per cluster")
     tries: Json = _c("every try: task, cluster, passed, excluded")
     created_at: datetime | None = _c("when it ran (UTC)")
+
+
+@_table("improve_rounds")
+class ImproveRoundRow(Row):
+    """One round of expert iteration (``synth improve``): a run synthesized with a policy,
+    what it yielded, and the model trained on it (the next round's policy)."""
+
+    improve_key: str = Field(description="loop id and round: one row per round of a loop")
+    loop_id: str | None = _c("content id of the loop: base config, rounds, SFT config")
+    round: int | None = _c("0: the base policy; i: the policy trained after round i-1")
+    run_id: str | None = _c("the run synthesized in this round")
+    policy: str | None = _c("the policy that played the assistant (embedded: the base)")
+    policy_model_id: str | None = _c("its models row (None for the base)")
+    trained_model_id: str | None = _c("the models row trained on this round's data (None: last)")
+    n_trajectories: int | None = _c("trajectories of the run")
+    n_passed: int | None = _c("verified (passed, not excluded)")
+    n_counted: int | None = _c("counted against the policy (not excluded)")
+    pass_rate: float | None = _c("passed over counted: the policy's pass rate this round")
+    domain_entropy: float | None = _c("domain entropy of the accepted data (nats)")
+    reasoning_mode_entropy: float | None = _c("reasoning-mode entropy of the accepted data")
+    tokens_per_verified: float | None = _c("LLM tokens (all roles) per verified trajectory")
+    n_rollout_rows: int | None = _c("the run's selected verified trajectories trained on")
+    n_gold_rows: int | None = _c("gold demonstrations added (the policy passed almost nothing)")
+    created_at: datetime | None = _c("when the round finished (UTC)")

@@ -27,7 +27,7 @@ from trajsynth.curation.metrics import registered_metrics
 from trajsynth.schemas import InputError
 from trajsynth.store import Store
 
-__all__ = ["FIGURES", "collect_stats", "stats"]
+__all__ = ["FIGURES", "collect_stats", "latest_loop", "stats"]
 
 console = Console()
 
@@ -143,6 +143,7 @@ def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
     from trajsynth.cli.commands.eval import recent_evals  # issue 18
 
     out["evals"] = recent_evals(store)
+    out["improve"] = latest_loop(store)
     return out
 
 
@@ -164,6 +165,20 @@ def _metrics(store: Store, run: str) -> list[dict[str, Any]]:
         }
         for spec in registered_metrics()
     ]
+
+
+def latest_loop(store: Store) -> list[dict[str, Any]]:
+    """The rounds of the newest expert-iteration loop (``synth improve``), in order; none
+    in a store written before the ``improve_rounds`` table (reads never migrate)."""
+    if not store.query(
+        "SELECT 1 FROM information_schema.tables WHERE table_name = 'improve_rounds'"
+    ):
+        return []
+    return store.query(
+        "SELECT * EXCLUDE (improve_key) FROM improve_rounds WHERE loop_id = ("
+        "  SELECT loop_id FROM improve_rounds ORDER BY created_at DESC NULLS LAST LIMIT 1"
+        ") ORDER BY round"
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -228,6 +243,10 @@ def _print(data: dict[str, Any]) -> None:
         from trajsynth.cli.commands.eval import evals_table
 
         console.print(evals_table(data["evals"]))
+    if data.get("improve"):  # issue 18: expert iteration, one row per round of the loop
+        from trajsynth.cli.commands.improve import improve_table
+
+        console.print(improve_table(data["improve"]))
     if not data["rounds"]:
         console.print("[yellow]not curated yet: no per-round figures[/]")
         return
