@@ -143,13 +143,16 @@ def main() -> int:
     parser.add_argument(
         "which", nargs="*", default=["grpo", "sft"], choices=["grpo", "sft", "epoch"]
     )
+    parser.add_argument(
+        "--advantage", default="gigpo", help="grpo: the estimator (gigpo runs the step-level path)"
+    )
     parser.add_argument("--trajectories", type=int, default=200, help="epoch: rows to scale to")
     parser.add_argument("--rows", type=int, default=4, help="epoch: rows actually trained")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: a temp)")
     parser.add_argument("--interval", type=float, default=0.05)
     args = parser.parse_args()
     commands = {
-        "grpo": ["train", "--smoke"],
+        "grpo": ["train", "--smoke", "--advantage", args.advantage],
         "sft": ["sft", "--smoke", "--no-gguf"],
     }
     failed = 0

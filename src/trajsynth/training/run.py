@@ -256,7 +256,18 @@ def _fit(
     from trajsynth.training.trainer import trainer_class
 
     opener = sandbox_opener(config.sandbox, config.sandbox_limits, config.tool_timeout_s)
-    factories = {cid: environment_class(c, opener) for cid, c in clusters.items()}
+    # every environment TRL creates (it pools and resets them) is kept here, so that the
+    # ones a failed step left open are closed without reading TRL's private pool
+    created: list[Any] = []
+
+    def tracked(cls: type) -> Callable[[], Any]:
+        def make() -> Any:
+            created.append(cls())
+            return created[-1]
+
+        return make
+
+    factories = {cid: tracked(environment_class(c, opener)) for cid, c in clusters.items()}
     schemas = {cid: [t.to_openai() for t in c.tools] for cid, c in clusters.items()}
     trainer = trainer_class()(
         model=model,
@@ -273,9 +284,8 @@ def _fit(
     try:
         trainer.train()
     finally:
-        for pool in getattr(trainer, "_environment_pool", {}).values():
-            for env in pool:
-                env._close()  # noqa: SLF001
+        for env in created:
+            env._close()  # noqa: SLF001
     return TrainResult(
         steps=steps,
         n_tasks=len(rows),
