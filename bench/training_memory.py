@@ -69,8 +69,12 @@ def _tree_rss_mb(root: psutil.Process) -> tuple[float, int]:
     return total / 2**20, len(procs)
 
 
-def measure(argv: list[str], *, cwd: Path, interval: float) -> tuple[Peak, int]:
-    """Run ``argv``; the peak RSS of its process tree and its exit status."""
+def measure(
+    argv: list[str], *, cwd: Path, interval: float, trace: Path | None = None
+) -> tuple[Peak, int]:
+    """Run ``argv``; the peak RSS of its process tree and its exit status. ``trace`` gets a
+    line per second (clock time, tree MB, processes) and the command's output, to see which
+    phase the peak falls in."""
     peak = Peak()
     start = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -78,11 +82,17 @@ def measure(argv: list[str], *, cwd: Path, interval: float) -> tuple[Peak, int]:
     root = psutil.Process(proc.pid)
     done = threading.Event()
 
+    lines: list[str] = []
+
     def sample() -> None:
+        last = 0.0
         while not done.is_set():
             mb, n = _tree_rss_mb(root)
             if mb > peak.tree_mb:
                 peak.tree_mb, peak.processes = mb, n
+            if time.time() - last >= 1.0:
+                last = time.time()
+                lines.append(f"{time.strftime('%H:%M:%S')} {mb:8.0f} MB {n:3d} processes")
             done.wait(interval)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -94,6 +104,8 @@ def measure(argv: list[str], *, cwd: Path, interval: float) -> tuple[Peak, int]:
     # ru_maxrss of the children is the max over every waited descendant, in KiB on Linux;
     # it only grows, so a value equal to the one before says this run did not exceed it.
     peak.main_mb = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024
+    if trace is not None:
+        trace.write_text("\n".join(lines) + "\n\n" + out.decode(errors="replace"))
     if proc.returncode:
         sys.stderr.write(out.decode(errors="replace")[-4000:])
     return peak, proc.returncode
@@ -165,7 +177,8 @@ def main() -> int:
                 failed += seconds * 200 / args.trajectories > TARGET_EPOCH_S  # the target's rate
                 continue
             argv = [*SYNTH, *commands[which], "--output-dir", str(out / which)]
-            peak, rc = measure(argv, cwd=out, interval=args.interval)
+            trace = out / f"{which}-trace.txt"
+            peak, rc = measure(argv, cwd=out, interval=args.interval, trace=trace)
             load = os.getloadavg()[0]
             target = TARGET_MB[which]
             verdict = "ok" if rc == 0 and peak.tree_mb <= target else "OVER" if rc == 0 else "FAIL"
