@@ -49,13 +49,14 @@ def smoke_config(**overrides: Any) -> TrainConfig:
     the others' 11-13 tools make ~2,000 (the step's cost is the prompt's forward/backward).
 
     Memory (bench/training_memory.py, target 3 GB for the whole process tree): the policy's
-    loss pass keeps every layer's activations for the backward, ~1.3 MB per token for
-    SmolLM2-135M in float32, so 4 sequences of ~1,000 tokens at once came to ~5 GB on top
-    of the model (8.5 GB once, OOM-killed). Activations are recomputed (gradient
-    checkpointing) and the loss runs 2 sequences at a time (accumulated over 2 micro-steps):
-    the same 4-completion generation batch per optimizer step, the same two steps. beta = 0
-    keeps TRL from running a reference pass, and the logits are never materialized over the
-    vocabulary (TRL scores completions through transformers' fused LM head).
+    loss pass keeps every layer's activations for the backward (the MLP's and attention's
+    intermediates, ~30 layers deep), so 4 sequences of ~1,000 tokens at once without
+    recomputation passed 11.4 GB in the first step (measured; 8.5 GB once, OOM-killed).
+    Activations are recomputed (gradient checkpointing) and the loss runs 2 sequences at a
+    time (accumulated over 2 micro-steps): the same 4-completion generation batch per
+    optimizer step, the same two steps. beta = 0 keeps TRL from running a reference pass,
+    and the logits are never materialized over the vocabulary (TRL scores completions
+    through transformers' fused LM head).
     """
     base: dict[str, Any] = {
         "n_tasks": 4,
