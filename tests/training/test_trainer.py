@@ -13,6 +13,7 @@ from trajsynth.schemas import AdvantageKind, TrainConfig
 from trajsynth.training.trainer import (
     PINNED_TRL,
     CompletionSteps,
+    RewardRecorder,
     batch_step_values,
     completion_steps,
     group_step_values,
@@ -121,13 +122,19 @@ def test_the_override_replaces_trl_advantages_with_per_token_ones(monkeypatch):
         "advantages": torch.tensor([1.0, -1.0, 1.0, -1.0]),
     }
 
+    def verifier(completions: list[Any], **_: Any) -> list[float | None]:
+        return [1.0, 0.0, None, 1.0]  # None: an infra fault, left out of its group
+
     def fake_super(self: Any, inputs: Any) -> dict[str, Any]:
-        rewards = torch.tensor([[1.0], [0.0], [float("nan")], [1.0]])
-        self._batch = (completions, [None] * 4, rewards)
+        # what TRL's _calculate_rewards does: call each reward function with the batch
+        for func in self.reward_funcs:
+            func(prompts=[[]] * 4, completions=completions, environments=[None] * 4)
         return dict(trl_output)
 
     monkeypatch.setattr(trl.GRPOTrainer, "_generate_and_score_completions", fake_super)
     trainer = cls.__new__(cls)
+    trainer.recorder = RewardRecorder()
+    trainer.reward_funcs = [trainer.recorder.wrap(0, verifier, is_async=False)]
     trainer.train_config = TrainConfig(advantage=AdvantageKind.TREE_GL)
     trainer.num_generations = 2
     trainer.reward_weights = torch.ones(1)
@@ -147,3 +154,24 @@ def test_the_override_replaces_trl_advantages_with_per_token_ones(monkeypatch):
     torch.testing.assert_close(
         trainer._generate_and_score_completions([{}] * 4)["advantages"], trl_output["advantages"]
     )
+
+
+def test_reward_recorder_keeps_the_batch_and_sums_like_trl():
+    import asyncio
+
+    recorder = RewardRecorder()
+    completions = [[{"role": "assistant", "content": str(i)}] for i in range(3)]
+
+    async def judge(completions: list[Any], **_: Any) -> list[float | None]:
+        return [0.5, None, None]
+
+    shaped = recorder.wrap(0, lambda completions, **_: [1.0, 0.0, None], is_async=False)
+    judged = recorder.wrap(1, judge, is_async=True)
+    assert shaped(completions=completions, environments=["e0", "e1", "e2"]) == [1.0, 0.0, None]
+    assert asyncio.run(judged(completions=completions)) == [0.5, None, None]
+    assert recorder.completions == completions and recorder.environments == [None] * 3
+    # weighted sum over the functions that scored; NaN only where none did
+    np.testing.assert_allclose(recorder.scalar_rewards([1.0, 2.0])[:2], [2.0, 0.0])
+    assert np.isnan(recorder.scalar_rewards([1.0, 2.0])[2])
+    recorder.clear()
+    assert recorder.scalar_rewards([1.0]).shape == (0,)

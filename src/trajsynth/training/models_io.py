@@ -16,6 +16,7 @@ from trajsynth.schemas import InputError, LoraSettings
 
 __all__ = [
     "ModelLocation",
+    "bound_logprob_chunks",
     "detach_gguf_quantizer",
     "load_base_model",
     "load_base_tokenizer",
@@ -101,6 +102,21 @@ def load_base_tokenizer(model: str | Path) -> Any:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+# Tokens per chunk of TRL's fused LM head. TRL 1.16 scores 32,768 positions per chunk, so on a
+# CPU a 2,400-token row (or 2 GRPO sequences of ~1,000) is one chunk: its float32 logits over
+# the 49k vocabulary and their softmax/grad buffers spike ~2 GB for a second per step
+# (bench/training_memory.py trace). A private TRL constant: no public option sets it.
+LOGPROB_CHUNK_TOKENS = 512
+
+
+def bound_logprob_chunks(tokens: int = LOGPROB_CHUNK_TOKENS) -> None:
+    """Cap TRL's fused LM-head chunk at ``tokens`` positions (see ``LOGPROB_CHUNK_TOKENS``)."""
+    import trl.trainer.utils as trl_utils
+
+    if hasattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE"):
+        trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = min(trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE, tokens)
 
 
 def peft_config(lora: LoraSettings) -> Any:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.schemas import InputError, RLRow, SandboxKind, TrainConfig
-from trajsynth.training.models_io import peft_config
+from trajsynth.training.models_io import bound_logprob_chunks, peft_config
 from trajsynth.training.rewards import VerifierReward
 from trajsynth.training.tasks import export_rows, trl_dataset
 from trajsynth.training.tool_env import environment_class, sandbox_opener
@@ -47,17 +47,29 @@ def smoke_config(**overrides: Any) -> TrainConfig:
 
     Tasks come from the ``code`` cluster: its 6 tool schemas make a ~900-token prompt, where
     the others' 11-13 tools make ~2,000 (the step's cost is the prompt's forward/backward).
+
+    Memory (bench/training_memory.py, target 3 GB for the whole process tree): the policy's
+    loss pass keeps every layer's activations for the backward (the MLP's and attention's
+    intermediates, ~30 layers deep), so 4 sequences of ~1,000 tokens at once without
+    recomputation passed 11.4 GB in the first step (measured; 8.5 GB once, OOM-killed).
+    Activations are recomputed (gradient checkpointing) and the loss runs 2 sequences at a
+    time (accumulated over 2 micro-steps): the same 4-completion generation batch per
+    optimizer step, the same two steps. beta = 0 keeps TRL from running a reference pass,
+    and the logits are never materialized over the vocabulary (TRL scores completions
+    through transformers' fused LM head).
     """
     base: dict[str, Any] = {
         "n_tasks": 4,
         "clusters": ["code"],
         "max_steps": 2,
-        "per_device_train_batch_size": 4,
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 2,
         "num_generations": 2,
         "max_completion_length": 48,
         "max_tool_calling_iterations": 1,
         "use_cpu": True,
-        "gradient_checkpointing": False,
+        "gradient_checkpointing": True,
+        "beta": 0.0,
         "sandbox": SandboxKind.LOCAL,
         "output_dir": "runs/train-smoke",
         "lora": {"enabled": True, "r": 4, "alpha": 8},
@@ -196,6 +208,7 @@ def train(
     clusters = {r.env.cluster_id: get_cluster(r.env.cluster_id) for r in rows}
     tokenizer = load_tokenizer(config)
     model = load_model(config)
+    bound_logprob_chunks()  # memory: logits in 512-token chunks (models_io)
     load_s = time.perf_counter() - t0
     steps: list[StepLog] = []
 
@@ -245,7 +258,18 @@ def _fit(
     from trajsynth.training.trainer import trainer_class
 
     opener = sandbox_opener(config.sandbox, config.sandbox_limits, config.tool_timeout_s)
-    factories = {cid: environment_class(c, opener) for cid, c in clusters.items()}
+    # every environment TRL creates (it pools and resets them) is kept here, so that the
+    # ones a failed step left open are closed without reading TRL's private pool
+    created: list[Any] = []
+
+    def tracked(cls: type) -> Callable[[], Any]:
+        def make() -> Any:
+            created.append(cls())
+            return created[-1]
+
+        return make
+
+    factories = {cid: tracked(environment_class(c, opener)) for cid, c in clusters.items()}
     schemas = {cid: [t.to_openai() for t in c.tools] for cid, c in clusters.items()}
     trainer = trainer_class()(
         model=model,
@@ -262,9 +286,8 @@ def _fit(
     try:
         trainer.train()
     finally:
-        for pool in getattr(trainer, "_environment_pool", {}).values():
-            for env in pool:
-                env._close()  # noqa: SLF001
+        for env in created:
+            env._close()  # noqa: SLF001
     return TrainResult(
         steps=steps,
         n_tasks=len(rows),

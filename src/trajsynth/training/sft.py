@@ -26,7 +26,12 @@ from pydantic import Field
 
 from trajsynth.schemas import InputError, LoraSettings, Record, stable_hash
 from trajsynth.training.config_file import load_config_file
-from trajsynth.training.models_io import load_base_model, load_base_tokenizer, peft_config
+from trajsynth.training.models_io import (
+    bound_logprob_chunks,
+    load_base_model,
+    load_base_tokenizer,
+    peft_config,
+)
 
 __all__ = ["SFTConfig", "SFTResult", "load_sft_config", "load_sft_dataset", "sft", "smoke_sft"]
 
@@ -207,6 +212,7 @@ def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
         raise InputError("the SFT dataset has no rows: nothing to train on")
     tokenizer = load_base_tokenizer(config.model)
     model = load_base_model(config.model)
+    bound_logprob_chunks()  # memory: logits in 512-token chunks (models_io)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_UPSTREAM_RENAME, category=FutureWarning)
         from trl import SFTTrainer

@@ -1,18 +1,28 @@
 """GRPOTrainer with step-level credit and early stopping (METHODS.md §9-§11, §13).
 
 Written against TRL 1.16.0 (``PINNED_TRL``; the ``train`` extra pins it) and checked at import
-of the trainer: the hooks below are TRL internals that move between releases.
+of the trainer: one hook below is a TRL internal that moves between releases.
 
-``TrajsynthGRPOTrainer`` changes only the advantages, plus three small things around them:
+``TrajsynthGRPOTrainer`` changes only the advantages. What it needs of TRL, and where from:
 
-- ``_calculate_rewards`` is wrapped to keep the batch's completions and environments;
-- ``_generate_and_score_completions`` runs TRL's own, then, for a non-``grpo`` estimator,
-  replaces ``output["advantages"]`` (shape ``(B,)``) by per-token advantages ``(B, T)`` (TRL
-  1.16's ``_compute_loss`` accepts both): each assistant turn's value on its tokens, tool and
-  template tokens 0 (they are masked by ``tool_mask`` anyway). Assistant turns are the runs of
-  ``completion_mask * tool_mask`` (TRL marks tool-result tokens 0);
+- the batch's completions, environments and rewards come through TRL's public reward-function
+  interface: each reward function is called with ``completions=``, ``environments=`` (one per
+  completion, from ``environment_factory``) and returns one reward per completion.
+  ``RewardRecorder`` wraps the reward functions and keeps what they were given and returned;
+- ``_generate_and_score_completions`` (private, the one override) runs TRL's own, then, for a
+  non-``grpo`` estimator or early stopping, replaces ``output["advantages"]`` (shape ``(B,)``)
+  by per-token advantages ``(B, T)`` (TRL 1.16's ``_compute_loss`` accepts both): each
+  assistant turn's value on its tokens, tool and template tokens 0 (they are masked by
+  ``tool_mask`` anyway). Assistant turns are the runs of ``completion_mask * tool_mask`` (TRL
+  marks tool-result tokens 0). TRL 1.16 has no public hook for advantages: they are computed
+  inline from the rewards (``scale_rewards``, ``multi_objective_aggregation``), and
+  ``rollout_func``'s extra fields reach reward functions only, never the loss. The override is
+  the only place that sees the whole generated batch (``compute_loss`` gets shuffled slices of
+  it when ``steps_per_generation > 1``), so it stays until TRL exposes one;
 - the tool schemas rendered into the prompt are the clusters' exact JSON schemas rather than
-  ones derived from the environment methods' signatures (``_env_tools``).
+  ones transformers derives from the environment methods' signatures: TRL 1.16 takes tool
+  schemas only from the methods (``get_json_schema`` on each), with no way to hand it a schema,
+  so ``__init__`` writes them into TRL's ``_env_tools`` table (a private attribute).
 
 Groups for the estimators: the G completions of one task, in TRL's order (``view(-1, G)``);
 the tree is the prefix trie of their assistant turns (two completions share a node while their
@@ -33,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +58,7 @@ from trajsynth.training.tool_env import TaskEnvironment, step_anchors
 __all__ = [
     "PINNED_TRL",
     "CompletionSteps",
+    "RewardRecorder",
     "batch_step_values",
     "completion_steps",
     "group_step_values",
@@ -210,6 +221,64 @@ def batch_step_values(
     return out
 
 
+class RewardRecorder:
+    """Keeps what TRL's public reward interface hands the reward functions of one batch.
+
+    TRL calls every reward function once per generated batch with ``completions=`` and, with
+    ``environment_factory``, ``environments=``; ``wrap`` returns a function that passes the call
+    on and records the completions, environments and its rewards (``None`` kept as NaN).
+    ``scalar_rewards`` then combines the columns as TRL's ``sum_then_normalize`` does: the
+    weighted sum over the functions that scored a completion, NaN where none did.
+    """
+
+    def __init__(self) -> None:
+        self.completions: list[Any] = []
+        self.environments: list[Any] = []
+        self.columns: dict[int, list[float]] = {}
+
+    def clear(self) -> None:
+        self.completions, self.environments, self.columns = [], [], {}
+
+    def _record(self, index: int, kwargs: Mapping[str, Any], rewards: Sequence[Any]) -> None:
+        completions = list(kwargs.get("completions") or [])
+        self.completions = completions
+        self.environments = list(kwargs.get("environments") or [None] * len(completions))
+        self.columns[index] = [math.nan if r is None else float(r) for r in rewards]
+
+    def wrap(self, index: int, func: Callable[..., Any], *, is_async: bool) -> Callable[..., Any]:
+        """``func`` recorded as column ``index``; async stays async (TRL awaits those apart,
+        and tells them by ``trl.trainer.utils.is_async_callable``)."""
+        if is_async:
+
+            async def recorded_async(**kwargs: Any) -> Any:
+                rewards = await func(**kwargs)
+                self._record(index, kwargs, rewards)
+                return rewards
+
+            recorded: Callable[..., Any] = recorded_async
+        else:
+
+            def recorded_sync(**kwargs: Any) -> Any:
+                rewards = func(**kwargs)
+                self._record(index, kwargs, rewards)
+                return rewards
+
+            recorded = recorded_sync
+        recorded.__name__ = getattr(func, "__name__", type(func).__name__)
+        return recorded
+
+    def scalar_rewards(self, weights: Sequence[float]) -> np.ndarray:
+        """One reward per recorded completion: weighted sum of the columns, NaN if all are."""
+        n = len(self.completions)
+        table = np.full((n, len(weights)), np.nan)
+        for index, column in self.columns.items():
+            table[:, index] = column
+        scored = ~np.isnan(table).all(axis=1)
+        out = np.full(n, np.nan)
+        out[scored] = np.nansum(table[scored] * np.asarray(weights, dtype=float), axis=1)
+        return out
+
+
 def _check_trl() -> None:
     import trl
 
@@ -226,6 +295,7 @@ def _make_trainer_class() -> type:
     import torch
     from accelerate.utils import gather_object
     from trl import GRPOTrainer
+    from trl.trainer.utils import is_async_callable
 
     class _Trainer(GRPOTrainer):
         def __init__(
@@ -237,11 +307,22 @@ def _make_trainer_class() -> type:
         ) -> None:
             super().__init__(*args, **kwargs)
             self.train_config = train_config
+            # Private: TRL 1.16 renders each environment's tools from its methods' signatures
+            # (transformers' get_json_schema) and takes no schema from outside; the clusters'
+            # schemas (enums, nested objects, required fields) do not survive that round trip.
             if tool_schemas and getattr(self, "_env_tools", None) is not None:
                 for name, schemas in tool_schemas.items():
                     if name in self._env_tools:
                         self._env_tools[name] = list(schemas)
-            self._batch: tuple[list[Any], list[Any], Any] | None = None
+            # Public: every callable reward function (the environments' own get_reward ones
+            # included, which TRL adds to reward_funcs) is wrapped to record its batch.
+            self.recorder = RewardRecorder()
+            self.reward_funcs = [
+                f
+                if isinstance(f, torch.nn.Module)
+                else self.recorder.wrap(i, f, is_async=is_async_callable(f))
+                for i, f in enumerate(self.reward_funcs)
+            ]
             es = train_config.early_stop
             self._stop_rule = EarlyStopRule(margin=es.margin, patience=es.patience, j_min=es.j_min)
             self._references = ReferenceCurves(
@@ -250,49 +331,39 @@ def _make_trainer_class() -> type:
             self.tokens_saved_total = 0
             self.step_records: list[CompletionSteps] = []
 
-        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
-            rewards_per_func = super()._calculate_rewards(
-                inputs, prompts, completions, completion_ids_list
-            )
-            envs = list(self.environments or [None] * len(completions))
-            self._batch = (list(completions), envs, rewards_per_func)
-            return rewards_per_func
-
-        def _scalar_rewards(self, rewards_per_func: torch.Tensor) -> np.ndarray:
-            weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-            rewards = (rewards_per_func * weights).nansum(dim=1)
-            rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-            return rewards.detach().cpu().numpy()
-
+        # Private TRL method, the one override: see the module doc for the missing public hook.
         def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+            self.recorder.clear()
             output = super()._generate_and_score_completions(inputs)
             cfg = self.train_config
             if cfg.advantage is AdvantageKind.GRPO and not cfg.early_stop.enabled:
                 return output
-            assert self._batch is not None
-            completions, environments, rewards_per_func = self._batch
-            rewards = self._scalar_rewards(rewards_per_func)  # gathered: the whole batch
+            if any(isinstance(f, torch.nn.Module) for f in self.reward_funcs):
+                raise ValueError("step-level advantages need callable reward functions")
+            completions, environments = self.recorder.completions, self.recorder.environments
+            weights = self.reward_weights.detach().cpu().tolist()
+            local_rewards = self.recorder.scalar_rewards(weights)
             mask_t = output["completion_mask"]
             if "tool_mask" in output:
                 mask_t = mask_t * output["tool_mask"]
             mask = mask_t.detach().cpu().numpy()
             n_local = len(completions)
             start = self.accelerator.process_index * n_local
-            local_rewards = rewards[start : start + n_local]
             records = [
                 completion_steps(c, e, None if np.isnan(r) else float(r))
                 for c, e, r in zip(completions, environments, local_rewards, strict=True)
             ]
             if cfg.early_stop.enabled:
                 records, mask, local_rewards = self._early_stop(output, records, mask)
-                rewards[start : start + n_local] = local_rewards
                 new_mask = torch.as_tensor(mask, dtype=output["completion_mask"].dtype)
                 output["completion_mask"] = new_mask.to(output["completion_mask"].device)
                 if "tool_mask" in output:
                     output["tool_mask"] = torch.ones_like(output["tool_mask"])
+            # groups may span processes: the estimators see the whole batch, in TRL's order
             all_records = gather_object(records)
             self.step_records = list(all_records)
             if cfg.advantage is AdvantageKind.GRPO:
+                rewards = np.asarray(gather_object(local_rewards.tolist()), dtype=float)
                 grpo = self._grpo(rewards)
                 values = [
                     np.full(len(r.turn_keys), a) for r, a in zip(all_records, grpo, strict=True)
