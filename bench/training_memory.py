@@ -7,10 +7,12 @@ of one SFT epoch on this CPU.
 Runs ``synth train --smoke`` (target 3 GB) and ``synth sft --smoke`` (target 4 GB) one after
 the other, each as a child process, and samples the resident memory of its whole process tree
 (the CLI plus every sandbox, MCP server or helper it starts) from ``/proc`` every
-``interval`` seconds. The figure is the peak of the tree's summed RSS: pages shared between
-processes count once per process, so it is an upper bound, never an under-estimate. The
-kernel's own peak for the main process (``ru_maxrss`` of the waited child) is printed beside
-it as a cross-check the sampler cannot miss between samples.
+``interval`` seconds. The figure held against the target is the peak of the tree's summed PSS
+(proportional set size: a page shared by n processes counts 1/n in each, so the sum is the
+memory the tree holds, a forked child's copy-on-write pages counted once). The summed RSS
+beside it counts shared pages once per process: an upper bound. The kernel's own peak for the
+main process (``ru_maxrss`` of the waited child) is printed too, a cross-check the sampler
+cannot miss between samples.
 
 ``epoch`` times one optimizer step of ``synth sft`` at the CPU config
 (``data/train/sft-cpu.toml``: LoRA r 16, one row per pass, 4 accumulated, checkpointing, bf16
@@ -51,22 +53,34 @@ SFT_CPU = Path(__file__).resolve().parents[1] / "src/trajsynth/data/train/sft-cp
 @dataclass
 class Peak:
     tree_mb: float = 0.0
+    tree_rss_mb: float = 0.0
     main_mb: float = 0.0
     processes: int = 0
     seconds: float = 0.0
 
 
-def _tree_rss_mb(root: psutil.Process) -> tuple[float, int]:
+def _pss_bytes(pid: int) -> int:
+    """The process's PSS from ``smaps_rollup`` (one summed line, cheap to read)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _tree_mb(root: psutil.Process) -> tuple[float, float, int]:
+    """Summed PSS and summed RSS of ``root`` and its descendants (MB), and their number."""
     try:
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0.0, 0
-    total = 0
+        return 0.0, 0.0, 0
+    pss = rss = 0
     for p in procs:
         # a process that exited between listing and reading has freed its memory already
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            total += p.memory_info().rss
-    return total / 2**20, len(procs)
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+            rss += p.memory_info().rss
+            pss += _pss_bytes(p.pid)
+    return pss / 2**20, rss / 2**20, len(procs)
 
 
 def measure(
@@ -87,12 +101,14 @@ def measure(
     def sample() -> None:
         last = 0.0
         while not done.is_set():
-            mb, n = _tree_rss_mb(root)
+            mb, rss_mb, n = _tree_mb(root)
             if mb > peak.tree_mb:
                 peak.tree_mb, peak.processes = mb, n
+            peak.tree_rss_mb = max(peak.tree_rss_mb, rss_mb)
             if time.time() - last >= 1.0:
                 last = time.time()
-                lines.append(f"{time.strftime('%H:%M:%S')} {mb:8.0f} MB {n:3d} processes")
+                stamp = time.strftime("%H:%M:%S")
+                lines.append(f"{stamp} {mb:8.0f} MB PSS {rss_mb:8.0f} MB RSS {n:3d} processes")
             done.wait(interval)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -183,8 +199,9 @@ def main() -> int:
             target = TARGET_MB[which]
             verdict = "ok" if rc == 0 and peak.tree_mb <= target else "OVER" if rc == 0 else "FAIL"
             print(
-                f"{which:5s} smoke: peak tree RSS {peak.tree_mb / 1024:.2f} GB "
-                f"(target <= {target / 1024:.0f} GB) {verdict}; main process max RSS "
+                f"{which:5s} smoke: peak tree PSS {peak.tree_mb / 1024:.2f} GB "
+                f"(target <= {target / 1024:.0f} GB) {verdict}; tree RSS (shared pages once "
+                f"per process) {peak.tree_rss_mb / 1024:.2f} GB; main process max RSS "
                 f"{peak.main_mb / 1024:.2f} GB; {peak.processes} processes at peak; "
                 f"{peak.seconds:.0f} s; exit {rc}; load {load:.2f}",
                 flush=True,
