@@ -46,6 +46,7 @@ __all__ = [
     "money",
     "next_id",
     "one",
+    "one_or_fail",
     "read_tool",
     "write_tool",
 ]
@@ -274,6 +275,16 @@ def insert(conn: sqlite3.Connection, table: str, row: Mapping[str, Any]) -> None
 def one(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
     """The first row of a query, or None."""
     row: sqlite3.Row | None = conn.execute(sql, tuple(params)).fetchone()
+    return row
+
+
+def one_or_fail(
+    conn: sqlite3.Connection, sql: str, params: Sequence[Any], message: str
+) -> sqlite3.Row:
+    """The first row of a query; none is a domain error with ``message`` (see ``fail``)."""
+    row = one(conn, sql, params)
+    if row is None:
+        raise fail(message)
     return row
 
 

@@ -30,6 +30,7 @@ from trajsynth.mcp_servers.servers._backend import (
     insert,
     next_id,
     one,
+    one_or_fail,
     read_tool,
     write_tool,
 )
@@ -206,17 +207,21 @@ _TIME = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 
 
 def _user(conn: sqlite3.Connection, user_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM users WHERE user_id = ?", (user_id.strip(),))
-    if row is None:
-        raise fail(f"user '{user_id}' not found")
-    return row
+    return one_or_fail(
+        conn,
+        "SELECT * FROM users WHERE user_id = ?",
+        (user_id.strip(),),
+        f"user '{user_id}' not found",
+    )
 
 
 def _event_row(conn: sqlite3.Connection, event_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM events WHERE event_id = ?", (event_id.strip().upper(),))
-    if row is None:
-        raise fail(f"event '{event_id}' not found")
-    return row
+    return one_or_fail(
+        conn,
+        "SELECT * FROM events WHERE event_id = ?",
+        (event_id.strip().upper(),),
+        f"event '{event_id}' not found",
+    )
 
 
 def _event(conn: sqlite3.Connection, event_id: str) -> Event:
@@ -320,15 +325,14 @@ def _send(conn: sqlite3.Connection, sender: str, recipient: str, subject: str, b
 
 
 def _message(conn: sqlite3.Connection, message_id: str) -> Message:
-    row = one(
+    row = one_or_fail(
         conn,
         "SELECT m.*, s.email AS from_email, r.email AS to_email FROM messages m "
         "JOIN users s ON s.user_id = m.sender_id JOIN users r ON r.user_id = m.recipient_id "
         "WHERE m.message_id = ?",
         (message_id.strip().upper(),),
+        f"message '{message_id}' not found",
     )
-    if row is None:
-        raise fail(f"message '{message_id}' not found")
     return Message(
         **{k: row[k] for k in Message.model_fields if k != "read"}, read=bool(row["read"])
     )

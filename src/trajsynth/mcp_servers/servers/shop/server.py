@@ -29,6 +29,7 @@ from trajsynth.mcp_servers.servers._backend import (
     money,
     next_id,
     one,
+    one_or_fail,
     read_tool,
     write_tool,
 )
@@ -302,31 +303,37 @@ def _norm_order_id(order_id: str) -> str:
 
 
 def _user(conn: sqlite3.Connection, user_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM users WHERE user_id = ?", (user_id,))
-    if row is None:
-        raise fail(f"user '{user_id}' not found")
-    return row
+    return one_or_fail(
+        conn, "SELECT * FROM users WHERE user_id = ?", (user_id,), f"user '{user_id}' not found"
+    )
 
 
 def _product(conn: sqlite3.Connection, product_id: str) -> sqlite3.Row:
     key = product_id.strip()
-    row = one(conn, "SELECT * FROM products WHERE product_id = ? OR sku = ?", (key, key.upper()))
-    if row is None:
-        raise fail(f"product '{product_id}' not found")
-    return row
+    return one_or_fail(
+        conn,
+        "SELECT * FROM products WHERE product_id = ? OR sku = ?",
+        (key, key.upper()),
+        f"product '{product_id}' not found",
+    )
 
 
 def _order_row(conn: sqlite3.Connection, order_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM orders WHERE order_id = ?", (_norm_order_id(order_id),))
-    if row is None:
-        raise fail(f"order {_norm_order_id(order_id)} not found")
-    return row
+    return one_or_fail(
+        conn,
+        "SELECT * FROM orders WHERE order_id = ?",
+        (_norm_order_id(order_id),),
+        f"order {_norm_order_id(order_id)} not found",
+    )
 
 
 def _payment_method(conn: sqlite3.Connection, pm_id: str, user_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM payment_methods WHERE payment_method_id = ?", (pm_id,))
-    if row is None:
-        raise fail(f"payment method '{pm_id}' not found")
+    row = one_or_fail(
+        conn,
+        "SELECT * FROM payment_methods WHERE payment_method_id = ?",
+        (pm_id,),
+        f"payment method '{pm_id}' not found",
+    )
     if row["user_id"] != user_id:
         raise fail(f"payment method '{pm_id}' does not belong to user '{user_id}'")
     return row
@@ -406,9 +413,12 @@ def find_user_by_email(
 ) -> UserSummary:
     """Look up a customer account by email address."""
     with STORE.tx() as conn:
-        row = one(conn, "SELECT * FROM users WHERE lower(email) = ?", (email.strip().lower(),))
-        if row is None:
-            raise fail(f"no user with email '{email}'")
+        row = one_or_fail(
+            conn,
+            "SELECT * FROM users WHERE lower(email) = ?",
+            (email.strip().lower(),),
+            f"no user with email '{email}'",
+        )
         return UserSummary(
             user_id=row["user_id"],
             name=row["name"],
