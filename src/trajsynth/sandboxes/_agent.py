@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Iterator
 
 OUTPUT_CAP = 16 * 1024 * 1024  # bytes kept per stream; the rest is read and dropped
 _FRAME = struct.Struct(">II")
@@ -42,13 +43,13 @@ def encode_frame(header: dict, payload: bytes = b"") -> bytes:
     return _FRAME.pack(len(head), len(payload)) + head + payload
 
 
-def _session_members(sid: int) -> list[int]:
-    """Live (not zombie) pids in session ``sid``, read from /proc (empty without one)."""
-    pids = []
+def _proc_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of ``/proc/<pid>/stat`` after the command) for every process /proc
+    shows (none without one): state, ppid, pgrp, session, ..."""
     try:
         names = os.listdir("/proc")
     except OSError:
-        return pids
+        return
     for name in names:
         if not name.isdigit():
             continue
@@ -57,11 +58,17 @@ def _session_members(sid: int) -> list[int]:
                 stat = fh.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        # after the command: state, ppid, pgrp, session; a zombie is already dead
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":
-            pids.append(int(name))
-    return pids
+        yield int(name), stat[stat.rfind(b")") + 2 :].split()
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live (not zombie) pids in session ``sid``, read from /proc (empty without one)."""
+    # a zombie is already dead
+    return [
+        pid
+        for pid, fields in _proc_stats()
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z"
+    ]
 
 
 def kill_session(sid: int) -> None:
@@ -85,23 +92,7 @@ def kill_session(sid: int) -> None:
 
 def _process_table() -> dict[int, tuple[int, bytes]]:
     """pid -> (parent pid, state) for every process this /proc shows."""
-    table = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            table[int(name)] = (int(fields[1]), fields[0])
-    return table
+    return {pid: (int(fields[1]), fields[0]) for pid, fields in _proc_stats() if len(fields) > 1}
 
 
 def descendants(root: int) -> list[int]:
