@@ -27,6 +27,7 @@ from trajsynth.mcp_servers.servers._backend import (
     Store,
     Table,
     fail,
+    from_row,
     insert,
     next_id,
     one,
@@ -333,9 +334,7 @@ def _message(conn: sqlite3.Connection, message_id: str) -> Message:
         (message_id.strip().upper(),),
         f"message '{message_id}' not found",
     )
-    return Message(
-        **{k: row[k] for k in Message.model_fields if k != "read"}, read=bool(row["read"])
-    )
+    return from_row(Message, row, read=bool(row["read"]))
 
 
 def _when(e: sqlite3.Row) -> str:
@@ -361,7 +360,7 @@ def find_user(
         ).fetchall()
     if not rows:
         raise fail(f"no user matches '{query}'")
-    return PersonList(users=[Person(**{k: r[k] for k in Person.model_fields}) for r in rows])
+    return PersonList(users=[from_row(Person, r) for r in rows])
 
 
 @server.tool(annotations=read_tool("List a day's events"))
@@ -629,10 +628,7 @@ def list_messages(
         user_id=user_id,
         folder=folder,
         messages=[
-            MessageSummary(
-                **{k: r[k] for k in MessageSummary.model_fields if k != "read"},
-                read=bool(r["read"]),
-            )
+            from_row(MessageSummary, r, read=bool(r["read"]))
             for r in rows
             if not (unread_only and r["read"])
         ],

@@ -25,6 +25,7 @@ from trajsynth.mcp_servers.servers._backend import (
     Store,
     Table,
     fail,
+    from_row,
     insert,
     money,
     next_id,
@@ -344,26 +345,7 @@ def _order(conn: sqlite3.Connection, order_id: str) -> Order:
     items = conn.execute(
         "SELECT * FROM order_items WHERE order_id = ? ORDER BY item_id", (row["order_id"],)
     ).fetchall()
-    return Order(
-        order_id=row["order_id"],
-        user_id=row["user_id"],
-        status=row["status"],
-        payment_method_id=row["payment_method_id"],
-        total=row["total"],
-        shipping_address=row["shipping_address"],
-        placed_at=row["placed_at"],
-        items=[
-            OrderItem(
-                item_id=i["item_id"],
-                product_id=i["product_id"],
-                name=i["name"],
-                quantity=i["quantity"],
-                unit_price=i["unit_price"],
-                status=i["status"],
-            )
-            for i in items
-        ],
-    )
+    return from_row(Order, row, items=[from_row(OrderItem, i) for i in items])
 
 
 def _cart(conn: sqlite3.Connection, user_id: str) -> Cart:
@@ -386,14 +368,7 @@ def _cart(conn: sqlite3.Connection, user_id: str) -> Cart:
 
 
 def _refund(row: sqlite3.Row) -> Refund:
-    return Refund(
-        refund_id=row["refund_id"],
-        order_id=row["order_id"],
-        item_ids=json.loads(row["item_ids"]),
-        amount=row["amount"],
-        payment_method_id=row["payment_method_id"],
-        reason=row["reason"],
-    )
+    return from_row(Refund, row, item_ids=json.loads(row["item_ids"]))
 
 
 def _credit(conn: sqlite3.Connection, pm: sqlite3.Row, amount: float) -> None:
@@ -419,12 +394,7 @@ def find_user_by_email(
             (email.strip().lower(),),
             f"no user with email '{email}'",
         )
-        return UserSummary(
-            user_id=row["user_id"],
-            name=row["name"],
-            email=row["email"],
-            default_payment_method_id=row["default_payment_method_id"],
-        )
+        return from_row(UserSummary, row)
 
 
 @server.tool(annotations=read_tool("Get customer details"))
@@ -436,22 +406,7 @@ def get_user(user_id: UserId) -> UserDetails:
             "SELECT * FROM payment_methods WHERE user_id = ? ORDER BY payment_method_id",
             (user_id,),
         ).fetchall()
-        return UserDetails(
-            user_id=row["user_id"],
-            name=row["name"],
-            email=row["email"],
-            default_payment_method_id=row["default_payment_method_id"],
-            address=row["address"],
-            payment_methods=[
-                PaymentMethod(
-                    payment_method_id=p["payment_method_id"],
-                    kind=p["kind"],
-                    label=p["label"],
-                    balance=p["balance"],
-                )
-                for p in pms
-            ],
-        )
+        return from_row(UserDetails, row, payment_methods=[from_row(PaymentMethod, p) for p in pms])
 
 
 @server.tool(annotations=read_tool("Search the catalogue"))
@@ -476,16 +431,7 @@ def search_products(
             continue
         if max_price is not None and r["price"] > max_price:
             continue
-        hits.append(
-            ProductSummary(
-                product_id=r["product_id"],
-                sku=r["sku"],
-                name=r["name"],
-                category=r["category"],
-                price=r["price"],
-                in_stock=r["stock"] > 0,
-            )
-        )
+        hits.append(from_row(ProductSummary, r, in_stock=r["stock"] > 0))
     return ProductSearch(query=query, products=hits)
 
 
@@ -494,16 +440,7 @@ def get_product(product_id: ProductId) -> Product:
     """Get one product's details, including how many units are in stock."""
     with STORE.tx() as conn:
         r = _product(conn, product_id)
-        return Product(
-            product_id=r["product_id"],
-            sku=r["sku"],
-            name=r["name"],
-            category=r["category"],
-            price=r["price"],
-            in_stock=r["stock"] > 0,
-            description=r["description"],
-            stock=r["stock"],
-        )
+        return from_row(Product, r, in_stock=r["stock"] > 0)
 
 
 @server.tool(annotations=write_tool("Add to cart"))

@@ -28,6 +28,7 @@ from trajsynth.mcp_servers.servers._backend import (
     Store,
     Table,
     fail,
+    from_row,
     insert,
     money,
     next_id,
@@ -415,7 +416,7 @@ def _booking(conn: sqlite3.Connection, booking_id: str) -> Booking:
         (booking_id.strip().upper(),),
         f"booking '{booking_id}' not found",
     )
-    return Booking(**{k: row[k] for k in Booking.model_fields})
+    return from_row(Booking, row)
 
 
 def _user(conn: sqlite3.Connection, user_id: str) -> sqlite3.Row:
@@ -448,9 +449,7 @@ def find_user(
             name=row["name"],
             email=row["email"],
             membership=row["membership"],
-            payment_methods=[
-                PaymentMethod(**{k: p[k] for k in PaymentMethod.model_fields}) for p in pms
-            ],
+            payment_methods=[from_row(PaymentMethod, p) for p in pms],
         )
 
 
