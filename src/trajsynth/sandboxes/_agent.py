@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 OUTPUT_CAP = 16 * 1024 * 1024  # bytes kept per stream; the rest is read and dropped
 _FRAME = struct.Struct(">II")
@@ -77,16 +77,28 @@ def kill_session(sid: int) -> None:
     A fork bomb keeps forking while it is being killed, so the sweep repeats until the session
     is empty (or a short deadline passes: the pids limit bounds what is left).
     """
-    deadline = time.monotonic() + _KILL_GRACE_S
-    while True:
+
+    def members() -> list[int]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(sid, signal.SIGKILL)
-        members = [pid for pid in _session_members(sid) if pid != os.getpid()]
-        for pid in members:
+        return [pid for pid in _session_members(sid) if pid != os.getpid()]
+
+    _sweep(members)
+
+
+def _sweep(members: Callable[[], list[int]]) -> set[int]:
+    """SIGKILL the pids ``members()`` names, again and again until it names none or a short
+    deadline passes (a fork bomb keeps forking while it is being killed); the pids killed."""
+    deadline = time.monotonic() + _KILL_GRACE_S
+    killed: set[int] = set()
+    while True:
+        pids = members()
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        if not members or time.monotonic() > deadline:
-            return
+                killed.add(pid)
+        if not pids or time.monotonic() > deadline:
+            return killed
         time.sleep(0.005)
 
 
@@ -129,15 +141,7 @@ def kill_descendants(root: int | None = None) -> None:
     """SIGKILL every process under ``root`` (default: this process) until none is left, then
     reap the zombies that were reparented to us."""
     root = os.getpid() if root is None else root
-    deadline = time.monotonic() + _KILL_GRACE_S
-    while True:
-        members = descendants(root)
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if not members or time.monotonic() > deadline:
-            break
-        time.sleep(0.005)
+    _sweep(lambda: descendants(root))
 
 
 def reap_orphans() -> None:
@@ -157,22 +161,15 @@ def kill_all_but(keep: set[int]) -> int:
     Inside a container (its own pid namespace, one user) this is every process an episode
     left, the MCP servers started with ``docker exec`` included.
     """
-    deadline = time.monotonic() + _KILL_GRACE_S
-    killed: set[int] = set()
-    while True:
-        members = [
+    killed = _sweep(
+        lambda: [
             pid
             for pid, (_, state) in _process_table().items()
             if pid not in keep and pid != 1 and state != b"Z"
         ]
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-        if not members or time.monotonic() > deadline:
-            reap_orphans()
-            return len(killed)
-        time.sleep(0.005)
+    )
+    reap_orphans()
+    return len(killed)
 
 
 def _raise_oom_score() -> None:
