@@ -316,28 +316,11 @@ class GoldPolicy:
         self.answered = False
 
     async def chat(
-        self,
-        messages: Sequence[Message],
-        *,
-        role: AgentRole,
-        tools: list[dict] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        seed: int | None = None,
-        n: int = 1,
-        tool_choice: str | dict | None = None,
+        self, messages: Sequence[Message], *, role: AgentRole, **options: Any
     ) -> ChatResult:
+        """``LLMClient.chat``: ``options`` (tools, sampling) pass through unchanged."""
         if role is not AgentRole.ASSISTANT:
-            return await self.others.chat(
-                messages,
-                role=role,
-                tools=tools,
-                temperature=temperature,
-                max_tokens=max_tokens,
-                seed=seed,
-                n=n,
-                tool_choice=tool_choice,
-            )
+            return await self.others.chat(messages, role=role, **options)
         return await self._assistant_turn()
 
     async def _assistant_turn(self) -> ChatResult:

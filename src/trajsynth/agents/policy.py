@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from trajsynth.agents.llm import ChatResult, LLMClient, OpenAILLMClient
 from trajsynth.schemas import AgentRole, InputError, LLMConfig, Message
@@ -29,28 +30,11 @@ class RoleRoutedLLM:
         self.base = base
 
     async def chat(
-        self,
-        messages: Sequence[Message],
-        *,
-        role: AgentRole,
-        tools: list[dict] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        seed: int | None = None,
-        n: int = 1,
-        tool_choice: str | dict | None = None,
+        self, messages: Sequence[Message], *, role: AgentRole, **options: Any
     ) -> ChatResult:
+        """``LLMClient.chat``: ``options`` (tools, sampling) pass through unchanged."""
         client = self.policy if role is AgentRole.ASSISTANT else self.base
-        return await client.chat(
-            messages,
-            role=role,
-            tools=tools,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            seed=seed,
-            n=n,
-            tool_choice=tool_choice,
-        )
+        return await client.chat(messages, role=role, **options)
 
 
 @contextlib.asynccontextmanager

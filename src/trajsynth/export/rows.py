@@ -187,6 +187,17 @@ def _round_filter(round: int | None) -> tuple[str, list[Any]]:
     return ("", []) if round is None else (" AND s.round = ?", [round])
 
 
+def _empty_selection(
+    store: Store, run_id: str, round: int | None, what: str
+) -> EmptySelectionError:
+    """The error for a run (or round) with nothing of ``what`` selected, with what was seen."""
+    at = "" if round is None else f" round {round}"
+    seen = selection_seen(store, run_id, round)
+    return EmptySelectionError(
+        f"empty selection: no selected {what} in run {run_id!r}{at}; {seen.line()}", seen
+    )
+
+
 def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow]:
     """The run's selected trajectories (``round`` None: every round) as SFT rows."""
     where, params = _round_filter(round)
@@ -209,12 +220,7 @@ def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow
         [run_id, *params],
     )
     if not rows:
-        at = "" if round is None else f" round {round}"
-        seen = selection_seen(store, run_id, round)
-        raise EmptySelectionError(
-            f"empty selection: no selected SFT trajectories in run {run_id!r}{at}; " + seen.line(),
-            seen,
-        )
+        raise _empty_selection(store, run_id, round, "SFT trajectories")
     missing = [r["item_id"] for r in rows if r["trajectory_id"] is None]
     if missing:
         raise ExportError(f"selected trajectory {missing[0]} is not in the store")
@@ -296,11 +302,7 @@ def rl_rows(store: Store, run_id: str, round: int | None = None) -> list[RLRow]:
         [run_id, *params],
     )
     if not rows:
-        at = "" if round is None else f" round {round}"
-        seen = selection_seen(store, run_id, round)
-        raise EmptySelectionError(
-            f"empty selection: no selected RL tasks in run {run_id!r}{at}; {seen.line()}", seen
-        )
+        raise _empty_selection(store, run_id, round, "RL tasks")
     missing = [r["item_id"] for r in rows if r["blueprint_id"] is None]
     if missing:
         raise ExportError(f"selected task {missing[0]} has no blueprint in the store")

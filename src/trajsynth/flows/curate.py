@@ -179,22 +179,27 @@ def _vector_lookup(store: Store) -> Any:
     return lookup
 
 
+def _count(store: Store, sql: str, params: Sequence[Any] = ()) -> int:
+    """The ``n`` of a one-row count query (0 without a row)."""
+    rows = store.query(sql, params)
+    return int(rows[0]["n"]) if rows else 0
+
+
 def _load_history(store: Store, data: RoundInput) -> None:
     """What earlier rounds of the run left: codebook, accepted rows, duplicates, EBRs."""
     run_id, round = data.run_id, data.round
-    rows = store.query("SELECT count(*) AS n FROM clusters")
-    data.n_registered_clusters = int(rows[0]["n"]) if rows else 0
+    data.n_registered_clusters = _count(store, "SELECT count(*) AS n FROM clusters")
     rows = store.query(
         "SELECT record FROM mode_codebooks WHERE run_id = ? AND round < ? "
         "ORDER BY round DESC, codebook_id LIMIT 1",
         [run_id, round],
     )
-    n_versions = store.query(
+    data.n_codebook_versions = _count(
+        store,
         "SELECT count(DISTINCT version) AS n FROM mode_codebooks "
         "WHERE run_id = ? AND round < ? AND kind = 'kmeans'",
         [run_id, round],
     )
-    data.n_codebook_versions = int(n_versions[0]["n"]) if n_versions else 0
     if rows and rows[0]["record"]:
         record = ModeCodebookRecord.model_validate(rows[0]["record"])
         data.prior_codebook = ModeCodebook.from_record(record)
@@ -205,12 +210,12 @@ def _load_history(store: Store, data: RoundInput) -> None:
         "WHERE s.run_id = ? AND s.round < ? AND s.accepted ORDER BY s.trajectory_id",
         [run_id, round],
     )
-    rows = store.query(
+    data.earlier_duplicates = _count(
+        store,
         "SELECT count(*) AS n FROM scores WHERE run_id = ? AND round < ? "
         "AND duplicate_of IS NOT NULL",
         [run_id, round],
     )
-    data.earlier_duplicates = int(rows[0]["n"]) if rows else 0
     data.earlier_error_branch_ratios = [
         float(r["error_branch_ratio"])
         for r in store.query(

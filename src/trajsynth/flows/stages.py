@@ -193,6 +193,34 @@ async def _drain(
     return await asyncio.to_thread(drain)
 
 
+def _unit_writer(
+    stage: str,
+    store: Store,
+    run_id: str,
+    total: int,
+    progress: dict[str, int],
+    *,
+    counted: str | None = None,
+) -> Callable[[UnitRows | None], None]:
+    """``on_done`` for ``_drain``: write a finished unit's rows, count it (and its ``counted``
+    summary figure) in ``progress`` and report the stage's progress."""
+
+    def on_done(unit: UnitRows | None) -> None:
+        if unit is None:
+            progress["failed"] += 1
+        else:
+            _write(store, run_id, unit)
+            if counted:
+                progress[counted] += int(unit.summary.get(counted, 0))
+        progress["done"] += 1
+        notes = [f"{progress[counted]} {counted}"] if counted else []
+        if progress["failed"]:
+            notes.append(f"{progress['failed']} failed")
+        report(stage, progress["done"], total, ", ".join(notes))
+
+    return on_done
+
+
 # --------------------------------------------------------------------------- plan
 
 
@@ -239,15 +267,7 @@ async def plan_round(
         for i, cell in todo
     ]
 
-    def on_done(unit: UnitRows | None) -> None:
-        if unit is None:
-            progress["failed"] += 1
-        else:
-            _write(store, run_id, unit)
-        progress["done"] += 1
-        note = f"{progress['failed']} failed" if progress["failed"] else ""
-        report("plan", progress["done"], len(cells), note)
-
+    on_done = _unit_writer("plan", store, run_id, len(cells), progress)
     await _drain(submitted, plan_task, store, run_id, on_done)
     return len(todo)
 
@@ -320,17 +340,7 @@ async def rollout_round(
         for bp, s in jobs
     ]
 
-    def on_done(unit: UnitRows | None) -> None:
-        if unit is None:
-            progress["failed"] += 1
-        else:
-            _write(store, run_id, unit)
-            progress["trajectories"] += int(unit.summary.get("trajectories", 0))
-        progress["done"] += 1
-        note = f"{progress['trajectories']} trajectories"
-        note += f", {progress['failed']} failed" if progress["failed"] else ""
-        report("rollout", progress["done"], total, note)
-
+    on_done = _unit_writer("rollout", store, run_id, total, progress, counted="trajectories")
     await _drain(submitted, rollout_task, store, run_id, on_done)
     return len(jobs)
 

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable, Iterator
 
 OUTPUT_CAP = 16 * 1024 * 1024  # bytes kept per stream; the rest is read and dropped
 _FRAME = struct.Struct(">II")
@@ -42,13 +43,13 @@ def encode_frame(header: dict, payload: bytes = b"") -> bytes:
     return _FRAME.pack(len(head), len(payload)) + head + payload
 
 
-def _session_members(sid: int) -> list[int]:
-    """Live (not zombie) pids in session ``sid``, read from /proc (empty without one)."""
-    pids = []
+def _proc_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of ``/proc/<pid>/stat`` after the command) for every process /proc
+    shows (none without one): state, ppid, pgrp, session, ..."""
     try:
         names = os.listdir("/proc")
     except OSError:
-        return pids
+        return
     for name in names:
         if not name.isdigit():
             continue
@@ -57,11 +58,17 @@ def _session_members(sid: int) -> list[int]:
                 stat = fh.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        # after the command: state, ppid, pgrp, session; a zombie is already dead
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":
-            pids.append(int(name))
-    return pids
+        yield int(name), stat[stat.rfind(b")") + 2 :].split()
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live (not zombie) pids in session ``sid``, read from /proc (empty without one)."""
+    # a zombie is already dead
+    return [
+        pid
+        for pid, fields in _proc_stats()
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z"
+    ]
 
 
 def kill_session(sid: int) -> None:
@@ -70,38 +77,34 @@ def kill_session(sid: int) -> None:
     A fork bomb keeps forking while it is being killed, so the sweep repeats until the session
     is empty (or a short deadline passes: the pids limit bounds what is left).
     """
-    deadline = time.monotonic() + _KILL_GRACE_S
-    while True:
+
+    def members() -> list[int]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(sid, signal.SIGKILL)
-        members = [pid for pid in _session_members(sid) if pid != os.getpid()]
-        for pid in members:
+        return [pid for pid in _session_members(sid) if pid != os.getpid()]
+
+    _sweep(members)
+
+
+def _sweep(members: Callable[[], list[int]]) -> set[int]:
+    """SIGKILL the pids ``members()`` names, again and again until it names none or a short
+    deadline passes (a fork bomb keeps forking while it is being killed); the pids killed."""
+    deadline = time.monotonic() + _KILL_GRACE_S
+    killed: set[int] = set()
+    while True:
+        pids = members()
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        if not members or time.monotonic() > deadline:
-            return
+                killed.add(pid)
+        if not pids or time.monotonic() > deadline:
+            return killed
         time.sleep(0.005)
 
 
 def _process_table() -> dict[int, tuple[int, bytes]]:
     """pid -> (parent pid, state) for every process this /proc shows."""
-    table = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            table[int(name)] = (int(fields[1]), fields[0])
-    return table
+    return {pid: (int(fields[1]), fields[0]) for pid, fields in _proc_stats() if len(fields) > 1}
 
 
 def descendants(root: int) -> list[int]:
@@ -138,15 +141,7 @@ def kill_descendants(root: int | None = None) -> None:
     """SIGKILL every process under ``root`` (default: this process) until none is left, then
     reap the zombies that were reparented to us."""
     root = os.getpid() if root is None else root
-    deadline = time.monotonic() + _KILL_GRACE_S
-    while True:
-        members = descendants(root)
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if not members or time.monotonic() > deadline:
-            break
-        time.sleep(0.005)
+    _sweep(lambda: descendants(root))
 
 
 def reap_orphans() -> None:
@@ -166,22 +161,15 @@ def kill_all_but(keep: set[int]) -> int:
     Inside a container (its own pid namespace, one user) this is every process an episode
     left, the MCP servers started with ``docker exec`` included.
     """
-    deadline = time.monotonic() + _KILL_GRACE_S
-    killed: set[int] = set()
-    while True:
-        members = [
+    killed = _sweep(
+        lambda: [
             pid
             for pid, (_, state) in _process_table().items()
             if pid not in keep and pid != 1 and state != b"Z"
         ]
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-        if not members or time.monotonic() > deadline:
-            reap_orphans()
-            return len(killed)
-        time.sleep(0.005)
+    )
+    reap_orphans()
+    return len(killed)
 
 
 def _raise_oom_score() -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
-from trajsynth.schemas.evals import ClusterScore, EvalSummary, Interval, TaskTries, TryResult
+from trajsynth.schemas.evals import ClusterScore, EvalSummary, TaskTries, TryResult
 from trajsynth.training.passk import bootstrap_pass_at_k, wilson
 
 __all__ = ["ClusterScore", "EvalSummary", "TryResult", "summarize"]
@@ -31,15 +32,20 @@ def _tries(results: Sequence[TryResult]) -> list[TaskTries]:
     ]
 
 
-def _score(
-    results: Sequence[TryResult], k: int, seed: int
-) -> tuple[Interval | None, Interval | None]:
+def _score(results: Sequence[TryResult], k: int, seed: int) -> dict[str, Any]:
+    """The figures ``ClusterScore`` and ``EvalSummary`` share: counts, pass@1 and pass@k."""
     tasks = _tries(results)
     n = sum(t.n for t in tasks)
     c = sum(t.c for t in tasks)
-    pass1 = wilson(c, n) if n else None
-    passk = bootstrap_pass_at_k(tasks, k, seed=seed) if any(t.n >= k for t in tasks) else None
-    return pass1, passk
+    return {
+        "n_tasks": len({r.task_id for r in results}),
+        "n_tries": len(results),
+        "n_excluded": sum(r.excluded for r in results),
+        "pass1": wilson(c, n) if n else None,
+        "passk": (
+            bootstrap_pass_at_k(tasks, k, seed=seed) if any(t.n >= k for t in tasks) else None
+        ),
+    }
 
 
 def summarize(results: Sequence[TryResult], k: int, *, seed: int = 0) -> EvalSummary:
@@ -47,27 +53,8 @@ def summarize(results: Sequence[TryResult], k: int, *, seed: int = 0) -> EvalSum
     by_cluster: dict[str, list[TryResult]] = defaultdict(list)
     for r in results:
         by_cluster[r.cluster_id].append(r)
-    clusters = []
-    for cid in sorted(by_cluster):
-        rs = by_cluster[cid]
-        p1, pk = _score(rs, k, seed)
-        clusters.append(
-            ClusterScore(
-                cluster_id=cid,
-                n_tasks=len({r.task_id for r in rs}),
-                n_tries=len(rs),
-                n_excluded=sum(r.excluded for r in rs),
-                pass1=p1,
-                passk=pk,
-            )
-        )
-    p1, pk = _score(results, k, seed)
-    return EvalSummary(
-        k=k,
-        n_tasks=len({r.task_id for r in results}),
-        n_tries=len(results),
-        n_excluded=sum(r.excluded for r in results),
-        pass1=p1,
-        passk=pk,
-        clusters=clusters,
-    )
+    clusters = [
+        ClusterScore(cluster_id=cid, **_score(by_cluster[cid], k, seed))
+        for cid in sorted(by_cluster)
+    ]
+    return EvalSummary(k=k, clusters=clusters, **_score(results, k, seed))

@@ -114,34 +114,27 @@ async def run_eval(
     if not tasks:
         raise InputError(f"split {split!r} has no tasks")
     llm = LLMConfig(temperature=0.7, max_tokens=128, embedded_ctx=embedded_ctx)
+
+    async def run(client: Any, **extra: Any) -> list[Any]:
+        return await evaluate(
+            tasks,
+            found,
+            client,
+            samples=samples,
+            run_id=f"eval:{policy}",
+            assistant=eval_assistant(True),
+            budgets=budgets,
+            sandbox_kind=sandbox,
+            template_user=template_user,
+            **extra,
+        )
+
     async with open_llm_client(llm) as base:
         if policy == "embedded":
-            client: Any = base
-            tries = await evaluate(
-                tasks,
-                found,
-                client,
-                samples=samples,
-                run_id=f"eval:{policy}",
-                assistant=eval_assistant(True),
-                budgets=budgets,
-                sandbox_kind=sandbox,
-                template_user=template_user,
-                context_tokens=embedded_ctx,
-            )
+            tries = await run(base, context_tokens=embedded_ctx)
         else:
             async with serve_policy(policy_gguf(policy), llm) as tuned:
-                tries = await evaluate(
-                    tasks,
-                    found,
-                    RoleRoutedLLM(tuned, base),
-                    samples=samples,
-                    run_id=f"eval:{policy}",
-                    assistant=eval_assistant(True),
-                    budgets=budgets,
-                    sandbox_kind=sandbox,
-                    template_user=template_user,
-                )
+                tries = await run(RoleRoutedLLM(tuned, base))
     return summarize(tries, k=samples), tries, kind
 
 

@@ -21,11 +21,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
+    from pydantic import BaseModel
+
+    ModelT = TypeVar("ModelT", bound=BaseModel)
 
 __all__ = [
     "SEED_ENV",
@@ -40,12 +43,14 @@ __all__ = [
     "env_seed",
     "env_workdir",
     "fail",
+    "from_row",
     "ignored_path",
     "insert",
     "load_seed_data",
     "money",
     "next_id",
     "one",
+    "one_or_fail",
     "read_tool",
     "write_tool",
 ]
@@ -275,6 +280,22 @@ def one(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> sqlit
     """The first row of a query, or None."""
     row: sqlite3.Row | None = conn.execute(sql, tuple(params)).fetchone()
     return row
+
+
+def one_or_fail(
+    conn: sqlite3.Connection, sql: str, params: Sequence[Any], message: str
+) -> sqlite3.Row:
+    """The first row of a query; none is a domain error with ``message`` (see ``fail``)."""
+    row = one(conn, sql, params)
+    if row is None:
+        raise fail(message)
+    return row
+
+
+def from_row(model: type[ModelT], row: sqlite3.Row | Mapping[str, Any], **given: Any) -> ModelT:
+    """``model`` from the row's columns of the same names as its fields; ``given`` fields
+    (derived or converted values) are taken as they are instead."""
+    return model(**{k: row[k] for k in model.model_fields if k not in given}, **given)
 
 
 def next_id(conn: sqlite3.Connection, table: str, column: str, prefix: str, start: int) -> str:

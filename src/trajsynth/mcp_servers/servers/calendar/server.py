@@ -27,9 +27,11 @@ from trajsynth.mcp_servers.servers._backend import (
     Store,
     Table,
     fail,
+    from_row,
     insert,
     next_id,
     one,
+    one_or_fail,
     read_tool,
     write_tool,
 )
@@ -206,17 +208,21 @@ _TIME = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 
 
 def _user(conn: sqlite3.Connection, user_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM users WHERE user_id = ?", (user_id.strip(),))
-    if row is None:
-        raise fail(f"user '{user_id}' not found")
-    return row
+    return one_or_fail(
+        conn,
+        "SELECT * FROM users WHERE user_id = ?",
+        (user_id.strip(),),
+        f"user '{user_id}' not found",
+    )
 
 
 def _event_row(conn: sqlite3.Connection, event_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM events WHERE event_id = ?", (event_id.strip().upper(),))
-    if row is None:
-        raise fail(f"event '{event_id}' not found")
-    return row
+    return one_or_fail(
+        conn,
+        "SELECT * FROM events WHERE event_id = ?",
+        (event_id.strip().upper(),),
+        f"event '{event_id}' not found",
+    )
 
 
 def _event(conn: sqlite3.Connection, event_id: str) -> Event:
@@ -320,18 +326,15 @@ def _send(conn: sqlite3.Connection, sender: str, recipient: str, subject: str, b
 
 
 def _message(conn: sqlite3.Connection, message_id: str) -> Message:
-    row = one(
+    row = one_or_fail(
         conn,
         "SELECT m.*, s.email AS from_email, r.email AS to_email FROM messages m "
         "JOIN users s ON s.user_id = m.sender_id JOIN users r ON r.user_id = m.recipient_id "
         "WHERE m.message_id = ?",
         (message_id.strip().upper(),),
+        f"message '{message_id}' not found",
     )
-    if row is None:
-        raise fail(f"message '{message_id}' not found")
-    return Message(
-        **{k: row[k] for k in Message.model_fields if k != "read"}, read=bool(row["read"])
-    )
+    return from_row(Message, row, read=bool(row["read"]))
 
 
 def _when(e: sqlite3.Row) -> str:
@@ -357,7 +360,7 @@ def find_user(
         ).fetchall()
     if not rows:
         raise fail(f"no user matches '{query}'")
-    return PersonList(users=[Person(**{k: r[k] for k in Person.model_fields}) for r in rows])
+    return PersonList(users=[from_row(Person, r) for r in rows])
 
 
 @server.tool(annotations=read_tool("List a day's events"))
@@ -625,10 +628,7 @@ def list_messages(
         user_id=user_id,
         folder=folder,
         messages=[
-            MessageSummary(
-                **{k: r[k] for k in MessageSummary.model_fields if k != "read"},
-                read=bool(r["read"]),
-            )
+            from_row(MessageSummary, r, read=bool(r["read"]))
             for r in rows
             if not (unread_only and r["read"])
         ],

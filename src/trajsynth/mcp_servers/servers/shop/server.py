@@ -25,10 +25,12 @@ from trajsynth.mcp_servers.servers._backend import (
     Store,
     Table,
     fail,
+    from_row,
     insert,
     money,
     next_id,
     one,
+    one_or_fail,
     read_tool,
     write_tool,
 )
@@ -302,31 +304,37 @@ def _norm_order_id(order_id: str) -> str:
 
 
 def _user(conn: sqlite3.Connection, user_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM users WHERE user_id = ?", (user_id,))
-    if row is None:
-        raise fail(f"user '{user_id}' not found")
-    return row
+    return one_or_fail(
+        conn, "SELECT * FROM users WHERE user_id = ?", (user_id,), f"user '{user_id}' not found"
+    )
 
 
 def _product(conn: sqlite3.Connection, product_id: str) -> sqlite3.Row:
     key = product_id.strip()
-    row = one(conn, "SELECT * FROM products WHERE product_id = ? OR sku = ?", (key, key.upper()))
-    if row is None:
-        raise fail(f"product '{product_id}' not found")
-    return row
+    return one_or_fail(
+        conn,
+        "SELECT * FROM products WHERE product_id = ? OR sku = ?",
+        (key, key.upper()),
+        f"product '{product_id}' not found",
+    )
 
 
 def _order_row(conn: sqlite3.Connection, order_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM orders WHERE order_id = ?", (_norm_order_id(order_id),))
-    if row is None:
-        raise fail(f"order {_norm_order_id(order_id)} not found")
-    return row
+    return one_or_fail(
+        conn,
+        "SELECT * FROM orders WHERE order_id = ?",
+        (_norm_order_id(order_id),),
+        f"order {_norm_order_id(order_id)} not found",
+    )
 
 
 def _payment_method(conn: sqlite3.Connection, pm_id: str, user_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM payment_methods WHERE payment_method_id = ?", (pm_id,))
-    if row is None:
-        raise fail(f"payment method '{pm_id}' not found")
+    row = one_or_fail(
+        conn,
+        "SELECT * FROM payment_methods WHERE payment_method_id = ?",
+        (pm_id,),
+        f"payment method '{pm_id}' not found",
+    )
     if row["user_id"] != user_id:
         raise fail(f"payment method '{pm_id}' does not belong to user '{user_id}'")
     return row
@@ -337,26 +345,7 @@ def _order(conn: sqlite3.Connection, order_id: str) -> Order:
     items = conn.execute(
         "SELECT * FROM order_items WHERE order_id = ? ORDER BY item_id", (row["order_id"],)
     ).fetchall()
-    return Order(
-        order_id=row["order_id"],
-        user_id=row["user_id"],
-        status=row["status"],
-        payment_method_id=row["payment_method_id"],
-        total=row["total"],
-        shipping_address=row["shipping_address"],
-        placed_at=row["placed_at"],
-        items=[
-            OrderItem(
-                item_id=i["item_id"],
-                product_id=i["product_id"],
-                name=i["name"],
-                quantity=i["quantity"],
-                unit_price=i["unit_price"],
-                status=i["status"],
-            )
-            for i in items
-        ],
-    )
+    return from_row(Order, row, items=[from_row(OrderItem, i) for i in items])
 
 
 def _cart(conn: sqlite3.Connection, user_id: str) -> Cart:
@@ -379,14 +368,7 @@ def _cart(conn: sqlite3.Connection, user_id: str) -> Cart:
 
 
 def _refund(row: sqlite3.Row) -> Refund:
-    return Refund(
-        refund_id=row["refund_id"],
-        order_id=row["order_id"],
-        item_ids=json.loads(row["item_ids"]),
-        amount=row["amount"],
-        payment_method_id=row["payment_method_id"],
-        reason=row["reason"],
-    )
+    return from_row(Refund, row, item_ids=json.loads(row["item_ids"]))
 
 
 def _credit(conn: sqlite3.Connection, pm: sqlite3.Row, amount: float) -> None:
@@ -406,15 +388,13 @@ def find_user_by_email(
 ) -> UserSummary:
     """Look up a customer account by email address."""
     with STORE.tx() as conn:
-        row = one(conn, "SELECT * FROM users WHERE lower(email) = ?", (email.strip().lower(),))
-        if row is None:
-            raise fail(f"no user with email '{email}'")
-        return UserSummary(
-            user_id=row["user_id"],
-            name=row["name"],
-            email=row["email"],
-            default_payment_method_id=row["default_payment_method_id"],
+        row = one_or_fail(
+            conn,
+            "SELECT * FROM users WHERE lower(email) = ?",
+            (email.strip().lower(),),
+            f"no user with email '{email}'",
         )
+        return from_row(UserSummary, row)
 
 
 @server.tool(annotations=read_tool("Get customer details"))
@@ -426,22 +406,7 @@ def get_user(user_id: UserId) -> UserDetails:
             "SELECT * FROM payment_methods WHERE user_id = ? ORDER BY payment_method_id",
             (user_id,),
         ).fetchall()
-        return UserDetails(
-            user_id=row["user_id"],
-            name=row["name"],
-            email=row["email"],
-            default_payment_method_id=row["default_payment_method_id"],
-            address=row["address"],
-            payment_methods=[
-                PaymentMethod(
-                    payment_method_id=p["payment_method_id"],
-                    kind=p["kind"],
-                    label=p["label"],
-                    balance=p["balance"],
-                )
-                for p in pms
-            ],
-        )
+        return from_row(UserDetails, row, payment_methods=[from_row(PaymentMethod, p) for p in pms])
 
 
 @server.tool(annotations=read_tool("Search the catalogue"))
@@ -466,16 +431,7 @@ def search_products(
             continue
         if max_price is not None and r["price"] > max_price:
             continue
-        hits.append(
-            ProductSummary(
-                product_id=r["product_id"],
-                sku=r["sku"],
-                name=r["name"],
-                category=r["category"],
-                price=r["price"],
-                in_stock=r["stock"] > 0,
-            )
-        )
+        hits.append(from_row(ProductSummary, r, in_stock=r["stock"] > 0))
     return ProductSearch(query=query, products=hits)
 
 
@@ -484,16 +440,7 @@ def get_product(product_id: ProductId) -> Product:
     """Get one product's details, including how many units are in stock."""
     with STORE.tx() as conn:
         r = _product(conn, product_id)
-        return Product(
-            product_id=r["product_id"],
-            sku=r["sku"],
-            name=r["name"],
-            category=r["category"],
-            price=r["price"],
-            in_stock=r["stock"] > 0,
-            description=r["description"],
-            stock=r["stock"],
-        )
+        return from_row(Product, r, in_stock=r["stock"] > 0)
 
 
 @server.tool(annotations=write_tool("Add to cart"))

@@ -28,10 +28,12 @@ from trajsynth.mcp_servers.servers._backend import (
     Store,
     Table,
     fail,
+    from_row,
     insert,
     money,
     next_id,
     one,
+    one_or_fail,
     read_tool,
     write_tool,
 )
@@ -362,21 +364,22 @@ def _today(conn: sqlite3.Connection) -> str:
 
 def _airport_code(conn: sqlite3.Connection, text: str) -> str:
     key = text.strip()
-    row = one(
+    row = one_or_fail(
         conn,
         "SELECT code FROM airports WHERE code = ? OR lower(city) = ?",
         (key.upper(), key.lower()),
+        f"unknown airport or city '{text}'",
     )
-    if row is None:
-        raise fail(f"unknown airport or city '{text}'")
     return str(row["code"])
 
 
 def _flight_row(conn: sqlite3.Connection, flight_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM flights WHERE flight_id = ?", (flight_id.strip().upper(),))
-    if row is None:
-        raise fail(f"flight '{flight_id}' not found")
-    return row
+    return one_or_fail(
+        conn,
+        "SELECT * FROM flights WHERE flight_id = ?",
+        (flight_id.strip().upper(),),
+        f"flight '{flight_id}' not found",
+    )
 
 
 def _fares(conn: sqlite3.Connection, flight_id: str, cabin: str | None = None) -> list[Fare]:
@@ -406,22 +409,20 @@ def _free_seats(conn: sqlite3.Connection, flight_id: str, cabin: str) -> list[st
 
 
 def _booking(conn: sqlite3.Connection, booking_id: str) -> Booking:
-    row = one(
+    row = one_or_fail(
         conn,
         "SELECT b.*, f.flight_number, f.date, f.origin, f.destination FROM bookings b "
         "JOIN flights f ON f.flight_id = b.flight_id WHERE b.booking_id = ?",
         (booking_id.strip().upper(),),
+        f"booking '{booking_id}' not found",
     )
-    if row is None:
-        raise fail(f"booking '{booking_id}' not found")
-    return Booking(**{k: row[k] for k in Booking.model_fields})
+    return from_row(Booking, row)
 
 
 def _user(conn: sqlite3.Connection, user_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM users WHERE user_id = ?", (user_id,))
-    if row is None:
-        raise fail(f"user '{user_id}' not found")
-    return row
+    return one_or_fail(
+        conn, "SELECT * FROM users WHERE user_id = ?", (user_id,), f"user '{user_id}' not found"
+    )
 
 
 # ---------------------------------------------------------------- tools
@@ -433,9 +434,12 @@ def find_user(
 ) -> Traveller:
     """Look up a traveller's account by email, with payment methods and balances."""
     with STORE.tx() as conn:
-        row = one(conn, "SELECT * FROM users WHERE lower(email) = ?", (email.strip().lower(),))
-        if row is None:
-            raise fail(f"no user with email '{email}'")
+        row = one_or_fail(
+            conn,
+            "SELECT * FROM users WHERE lower(email) = ?",
+            (email.strip().lower(),),
+            f"no user with email '{email}'",
+        )
         pms = conn.execute(
             "SELECT * FROM payment_methods WHERE user_id = ? ORDER BY payment_method_id",
             (row["user_id"],),
@@ -445,9 +449,7 @@ def find_user(
             name=row["name"],
             email=row["email"],
             membership=row["membership"],
-            payment_methods=[
-                PaymentMethod(**{k: p[k] for k in PaymentMethod.model_fields}) for p in pms
-            ],
+            payment_methods=[from_row(PaymentMethod, p) for p in pms],
         )
 
 
@@ -699,9 +701,12 @@ def change_seat(
         if b.fare_basis == "basic":
             raise fail(f"booking {b.booking_id} has a basic fare; basic fares allow no seat change")
         new = seat.strip().upper()
-        row = one(conn, "SELECT * FROM seats WHERE flight_id = ? AND seat = ?", (b.flight_id, new))
-        if row is None:
-            raise fail(f"seat {new} does not exist on flight {b.flight_id}")
+        row = one_or_fail(
+            conn,
+            "SELECT * FROM seats WHERE flight_id = ? AND seat = ?",
+            (b.flight_id, new),
+            f"seat {new} does not exist on flight {b.flight_id}",
+        )
         if row["cabin"] != b.cabin:
             raise fail(f"seat {new} is in {row['cabin']}; booking {b.booking_id} is {b.cabin}")
         if new == b.seat:
