@@ -180,6 +180,61 @@ def test_sigkill_of_synth_alone_leaves_no_process_behind(
     assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_sigterm_or_ctrl_c_stops_at_once_then_rerun_matches(
+    tmp_path: Path, llm: FakeLLMServer, reference: Store, sig: signal.Signals
+) -> None:
+    """A scheduler's SIGTERM or a user's Ctrl-C (SIGINT to the whole group, as a terminal
+    sends it) mid-rollout: the run ends within seconds (Prefect's runner used to wait for
+    every unit in flight) with one line and status 128 + signal, nothing it started lives
+    on, and running it again ends with the ids of an uninterrupted run."""
+    store = Store(tmp_path / "data" / "synth.duckdb")
+    proc = subprocess.Popen(
+        _command(llm), cwd=tmp_path, env=_env(tmp_path),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    try:
+        while _count(store, "SELECT count(*) AS n FROM trajectories") < 1:
+            assert proc.poll() is None, f"the run ended before the signal: {proc.stderr.read()}"
+            assert time.monotonic() < deadline, "no rollout unit was stored in 300 s"
+            time.sleep(0.05)
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+        sent = time.monotonic()
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=15)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert took < 15, f"{sig.name}: still running {took:.0f} s after the signal"
+    assert proc.returncode == 128 + sig, (proc.returncode, err[-2000:])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"stopped by {sig.name}: "), err[-2000:]
+    assert "run the same command again" in lines[0]
+    _, alive = psutil.wait_procs(descendants, timeout=15)  # servers, relays, the watchdog
+    assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+    partial = _ids(store)
+    ref_ids = _ids(reference)
+    assert 1 <= len(partial["trajectories"]) < len(ref_ids["trajectories"])
+    assert len(partial["trajectories"]) == len(partial["verdicts"])  # no half-stored unit
+    for name in COMPARED:
+        assert partial[name] <= ref_ids[name], name
+
+    resumed = _run(tmp_path, llm)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    final = _ids(store)
+    for name in COMPARED:
+        assert final[name] == ref_ids[name], f"{name}: ids differ after resume"
+    assert store.counts() == reference.counts()
+    assert [r.state for r in list_runs(store)] == ["completed"]
+
+
 # --------------------------------------------------------------------- the embedded model
 
 # small enough for three runs on two busy cores; evaluated from an empty context per request

@@ -24,6 +24,7 @@ from trajsynth.schemas import (
     InfraError,
     MCPServerError,
     SandboxError,
+    SandboxGone,
     SandboxKind,
     SandboxLimits,
     ServerKind,
@@ -374,6 +375,56 @@ async def test_sandbox_faults_are_retried_with_backoff_in_docker(
         with pytest.raises(SandboxError, match="injected fault 3"):
             await env.state()  # infra after call_attempts tries
         assert broken.calls == env.call_attempts
+
+
+class _Counted:
+    """Counts the calls of a sandbox operation (the faults are real ones)."""
+
+    def __init__(self, op: Callable[..., Any]) -> None:
+        self.op, self.calls = op, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.op(*args, **kwargs)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("how", ["removed", "closed"])
+async def test_a_sandbox_that_is_gone_fails_at_once_in_docker(
+    docker_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A container removed under the run, or a sandbox already closed, is not retried: the
+    first try raises SandboxGone (no backoff), where a transient fault gets call_attempts."""
+    import docker
+
+    env = Environment(get_cluster("shop"), docker_sandbox, owns_sandbox=False, retry_wait_s=0.5)
+    async with env:
+        await env.state()
+        if how == "removed":
+            docker.from_env().containers.get(docker_sandbox.container_id).remove(force=True)
+        else:
+            docker_sandbox.close()
+        for op in ("exec", "snapshot"):
+            counted = _Counted(getattr(docker_sandbox, op))
+            monkeypatch.setattr(docker_sandbox, op, counted)
+            started = time.monotonic()
+            with pytest.raises(SandboxGone):
+                await (env.state() if op == "exec" else env.snapshot())
+            assert (counted.calls, env.retries) == (1, 0), op
+            assert time.monotonic() - started < 0.5, op  # the first backoff alone is 0.5 s
+
+
+async def test_a_sandbox_never_started_fails_at_once() -> None:
+    """A sandbox used before its start is a permanent fault: one try, no backoff."""
+    from trajsynth.sandboxes.local_sandbox import LocalSandbox
+
+    fresh = LocalSandbox(LIMITS)  # made, never started
+    env = Environment(get_cluster("shop"), fresh, owns_sandbox=False, retry_wait_s=0.5)
+    counted = _Counted(fresh.exec)
+    fresh.exec = counted  # type: ignore[method-assign]
+    with pytest.raises(SandboxGone, match="not started"):
+        await env._in_sandbox(fresh.exec, ["true"])
+    assert (counted.calls, env.retries) == (1, 0)
 
 
 @pytest.mark.docker

@@ -22,6 +22,7 @@ from rich.table import Table
 from trajsynth.cli.explain import little_reasons, produced_little
 from trajsynth.cli.reaper import guard_descendants
 from trajsynth.cli.settings import Settings
+from trajsynth.flows.interrupt import Stop, exit_on_signals
 from trajsynth.schemas import InputError, RunConfig
 from trajsynth.store.summary import RunSummary
 
@@ -59,10 +60,23 @@ def run_and_report(
         check_reachable(config.llm.base_url)
     guard_descendants()  # a `kill -9` of this command must not orphan its servers
     prefect_environment()
+    # SIGTERM or Ctrl-C end the command at once (the watchdog reaps what it started)
+    with exit_on_signals("nothing was run yet") as stop:
+        return _run(settings, config, console=console, concurrency=concurrency, stop=stop)
+
+
+def _run(
+    settings: Settings, config: RunConfig, *, console: Console, concurrency: int, stop: Stop
+) -> bool:
     from trajsynth.flows.api import start_api, wait_api
 
     start_api()  # overlaps the imports below; wait_api() reports a start that fails
     from trajsynth.flows.build import build_dataset, run_id_for
+
+    stop.line = (
+        "units in flight are dropped, what was stored is kept; run the same command again to "
+        f"resume run {run_id_for(config)}"
+    )
     from trajsynth.flows.progress import progress_sink
     from trajsynth.flows.runners import task_runner_for
 

@@ -22,6 +22,7 @@ from prefect import flow
 from pydantic import SecretStr
 
 from trajsynth.agents.llm import open_llm_client
+from trajsynth.flows.interrupt import rearm
 from trajsynth.flows.stages import _clusters, plan_round, rollout_round
 from trajsynth.flows.units import run_id_for
 from trajsynth.schemas import LLMConfig, RunConfig, SandboxError, SandboxKind, ToolCluster
@@ -132,6 +133,7 @@ async def build_dataset(
     ``concurrency`` is kept for callers of the first version; the task runner bounds how many
     units run at once (``flows.runners``; ``with_options(task_runner=...)``)."""
     del concurrency
+    rearm()  # Prefect's SIGTERM handler waits for the units in flight; the command's does not
     started = time.perf_counter()
     store = Store(Path(store_path))
     run_id = run_id_for(config)

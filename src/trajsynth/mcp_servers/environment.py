@@ -65,8 +65,10 @@ from trajsynth.schemas import (
     Record,
     ResetMode,
     SandboxError,
+    SandboxGone,
     SandboxKind,
     SandboxLimits,
+    SandboxStartError,
     ServerKind,
     SnapshotHandle,
     ToolAccess,
@@ -91,6 +93,12 @@ SEED_ENV = "TRAJSYNTH_SEED"
 _CALL_GRACE_S = 5.0
 _PROBE_CHARS = 4000  # a probe result longer than this is hashed, not kept as text
 _T = TypeVar("_T")
+
+
+def _transient_sandbox_fault(exc: BaseException) -> bool:
+    """A sandbox fault worth trying again: an operation that failed or broke mid-way in a
+    live sandbox, not one that is gone or never started (typed, never matched by message)."""
+    return isinstance(exc, SandboxError) and not isinstance(exc, SandboxGone | SandboxStartError)
 
 
 class _ServerLost(MCPServerError):
@@ -480,9 +488,11 @@ class Environment:
 
     async def _in_sandbox(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``fn(*args, **kwargs)`` (a sandbox operation) in a thread, tried again with
-        backoff when the sandbox raises SandboxError: every caller's operation is
-        idempotent (a state dump, a check, a snapshot or a restore)."""
-        async for attempt in self._retrying(lambda exc: isinstance(exc, SandboxError)):
+        backoff when the sandbox raises a transient SandboxError (every caller's operation is
+        idempotent: a state dump, a check, a snapshot or a restore). A sandbox that is not
+        there (``SandboxGone``: never started, closed, its container dead or removed) or
+        could not start fails at once: no try can bring it back."""
+        async for attempt in self._retrying(_transient_sandbox_fault):
             with attempt:
                 return await asyncio.to_thread(fn, *args, **kwargs)
         raise AssertionError("unreachable: tenacity reraises the last fault")

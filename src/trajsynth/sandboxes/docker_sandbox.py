@@ -46,6 +46,7 @@ from trajsynth.sandboxes.image import SANDBOX_UID, SITE_DIR, SRC_DIR, WORKDIR, i
 from trajsynth.schemas import (
     ExecResult,
     SandboxError,
+    SandboxGone,
     SandboxLimits,
     SandboxStartError,
     SandboxTimeout,
@@ -165,7 +166,7 @@ class DockerSandbox(Sandbox):
     @property
     def container_id(self) -> str:
         if self._container is None:
-            raise SandboxError(f"sandbox {self.sandbox_id} is not started")
+            raise SandboxGone(f"sandbox {self.sandbox_id} is not started")
         return self._container.id
 
     def _container_kwargs(self) -> dict[str, Any]:
@@ -211,7 +212,7 @@ class DockerSandbox(Sandbox):
     def start(self) -> None:
         """Create, attach and start the container; does not wait for the agent to be ready."""
         if self._closed:
-            raise SandboxError(f"sandbox {self.sandbox_id} is closed")
+            raise SandboxGone(f"sandbox {self.sandbox_id} is closed")
         if self._container is not None:
             return
         client = docker_client()
@@ -236,7 +237,7 @@ class DockerSandbox(Sandbox):
         self._chan = _AttachChannel(sock)
         log.debug("sandbox %s started as container %s", self.sandbox_id, container.short_id)
 
-    def _died(self, why: str) -> SandboxError:
+    def _died(self, why: str) -> SandboxGone:
         detail = ""
         try:
             self._container.reload()
@@ -248,13 +249,13 @@ class DockerSandbox(Sandbox):
         self._dead = f"sandbox {self.sandbox_id} died{detail}: {why}"
         if tail:
             self._dead += f"; agent stderr: {tail}"
-        return SandboxError(self._dead)
+        return SandboxGone(self._dead)
 
     def _request(self, header: dict, payload: bytes, wait: float) -> tuple[dict, bytes]:
         if self._container is None or self._closed:
             self.start()  # starts a fresh sandbox, or says it is closed
         if self._dead:
-            raise SandboxError(self._dead)
+            raise SandboxGone(self._dead)
         assert self._chan is not None
         with self._lock:
             deadline = time.monotonic() + wait

@@ -57,6 +57,7 @@ from trajsynth.sandboxes.cgroups import (
 from trajsynth.schemas import (
     ExecResult,
     SandboxError,
+    SandboxGone,
     SandboxLimits,
     SandboxStartError,
     SnapshotHandle,
@@ -363,7 +364,7 @@ class LocalSandbox(Sandbox):
 
     def start(self) -> None:
         if self._closed:
-            raise SandboxError(f"sandbox {self.sandbox_id} is closed")
+            raise SandboxGone(f"sandbox {self.sandbox_id} is closed")
         if self._root is not None:
             return
         missing = self.unenforced()
@@ -456,9 +457,9 @@ class LocalSandbox(Sandbox):
 
     def _require_root(self) -> Path:
         if self._closed:
-            raise SandboxError(f"sandbox {self.sandbox_id} is closed")
+            raise SandboxGone(f"sandbox {self.sandbox_id} is closed")
         if self._root is None:
-            raise SandboxError(f"sandbox {self.sandbox_id} is not started")
+            raise SandboxGone(f"sandbox {self.sandbox_id} is not started")
         return self._root
 
     def _wrap(self, argv: Sequence[str], cwd: str, cpu_s: int) -> list[str]:

@@ -77,6 +77,7 @@ from trajsynth.schemas.failures import (
     MCPServerStartError,
     ModelOutputError,
     SandboxError,
+    SandboxGone,
     SandboxStartError,
     SandboxTimeout,
     SimulatorError,
@@ -144,6 +145,8 @@ __all__ = [
     "CopiedFile", "ProbeCall", "ResetMode",
     # an environment that did not start (issue 15)
     "EnvironmentStartError", "MCPServerStartError", "SandboxStartError",
+    # a sandbox that is not there: permanent, never retried (issue 16)
+    "SandboxGone",
     # curation wiring (issue 7)
     "CurationConfig", "CurationReport", "MetricScope", "MetricValue",
     # GRPO stage (METHODS.md §13)

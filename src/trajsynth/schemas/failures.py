@@ -69,6 +69,12 @@ class SandboxStartError(SandboxError, EnvironmentStartError):
     """The sandbox could not be created or started (no engine, no image, no cgroup, ...)."""
 
 
+class SandboxGone(SandboxError):
+    """The sandbox is not there to act on: never started, closed, or its container died or
+    was removed. Permanent: trying the operation again cannot help (other ``SandboxError``s,
+    an operation that failed or broke mid-way in a live sandbox, may be transient)."""
+
+
 class SandboxTimeout(SandboxError):
     """A command in the sandbox ran past its wall-clock limit and was killed."""
 
