@@ -182,7 +182,7 @@ def eval_policy(
             budgets=budgets,
             sandbox=SandboxKind.LOCAL if smoke else SandboxKind.AUTO,
             template_user=template_user,
-            embedded_ctx=cli.settings().llm.embedded_ctx,
+            embedded_ctx=cli.settings().run.llm.embedded_ctx,
         )
     )
     row = eval_row(

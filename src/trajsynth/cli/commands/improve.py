@@ -127,7 +127,7 @@ def improve(
         run_config = run_config.model_copy(update={"policy": policy_ref(policy, store)})
     loop = loop_id(run_config, rounds, sft_cfg)
     work = work_dir or Path("runs") / "improve" / loop
-    workers = loaded.run.task_runner_workers
+    workers = loaded.runner.workers
     console.print(f"loop [bold]{loop}[/]: {rounds} round(s), models and data in {work}")
 
     def synthesize(cfg: Any) -> None:
