@@ -295,8 +295,14 @@ async def _user_turn(
             return checked
         failed.append(checked.role_break)
     calls = [c for t in path.turns for c in t.calls]
-    met = goal_looks_met(blueprint, calls, last_assistant, episode.openai_tools)
-    scripted = scripted_user_turn(blueprint, last_assistant, path.revealed, goal_met=met)
+    met = user_sim.scripted_fallback and goal_looks_met(
+        blueprint, calls, last_assistant, episode.openai_tools
+    )
+    scripted = (
+        scripted_user_turn(blueprint, last_assistant, path.revealed, goal_met=met)
+        if user_sim.scripted_fallback
+        else None
+    )
     if scripted is None:
         detail = failed[0] if len(set(failed)) == 1 else "; ".join(dict.fromkeys(failed))
         path.end(Termination.SIMULATOR_ERROR, FailureClass.SIMULATOR, detail)

@@ -97,6 +97,11 @@ class UserSimulator(BaseModel):
         description="draws of a user turn after one that failed the checks, before the "
         "scripted fallback",
     )
+    scripted_fallback: bool = Field(
+        default=True,
+        description="when every draw failed, write the turn from the blueprint (off: the "
+        "rollout ends as a simulator failure)",
+    )
     opening_from_goal: bool = Field(
         default=True,
         description="the first user message is the blueprint's goal, written by the planner",
