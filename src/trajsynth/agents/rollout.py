@@ -198,9 +198,18 @@ async def assistant_reply(episode: Episode, path: PathState, *, seed: int) -> Ch
     )
 
 
-async def act(episode: Episode, path: PathState, result: ChatResult, *, user_seed: int) -> _Turn:
+async def act(
+    episode: Episode,
+    path: PathState,
+    result: ChatResult,
+    *,
+    user_seed: int,
+    user_room: int | None = None,
+) -> _Turn:
     """Append one assistant turn and what it produced to ``path``: the tool results of its
-    calls, or the simulated user's answer. Sets ``path.termination`` when the path ends."""
+    calls, or the simulated user's answer. Sets ``path.termination`` when the path ends.
+    ``user_room``: the most tokens the user's turn may generate over all its draws (a tree's
+    budget); a resample that might not fit is not drawn (the turn is scripted instead)."""
     budgets = episode.budgets
     turn_index = len(path.turns)
     turn = _Turn()
@@ -236,7 +245,7 @@ async def act(episode: Episode, path: PathState, result: ChatResult, *, user_see
                 path.end(Termination.INFRA_ERROR, FailureClass.INFRA, record.observation)
                 break
     else:
-        checked = await _user_turn(episode, path, turn, reply.content or "", user_seed)
+        checked = await _user_turn(episode, path, turn, reply.content or "", user_seed, user_room)
         if checked is None:
             return turn
         user_msg = Message(role=MessageRole.USER, content=checked.text)
@@ -256,7 +265,12 @@ async def act(episode: Episode, path: PathState, result: ChatResult, *, user_see
 
 
 async def _user_turn(
-    episode: Episode, path: PathState, turn: _Turn, last_assistant: str, seed: int
+    episode: Episode,
+    path: PathState,
+    turn: _Turn,
+    last_assistant: str,
+    seed: int,
+    room: int | None = None,
 ) -> UserReply | None:
     """The simulated user's answer to ``last_assistant``, checked: drawn up to
     ``1 + user_sim.resamples`` times, else written from the blueprint
@@ -265,8 +279,12 @@ async def _user_turn(
     blueprint, user_sim = episode.blueprint, episode.user_sim
     sim_view = user_sim.view(blueprint, path.messages[1:])
     failed: list[str] = []
+    spent = 0
     for attempt in range(1 + user_sim.resamples):
-        if attempt and path.generated + user_sim.max_tokens > episode.budgets.max_tokens:
+        if attempt and (
+            path.generated + user_sim.max_tokens > episode.budgets.max_tokens
+            or (room is not None and spent + user_sim.max_tokens > room)
+        ):
             break  # another draw could overrun the token budget: script the turn instead
         draw_seed, temperature = user_sim.draw(seed, attempt)
         try:
@@ -283,6 +301,7 @@ async def _user_turn(
         path.usage.append(sim.usage)
         turn.usage.append(sim.usage)
         path.generated += sim.usage.completion_tokens
+        spent += sim.usage.completion_tokens
         if attempt:
             path.user_resamples += 1
         checked = check_user_reply(
