@@ -52,14 +52,24 @@ def _answer(bp: Blueprint) -> str:
     return "Here you go: " + ", ".join(str(v) for v in values) + "."
 
 
-async def _run(bp: Blueprint, fake: ScriptedLLM, tmp_path: Path, **budget: Any):
+# the simulator as it was before resampling: a reply that fails the checks ends the rollout
+STRICT_USER = UserSimulator(resamples=0, scripted_fallback=False)
+
+
+async def _run(
+    bp: Blueprint,
+    fake: ScriptedLLM,
+    tmp_path: Path,
+    user_sim: UserSimulator | None = None,
+    **budget: Any,
+):
     async with InProcessShop("shop", tmp_path, seed=bp.seed) as env:
         return await run_episode(
             blueprint=bp,
             env=env,
             llm=_client(fake),
             assistant=Assistant(),
-            user_sim=UserSimulator(),
+            user_sim=user_sim or UserSimulator(),
             budgets=Budgets(**budget),
             run_id="run_test",
         )
@@ -119,7 +129,7 @@ async def test_simulator_speaking_as_assistant_ends_with_simulator_class(
     read_task: Blueprint, tmp_path: Path
 ) -> None:
     fake = ScriptedLLM([say("How can I help?"), say("Assistant: I will look that up for you.")])
-    result = await _run(read_task, fake, tmp_path)
+    result = await _run(read_task, fake, tmp_path, STRICT_USER)
     assert result.trajectory.termination is Termination.SIMULATOR_ERROR
     assert result.trajectory.failure_class is FailureClass.SIMULATOR
     assert verify(result.trajectory, read_task.constraints, result.final_state).excluded
@@ -151,6 +161,82 @@ async def test_simulator_echoing_the_assistant_is_a_role_break(
 ) -> None:
     text = "The lowest fare for this route on that date is 157.69 dollars in economy."
     fake = ScriptedLLM([say(text), say(text)])
-    result = await _run(read_task, fake, tmp_path)
+    result = await _run(read_task, fake, tmp_path, STRICT_USER)
     assert result.trajectory.failure_class is FailureClass.SIMULATOR
     assert "echoed" in (result.trajectory.failure_detail or "")
+
+
+# --- a user turn that fails the checks is drawn again, then scripted (issues 17/18) ----------
+
+ECHOED = "The lowest fare for this route on that date is 157.69 dollars in economy."
+
+
+def _user_requests(fake: ScriptedLLM) -> list[dict[str, Any]]:
+    return [r for r in fake.requests if "tools" not in r]
+
+
+async def test_an_echoing_user_turn_is_drawn_again(read_task: Blueprint, tmp_path: Path) -> None:
+    fake = ScriptedLLM(
+        [say(ECHOED), say(ECHOED), say(ECHOED), say("That is not what I asked. ###STOP###")]
+    )
+    result = await _run(read_task, fake, tmp_path)
+    fake.assert_consumed()
+    traj = result.trajectory
+    assert traj.failure_class is None and traj.termination is Termination.USER_STOP
+    assert (traj.user_resamples, traj.user_scripted) == (2, 0)
+    draws = _user_requests(fake)
+    assert len({(r.get("seed"), r.get("temperature")) for r in draws}) == 3  # each draw differs
+    assert traj.messages[-1].content == "That is not what I asked."
+    # the failed draws are paid for (user role), and only the kept one is in the dialogue
+    assert sum(u.calls for u in traj.usage if u.role.value == "user") == 3
+    assert not verify(traj, read_task.constraints, result.final_state).excluded
+
+
+async def test_a_user_that_always_echoes_gets_a_scripted_turn(
+    read_task: Blueprint, tmp_path: Path
+) -> None:
+    user = UserSimulator(resamples=2)
+    fake = ScriptedLLM(
+        [say(ECHOED), say(ECHOED), say(ECHOED), say(ECHOED)]
+        + [_gold_call(read_task), say(_answer(read_task)), say("Thanks! ###STOP###")]
+    )
+    result = await _run(read_task, fake, tmp_path, user)
+    fake.assert_consumed()
+    traj = result.trajectory
+    assert traj.failure_class is None and traj.termination is Termination.USER_STOP
+    assert (traj.user_resamples, traj.user_scripted) == (2, 1)
+    scripted = traj.messages[3]
+    assert scripted.role.value == "user" and scripted.content
+    assert ECHOED not in scripted.content
+    for value in read_task.hidden_info.values():  # nothing was asked: nothing revealed
+        assert str(value).lower() not in scripted.content.lower()
+    assert verify(traj, read_task.constraints, result.final_state).passed
+
+
+async def test_a_scripted_user_stops_once_the_goal_looks_met(
+    read_task: Blueprint, tmp_path: Path
+) -> None:
+    # the answer is given, then the simulator parrots it: formerly an excluded trajectory
+    # whose verdict passed; now the scripted user thanks and stops
+    answer = _answer(read_task) + " It is the cheapest option available on that day for you."
+    fake = ScriptedLLM([_gold_call(read_task), say(answer)] + [say(answer)] * 4)
+    result = await _run(read_task, fake, tmp_path)
+    fake.assert_consumed()
+    traj = result.trajectory
+    assert traj.termination is Termination.USER_STOP and traj.failure_class is None
+    assert (traj.user_resamples, traj.user_scripted) == (3, 1)
+    assert "###STOP###" not in (traj.messages[-1].content or "")
+    verdict = verify(traj, read_task.constraints, result.final_state)
+    assert verdict.passed and not verdict.excluded
+
+
+async def test_without_the_fallback_every_failed_draw_is_a_simulator_failure(
+    read_task: Blueprint, tmp_path: Path
+) -> None:
+    fake = ScriptedLLM([say(ECHOED), say(ECHOED), say(ECHOED)])
+    user = UserSimulator(resamples=1, scripted_fallback=False)
+    result = await _run(read_task, fake, tmp_path, user)
+    fake.assert_consumed()
+    traj = result.trajectory
+    assert traj.failure_class is FailureClass.SIMULATOR and traj.user_resamples == 1
+    assert "echoed" in (traj.failure_detail or "")

@@ -254,3 +254,25 @@ def test_node_values_match_the_treerl_example() -> None:
     values = node_values(nodes, chains, [1.0, None, 0.0, 0.0])
     assert values["a"]["value"] == 1.0 and values["a"]["n_leaves"] == 1
     assert values["a1"]["value"] is None
+
+
+async def test_a_parroting_user_is_resampled_then_scripted_within_the_tree_budget(
+    task: Blueprint, tmp_path: Path
+) -> None:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("tools"):
+            seed = body.get("seed", 0) % 991
+            if _assistant_turns(body) % 2 == 0:
+                return tool_call("search_products", {"query": f"q{seed}"}, probs=HIGH)
+            return say(f"Result {seed}: here are the mugs you asked about today.", probs=HIGH)
+        return say(body["messages"][-1]["content"])  # the user parrots the assistant
+
+    config = TreeConfig(max_tree_tokens=2000, deterministic=True)
+    result, budget = await _grow(
+        task, ScriptedLLM([answer] * 500), tmp_path, leaves=4, config=config
+    )
+    assert budget["generated_tokens"] <= config.max_tree_tokens
+    trajectories = [leaf.trajectory for leaf in result.leaves]
+    assert trajectories and all(t.failure_class is None for t in trajectories)
+    scripted = [t for t in trajectories if t.user_scripted]
+    assert scripted and all(t.user_resamples >= 1 for t in scripted)

@@ -64,3 +64,20 @@ def test_the_summary_prints_the_reasons_of_a_poor_run(tmp_path: Path) -> None:
     assert "why so little passed" in text
     assert "failure class model" in text and "stopped by max_turns" in text
     assert "raise [run.budgets] max_turns in synth.toml" in text
+
+
+def test_redrawn_user_turns_are_read_by_sql_and_summed(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.duckdb")
+    a = make_trajectory("a", [[GOOD]]).model_copy(update={"user_resamples": 2})
+    b = make_trajectory("b", [[GOOD]]).model_copy(update={"user_resamples": 3, "user_scripted": 1})
+    store.insert("trajectories", [a, b, make_trajectory("c", [[GOOD]])])
+    store.insert("verdicts", [make_verdict(t, True) for t in ("a", "b", "c")])
+    rows = store.query(
+        "SELECT trajectory_id, user_resamples, user_scripted FROM trajectories ORDER BY 1"
+    )
+    assert [(r["user_resamples"], r["user_scripted"]) for r in rows] == [(2, 0), (3, 1), (0, 0)]
+    summary = summarize_run(store, "run-1", wall_s=1.0)
+    assert (summary.user_resamples, summary.user_scripted) == (5, 1)
+    console = Console(record=True, width=200)
+    print_summary(summary, console=console, store_path=str(store.path))
+    assert "5 resampled draws, 1 scripted" in console.export_text()

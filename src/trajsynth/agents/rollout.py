@@ -18,7 +18,13 @@ from pydantic import JsonValue
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.entropy import step_uncertainty
 from trajsynth.agents.llm import ChatResult, LLMClient
-from trajsynth.agents.user_sim import UserSimulator, check_user_reply
+from trajsynth.agents.user_sim import (
+    UserReply,
+    UserSimulator,
+    check_user_reply,
+    goal_looks_met,
+    scripted_user_turn,
+)
 from trajsynth.mcp_servers.tool_calls import ToolResult, call_record, check_tool_call
 from trajsynth.schemas import (
     AgentRole,
@@ -131,6 +137,8 @@ class PathState:
     revealed: set[str] = field(default_factory=set)
     n_calls: int = 0
     generated: int = 0
+    user_resamples: int = 0  # simulator draws after one that failed its checks
+    user_scripted: int = 0  # user turns written from the blueprint (every draw failed)
     termination: Termination | None = None
     failure: FailureClass | None = None
     detail: str | None = None
@@ -147,6 +155,8 @@ class PathState:
             revealed=set(self.revealed),
             n_calls=self.n_calls,
             generated=self.generated,
+            user_resamples=self.user_resamples,
+            user_scripted=self.user_scripted,
         )
 
     def end(
@@ -188,10 +198,19 @@ async def assistant_reply(episode: Episode, path: PathState, *, seed: int) -> Ch
     )
 
 
-async def act(episode: Episode, path: PathState, result: ChatResult, *, user_seed: int) -> _Turn:
+async def act(
+    episode: Episode,
+    path: PathState,
+    result: ChatResult,
+    *,
+    user_seed: int,
+    user_room: int | None = None,
+) -> _Turn:
     """Append one assistant turn and what it produced to ``path``: the tool results of its
-    calls, or the simulated user's answer. Sets ``path.termination`` when the path ends."""
-    blueprint, budgets = episode.blueprint, episode.budgets
+    calls, or the simulated user's answer. Sets ``path.termination`` when the path ends.
+    ``user_room``: the most tokens the user's turn may generate over all its draws (a tree's
+    budget); a resample that might not fit is not drawn (the turn is scripted instead)."""
+    budgets = episode.budgets
     turn_index = len(path.turns)
     turn = _Turn()
     path.turns.append(turn)
@@ -226,31 +245,9 @@ async def act(episode: Episode, path: PathState, result: ChatResult, *, user_see
                 path.end(Termination.INFRA_ERROR, FailureClass.INFRA, record.observation)
                 break
     else:
-        user_sim = episode.user_sim
-        sim_view = user_sim.view(blueprint, path.messages[1:])
-        try:
-            sim = await episode.llm.chat(
-                sim_view,
-                role=AgentRole.USER,
-                temperature=user_sim.temperature,
-                max_tokens=user_sim.max_tokens,
-                seed=user_seed,
-            )
-        except InfraError as exc:
-            path.end(Termination.INFRA_ERROR, FailureClass.INFRA, str(exc))
+        checked = await _user_turn(episode, path, turn, reply.content or "", user_seed, user_room)
+        if checked is None:
             return turn
-        path.usage.append(sim.usage)
-        turn.usage.append(sim.usage)
-        path.generated += sim.usage.completion_tokens
-        checked = check_user_reply(
-            sim.message.content or "", blueprint, reply.content or "", path.revealed
-        )
-        if checked.role_break:
-            path.end(Termination.SIMULATOR_ERROR, FailureClass.SIMULATOR, checked.role_break)
-            return turn
-        for slot, value in blueprint.hidden_info.items():
-            if str(value).lower() in checked.text.lower():
-                path.revealed.add(slot)
         user_msg = Message(role=MessageRole.USER, content=checked.text)
         if checked.stop:
             if checked.text:
@@ -265,6 +262,75 @@ async def act(episode: Episode, path: PathState, result: ChatResult, *, user_see
     if not path.done and len(path.turns) >= budgets.max_turns:
         path.end(Termination.MAX_TURNS)
     return turn
+
+
+async def _user_turn(
+    episode: Episode,
+    path: PathState,
+    turn: _Turn,
+    last_assistant: str,
+    seed: int,
+    room: int | None = None,
+) -> UserReply | None:
+    """The simulated user's answer to ``last_assistant``, checked: drawn up to
+    ``1 + user_sim.resamples`` times, else written from the blueprint
+    (``user_sim.scripted_user_turn``). Ends ``path`` and returns None on an infra fault or when
+    no valid turn could be made (``simulator``)."""
+    blueprint, user_sim = episode.blueprint, episode.user_sim
+    sim_view = user_sim.view(blueprint, path.messages[1:])
+    failed: list[str] = []
+    spent = 0
+    for attempt in range(1 + user_sim.resamples):
+        if attempt and (
+            path.generated + user_sim.max_tokens > episode.budgets.max_tokens
+            or (room is not None and spent + user_sim.max_tokens > room)
+        ):
+            break  # another draw could overrun the token budget: script the turn instead
+        draw_seed, temperature = user_sim.draw(seed, attempt)
+        try:
+            sim = await episode.llm.chat(
+                sim_view,
+                role=AgentRole.USER,
+                temperature=temperature,
+                max_tokens=user_sim.max_tokens,
+                seed=draw_seed,
+            )
+        except InfraError as exc:
+            path.end(Termination.INFRA_ERROR, FailureClass.INFRA, str(exc))
+            return None
+        path.usage.append(sim.usage)
+        turn.usage.append(sim.usage)
+        path.generated += sim.usage.completion_tokens
+        spent += sim.usage.completion_tokens
+        if attempt:
+            path.user_resamples += 1
+        checked = check_user_reply(
+            sim.message.content or "", blueprint, last_assistant, path.revealed
+        )
+        if checked.role_break is None:
+            for slot, value in blueprint.hidden_info.items():
+                if str(value).lower() in checked.text.lower():
+                    path.revealed.add(slot)
+            return checked
+        failed.append(checked.role_break)
+    calls = [c for t in path.turns for c in t.calls]
+    met = user_sim.scripted_fallback and goal_looks_met(
+        blueprint, calls, last_assistant, episode.openai_tools
+    )
+    scripted = (
+        scripted_user_turn(blueprint, last_assistant, path.revealed, goal_met=met)
+        if user_sim.scripted_fallback
+        else None
+    )
+    if scripted is None:
+        detail = failed[0] if len(set(failed)) == 1 else "; ".join(dict.fromkeys(failed))
+        path.end(Termination.SIMULATOR_ERROR, FailureClass.SIMULATOR, detail)
+        return None
+    checked, shown = scripted
+    path.user_scripted += 1
+    path.revealed.update(shown)
+    log.debug("user turn scripted after %d failed draws: %s", len(failed), failed)
+    return checked
 
 
 def assistant_seed(blueprint: Blueprint, sample: int, turn_index: int) -> int:
@@ -469,6 +535,8 @@ def leaf_trajectory(
         failure_detail=path.detail,
         usage=usage_totals(path.usage),
         n_turns=sum(1 for t in path.turns if t.messages),
+        user_resamples=path.user_resamples,
+        user_scripted=path.user_scripted,
         final_state_hash=final_state.state_hash if final_state else None,
         wall_s=wall_s,
     )

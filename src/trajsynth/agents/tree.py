@@ -413,7 +413,11 @@ class _TreeGrower:
                 self.h_init, _ = step_uncertainty(result.token_logprobs, result.top_logprobs)
             turn_index = len(child_path.turns)
             turn = await act(
-                self.ep, child_path, result, user_seed=self._seed(node, 1000 + turn_index + k)
+                self.ep,
+                child_path,
+                result,
+                user_seed=self._seed(node, 1000 + turn_index + k),
+                user_room=self.cfg.max_tree_tokens - self.generated,
             )
             self.generated += sum(u.completion_tokens for u in turn.usage[1:])
             self.usage.extend(turn.usage[1:])

@@ -2,8 +2,13 @@
 
 It sees the persona, the goal and the hidden facts, never the tool path or the constraints. It
 reveals a hidden fact only when the assistant asks for it and ends the dialogue with an explicit
-stop marker. Leaving the role (speaking as the assistant, emitting tool calls) or leaking a
-hidden fact unasked ends the rollout with failure class ``simulator``: excluded from pass rates.
+stop marker. A reply that leaves the role (speaks as the assistant, echoes it, emits tool calls)
+or leaks a hidden fact unasked is never used: the turn is drawn again (``resamples`` times, each
+with another seed and a higher temperature), and when every draw fails ``scripted_user_turn``
+writes the turn from the blueprint without a model (the stop marker when the goal's checks look
+met, the hidden facts the assistant asked for by name, else the goal restated). Only when that
+fails the checks too does the rollout end with failure class ``simulator`` (excluded from pass
+rates). The trajectory counts both (``user_resamples``, ``user_scripted``).
 """
 
 from __future__ import annotations
@@ -15,9 +20,27 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajsynth.schemas import Blueprint, Message, MessageRole
+from trajsynth.curation.verify import CHECKERS, VerifyContext
+from trajsynth.schemas import (
+    Blueprint,
+    CodeTestsPass,
+    EnvState,
+    FinalState,
+    Message,
+    MessageRole,
+    Termination,
+    ToolCallRecord,
+    Trajectory,
+)
 
-__all__ = ["UserReply", "UserSimulator", "check_user_reply"]
+__all__ = [
+    "UserReply",
+    "UserSimulator",
+    "asked_slots",
+    "check_user_reply",
+    "goal_looks_met",
+    "scripted_user_turn",
+]
 
 STOP_MARKER = "###STOP###"
 
@@ -68,10 +91,30 @@ class UserSimulator(BaseModel):
     )
     temperature: float | None = Field(default=0.3)
     max_tokens: int = 96
+    resamples: int = Field(
+        default=3,
+        ge=0,
+        description="draws of a user turn after one that failed the checks, before the "
+        "scripted fallback",
+    )
+    scripted_fallback: bool = Field(
+        default=True,
+        description="when every draw failed, write the turn from the blueprint (off: the "
+        "rollout ends as a simulator failure)",
+    )
     opening_from_goal: bool = Field(
         default=True,
         description="the first user message is the blueprint's goal, written by the planner",
     )
+
+    def draw(self, base_seed: int, attempt: int) -> tuple[int, float | None]:
+        """(seed, temperature) of draw ``attempt`` of one user turn (0: the first draw): each
+        resample another seed and a higher temperature, so a model that parrots the assistant
+        at one setting gets a different reply."""
+        if attempt == 0:
+            return base_seed, self.temperature
+        base = 0.7 if self.temperature is None else self.temperature
+        return base_seed + 7907 * attempt, round(min(1.0, base + 0.3 * attempt), 3)
 
     def system_message(self, blueprint: Blueprint) -> Message:
         hidden = json.dumps(blueprint.hidden_info) if blueprint.hidden_info else "nothing else"
@@ -123,3 +166,114 @@ def check_user_reply(
         # A short thanks after an answer ends the dialogue even when the marker was forgotten.
         stop = True
     return UserReply(clean, stop, None)
+
+
+# --- the scripted fallback: a user turn written from the blueprint, no model -------------------
+
+_GENERIC = {"id", "ids", "the", "of", "my", "a", "an", "value", "number", "no", "num"}
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+
+def _slot_words(slot: str) -> list[str]:
+    words = [w for w in re.split(r"[_\W]+", slot.lower()) if w]
+    specific = [w for w in words if w not in _GENERIC]
+    return [_stem(w) for w in (specific or words)]
+
+
+def asked_slots(blueprint: Blueprint, last_assistant: str) -> list[str]:
+    """The hidden slots the assistant's message asks for by name: a question (``?``, as the
+    leak check reads "asked") naming every specific word of the slot ("order_id" -> "order",
+    "departure_date" -> "departure" and "date"; plurals ignored)."""
+    if "?" not in last_assistant:
+        return []
+    said = {_stem(w) for w in _WORD.findall(last_assistant.lower())}
+    return [
+        slot
+        for slot in blueprint.hidden_info
+        if (words := _slot_words(slot)) and all(w in said for w in words)
+    ]
+
+
+def _say(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(_say(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_say(v)}" for k, v in value.items())
+    return str(value)
+
+
+def goal_looks_met(
+    blueprint: Blueprint, calls: Sequence[ToolCallRecord], answer: str, tools: Sequence[dict]
+) -> bool:
+    """Whether the hard constraints that can be checked mid-dialogue (every kind but the end
+    state and sandbox code tests) all hold on the calls so far and the assistant's last words,
+    with at least one such constraint: the scripted user may then thank and stop."""
+    checkable = [
+        c for c in blueprint.constraints if c.hard and not isinstance(c, FinalState | CodeTestsPass)
+    ]
+    if not checkable:
+        return False
+    partial = Trajectory(
+        trajectory_id="partial",
+        run_id="partial",
+        blueprint_id=blueprint.blueprint_id,
+        tree_id="partial",
+        leaf_node_id="partial",
+        cluster_id=blueprint.cluster_id,
+        messages=[],
+        tools=list(tools),
+        calls=list(calls),
+        final_answer=answer or None,
+        termination=Termination.USER_STOP,
+    )
+    ctx = VerifyContext.build(partial, EnvState(state_hash="unavailable", readable=False))
+    for constraint in checkable:
+        check = CHECKERS.find(constraint.kind)
+        if check is None or not check(constraint, ctx)[0]:
+            return False
+    return True
+
+
+def scripted_user_turn(
+    blueprint: Blueprint,
+    last_assistant: str,
+    revealed: set[str],
+    *,
+    goal_met: bool = False,
+) -> tuple[UserReply, list[str]] | None:
+    """A user turn written from the blueprint when every simulator draw failed the checks:
+    thanks and the stop marker when ``goal_met``; else the hidden facts the assistant asked for
+    by name (never one it did not ask for); else the goal restated; else a short nudge. The
+    first candidate that passes ``check_user_reply`` wins, with the slots it reveals; None when
+    none does (the turn is then a ``simulator`` failure)."""
+    candidates: list[tuple[str, list[str]]] = []
+    if goal_met:
+        candidates.append(("Thanks, that is all I needed. " + STOP_MARKER, []))
+    slots = asked_slots(blueprint, last_assistant)
+    if slots:
+        facts = " ".join(
+            f"My {slot.replace('_', ' ')} is {_say(blueprint.hidden_info[slot])}." for slot in slots
+        )
+        candidates.append((facts, slots))
+    candidates.append((f"To repeat my request: {blueprint.goal}", []))
+    candidates.append(("Please go ahead with my request.", []))
+    for text, shown in candidates:
+        allowed = revealed | set(shown)
+        if any(
+            _said(value, text)
+            for slot, value in blueprint.hidden_info.items()
+            if slot not in allowed
+        ):
+            continue  # never a fact the assistant did not ask for (a goal that holds one)
+        checked = check_user_reply(text, blueprint, last_assistant, allowed)
+        if checked.role_break is None:
+            return checked, shown
+    return None
+
+
+def _said(value: object, text: str) -> bool:
+    shown = _say(value)
+    return len(shown) >= 3 and shown.lower() in text.lower()

@@ -25,7 +25,7 @@ _CLASS_HINT = {
     "tool": "tool calls failed: `synth clusters show CLUSTER` lists the tools and their "
     "schemas; an outside server may need its state or credentials",
     "simulator": "the user simulator broke (excluded from pass rates): a model that follows "
-    "the simulator prompt, or a lower [run.llm] temperature",
+    "the simulator prompt, a lower [run.llm] temperature, or more [run] user_resamples",
     "infra": "sandbox or server faults (excluded from pass rates): run `synth doctor`",
 }
 _STOP_HINT = {

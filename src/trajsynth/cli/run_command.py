@@ -167,6 +167,12 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
     table.add_row(
         "terminations", ", ".join(f"{k}: {v}" for k, v in sorted(summary.terminations.items()))
     )
+    if summary.user_resamples or summary.user_scripted:
+        table.add_row(
+            "user turns redrawn",
+            f"{summary.user_resamples} resampled draws, {summary.user_scripted} scripted "
+            "from the blueprint (simulator replies that failed the checks)",
+        )
     for role, tokens in sorted(summary.tokens_by_role.items()):
         secs = summary.llm_seconds_by_role.get(role, 0.0)
         table.add_row(f"tokens ({role})", f"{tokens:,} in {secs:.1f} s")

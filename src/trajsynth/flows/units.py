@@ -359,7 +359,8 @@ async def grow_unit(
             ) as env,
         ):
             client = TurnReporter(client, blueprint.blueprint_id)  # per-turn progress (issue 20)
-            assistant, user_sim = assistant_for(config), UserSimulator()
+            assistant = assistant_for(config)
+            user_sim = UserSimulator(resamples=config.user_resamples)
             budget = unit_token_budget(config)
             shown = shown_tools(blueprint, env.tools, context_tokens=context_tokens(config))
             if mode is RolloutMode.TREE:

@@ -121,6 +121,15 @@ class RunConfig(Record):
         "episodes (0: a new sandbox per episode); not part of the run id",
     )
     planner_retries: int = Field(default=1, ge=0)
+    user_resamples: int = Field(
+        default=3,
+        ge=0,
+        description=(
+            "draws of a user turn after one that failed the simulator checks (echo, role "
+            "break, leak), each with another seed and a higher temperature; then the turn is "
+            "written from the blueprint"
+        ),
+    )
     assistant_tool_choice: Literal["auto", "required"] | None = Field(
         default=None,
         description=(

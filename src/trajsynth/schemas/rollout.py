@@ -151,6 +151,12 @@ class Trajectory(Record):
     attempts: int = 1
     usage: list[UsageTotals] = Field(default_factory=list)
     n_turns: int = 0
+    user_resamples: int = Field(
+        default=0, ge=0, description="simulator draws made again after a reply failed its checks"
+    )
+    user_scripted: int = Field(
+        default=0, ge=0, description="user turns written from the blueprint (every draw failed)"
+    )
     final_state_hash: str | None = None
     wall_s: float = 0.0
     source: Literal["rollout", "gold"] = Field(

@@ -264,6 +264,12 @@ class TrajectoryRow(Row):
     attempts: int | None = _c("tries it took (infra retries)")
     usage: Json = _c("tokens and time by role")
     n_turns: int | None = _c("assistant turns")
+    user_resamples: int | None = _c(
+        "user-simulator draws made again after a reply failed its checks (echo, role, leak)"
+    )
+    user_scripted: int | None = _c(
+        "user turns written from the blueprint without a model (every simulator draw failed)"
+    )
     n_calls: int | None = _c("tool calls")
     total_tokens: BigInt | None = _c("tokens of the rollout, all roles")
     final_state_hash: str | None = _c("hash of the end state (final_states)")

@@ -21,6 +21,10 @@ class RunSummary(BaseModel):
     pass_rate: float | None
     failures_by_class: dict[str, int]
     terminations: dict[str, int]
+    # simulator draws made again after a reply failed its checks, and user turns scripted from
+    # the blueprint when every draw failed (issues 17/18)
+    user_resamples: int = 0
+    user_scripted: int = 0
     tokens_by_role: dict[str, int]
     llm_seconds_by_role: dict[str, float]
     tokens_per_verified: float | None
@@ -87,6 +91,11 @@ def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         "SELECT termination AS k, count(*) AS n FROM trajectories WHERE run_id = ? GROUP BY 1",
         [run_id],
     )
+    sim = q(
+        "SELECT sum(user_resamples) AS r, sum(user_scripted) AS s FROM trajectories "
+        "WHERE run_id = ?",
+        [run_id],
+    )
     usage = q(
         "SELECT role, sum(prompt_tokens + completion_tokens) AS tokens, sum(latency_s) AS secs "
         "FROM llm_calls WHERE run_id = ? GROUP BY role",
@@ -113,6 +122,8 @@ def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         pass_rate=passed / counted if counted else None,
         failures_by_class={r["k"]: int(r["n"]) for r in failures if r["k"] != "none"},
         terminations={r["k"]: int(r["n"]) for r in terms},
+        user_resamples=int(sim[0]["r"] or 0) if sim else 0,
+        user_scripted=int(sim[0]["s"] or 0) if sim else 0,
         tokens_by_role=tokens,
         llm_seconds_by_role=secs,
         tokens_per_verified=sum(tokens.values()) / passed if passed else None,
