@@ -338,6 +338,9 @@ async def test_a_server_that_dies_twice_answers_the_third_try_in_docker(
     )
     async with env:
         await _flaky_round_trip(env)
+        # after it all: three restarts, two resends (the reads), the write applied once
+        assert (env.restarts, env.retries) == (3, 2)
+        assert _items(await env.call_tool("list_items", {})) == ["a"]
 
 
 class _Flaky:
