@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -329,8 +330,6 @@ def test_setsid_child_past_the_timeout_is_killed(sandbox: Sandbox) -> None:
 def _mount_tops_under_tmp(sandbox: Sandbox) -> set[str]:
     """Top directories under /tmp that the sandbox's own mounts (work dir, interpreter
     prefix, the trajsynth package) put there; none in a sandbox whose paths lie elsewhere."""
-    import sys
-
     paths = [Path(sandbox.workdir), Path(sys.prefix), Path(trajsynth.__file__).parent]
     return {
         p.resolve().relative_to("/tmp").parts[0]
