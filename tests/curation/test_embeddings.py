@@ -83,6 +83,41 @@ def test_calibration_is_measured_once_then_read_from_its_file(
     assert calibrated_setting.__wrapped__(max_seq_length=33, path=path) == first
 
 
+def test_a_calibration_made_under_load_has_its_workers_measured_again_when_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured: list[tuple[str, int]] = []
+    busy = {"float32": 1.0, "bfloat16": 50.0}
+
+    def fake_measure(max_seq_length: int, batch_size: int):
+        def rate(dtype: str, threads: int) -> float:
+            measured.append((dtype, threads))
+            # busy: a second worker only slows things; quiet: it doubles the rate
+            return busy[dtype] * (threads if quiet["now"] else 1 / threads)
+
+        return rate
+
+    quiet = {"now": False}
+    monkeypatch.setattr(embeddings, "_measure", fake_measure)
+    monkeypatch.setattr(embeddings, "load_per_core", lambda: 3.0)
+    path = tmp_path / "calibration.json"
+    first = calibrated_setting.__wrapped__(max_seq_length=33, path=path)
+    assert (first.dtype, first.threads, first.load_per_core) == ("bfloat16", 1, 3.0)
+
+    busy["float32"] = 500.0  # would win now, but the kept dtype stays
+    quiet["now"] = True
+    monkeypatch.setattr(embeddings, "load_per_core", lambda: 0.2)
+    measured.clear()
+    second = calibrated_setting.__wrapped__(max_seq_length=33, path=path)
+    assert (second.dtype, second.threads, second.load_per_core) == ("bfloat16", 2, 0.2)
+    assert {d for d, _ in measured} == {"bfloat16"}  # only the workers were measured
+
+    measured.clear()
+    monkeypatch.setattr(embeddings, "load_per_core", lambda: 1.9)  # busier than at 0.2: kept
+    assert calibrated_setting.__wrapped__(max_seq_length=33, path=path) == second
+    assert not measured
+
+
 @pytest.mark.slow
 def test_calibration_measures_the_real_model(tmp_path: Path) -> None:
     setting = calibrated_setting.__wrapped__(max_seq_length=64, path=tmp_path / "c.json")
