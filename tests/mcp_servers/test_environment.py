@@ -369,14 +369,15 @@ async def test_sandbox_faults_are_retried_with_backoff_in_docker(
         assert (snapshot.calls, env.retries) == (3, 2)
         exec_ = _Flaky(docker_sandbox.exec, failures=2)
         monkeypatch.setattr(docker_sandbox, "exec", exec_)
-        assert (await env.state()).state_hash == initial.state_hash
+        # the state dump in the sandbox (what state() runs when no session serves it)
+        assert (await env._dump_state()).state_hash == initial.state_hash
         assert (exec_.calls, env.retries) == (3, 4)
         await env.restore(handle)
 
         broken = _Flaky(docker_sandbox.exec, failures=10**6)
         monkeypatch.setattr(docker_sandbox, "exec", broken)
         with pytest.raises(SandboxError, match="injected fault 3"):
-            await env.state()  # infra after call_attempts tries
+            await env._dump_state()  # infra after call_attempts tries
         assert broken.calls == env.call_attempts
 
 
@@ -547,3 +548,23 @@ async def test_pooled_containers_start_each_episode_fresh() -> None:
     seen = await _pooled_episodes(SandboxKind.DOCKER)
     _assert_each_episode_fresh(seen)
     assert seen["second"] == seen["seeded"] != seen["written"]
+
+
+async def test_the_state_served_over_mcp_is_the_sandbox_dump(shop_local: Environment) -> None:
+    # bench/environment.py: a served read takes a few ms, a dump process 45-83 ms (issue 19)
+    served = await shop_local._served_state()
+    assert served is not None and served == await shop_local._dump_state()
+    user = served.tables["users"][0]["user_id"]
+    product = served.tables["products"][0]["product_id"]
+    added = await shop_local.call_tool(
+        "add_to_cart", {"user_id": user, "product_id": product, "quantity": 1}
+    )
+    assert not added.is_error, added.text
+    after = await shop_local.state()
+    assert after.state_hash != served.state_hash
+    assert after == await shop_local._dump_state() == await shop_local._served_state()
+    conn = shop_local._conn
+    assert conn is not None
+    await conn.close()  # no live session: the state is dumped in the sandbox, the same
+    assert await shop_local._served_state() is None
+    assert await shop_local.state() == after

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SEED_ENV",
+    "STATE_URI",
     "WORKDIR_ENV",
     "Column",
     "FileStore",
@@ -43,6 +44,7 @@ __all__ = [
     "env_seed",
     "env_workdir",
     "fail",
+    "serve_state",
     "from_row",
     "ignored_path",
     "insert",
@@ -376,6 +378,30 @@ class FileStore:
 
     def dump(self, workdir: Path | None = None) -> dict[str, Any]:
         return dump_files(workdir or env_workdir(), self.name)
+
+
+STATE_URI = "trajsynth://state"
+"""The MCP resource a bundled server serves its canonical state at (``serve_state``)."""
+
+
+def serve_state(server: Any, store: Store | FileStore) -> None:
+    """Serve ``store.dump()`` as the MCP resource ``STATE_URI`` on ``server`` (an
+    ``MCPServer``; not imported here, so dumping keeps to the stdlib).
+
+    The environment reads the state over the session it already holds (a few milliseconds)
+    instead of starting an interpreter in the sandbox per read (45 ms in Docker, 83 ms in the
+    local sandbox, measured by ``bench/environment.py``); the dump still runs inside the
+    sandbox, in the server's process. Resources are never shown to the model: it gets tools.
+    """
+
+    @server.resource(
+        STATE_URI,
+        name="trajsynth-state",
+        mime_type="application/json",
+        description="This environment's canonical state, for trajsynth's verifier.",
+    )
+    def canonical_state() -> str:
+        return canonical_json(store.dump())
 
 
 def dump_files(root: Path, name: str) -> dict[str, Any]:

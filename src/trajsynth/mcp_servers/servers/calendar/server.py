@@ -33,6 +33,7 @@ from trajsynth.mcp_servers.servers._backend import (
     one,
     one_or_fail,
     read_tool,
+    serve_state,
     write_tool,
 )
 
@@ -113,6 +114,7 @@ server = MCPServer(
     name="calendar",
     instructions="A team's shared calendar and email. Dates are YYYY-MM-DD, times HH:MM (24 h).",
 )
+serve_state(server, STORE)
 
 Response = Literal["accepted", "declined", "tentative"]
 

@@ -37,6 +37,7 @@ from trajsynth.mcp_servers.servers._backend import (
     fail,
     ignored_path,
     read_tool,
+    serve_state,
     write_tool,
 )
 from trajsynth.sandboxes._agent import become_subreaper, run_process
@@ -83,6 +84,7 @@ server = MCPServer(
         "directory; there is no network."
     ),
 )
+serve_state(server, STORE)
 
 # ---------------------------------------------------------------- output models
 

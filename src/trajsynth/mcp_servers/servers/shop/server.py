@@ -32,6 +32,7 @@ from trajsynth.mcp_servers.servers._backend import (
     one,
     one_or_fail,
     read_tool,
+    serve_state,
     write_tool,
 )
 
@@ -188,6 +189,7 @@ server = MCPServer(
     name="shop",
     instructions="An online shop's customer-service tools. Amounts are in USD.",
 )
+serve_state(server, STORE)
 
 # ---------------------------------------------------------------- output models
 

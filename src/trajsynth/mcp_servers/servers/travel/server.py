@@ -35,6 +35,7 @@ from trajsynth.mcp_servers.servers._backend import (
     one,
     one_or_fail,
     read_tool,
+    serve_state,
     write_tool,
 )
 
@@ -233,6 +234,7 @@ server = MCPServer(
     name="travel",
     instructions="An airline's booking tools. Prices are per passenger in USD; dates YYYY-MM-DD.",
 )
+serve_state(server, STORE)
 
 Cabin = Literal["economy", "business"]
 FareBasis = Literal["basic", "standard", "flex"]
