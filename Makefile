@@ -26,9 +26,14 @@ FAST_TIER := not slow and not docker and not llm and not gpu
 # containers and training steps each want the whole machine.
 PARALLEL := -n 2 --dist worksteal
 
+# JUNIT_DIR (CI): each half writes its JUnit XML there. Both halves run; either failing fails.
 test: setup
-	$(BIN)/python -m pytest $(PARALLEL) -m "$(FAST_TIER)" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m "not ($(FAST_TIER))" $(PYTEST_ARGS)
+	@status=0; \
+	$(BIN)/python -m pytest $(PARALLEL) -m "$(FAST_TIER)" $(PYTEST_ARGS) \
+	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-fast.xml) || status=$$?; \
+	$(BIN)/python -m pytest -m "not ($(FAST_TIER))" $(PYTEST_ARGS) \
+	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-tiers.xml) || status=$$?; \
+	exit $$status
 
 test-fast: $(STAMPS)/deps
 	$(BIN)/python -m pytest $(PARALLEL) -m "$(FAST_TIER)" $(PYTEST_ARGS)
