@@ -26,6 +26,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,13 @@ def _take(pairs: list[Any], tokens: list[int], budget: int) -> tuple[list[Any], 
         out.append(pair)
         used += n
     return out, used
+
+
+def _failures(tries: list[Any]) -> dict[str, int]:
+    """Failure classes of the tries that did not pass, most common first
+    ("constraint_failed": the episode ended cleanly and the verifier failed it)."""
+    counts = Counter(t.failure_class or "constraint_failed" for t in tries if not t.passed)
+    return dict(counts.most_common())
 
 
 async def _base_rollouts(tasks, clusters, sandbox, budgets):
@@ -226,6 +234,7 @@ def main() -> None:
             s = summarize(tries, k=args.samples)
             row[split] = s.pass1.model_dump() if s.pass1 else None
             row[f"{split}_n"] = s.n_tries - s.n_excluded
+            row[f"{split}_failures"] = _failures(tries)
             log(f"eval {name} on {split}: {row[split]}")
         table.append(row)
     figures["eval"] = table
@@ -247,6 +256,11 @@ def main() -> None:
                 else f"{iv['estimate']:.2f} [{iv['low']:.2f}, {iv['high']:.2f}] n={n}"
             )
         print(f"{row['policy']:16} {cells[0]:38} {cells[1]:32}")
+    print("why the tries failed (failure class: count), per policy and split:")
+    for row in table:
+        for key in ("a_heldout_seeds", f"b_loco_{args.loco}"):
+            shown = ", ".join(f"{k}: {v}" for k, v in row[f"{key}_failures"].items()) or "-"
+            print(f"  {row['policy']:16} {key:20} {shown}")
     print("targets: SFT >= 2x base on (a); verified > unverified; (b) above base")
     print(f"wall {figures['wall_s']:.0f} s, peak RSS {figures['peak_rss_mb'] / 1024:.2f} GB")
     if args.json:
