@@ -71,8 +71,8 @@ async def test_a_request_given_up_on_is_never_computed(
     """0.2 s (0.4 s on the retry) is too little for 512 tokens: each attempt is given up
     on, and the server is restarted before the retry and after the last one, so neither is
     computed to the end; the next request is then computed exactly once. (The model may
-    answer in a few words inside 0.2 s on a quiet machine: then nothing was given up and that
-    answer was computed once.)"""
+    answer in a few words inside 0.2 s, or 0.4 s on the retry, on a quiet machine: then that
+    answer was computed once, and a try given up before it never.)"""
     async with _client(server, timeout_s=0.2, max_tokens=512, max_retries=1) as client:
         # as if the server had been measured very fast, with no slack: the timeout is the
         # 0.2 s setting
@@ -88,8 +88,10 @@ async def test_a_request_given_up_on_is_never_computed(
             assert server.restarts == ["timeout", "timeout"]
             assert server.computed_requests() == 0
             before = 0
-        else:  # answered inside its timeout after all: computed once, never again
-            assert server.restarts == [] and server.computed_requests() == 1
+        else:  # answered inside its timeout after all, at once or on the retry (0.4 s) after
+            # the first try was given up and its server restarted: computed once, never again
+            assert server.restarts in ([], ["timeout"])
+            assert server.computed_requests() == 1
             before = 1
     async with _client(server) as client:
         await client.chat(ASK, role=AgentRole.USER, seed=3)
