@@ -599,10 +599,7 @@ class Environment:
                 f"{result.stderr.strip()[-1500:]}"
             )
         try:
-            data = json.loads(result.stdout)
-            state = EnvState.model_validate(
-                {"state_hash": data["state_hash"], "tables": data.get("tables", {})}
-            )
+            state = _dumped_state(result.stdout)
         except (ValueError, KeyError, TypeError) as exc:
             raise MCPServerError(
                 f"{self.cluster.cluster_id}: state dump is not an EnvState: {result.stdout[:300]!r}"
@@ -633,10 +630,7 @@ class Environment:
             try:
                 with anyio.fail_after(self.tool_timeout_s):
                     result = await conn.session.read_resource(STATE_URI)
-                data = json.loads(result.contents[0].text)  # type: ignore[union-attr]
-                state = EnvState.model_validate(
-                    {"state_hash": data["state_hash"], "tables": data.get("tables", {})}
-                )
+                state = _dumped_state(result.contents[0].text)  # type: ignore[union-attr]
             except (
                 MCPError,
                 TimeoutError,
@@ -775,6 +769,14 @@ class OpenEnvironment(Coroutine[Any, Any, Environment]):
         env, self._env = self._env, None
         if env is not None:
             await env.close()
+
+
+def _dumped_state(text: str) -> EnvState:
+    """The EnvState of a bundled server's state dump (``servers._state`` or ``STATE_URI``)."""
+    data = json.loads(text)
+    return EnvState.model_validate(
+        {"state_hash": data["state_hash"], "tables": data.get("tables", {})}
+    )
 
 
 def open_environment(
