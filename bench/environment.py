@@ -109,7 +109,8 @@ def main() -> int:
             med = statistics.median(samples)
             p90 = statistics.quantiles(samples, n=10)[-1] if len(samples) > 1 else med
             target = TARGETS_MS.get(op)
-            verdict = "" if target is None else ("[green]ok[/]" if med <= target else "[red]over[/]")
+            met = target is not None and med <= target
+            verdict = "" if target is None else ("[green]ok[/]" if met else "[red]over[/]")
             label = f"{op} ({ops['tool']})" if op == "tool call" else op
             table.add_row(
                 kind, label, str(len(samples)), f"{med:.2f}", f"{p90:.2f}",

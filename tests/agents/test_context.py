@@ -95,6 +95,24 @@ def test_path_tools_and_nearest_distractors_when_the_set_does_not_fit(
     assert names == [t.name for t in TOOLS if t.name in names]
 
 
+def test_a_fixed_view_lists_the_needed_tools_and_n_nearest_even_when_all_fit(
+    read_task: Blueprint,
+) -> None:
+    """``LLMConfig.distractors``: training rows and evals list the same short view."""
+    bp = _blueprint(read_task, "list_invoice")
+    total = sum(map(tool_tokens, TOOLS))
+    for context in (None, 2 * total + 2):  # unknown, and large enough for every tool
+        shown = fit_tools(bp, TOOLS, context_tokens=context, distractors=2, always=True)
+        names = [t.name for t in shown]
+        assert len(names) == 3 and "list_invoice" in names
+        assert all(n.endswith("_invoice") for n in names)
+    # no distractor at all: the needed tools alone
+    only = fit_tools(bp, TOOLS, context_tokens=None, distractors=0, always=True)
+    assert [t.name for t in only] == ["list_invoice"]
+    # a view as large as the whole set is no view: every tool, as without the option
+    assert shown_tools(bp, TOOLS, context_tokens=None, distractors=len(TOOLS)) is None
+
+
 def test_needed_tools_are_shown_even_over_the_budget(read_task: Blueprint) -> None:
     bp = _blueprint(read_task, "get_weather")
     shown = fit_tools(bp, TOOLS, context_tokens=512, share=0.01)

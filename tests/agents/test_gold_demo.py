@@ -8,7 +8,7 @@ import random
 import pytest
 
 from trajsynth.agents.cells import sample_cells
-from trajsynth.agents.gold import gold_demonstration, template_answer
+from trajsynth.agents.gold import gold_demonstration, gold_demos, template_answer
 from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import open_environment
@@ -52,3 +52,22 @@ def test_gold_replay_is_a_verified_demonstration_marked_gold(cluster_id: str) ->
     assert trajectory.final_answer == template_answer(bp)
     verdict = verify(trajectory, bp.constraints, state)
     assert verdict.passed, [r for r in verdict.results if not r.passed]
+
+
+@pytest.mark.slow
+def test_a_demonstration_lists_the_view_its_rollouts_and_evals_will_show() -> None:
+    """``distractors``: the row lists the needed tools plus the N nearest, still verified."""
+    bp = asyncio.run(_plan("shop", 11))
+    cluster = get_cluster("shop")
+    (pair,) = asyncio.run(
+        gold_demos([bp], {"shop": cluster}, run_id="run-gold", sandbox_kind=SandboxKind.LOCAL,
+                   distractors=2)
+    )  # fmt: skip
+    trajectory, verdict = pair
+    listed = [t["function"]["name"] for t in trajectory.tools]
+    needed = {s.tool for s in bp.tool_path}
+    assert needed <= set(listed) and len(listed) == len(needed) + 2 < len(cluster.tools)
+    assert verdict.passed
+    # the cluster's order is kept: where a tool sits never says it is needed
+    order = [t.name for t in cluster.tools]
+    assert listed == [n for n in order if n in listed]

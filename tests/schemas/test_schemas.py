@@ -16,6 +16,7 @@ from trajsynth.schemas import (
     FinalState,
     FunctionCall,
     InfraError,
+    LLMConfig,
     MCPServerError,
     MCPServerStartError,
     Message,
@@ -28,6 +29,7 @@ from trajsynth.schemas import (
     ToolSpec,
     content_id,
     counts_against_policy,
+    stable_hash,
 )
 
 CONSTRAINTS = TypeAdapter(list[Constraint])
@@ -87,6 +89,27 @@ def test_content_id_is_stable_and_ignores_volatile_fields() -> None:
 def test_run_config_hash_changes_with_meaning() -> None:
     assert RunConfig().config_hash() == RunConfig().config_hash()
     assert RunConfig(seed=1).config_hash() != RunConfig(seed=2).config_hash()
+
+
+def test_the_tool_view_changes_the_run_id_only_when_set() -> None:
+    """Runs from before ``llm.distractors`` keep their ids (and resume); a run that lists a
+    fixed view of the tools shows the model other prompts, so it is another run."""
+    plain = RunConfig()
+    assert "distractors" in plain.llm.model_dump()
+    assert plain.config_hash() == _hash_without_distractors(plain)  # what older runs hashed
+    focused = RunConfig(llm=LLMConfig(distractors=4))
+    assert focused.config_hash() != plain.config_hash()
+    assert focused.config_hash() != RunConfig(llm=LLMConfig(distractors=2)).config_hash()
+
+
+_NOT_IN_ID = {"sandbox_pool": True, "llm": {"embedded_ctx", "embedded_deterministic"}}
+
+
+def _hash_without_distractors(config: RunConfig) -> str:
+    dump = config.model_dump(mode="json", exclude=_NOT_IN_ID)
+    del dump["policy"]
+    del dump["llm"]["distractors"]
+    return stable_hash(dump, length=16)
 
 
 def test_only_tool_and_model_failures_count_against_the_policy() -> None:

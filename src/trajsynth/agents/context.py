@@ -45,6 +45,7 @@ DEFAULT_DISTRACTORS = 4
 # estimated 1,856; the 36 tools of tests/agents/test_context.py: 2,669, estimated 3,156), not
 # the 4 of prose; erring high only shows fewer distractors, erring low overflows the context.
 _CHARS_PER_TOKEN = 3.0
+_UNBOUNDED = 1 << 30
 
 
 def tool_tokens(tool: ToolSpec) -> int:
@@ -99,6 +100,7 @@ def fit_tools(
     embed: Embedder | None = None,
     distractors: int = DEFAULT_DISTRACTORS,
     share: float = TOOLS_SHARE,
+    always: bool = False,
 ) -> list[ToolSpec]:
     """The tools an episode of ``blueprint`` shows the model (issue 17, item 2).
 
@@ -107,13 +109,15 @@ def fit_tools(
     nearest first (the largest cosine similarity to any needed tool; ``embed`` None ranks by
     shared words), each only if it still fits. The needed tools are always shown, even when
     they alone exceed the budget (a warning): without them the task cannot be done at all.
+    ``always``: the needed tools plus ``distractors`` even when every tool would fit (an
+    unknown context then bounds nothing).
     """
     tools = list(tools)
-    if context_tokens is None:
+    if context_tokens is None and not always:
         return tools
-    budget = tool_budget(context_tokens, share)
+    budget = tool_budget(context_tokens, share) if context_tokens is not None else _UNBOUNDED
     cost = [tool_tokens(t) for t in tools]
-    if sum(cost) <= budget:
+    if sum(cost) <= budget and not always:
         return tools
     needed_names = {step.tool for step in blueprint.tool_path}
     needed = [i for i, t in enumerate(tools) if t.name in needed_names]
@@ -141,15 +145,38 @@ def fit_tools(
 
 
 def shown_tools(
-    blueprint: Blueprint, tools: Sequence[ToolSpec], *, context_tokens: int | None
+    blueprint: Blueprint,
+    tools: Sequence[ToolSpec],
+    *,
+    context_tokens: int | None,
+    distractors: int | None = None,
 ) -> list[ToolSpec] | None:
     """``fit_tools`` with the project's sentence embedder (all-MiniLM-L6-v2), loaded only
-    when the tools do not fit; None when every tool is shown."""
+    when the tools do not fit; None when every tool is shown.
+
+    ``distractors`` (``LLMConfig.distractors``) fixes the view whether or not the whole set
+    fits: the needed tools plus that many nearest. Training rows and evals made with the same
+    value show the model the same kind of list; a row then holds ~900 tokens instead of the
+    ~2,400 of the shop's 13 schemas, which is most of an SFT step's cost on CPU."""
+    if distractors is not None:
+        if distractors >= len(tools) - len({s.tool for s in blueprint.tool_path}):
+            return None  # the view would be every tool anyway
+        return fit_tools(
+            blueprint,
+            tools,
+            context_tokens=context_tokens,
+            embed=_embedder(),
+            distractors=distractors,
+            always=True,
+        )
     if context_tokens is None or sum(map(tool_tokens, tools)) <= tool_budget(context_tokens):
         return None
+    return fit_tools(blueprint, tools, context_tokens=context_tokens, embed=_embedder())
+
+
+def _embedder() -> Embedder | None:
     try:
-        embed: Embedder | None = load_embedder(max_seq_length=64)
+        return load_embedder(max_seq_length=64)
     except (ImportError, OSError) as exc:  # the model wheel missing: rank by shared words
         log.warning("no sentence embedder (%s); distractors ranked by shared words", exc)
-        embed = None
-    return fit_tools(blueprint, tools, context_tokens=context_tokens, embed=embed)
+        return None

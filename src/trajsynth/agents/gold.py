@@ -37,6 +37,7 @@ from trajsynth.schemas import (
     SlotArg,
     ToolCall,
     ToolCluster,
+    ToolSpec,
     Trajectory,
     Verdict,
 )
@@ -400,9 +401,11 @@ async def gold_demonstration(
     assistant: Any = None,
     user_llm: LLMClient | None = None,
     words_llm: LLMClient | None = None,
+    shown: Sequence[ToolSpec] | None = None,
 ) -> tuple[Trajectory, EnvState | None]:
     """Replay ``blueprint``'s gold run in ``env`` (fresh, in the task's initial state) as a
-    full demonstration; returns the trajectory (``source="gold"``) and the final state."""
+    full demonstration; returns the trajectory (``source="gold"``) and the final state.
+    ``shown``: the tools the demonstration lists (None: every tool; ``agents.context``)."""
     from trajsynth.agents.assistant import Assistant
     from trajsynth.agents.rollout import run_episode
     from trajsynth.agents.user_sim import UserSimulator
@@ -417,6 +420,7 @@ async def gold_demonstration(
         user_sim=UserSimulator(),
         budgets=Budgets(max_turns=turns, max_tool_calls=max(turns, 1), max_tokens=100_000),
         run_id=f"{run_id}:gold",
+        shown=shown,
     )
     trajectory = result.trajectory.model_copy(update={"source": "gold", "run_id": run_id})
     return trajectory, result.final_state
@@ -430,11 +434,14 @@ async def gold_demos(
     sandbox_kind: Any = None,
     user_llm: LLMClient | None = None,
     words_llm: LLMClient | None = None,
+    distractors: int | None = None,
 ) -> list[tuple[Trajectory, Verdict]]:
     """The verified gold demonstration of every task that yields one: each replayed in a
     fresh sandboxed environment and verified with ``curation.verify`` exactly as a rollout
     is. A replay that fails its own constraints (the task's words or checks are off) is
-    logged and left out."""
+    logged and left out. ``distractors``: list the needed tools plus that many nearest
+    (``LLMConfig.distractors``), as the rollouts and evals the rows go with do."""
+    from trajsynth.agents.context import shown_tools
     from trajsynth.curation.verify import verify
     from trajsynth.mcp_servers.environment import open_environment
     from trajsynth.schemas import SandboxKind
@@ -446,7 +453,12 @@ async def gold_demos(
             clusters[task.cluster_id], sandbox_kind=kind, seed=task.seed
         ) as env:
             trajectory, state = await gold_demonstration(
-                task, env, run_id=run_id, user_llm=user_llm, words_llm=words_llm
+                task,
+                env,
+                run_id=run_id,
+                user_llm=user_llm,
+                words_llm=words_llm,
+                shown=shown_tools(task, env.tools, context_tokens=None, distractors=distractors),
             )
         final = state or EnvState(state_hash="unavailable", readable=False)
         verdict = verify(trajectory, task.constraints, final)

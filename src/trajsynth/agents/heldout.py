@@ -106,6 +106,7 @@ async def evaluate(
     template_user: bool = False,
     on_try: Callable[[TryResult], None] | None = None,
     context_tokens: int | None = None,
+    distractors: int | None = None,
 ) -> list[TryResult]:
     """Act every task out ``samples`` times and verify each try (see the module doc).
 
@@ -113,7 +114,8 @@ async def evaluate(
     is asked, then thanks) instead of the simulator on ``llm``: no model in the user's seat,
     so policies are compared on the assistant alone, at half the LLM calls.
     ``context_tokens``: the model's context, when known (tools fitted to it,
-    ``agents.context``)."""
+    ``agents.context``); ``distractors``: always list the needed tools plus that many nearest
+    (``LLMConfig.distractors``: evaluate with the view the training rows were made with)."""
     if not tasks:
         raise InputError("nothing to evaluate: the split has no tasks")
     assistant = assistant or eval_assistant(True)
@@ -126,7 +128,7 @@ async def evaluate(
             try:
                 result = await _one_try(
                     task, cluster, task_llm, assistant, budgets, run_id, sample, sandbox_kind,
-                    context_tokens,
+                    context_tokens, distractors,
                 )  # fmt: skip
             except InfraError as exc:
                 result = TryResult(
@@ -155,6 +157,7 @@ async def _one_try(
     sample: int,
     sandbox_kind: SandboxKind,
     context_tokens: int | None = None,
+    distractors: int | None = None,
 ) -> TryResult:
     async with open_environment(
         cluster, sandbox_kind=sandbox_kind, seed=task.seed, tool_timeout_s=budgets.tool_timeout_s
@@ -168,7 +171,9 @@ async def _one_try(
             budgets=budgets,
             run_id=run_id,
             sample=sample,
-            shown=shown_tools(task, env.tools, context_tokens=context_tokens),
+            shown=shown_tools(
+                task, env.tools, context_tokens=context_tokens, distractors=distractors
+            ),
         )
     trajectory = episode.trajectory
     state = episode.final_state or EnvState(state_hash="unavailable", readable=False)

@@ -290,6 +290,8 @@ max_concurrency = 2          # requests in flight at once
 timeout_s = 120.0
 max_retries = 3              # openai client retries on 429, 5xx and timeouts (honours Retry-After)
 embedded_ctx = 4096          # context of the embedded server (not part of the run id)
+# distractors = 4            # list the tools a task needs plus the 4 nearest, always (rows
+                             # ~2.5x shorter; set the same for synth run, improve and eval)
 
 [run.tree]                   # how rollout trees grow (METHODS.md §9)
 max_children = 3             # children per node

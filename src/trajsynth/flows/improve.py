@@ -97,7 +97,15 @@ def gold_rows(store: Store, run_id: str, config: RunConfig) -> list[SFTRow]:
 
     tasks = _run_blueprints(store, run_id)
     clusters = {c: get_cluster(c) for c in sorted({t.cluster_id for t in tasks})}
-    pairs = asyncio.run(gold_demos(tasks, clusters, run_id=run_id, sandbox_kind=config.sandbox))
+    pairs = asyncio.run(
+        gold_demos(
+            tasks,
+            clusters,
+            run_id=run_id,
+            sandbox_kind=config.sandbox,
+            distractors=config.llm.distractors,
+        )
+    )
     return [_gold_row(t, v) for t, v in pairs]
 
 

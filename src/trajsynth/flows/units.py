@@ -362,7 +362,12 @@ async def grow_unit(
             assistant = assistant_for(config)
             user_sim = UserSimulator(resamples=config.user_resamples)
             budget = unit_token_budget(config)
-            shown = shown_tools(blueprint, env.tools, context_tokens=context_tokens(config))
+            shown = shown_tools(
+                blueprint,
+                env.tools,
+                context_tokens=context_tokens(config),
+                distractors=config.llm.distractors,
+            )
             if mode is RolloutMode.TREE:
                 episode = Episode(
                     blueprint, env, client, assistant, user_sim, config.budgets,

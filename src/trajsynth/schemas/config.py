@@ -48,6 +48,15 @@ class LLMConfig(Record):
             "run id"
         ),
     )
+    distractors: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "None: every tool, unless the list does not fit the context (then the tools a "
+            "task needs plus the nearest few); N: always the needed tools plus the N nearest "
+            "(agents.context), so training rows and evals show the model the same short list"
+        ),
+    )
 
 
 class Budgets(Record):
@@ -159,4 +168,6 @@ class RunConfig(Record):
         dump = self.model_dump(mode="json", exclude=exclude)
         if dump["policy"] is None:  # runs from before --policy keep their ids (and resume)
             del dump["policy"]
+        if dump["llm"]["distractors"] is None:  # likewise for runs from before the option
+            del dump["llm"]["distractors"]
         return stable_hash(dump, length=16)

@@ -86,6 +86,7 @@ async def run_eval(
     template_user: bool = False,
     seed: int = 0,
     embedded_ctx: int = 4096,
+    distractors: int | None = None,
 ) -> tuple[Any, list[Any], str]:
     """Plan, split, serve and evaluate; returns (summary, tries, split kind)."""
     from trajsynth.agents.heldout import eval_assistant, evaluate, plan_eval_tasks
@@ -126,6 +127,7 @@ async def run_eval(
             budgets=budgets,
             sandbox_kind=sandbox,
             template_user=template_user,
+            distractors=distractors,
             **extra,
         )
 
@@ -154,6 +156,15 @@ def eval_policy(
     template_user: Annotated[
         bool, typer.Option("--template-user", help="no model in the user's seat")
     ] = False,
+    distractors: Annotated[
+        int | None,
+        typer.Option(
+            "--distractors",
+            min=0,
+            help="list the tools a task needs plus N nearest (as the training rows did; "
+            "default: [llm] distractors of synth.toml, else every tool that fits)",
+        ),
+    ] = None,
     store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
 ) -> None:
     """Evaluate a policy on held-out tasks in live environments, scored by the verifier."""
@@ -183,6 +194,9 @@ def eval_policy(
             sandbox=SandboxKind.LOCAL if smoke else SandboxKind.AUTO,
             template_user=template_user,
             embedded_ctx=cli.settings().run.llm.embedded_ctx,
+            distractors=(
+                distractors if distractors is not None else cli.settings().run.llm.distractors
+            ),
         )
     )
     row = eval_row(
