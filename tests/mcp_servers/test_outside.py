@@ -5,6 +5,7 @@ servers installed from PyPI into a tmp dir."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -17,7 +18,15 @@ import pytest
 from trajsynth.mcp_servers.arguments import generate_arguments, param_values
 from trajsynth.mcp_servers.launch import copied_file, server_env, server_mounts
 from trajsynth.mcp_servers.registry import add_outside_cluster, get_cluster
-from trajsynth.schemas import EdgeOrigin, InputError, ResetMode, ServerKind, ServerSpec, ToolAccess
+from trajsynth.schemas import (
+    EdgeOrigin,
+    EdgeProposal,
+    InputError,
+    ResetMode,
+    ServerKind,
+    ServerSpec,
+    ToolAccess,
+)
 
 NOTES_SERVER = textwrap.dedent(
     """
@@ -132,6 +141,116 @@ def test_discovery_probes_an_unannotated_server_in_the_sandbox(tmp_path: Path) -
     assert {p.tool for p in c.probes} >= {"titles"}
     assert c.state_readable
     assert get_cluster("notes", clusters_dir=tmp_path / "c") == c
+
+
+# `open_ticket` returns `ref`, which `close_ticket` calls `ticket_number`: value flow (equal
+# key names) cannot link them; `echo` takes any string and answers the same to every one.
+TICKETS_SERVER = textwrap.dedent(
+    """
+    import json, pathlib
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("tickets")
+    DB = pathlib.Path("tickets.json")
+
+    def load():
+        return json.loads(DB.read_text()) if DB.exists() else {}
+
+    @server.tool()
+    def open_ticket(subject: str) -> str:
+        \"\"\"Open a support ticket; returns its reference.\"\"\"
+        db = load(); ref = f"T-{len(db) + 1:04d}"
+        db[ref] = {"subject": subject, "open": True}; DB.write_text(json.dumps(db))
+        return json.dumps({"ref": ref})
+
+    @server.tool()
+    def close_ticket(ticket_number: str) -> str:
+        \"\"\"Close a ticket, given the reference open_ticket returned.\"\"\"
+        db = load()
+        if ticket_number not in db:
+            raise ValueError(f"no ticket {ticket_number}")
+        db[ticket_number]["open"] = False; DB.write_text(json.dumps(db))
+        return json.dumps({"closed": ticket_number})
+
+    @server.tool()
+    def echo(text: str) -> str:
+        \"\"\"Acknowledge a message.\"\"\"
+        return json.dumps({"said": "ok"})
+
+    server.run()
+    """
+)
+
+
+def _tickets_server(tmp_path: Path) -> Path:
+    tmp_path.chmod(0o755)  # the sandbox's unprivileged user reads the server, as in a venv
+    script = tmp_path / "tickets_server.py"
+    script.write_text(TICKETS_SERVER)
+    return script
+
+
+@pytest.mark.slow
+def test_a_proposed_edge_is_kept_only_when_a_probe_confirms_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 17, item 3: proposals (here scripted, as an LLM would send them) become edges
+    only when the target accepts the value the source returned and a made-up value does not
+    get the same answer; the others are rejected with the reason."""
+    script = _tickets_server(tmp_path)
+    seen: dict[str, list[str]] = {}
+
+    async def propose(tools, returned):  # noqa: ANN001, ANN202 - a discovery.Proposer
+        seen.update(returned)
+        return [
+            EdgeProposal(source="open_ticket", out_field="ref", target="close_ticket",
+                         in_param="ticket_number", why="the reference is the ticket number"),
+            EdgeProposal(source="open_ticket", out_field="ref", target="echo", in_param="text"),
+            EdgeProposal(source="close_ticket", out_field="closed", target="open_ticket",
+                         in_param="subject"),
+            EdgeProposal(source="open_ticket", out_field="ref", target="nope", in_param="x"),
+        ]  # fmt: skip
+
+    with caplog.at_level(logging.INFO, logger="trajsynth.mcp_servers.registry"):
+        [c] = add_outside_cluster(
+            "tickets", command=[sys.executable, str(script)], clusters_dir=tmp_path / "c",
+            sandbox_kind="local", reset=ResetMode.SNAPSHOT, propose=propose,
+        )  # fmt: skip
+    assert "ref" in seen["open_ticket"]  # the proposer saw what probing saw returned
+    assert not [e for e in c.edges if e.origin == EdgeOrigin.VALUE_FLOW and e.target != "echo"]
+    [edge] = [e for e in c.edges if e.origin == EdgeOrigin.LLM]
+    assert (edge.source, edge.target, edge.in_param) == ("open_ticket", "close_ticket",
+                                                         "ticket_number")  # fmt: skip
+    assert edge.verified and "proposed by the LLM" in (edge.evidence or "")
+    assert 'open_ticket returned ref="T-0' in (edge.evidence or "")
+    assert "a made-up value failed" in (edge.evidence or "")
+    logged = caplog.text
+    assert (
+        "open_ticket.ref -> echo(text) rejected" in logged
+        and "accepts a made-up text too" in logged
+    )
+    assert "close_ticket.closed -> open_ticket(subject) rejected" in logged
+    assert "does not name two tools" in logged
+    assert get_cluster("tickets", clusters_dir=tmp_path / "c") == c
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+def test_clusters_add_with_llm_edges_on_the_embedded_model(tmp_path: Path) -> None:
+    """`synth clusters add --llm-edges`: the embedded model proposes, probes decide; whatever
+    it proposed, every saved edge is a confirmed one with its evidence."""
+    script = _tickets_server(tmp_path)
+    added = subprocess.run(
+        [sys.executable, "-m", "trajsynth.cli", "clusters", "add", "tickets", "--llm-edges",
+         "--sandbox", "local", "--reset", "snapshot", "--", sys.executable, str(script)],
+        cwd=tmp_path, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr[-2000:]
+    assert "edge proposals:" in added.stderr  # the model was asked, inside discovery
+    saved = json.loads((tmp_path / "data/clusters/tickets.json").read_text())
+    for edge in saved["edges"]:
+        assert edge["verified"] and edge["evidence"], edge
+    assert all(e["target"] != "echo" for e in saved["edges"] if e["origin"] == "llm")
 
 
 def _install(tmp_path: Path) -> tuple[list[str], list[str]]:

@@ -11,6 +11,11 @@ Runs in a throw-away environment started exactly as a run starts it (``Environme
    path- and name-like tokens of plain text) feed later calls.
 3. **Edges by value flow.** For a tool B whose parameter accepts a value that tool A returned,
    B is called with that value; when the call succeeds, A -> B is an edge with that evidence.
+3b. **Edges the LLM proposes** from the descriptions (``propose``; ``agents.edge_proposals``)
+   catch what the key names hide (a ``ref`` that is a ticket number). Each is kept only when
+   a probe confirms it: B called with the value A returned under the proposed field succeeds,
+   and a control call with a value no tool returned fails (a tool that takes any string, a
+   free-text subject, proves nothing). Rejected proposals are noted with the reason.
 4. **Probes.** Read calls that succeed and answer the same twice in a row become the cluster's
    end-state probes (``ToolCluster.probes``): the verifier compares their results after the gold
    run and after a rollout.
@@ -23,7 +28,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +42,8 @@ from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.tags import name_tokens, tag_from_name
 from trajsynth.schemas import (
     EdgeOrigin,
+    EdgeProposal,
+    InfraError,
     JsonValue,
     MCPServerError,
     ProbeCall,
@@ -47,7 +54,13 @@ from trajsynth.schemas import (
     stable_hash,
 )
 
-__all__ = ["Discovery", "discover"]
+__all__ = ["Discovery", "Proposer", "discover"]
+
+Proposer = Callable[
+    [Sequence[ToolSpec], Mapping[str, Sequence[str]]], Awaitable[Sequence[EdgeProposal]]
+]
+"""Edges read from the tools' descriptions and the fields each tool was seen returning (the
+LLM's, in ``agents.edge_proposals``)."""
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +70,10 @@ _MAX_VALUES = 40
 _MAX_EDGE_CALLS = 40
 _MAX_VARIETY_CALLS = 30
 _MAX_PROBES = 6
+_MAX_PROPOSALS = 16
+# A value no tool returned: what the target answers to it is the control a proposal's probe
+# is compared with.
+_MADE_UP = {"string": "trajsynth-no-such-value", "integer": 987_654_321, "number": 987_654_321}
 _TICK_S = 1.1  # seconds between the two reads that decide whether a probe is stable
 
 
@@ -242,11 +259,13 @@ async def discover(
     *,
     fixed: Mapping[str, JsonValue] | None = None,
     ignore_annotations: bool = False,
+    propose: Proposer | None = None,
 ) -> Discovery:
     """Probe ``tools`` in the started throw-away environment ``env`` (see the module doc).
 
     ``fixed`` are the cluster spec's argument values (``--arg``). With ``ignore_annotations``
     every tool is probed (the benchmark compares the result with the server's annotations).
+    ``propose``: edges read from the descriptions, each kept only when a probe confirms it.
     """
     p = _Prober(env, tools, fixed or {})
     tags: dict[str, tuple[ToolAccess, str, str]] = {}
@@ -377,8 +396,22 @@ async def discover(
                 budget -= 1
                 await p.call(t.name, {**p.ok_args[t.name], param: value})
 
-    # 3. edges by value flow
+    # 3. edges by value flow, then the proposed ones a probe confirms
     edges = await _value_flow(p, tagged)
+    notes: list[str] = []
+    if propose is not None:
+        try:
+            proposals = list(await propose(tagged, _returned_fields(p)))
+        except InfraError as exc:  # the LLM is down: discovery stands on the probes alone
+            proposals = []
+            notes.append(f"no edge proposals: {exc}")
+        confirmed, rejected = await _confirm_proposals(p, tagged, edges, proposals)
+        edges = sorted([*edges, *confirmed], key=lambda e: (e.source, e.target))
+        notes += rejected
+        log.info(
+            "edge proposals: %d, confirmed %d, rejected %d",
+            len(proposals), len(confirmed), len(rejected),
+        )  # fmt: skip
 
     # 4. probes: successful read calls that answer the same across a clock tick (a result
     # with the time in it is no end state)
@@ -402,7 +435,129 @@ async def discover(
             probes.append(ProbeCall(tool=t.name, arguments=p.ok_args[t.name]))
         if len(probes) >= _MAX_PROBES:
             break
-    return Discovery(tools=tagged, edges=edges, probes=probes, arg_values=p.accepted, calls=p.calls)
+    return Discovery(
+        tools=tagged,
+        edges=edges,
+        probes=probes,
+        arg_values=p.accepted,
+        calls=p.calls,
+        notes=notes,
+    )
+
+
+def _returned_fields(p: _Prober) -> dict[str, list[str]]:
+    """Per tool, the fields (JSON paths) its successful probes returned, first seen first."""
+    out: dict[str, list[str]] = {}
+    for v in p.values:
+        name = v.path if v.path and not v.path.startswith("$") else v.key
+        if name and not name.startswith("$") and name not in out.setdefault(v.tool, []):
+            out[v.tool].append(name)
+    return out
+
+
+def _param_schema(target: ToolSpec, param: str) -> tuple[Mapping[str, Any], bool] | None:
+    """The schema a value of ``param`` must fit (an array's item), and whether it is an
+    array's; None when the parameter does not exist or takes objects."""
+    sub = (target.input_schema.get("properties") or {}).get(param)
+    if not isinstance(sub, Mapping):
+        return None
+    item = sub
+    if "array" in schema_kinds(sub) and isinstance(sub.get("items"), Mapping):
+        item = sub["items"]
+    if schema_kinds(item) & {"object", "array"}:
+        return None
+    return item, item is not sub
+
+
+def _named(v: _Value, out_field: str) -> bool:
+    """Whether a returned value is the field a proposal names (``ref``, ``items[].ref``)."""
+    last = re.split(r"[.\[\]]+", out_field.strip("[]."))[-1] if out_field else ""
+    return v.path == out_field or v.key == out_field or _key_sim(v.key, last) >= 0.7
+
+
+async def _confirm_proposals(
+    p: _Prober,
+    tools: list[ToolSpec],
+    edges: list[ToolEdge],
+    proposals: Sequence[EdgeProposal],
+) -> tuple[list[ToolEdge], list[str]]:
+    """The proposals a probe confirms (see the module doc, 3b), and a line per rejection."""
+    by_name = {t.name: t for t in tools}
+    have = {(e.source, e.target, e.in_param) for e in edges}
+    confirmed: list[ToolEdge] = []
+    rejected: list[str] = []
+    for prop in proposals[:_MAX_PROPOSALS]:
+        label = f"{prop.source}.{prop.out_field} -> {prop.target}({prop.in_param})"
+        if (prop.source, prop.target, prop.in_param) in have:
+            continue  # value flow found it already
+        target = by_name.get(prop.target)
+        if prop.source not in by_name or target is None or prop.source == prop.target:
+            rejected.append(f"proposed edge {label} rejected: it does not name two tools")
+            continue
+        shape = _param_schema(target, prop.in_param)
+        if shape is None:
+            rejected.append(
+                f"proposed edge {label} rejected: {prop.target} has no scalar {prop.in_param!r}"
+            )
+            continue
+        item, in_array = shape
+        values = [
+            v
+            for v in p.values
+            if v.tool == prop.source and _named(v, prop.out_field) and fits_schema(v.value, item)
+        ]
+        if not values:
+            rejected.append(
+                f"proposed edge {label} rejected: no probe of {prop.source} returned a "
+                f"{prop.out_field!r} that {prop.in_param!r} accepts"
+            )
+            continue
+        v = values[0]
+        given = [v.value] if in_array else v.value
+        result = await _call_with(p, target, prop.in_param, given)
+        if result is None or result.is_error:
+            why = "no answer" if result is None else (result.text or "an error")[:80]
+            rejected.append(f"proposed edge {label} rejected: the call failed ({why})")
+            continue
+        kinds = schema_kinds(item)
+        made_up = next((_MADE_UP[k] for k in ("string", "integer", "number") if k in kinds), None)
+        control = "no control value for its type"
+        if made_up is not None:
+            other = await _call_with(p, target, prop.in_param, [made_up] if in_array else made_up)
+            if other is not None and not other.is_error:
+                rejected.append(
+                    f"proposed edge {label} rejected: {prop.target} accepts a made-up "
+                    f"{prop.in_param} too, so the call proves nothing"
+                )
+                continue
+            control = "a made-up value failed"
+        have.add((prop.source, prop.target, prop.in_param))
+        confirmed.append(
+            ToolEdge(
+                source=prop.source,
+                target=prop.target,
+                out_field=v.path or v.key,
+                in_param=prop.in_param,
+                score=0.6,
+                origin=EdgeOrigin.LLM,
+                verified=True,
+                evidence=(
+                    f"proposed by the LLM ({prop.why.strip()[:80] or 'no reason given'}); "
+                    f"{prop.source} returned {v.key}={canonical_json(v.value)[:60]}; "
+                    f"{prop.target}({prop.in_param}={canonical_json(given)[:60]}) succeeded; "
+                    f"{control}"
+                ),
+            )
+        )
+    return confirmed, rejected
+
+
+async def _call_with(p: _Prober, target: ToolSpec, param: str, value: JsonValue) -> Any | None:
+    args = generate_arguments(
+        target.input_schema, target.name, fixed=p.fixed, overrides={param: value}
+    )
+    args[param] = value
+    return await p.call(target.name, args)
 
 
 async def _value_flow(p: _Prober, tools: list[ToolSpec]) -> list[ToolEdge]:

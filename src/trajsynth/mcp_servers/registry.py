@@ -39,7 +39,7 @@ from trajsynth.mcp_servers.client import (
     stdio_transport,
     with_timeout,
 )
-from trajsynth.mcp_servers.discovery import Discovery, discover
+from trajsynth.mcp_servers.discovery import Discovery, Proposer, discover
 from trajsynth.mcp_servers.graph import Embedder, infer_edges, split_cluster
 from trajsynth.mcp_servers.launch import copied_file, server_mounts, state_outside_warnings
 from trajsynth.mcp_servers.tags import tag_tool
@@ -405,6 +405,7 @@ def add_outside_cluster(
     args: Mapping[str, Any] | None = None,
     sandbox_kind: SandboxKind = SandboxKind.AUTO,
     probe: bool = True,
+    propose: Proposer | None = None,
 ) -> list[ToolCluster]:
     """Import an outside MCP server as a cluster and save it under ``clusters_dir``.
 
@@ -416,6 +417,9 @@ def add_outside_cluster(
     ``env`` values are used for this start only: the cluster keeps the names, and a run reads
     the values from its own environment. Returns the saved cluster, or its parts
     (``<name>.1``, ...) when a connected component has more than 40 tools (§2 step 5).
+    ``propose``: edges read from the descriptions (``agents.edge_proposals``, given by the
+    CLI layer), called inside discovery's event loop; each is kept only when a probe confirms
+    it, and the rejected ones are logged with the reason.
     """
     if (command is None) == (url is None):
         raise InputError("give exactly one of a stdio command (after --) or --url")
@@ -464,7 +468,7 @@ def add_outside_cluster(
     try:
         raw_tools, server_description, found = _run_sync(
             lambda: _start_and_discover(
-                provisional, sandbox_kind, timeout_s, environ, probe, f"`{what}`"
+                provisional, sandbox_kind, timeout_s, environ, probe, f"`{what}`", propose
             )
         )
     except MCPServerError as exc:
@@ -523,6 +527,7 @@ async def _start_and_discover(
     environ: Mapping[str, str],
     probe: bool,
     label: str,
+    propose: Proposer | None = None,
 ) -> tuple[list[Any], str, Discovery | None]:
     from trajsynth.mcp_servers.environment import open_environment
 
@@ -543,7 +548,9 @@ async def _start_and_discover(
         specs = [tool_spec(t) for t in tools]
         # the tools' tags decide which calls the environment records as writes
         env.cluster = env.cluster.model_copy(update={"tools": specs})
-        found = await discover(env, specs, fixed=cluster.server.args)
+        found = await discover(env, specs, fixed=cluster.server.args, propose=propose)
+    for note in found.notes:
+        log.info("cluster %s: %s", cluster.cluster_id, note)
     if found.probes:
         found.probes = await _stable_across_environments(
             cluster.model_copy(update={"tools": found.tools}),

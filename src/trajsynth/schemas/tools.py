@@ -75,6 +75,19 @@ class EdgeOrigin(StrEnum):
     DECLARED = "declared"
     INFERRED = "inferred"
     VALUE_FLOW = "value_flow"  # a probe saw a returned value accepted by the target's param
+    LLM = "llm"  # the LLM read it into the descriptions, and a probe confirmed it
+
+
+class EdgeProposal(Record):
+    """An edge the LLM reads into the tools' descriptions: ``out_field`` of what ``source``
+    returns feeds ``in_param`` of ``target``. Kept only when a probe confirms it
+    (``mcp_servers.discovery``)."""
+
+    source: str
+    out_field: str
+    target: str
+    in_param: str
+    why: str = ""
 
 
 class ToolEdge(Record):

@@ -16,7 +16,11 @@ from trajsynth.cli.ids import id_column
 from trajsynth.schemas import Domain, ResetMode, SandboxKind, ToolAccess, ToolCluster
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from types import ModuleType
+
+    from trajsynth.mcp_servers.discovery import Proposer
+    from trajsynth.schemas import EdgeProposal, ToolSpec
 
 __all__ = ["app"]
 
@@ -221,6 +225,14 @@ def add(
     sandbox: Annotated[
         SandboxKind, typer.Option("--sandbox", help="auto | local | docker")
     ] = SandboxKind.AUTO,
+    llm_edges: Annotated[
+        bool,
+        typer.Option(
+            "--llm-edges",
+            help="also ask the run's LLM ([run.llm]) for edges the descriptions imply; each "
+            "is kept only when a probe confirms it",
+        ),
+    ] = False,
 ) -> None:
     """Add an outside MCP server: `add NAME -- COMMAND [ARGS...]` or `add NAME --url URL`.
 
@@ -264,6 +276,7 @@ def add(
         copies=copy or (),
         args=fixed,
         sandbox_kind=sandbox,
+        propose=_llm_proposer() if llm_edges else None,
     )
     table = _table(
         f"added {name}",
@@ -284,6 +297,24 @@ def add(
     _console().print(table)
     for warning in parts[0].warnings if parts else []:
         _console().print(f"[yellow]warning:[/] {warning}")
+
+
+def _llm_proposer() -> Proposer:
+    """Edge proposals from the run's LLM; its client (and the embedded server, when no URL is
+    set) opens inside discovery's event loop, only once the tools are known."""
+    from trajsynth.agents.edge_proposals import propose_edges
+    from trajsynth.agents.llm import open_llm_client
+    from trajsynth.cli import main as cli
+
+    config = cli.settings().run.llm
+
+    async def propose(
+        tools: Sequence[ToolSpec], returned: Mapping[str, Sequence[str]]
+    ) -> list[EdgeProposal]:
+        async with open_llm_client(config) as llm:
+            return await propose_edges(llm, tools, returned)
+
+    return propose
 
 
 @app.command()
