@@ -95,13 +95,20 @@ async def tag_agreement(name: str, clusters_dir: Path) -> tuple[int, int]:
 
 
 def one(
-    name: str, command: list[str], extra: list[str], tasks: int, samples: int, rollout: str
+    name: str,
+    command: list[str],
+    extra: list[str],
+    tasks: int,
+    samples: int,
+    rollout: str,
+    llm_edges: bool = False,
 ) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"outside-bench-{name}-"))
     (work / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n")
     started = time.perf_counter()
     row: dict = {"server": name, "joined": False}
-    added = synth(["clusters", "add", name, *extra, "--", *command], work, 300)
+    flags = ["--llm-edges"] if llm_edges else []
+    added = synth(["clusters", "add", name, *flags, *extra, "--", *command], work, 300)
     if added.returncode != 0:
         row["error"] = (added.stderr or added.stdout).strip().splitlines()[-1:]
         row["minutes"] = (time.perf_counter() - started) / 60
@@ -111,6 +118,7 @@ def one(
     cluster = get_cluster(name, clusters_dir=clusters_dir)
     row["tools"] = len(cluster.tools)
     row["edges_evidence"] = sum(1 for e in cluster.edges if e.evidence)
+    row["edges_llm"] = sum(1 for e in cluster.edges if e.origin == "llm")
     row["probes"] = len(cluster.probes)
     try:
         row["tags_agree"] = asyncio.run(tag_agreement(name, clusters_dir))
@@ -165,17 +173,25 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--only", default="", help="comma-separated server names")
     parser.add_argument("--rollout", default="tree", choices=["tree", "linear"])
+    parser.add_argument(
+        "--llm-edges",
+        action="store_true",
+        help="`clusters add --llm-edges`: the LLM proposes edges, probes confirm them",
+    )
     args = parser.parse_args()
     chosen = servers(args.venvs, args.npm)
     if args.only:
         chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
-    rows = [one(n, c, e, args.tasks, args.samples, args.rollout) for n, (c, e) in chosen.items()]
+    rows = [
+        one(n, c, e, args.tasks, args.samples, args.rollout, args.llm_edges)
+        for n, (c, e) in chosen.items()
+    ]
     print(
         f"\noutside servers, --tasks {args.tasks} --samples {args.samples} --rollout "
         f"{args.rollout} (targets in [])"
     )
     header = (
-        "server", "joined[all]", "tools", "tags=annot", "edges+evid", "planned",
+        "server", "joined[all]", "tools", "tags=annot", "edges+evid (llm)", "planned",
         "accepted[>=80%]", ">=2 calls", "stored[>0]", "passes[>0 on 4/5]", "min",
     )  # fmt: skip
     print(" | ".join(header))
@@ -189,7 +205,8 @@ def main() -> None:
                 str(x)
                 for x in (
                     r["server"], r["joined"], r.get("tools", "-"), agree_s,
-                    r.get("edges_evidence", "-"), planned, rate, r.get("accepted_2calls", "-"),
+                    f"{r.get('edges_evidence', '-')} ({r.get('edges_llm', '-')})", planned, rate,
+                    r.get("accepted_2calls", "-"),
                     r.get("trajectories", "-"), r.get("passes", "-"), f"{r['minutes']:.1f}",
                 )
             )

@@ -2,7 +2,7 @@
 of one SFT epoch on this CPU.
 
     python bench/training_memory.py [grpo] [sft] [--out DIR] [--interval 0.05]
-    python bench/training_memory.py epoch [--trajectories 200] [--rows 4]
+    python bench/training_memory.py epoch [--trajectories 200] [--rows 4] [--distractors 4]
 
 Runs ``synth train --smoke`` (target 3 GB) and ``synth sft --smoke`` (target 4 GB) one after
 the other, each as a child process, and samples the resident memory of its whole process tree
@@ -18,8 +18,10 @@ cannot miss between samples.
 (``data/train/sft-cpu.toml``: LoRA r 16, one row per pass, 4 accumulated, checkpointing, bf16
 autocast) on ``rows`` gold demonstrations (shop and calendar, every tool schema in each row,
 as exported rows have), and scales the training loop's seconds per row to ``trajectories``
-rows (target: 200 in <= 20 min). Model load and saving are left out: they are paid once per
-run, not per row. Wall time depends on the load, printed beside it.
+rows (target: 200 in <= 20 min). ``--distractors N`` makes the rows as a run with
+``[run.llm] distractors = N`` does (the needed tools plus the N nearest). Model load and
+saving are left out: they are paid once per run, not per row. Wall time depends on the load,
+printed beside it.
 
 Each line gives the figure, its target and the 1-minute load average (the machine is shared,
 and load changes wall time, not memory).
@@ -127,14 +129,21 @@ def measure(
     return peak, proc.returncode
 
 
-def sft_epoch(trajectories: int, rows: int, out: Path) -> float:
-    """Seconds of one SFT epoch over ``trajectories`` rows, from ``rows`` rows' training loop."""
+def sft_epoch(trajectories: int, rows: int, out: Path, distractors: int | None = None) -> float:
+    """Seconds of one SFT epoch over ``trajectories`` rows, from ``rows`` rows' training loop;
+    ``distractors``: rows list the needed tools plus that many nearest, not every schema."""
     import trl
 
     from trajsynth.cli.commands.sft import gold_export
     from trajsynth.training.sft import load_sft_config, sft
 
-    data, _ = gold_export(out / "gold", clusters=["shop", "calendar"], per_cluster=2)
+    per_cluster = max(2, -(-rows // 2))
+    data, _ = gold_export(
+        out / f"gold-{distractors}",
+        clusters=["shop", "calendar"],
+        per_cluster=per_cluster,
+        distractors=distractors,
+    )
     cfg = load_sft_config(SFT_CPU, data=str(data), output_dir=str(out / "sft-epoch"))
     steps = max(rows // cfg.gradient_accumulation_steps, 1)
     cfg = cfg.model_copy(update={"max_steps": steps, "max_rows": rows})
@@ -156,8 +165,9 @@ def sft_epoch(trajectories: int, rows: int, out: Path) -> float:
         trl.SFTTrainer.train = train  # type: ignore[method-assign]
     trained = min(result.n_rows, steps * cfg.gradient_accumulation_steps)
     per_row = loop_s[0] / trained
+    shown = "every tool" if distractors is None else f"needed tools + {distractors}"
     print(
-        f"sft epoch: {loop_s[0]:.0f} s for {trained} rows ({result.n_tokens} tokens, "
+        f"sft epoch ({shown}): {loop_s[0]:.0f} s for {trained} rows ({result.n_tokens} tokens, "
         f"{per_row:.1f} s per row) -> {trajectories} trajectories ~ "
         f"{per_row * trajectories / 60:.1f} min (target <= {TARGET_EPOCH_S / 60:.0f} min "
         f"for 200); load {os.getloadavg()[0]:.2f}",
@@ -176,6 +186,12 @@ def main() -> int:
     )
     parser.add_argument("--trajectories", type=int, default=200, help="epoch: rows to scale to")
     parser.add_argument("--rows", type=int, default=4, help="epoch: rows actually trained")
+    parser.add_argument(
+        "--distractors",
+        type=int,
+        default=None,
+        help="epoch: rows list the needed tools plus N nearest ([run.llm] distractors)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: a temp)")
     parser.add_argument("--interval", type=float, default=0.05)
     args = parser.parse_args()
@@ -189,7 +205,7 @@ def main() -> int:
         out.mkdir(parents=True, exist_ok=True)
         for which in args.which:
             if which == "epoch":
-                seconds = sft_epoch(args.trajectories, args.rows, out)
+                seconds = sft_epoch(args.trajectories, args.rows, out, args.distractors)
                 failed += seconds * 200 / args.trajectories > TARGET_EPOCH_S  # the target's rate
                 continue
             argv = [*SYNTH, *commands[which], "--output-dir", str(out / which)]

@@ -56,10 +56,17 @@ def write_sft_rows(pairs: Sequence[tuple[Trajectory, Verdict]], folder: Path) ->
 
 
 def gold_export(
-    folder: Path, *, clusters: Sequence[str], per_cluster: int, seed: int = 0
+    folder: Path,
+    *,
+    clusters: Sequence[str],
+    per_cluster: int,
+    seed: int = 0,
+    distractors: int | None = None,
 ) -> tuple[Path, list[str]]:
     """Plan ``per_cluster`` tasks per cluster (no LLM), replay their gold runs, keep the
-    verified ones and write them as an SFT export; returns it and the task ids."""
+    verified ones and write them as an SFT export; returns it and the task ids.
+    ``distractors``: each row lists the needed tools plus that many nearest
+    (``LLMConfig.distractors``); None: every tool."""
     from trajsynth.agents.gold import gold_demos
     from trajsynth.agents.heldout import plan_eval_tasks
     from trajsynth.mcp_servers.registry import get_cluster
@@ -74,7 +81,13 @@ def gold_export(
             sandbox_kind=SandboxKind.LOCAL,
             seed_base=1_000,
         )
-        pairs = await gold_demos(tasks, found, run_id="gold", sandbox_kind=SandboxKind.LOCAL)
+        pairs = await gold_demos(
+            tasks,
+            found,
+            run_id="gold",
+            sandbox_kind=SandboxKind.LOCAL,
+            distractors=distractors,
+        )
         return pairs, [t.blueprint_id for t in tasks]
 
     pairs, ids = asyncio.run(build())
