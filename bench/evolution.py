@@ -2,6 +2,7 @@
 
     HF_HUB_OFFLINE=1 python bench/evolution.py [--tasks 6] [--samples 2] [--rounds 3]
                                                [--seed 0] [--out bench/out/evolution]
+                                               [--policy TUNED.gguf --distractors 4]
 
 Runs the ``build-dataset`` flow (``trajsynth.flows.build.build_dataset``) twice with the same
 seeds, tasks per round, samples and rounds on the embedded model (``llm.base_url`` unset): once
@@ -30,8 +31,15 @@ KEYS = ("domain_entropy", "reasoning_mode_entropy", "action_complexity", "error_
 
 
 def arm_config(args: argparse.Namespace, evolution: bool) -> RunConfig:
+    from trees import policy_ref  # bench/trees.py, beside this file
+
     base = Settings().run_config(
-        tasks=args.tasks, samples=args.samples, rounds=args.rounds, seed=args.seed
+        tasks=args.tasks,
+        samples=args.samples,
+        rounds=args.rounds,
+        seed=args.seed,
+        policy=policy_ref(args.policy),
+        llm={"distractors": args.distractors},
     )
     llm = base.llm.model_copy(update={"base_url": None})
     curation = base.curation.model_copy(update={"evolution": evolution})
@@ -55,6 +63,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("bench/out/evolution"))
+    ap.add_argument("--policy", default=None, help="a tuned policy (.gguf) as the assistant")
+    ap.add_argument("--distractors", type=int, default=None, help="[run.llm] distractors")
     args = ap.parse_args()
     try:
         import trajsynth.flows.build  # noqa: F401

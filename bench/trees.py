@@ -1,6 +1,7 @@
 """Rollout trees against independent sampling: same tasks, same model, same budget.
 
     python bench/trees.py [--tasks 20] [--samples 4] [--seed 0] [--out bench/out/trees]
+                          [--policy TUNED.gguf --distractors 4]
 
 Builds the same planned tasks twice with the embedded SmolLM2 model (the same config and
 seeds; only ``rollout_mode`` differs, so the planner's blueprints are identical), once as
@@ -35,8 +36,17 @@ from rich.table import Table
 from trajsynth.cli.settings import Settings
 from trajsynth.flows.build import build_dataset, run_id_for
 from trajsynth.flows.runners import task_runner_for
-from trajsynth.schemas import RolloutMode
+from trajsynth.schemas import PolicyRef, RolloutMode
 from trajsynth.store import Store
+
+
+def policy_ref(path: str | None) -> PolicyRef | None:
+    """A tuned policy (a .gguf or the model folder `synth sft` writes) for the assistant."""
+    if not path:
+        return None
+    from trajsynth.training.serve import policy_gguf
+
+    return PolicyRef(path=str(Path(path).resolve()), gguf=str(policy_gguf(path).resolve()))
 
 
 def _config(args: argparse.Namespace, mode: RolloutMode):
@@ -44,8 +54,10 @@ def _config(args: argparse.Namespace, mode: RolloutMode):
         tasks=args.tasks,
         samples=args.samples,
         seed=args.seed,
-        rollout=mode,
-        max_turns=args.max_turns,
+        rollout_mode=mode,
+        budgets={"max_turns": args.max_turns},
+        policy=policy_ref(args.policy),
+        llm={"distractors": args.distractors},
     )
 
 
@@ -116,13 +128,25 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--out", default="bench/out/trees")
+    parser.add_argument(
+        "--policy", default=None, help="a tuned policy (.gguf or model folder) as the assistant"
+    )
+    parser.add_argument(
+        "--distractors",
+        type=int,
+        default=None,
+        help="[run.llm] distractors: the tool view the policy was trained with",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = {}
     for mode in (RolloutMode.LINEAR, RolloutMode.TREE):
         results[mode.value] = asyncio.run(run_mode(mode, args))
-    table = Table(title=f"trees vs linear: {args.tasks} tasks, k={args.samples}, seed {args.seed}")
+    who = f", assistant {args.policy}" if args.policy else ""
+    table = Table(
+        title=f"trees vs linear: {args.tasks} tasks, k={args.samples}, seed {args.seed}{who}"
+    )
     table.add_column("figure")
     table.add_column("linear", justify="right")
     table.add_column("tree", justify="right")
