@@ -12,6 +12,9 @@ On the embedded SmolLM2-135M, CPU only:
 4. expert iteration (``--expert-rounds``): the SFT-verified policy acts out new training
    tasks, its verified tries join the gold demos, and the base is trained on the union;
 5. evaluate base and every tuned policy on (a) and (b): pass@1 with 95% Wilson intervals.
+   A tuned policy is served in the layout it was trained in and decides at every turn
+   whether to call; the base is evaluated both steered (a call required after the user:
+   what makes it call at all) and free.
 
 The user's turns come from ``TemplateUser`` (no model in the user's seat), so the
 policies differ only in the assistant. Every episode, training row and eval lists the tools
@@ -126,7 +129,7 @@ async def _rollouts(policy: str, tasks, clusters, sandbox, budgets, distractors,
                     blueprint=task,
                     env=env,
                     llm=RoleRoutedLLM(client, TemplateUser(task)),
-                    assistant=eval_assistant(True),
+                    assistant=eval_assistant(True, tuned=policy != "embedded"),
                     user_sim=UserSimulator(),
                     budgets=budgets,
                     run_id=run_id,
@@ -139,12 +142,12 @@ async def _rollouts(policy: str, tasks, clusters, sandbox, budgets, distractors,
     return pairs
 
 
-async def _eval(policy: str, tasks, clusters, sandbox, budgets, samples, distractors):
+async def _eval(policy: str, tasks, clusters, sandbox, budgets, samples, distractors, free=False):
     llm = LLMConfig(temperature=0.7, max_tokens=128)
     kw = dict(
         samples=samples,
         run_id=f"bench:{policy}",
-        assistant=eval_assistant(True),
+        assistant=eval_assistant(True, tuned=free or policy != "embedded"),
         budgets=budgets,
         sandbox_kind=sandbox,
         template_user=True,
@@ -314,11 +317,15 @@ def main() -> None:
         policy = policies[f"expert-{rnd}"] = train(f"expert-{rnd}", demos)
 
     table = []
-    for name, policy in policies.items():
+    # the base model is evaluated as it is steered (a call required after the user) and free
+    # as the tuned policies are (it then rarely calls at all)
+    runs = [("base", "embedded", False), ("base (free)", "embedded", True)]
+    runs += [(name, policy, True) for name, policy in policies.items() if name != "base"]
+    for name, policy, free in runs:
         row: dict[str, Any] = {"policy": name}
         for split, tasks in (("a_heldout_seeds", heldout), (f"b_loco_{args.loco}", loco)):
             tries = asyncio.run(
-                _eval(policy, tasks, clusters, sandbox, budgets, args.samples, distractors)
+                _eval(policy, tasks, clusters, sandbox, budgets, args.samples, distractors, free)
             )
             s = summarize(tries, k=args.samples)
             row[split] = s.pass1.model_dump() if s.pass1 else None

@@ -194,3 +194,47 @@ def test_no_tools_or_none_is_plain_chat() -> None:
     out = chatml_tools_handler(llama, ASK, tools=TOOLS, tool_choice="none", seed=2)
     assert out["choices"][0]["message"]["content"] == "Hello there."
     assert "You have access" not in llama.calls[0]["prompt"]
+
+
+def test_a_model_trained_here_is_served_in_its_own_layout() -> None:
+    """A GGUF naming ``tool-call-json`` (what ``export_gguf`` writes) is prompted with the
+    training template and writes ``<tool_call>`` blocks; the decision, the name grammar and
+    the argument grammar work as for the base layout."""
+    from trajsynth.agents.tool_template import TOOL_CALL_JSON, TOOL_FORMAT_KEY
+
+    VOCAB[FUNCTIONS] = "<tool_call>"  # the first token of a call in this layout
+    try:
+        opening = '<tool_call>\n{"name": "get_weather", "arguments": '
+        llama = FakeLlama([opening, '{"city": "Paris"}', ""], p_functions=0.95)
+        llama.metadata = {TOOL_FORMAT_KEY: TOOL_CALL_JSON}
+        result = [{"role": "tool", "tool_call_id": "c1", "content": '{"sky": "sunny"}'}]
+        called = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]}  # fmt: skip
+        out = chatml_tools_handler(
+            llama, [*ASK, called, *result], tools=TOOLS, tool_choice="auto", seed=0,
+            temperature=1.0,
+        )  # fmt: skip
+    finally:
+        VOCAB[FUNCTIONS] = "functions"
+        chatml_tools._call_tokens.clear()  # scanned with the changed vocabulary
+    (call,) = out["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    prompt = llama.calls[0]["prompt"]
+    assert "<tools>" in prompt and "functions.get_weather" not in prompt
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>' in (
+        prompt
+    )
+    assert '<|im_start|>tool\n<tool_response>\n{"sky": "sunny"}\n</tool_response>' in prompt
+    args_call = llama.calls[-2]
+    assert args_call["prompt"].endswith(opening)
+    # a second call would follow the first's closing, on a new line
+    assert llama.calls[-1]["prompt"].endswith('{"city": "Paris"}}\n</tool_call>')
+
+
+def test_the_base_model_keeps_the_functions_layout() -> None:
+    llama = FakeLlama(["functions.get_weather", "{}", ""], p_functions=0.0)
+    llama.metadata = {"tokenizer.chat_template": "{{ messages }}"}
+    chatml_tools_handler(llama, ASK, tools=TOOLS, tool_choice="required", seed=3)
+    assert "functions.get_weather:" in llama.calls[0]["prompt"]
+    assert chatml_tools.tool_format(llama) is chatml_tools.FUNCTIONS_FORMAT

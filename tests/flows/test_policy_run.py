@@ -67,10 +67,10 @@ def test_the_policy_server_is_asked_under_the_policy_name_with_the_runs_sampling
     endpoint = policy_endpoint(config, config.llm)
     assert endpoint.model == "policy:model_abc" and endpoint.temperature == 0.9
     assert endpoint.base_url is None  # its own embedded server, not the run's endpoint
-    # a llama.cpp-served policy must call after the user, and may chain calls after a result
+    # a tuned policy, served in the layout it was trained in, decides at every turn
     assistant = assistant_for(config)
     assert (assistant.tool_choice_after_user, assistant.tool_choice_after_tool) == (
-        "required",
+        "auto",
         "auto",
     )
     base = assistant_for(RunConfig())

@@ -114,3 +114,24 @@ def test_trl_accepts_the_template_for_training(tokenizer) -> None:
 def test_bad_rows_raise_naming_the_row(tokenizer, messages, tools, match) -> None:
     with pytest.raises(RenderError, match=match):
         render(messages, tools, tokenizer, row_id="r9")
+
+
+def test_the_server_renders_the_template_as_transformers_does(tokenizer) -> None:
+    """``agents.tool_template.render_tool_template`` (what the embedded server prompts a tuned
+    policy with) and transformers' rendering (what SFT trained it on) agree on every prefix."""
+    from trajsynth.agents.tool_template import render_tool_template
+
+    messages = [dict(m) for m in MESSAGES]
+    for cut in range(1, len(messages) + 1):
+        for generation_prompt in (True, False):
+            expected = tokenizer.apply_chat_template(
+                messages[:cut], tools=TOOLS, tokenize=False,
+                add_generation_prompt=generation_prompt,
+            )  # fmt: skip
+            got = render_tool_template(
+                messages[:cut], TOOLS, add_generation_prompt=generation_prompt
+            )
+            assert got == expected, cut
+    assert render_tool_template(messages[1:2], None) == tokenizer.apply_chat_template(
+        messages[1:2], tokenize=False, add_generation_prompt=True
+    )

@@ -66,3 +66,48 @@ def test_the_embedded_server_serves_the_exported_policy(hf_model: Path) -> None:
 
     assert "Paris" in asyncio.run(ask())
     assert (hf_model / "model.f16.gguf").is_file()  # written once, reused next time
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+def test_an_exported_policy_is_served_in_the_layout_it_was_trained_in(hf_model: Path) -> None:
+    """The GGUF carries the training template and names its tool layout; the embedded server
+    then prompts it with that template and reads its ``<tool_call>`` back as a call."""
+    import json
+
+    from gguf import GGUFReader
+
+    from trajsynth.agents.policy import serve_policy
+    from trajsynth.agents.tool_template import TOOL_CALL_JSON, TOOL_CHAT_TEMPLATE, TOOL_FORMAT_KEY
+    from trajsynth.training.serve import policy_gguf
+
+    gguf = policy_gguf(hf_model)
+    fields = GGUFReader(str(gguf)).fields
+    assert fields[TOOL_FORMAT_KEY].contents() == TOOL_CALL_JSON
+    assert fields["tokenizer.chat_template"].contents() == TOOL_CHAT_TEMPLATE
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+
+    async def ask() -> object:
+        async with serve_policy(gguf, LLMConfig(temperature=0.0, max_tokens=32)) as client:
+            return await client.chat(
+                [Message(role=MessageRole.USER, content="What is the weather in Paris?")],
+                role=AgentRole.ASSISTANT,
+                tools=[tool],
+                tool_choice="required",
+            )
+
+    result = asyncio.run(ask())
+    (call,) = result.message.tool_calls  # type: ignore[attr-defined]
+    assert call.function.name == "get_weather"
+    assert set(json.loads(call.function.arguments)) == {"city"}

@@ -36,6 +36,13 @@ written as ``functions.<name>:`` and a JSON object) and changes the rest:
 * ``"required"``, ``"none"`` and a named tool work; the seed is honoured;
 * every turn returns the logprobs of the tokens it generated (``LogprobRecorder``).
 
+A model trained here is served in the layout its rows were rendered in: a GGUF whose metadata
+names ``agents.tool_template.TOOL_CALL_JSON`` under ``TOOL_FORMAT_KEY`` (what
+``training.serve.export_gguf`` writes) gets ``TOOL_CHAT_TEMPLATE``'s prompt, writes a call as
+``<tool_call>\\n{"name": "<name>", "arguments": {...}}\\n</tool_call>`` and reads results in
+``<tool_response>``; the decision, the name grammar and the argument grammar work the same way
+(``ToolFormat``).
+
 Only the standard library and llama_cpp are imported at module level, and llama_cpp only
 inside functions, so importing this module is cheap.
 """
@@ -49,13 +56,18 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "CHAT_FORMAT",
+    "FUNCTIONS_FORMAT",
+    "TOOL_CALL_JSON_FORMAT",
+    "ToolFormat",
     "COMPUTED_MARK",
     "MAX_PARALLEL_CALLS",
     "CompactRAMCache",
@@ -161,8 +173,9 @@ def _literal(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _choice_grammar(names: Sequence[str], *, end: bool) -> Any:
-    """``functions.<name>:`` for one of the tools; with ``end``, or nothing.
+def _choice_grammar(names: Sequence[str], *, end: bool, fmt: ToolFormat | None = None) -> Any:
+    """The text that chooses one of the tools (``functions.<name>:``; ``fmt.choice``), after
+    ``fmt.next_choice`` when ``end``; with ``end``, or nothing.
 
     "Or nothing" makes the grammar accept at once, which lets the model end its turn with
     its own end-of-turn token (spelling ``<|im_end|>`` out in characters, as the stock
@@ -170,7 +183,9 @@ def _choice_grammar(names: Sequence[str], *, end: bool) -> Any:
     """
     from llama_cpp import llama_grammar
 
-    rule = " | ".join(_literal(f"functions.{n}:") for n in names)
+    fmt = fmt or FUNCTIONS_FORMAT
+    lead = fmt.next_choice if end else ""
+    rule = " | ".join(_literal(lead + fmt.choice(n)) for n in names)
     root = f"root ::= ({rule})?\n" if end else f"root ::= {rule}\n"
     return llama_grammar.LlamaGrammar.from_string(root, verbose=False)
 
@@ -185,19 +200,102 @@ def _starts_call(text: str) -> bool:
     return len(word) >= 4 and ("functions.".startswith(word) or word.startswith("functions"))
 
 
-_call_tokens: dict[int, Any] = {}
+_TOOL_CALL_OPEN = "<tool_call>"
 
 
-def _call_token_ids(llama: Any) -> Any:
-    """Ids of the vocabulary's tokens that begin ``functions.`` (scanned once per model)."""
+def _starts_tool_call(text: str) -> bool:
+    """Whether a first generated token begins ``<tool_call>``.
+
+    >>> [_starts_tool_call(t) for t in ("<", "<tool", " <tool_call>", "tool", "The", "")]
+    [True, True, True, False, False, False]
+    """
+    word = text.strip()
+    return bool(word) and (_TOOL_CALL_OPEN.startswith(word) or word.startswith(_TOOL_CALL_OPEN))
+
+
+def _json_call_open(name: str) -> str:
+    return f'{_TOOL_CALL_OPEN}\n{{"name": "{name}", "arguments": '
+
+
+_JSON_CALL_NAME = re.compile(r'"name": "([^"]*)"')
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """How a model reads tools and writes a call: the prompt, the text that opens a call to
+    a named tool (what the name grammar lets it write), what closes one, and which first
+    tokens begin a call (the ``"auto"`` decision)."""
+
+    name: str
+    render: Callable[[Sequence[dict[str, Any]], Sequence[dict[str, Any]]], str]
+    choice: Callable[[str], str]  # the text a model writes to choose a tool
+    after_choice: Callable[[str], str]  # what the prompt holds after that choice
+    after_arguments: str  # what follows a call's arguments
+    next_choice: str  # what comes before a second choice in the same turn
+    choice_stop: tuple[str, ...]
+    name_of: Callable[[str], str]
+    starts_call: Callable[[str], bool]
+
+
+def _render_json(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> str:
+    from trajsynth.agents.tool_template import render_tool_template
+
+    return render_tool_template(messages, tools)
+
+
+def _json_name(text: str) -> str:
+    found = _JSON_CALL_NAME.search(text)
+    return found.group(1) if found else ""
+
+
+FUNCTIONS_FORMAT = ToolFormat(
+    name="functions",
+    render=lambda messages, tools: render_prompt(messages, tools),
+    choice=lambda name: f"functions.{name}:",
+    after_choice=lambda name: f"functions.{name}:\n",
+    after_arguments="\n",
+    next_choice="",
+    choice_stop=(":",),
+    name_of=lambda text: text.strip().removeprefix("functions."),
+    starts_call=_starts_call,
+)
+"""The embedded base model's layout (see the module doc)."""
+
+TOOL_CALL_JSON_FORMAT = ToolFormat(
+    name="tool-call-json",
+    render=_render_json,
+    choice=_json_call_open,
+    after_choice=_json_call_open,
+    after_arguments=f"}}\n</{_TOOL_CALL_OPEN[1:]}",
+    next_choice="\n",
+    choice_stop=(),
+    name_of=_json_name,
+    starts_call=_starts_tool_call,
+)
+"""``agents.tool_template.TOOL_CHAT_TEMPLATE``'s layout: a model trained here."""
+
+def tool_format(llama: Any) -> ToolFormat:
+    """The layout the loaded model was trained in, from its GGUF metadata."""
+    from trajsynth.agents.tool_template import TOOL_CALL_JSON, TOOL_FORMAT_KEY
+
+    metadata = getattr(llama, "metadata", None) or {}
+    named = metadata.get(TOOL_FORMAT_KEY)
+    return TOOL_CALL_JSON_FORMAT if named == TOOL_CALL_JSON else FUNCTIONS_FORMAT
+
+
+_call_tokens: dict[tuple[int, str], Any] = {}
+
+
+def _call_token_ids(llama: Any, fmt: ToolFormat = FUNCTIONS_FORMAT) -> Any:
+    """Ids of the vocabulary's tokens that begin a call in ``fmt`` (scanned once per model)."""
     import numpy as np
 
-    key = id(llama)
+    key = (id(llama), fmt.name)
     if key not in _call_tokens:
         ids = [
             t
             for t in range(llama.n_vocab())
-            if _starts_call(llama.detokenize([t]).decode("utf-8", errors="replace"))
+            if fmt.starts_call(llama.detokenize([t]).decode("utf-8", errors="replace"))
         ]
         _call_tokens[key] = np.array(ids, dtype=np.int64)
     return _call_tokens[key]
@@ -371,7 +469,8 @@ def chatml_tools_handler(
         "model": model,
         "seed": seed,
     }
-    prompt = render_prompt(messages, tools)
+    fmt = tool_format(llama)
+    prompt = fmt.render(messages, tools)
     # llama.cpp names a completion with a random uuid; the call ids the conversation (and so
     # every node id) carries come from the request instead, so one answer has one id
     request_digest = hashlib.sha256(f"{seed}\0{tool_choice}\0{prompt}".encode()).hexdigest()[:24]
@@ -425,7 +524,7 @@ def chatml_tools_handler(
                 prompt=prompt, max_tokens=1, logits_processor=LogitsProcessorList([probe]), **common
             )
             p_call = call_probability(
-                probe.row, _call_token_ids(llama), temperature, _limits["call_bias"]
+                probe.row, _call_token_ids(llama, fmt), temperature, _limits["call_bias"]
             )
             calling = random.Random(seed).random() < p_call
         if not calling:
@@ -437,14 +536,14 @@ def chatml_tools_handler(
             out = complete(
                 prompt,
                 temperature=temperature,
-                stop=[":"],
-                max_tokens=32,
-                grammar=_choice_grammar(list(by_name), end=False),
+                stop=list(fmt.choice_stop),
+                max_tokens=64,
+                grammar=_choice_grammar(list(by_name), end=False, fmt=fmt),
             )
-            name = out["choices"][0]["text"].strip().removeprefix("functions.")
+            name = fmt.name_of(out["choices"][0]["text"])
         if calling:
             while name in by_name and len(calls) < _limits["max_parallel_calls"]:
-                prompt += f"functions.{name}:\n"
+                prompt += fmt.after_choice(name)
                 params = by_name[name]["function"].get("parameters") or {"type": "object"}
                 out = complete(
                     prompt,
@@ -461,15 +560,15 @@ def chatml_tools_handler(
                     or len(calls) >= _limits["max_parallel_calls"]
                 ):
                     break
-                prompt += arguments + "\n"
+                prompt += arguments + fmt.after_arguments
                 follow = complete(
                     prompt,
                     temperature=temperature,
-                    stop=[":", _END],
-                    max_tokens=32,
-                    grammar=_choice_grammar(list(by_name), end=True),
+                    stop=[*fmt.choice_stop, _END],
+                    max_tokens=64,
+                    grammar=_choice_grammar(list(by_name), end=True, fmt=fmt),
                 )
-                name = follow["choices"][0]["text"].strip().removeprefix("functions.")
+                name = fmt.name_of(follow["choices"][0]["text"])
             finish_reason = "tool_calls" if calls else "stop"
             if calls and completions[-1]["choices"][0]["finish_reason"] == "length":
                 finish_reason = "length"

@@ -84,13 +84,16 @@ async def plan_eval_tasks(
     return out
 
 
-def eval_assistant(embedded: bool) -> Assistant:
-    """The assistant of an eval. A llama.cpp-served policy must call a tool after the user
+def eval_assistant(embedded: bool, *, tuned: bool = False) -> Assistant:
+    """The assistant of an eval. The embedded base model must call a tool after the user
     speaks (SmolLM2-135M almost never calls by itself) and is free after a tool result, so
-    a tuned policy can chain calls and a base one answers; elsewhere both are free."""
-    if embedded:
-        return Assistant(tool_choice_after_user="required", tool_choice_after_tool="auto")
-    return Assistant()
+    it answers from the result. A ``tuned`` policy (trained here, served in the layout its
+    rows were rendered in) decides for itself at every turn: it learned when to call and when
+    to ask, and a task whose facts the user holds back starts with a question, which
+    "required" would forbid. Elsewhere (an endpoint) the assistant is free."""
+    if tuned or not embedded:
+        return Assistant(tool_choice_after_user="auto", tool_choice_after_tool="auto")
+    return Assistant(tool_choice_after_user="required", tool_choice_after_tool="auto")
 
 
 async def evaluate(

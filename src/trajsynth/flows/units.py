@@ -87,13 +87,13 @@ def run_id_for(config: RunConfig) -> str:
 def assistant_for(config: RunConfig) -> Assistant:
     """The assistant of a run. The embedded 135M model needs its tool use steered: it almost
     never calls a tool when free to, and repeats calls instead of answering after a result.
-    A tuned policy (``config.policy``, served by llama.cpp like the embedded model) is made
-    to call after the user speaks but left free after a tool result, as in ``synth eval``
-    (``agents.heldout.eval_assistant``), so a policy trained on chained calls can chain them."""
-    embedded = config.llm.base_url is None or config.policy is not None
+    A tuned policy (``config.policy``, served in the layout it was trained in) decides for
+    itself at every turn, as in ``synth eval`` (``agents.heldout.eval_assistant``): it can
+    ask for what the user held back, chain calls, and answer."""
+    tuned = config.policy is not None
+    embedded = config.llm.base_url is None and not tuned
     after_user = config.assistant_tool_choice or ("required" if embedded else "auto")
-    free_after_tool = config.policy is not None or not embedded
-    after_tool = config.assistant_tool_choice_after_tool or ("auto" if free_after_tool else "none")
+    after_tool = config.assistant_tool_choice_after_tool or ("none" if embedded else "auto")
     return Assistant(tool_choice_after_user=after_user, tool_choice_after_tool=after_tool)
 
 

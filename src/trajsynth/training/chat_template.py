@@ -1,23 +1,10 @@
-"""The tool-aware chat template for SmolLM2 that SFT export, SFT and GRPO all render with.
+"""The tokenizer and the tool-aware chat template that SFT export, SFT and GRPO render with.
 
-SmolLM2-135M-Instruct's own template is ChatML without tools: it ignores ``tools=``,
-``tool_calls`` and ``tool`` messages. This one keeps SmolLM2's ChatML tokens and default
-system prompt and takes the tool layout of TRL's ``qwen2_5_training.jinja`` (read in TRL
-1.16): the JSON schemas inside ``<tools></tools>`` in the system turn, each call as
-``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>``, so TRL's ``qwen3_template``
-response parser reads the policy's calls back (``add_response_parser``). It differs from
-TRL's template in three ways:
-
-* a ``tool`` message is its own ``<|im_start|>tool`` turn, not merged into a user turn,
-  so appending messages never changes how earlier ones render (prefix-preserving, what
-  TRL's multi-turn GRPO loop needs);
-* ``arguments`` may be a JSON string (the OpenAI layout the export keeps) or a mapping;
-  a string is written verbatim, a mapping through ``tojson`` (the export canonicalises
-  strings to ``json.dumps`` so both render the same);
-* ``{% generation %}`` covers the assistant's text, calls and ``<|im_end|>``, not the
-  ``<|im_start|>assistant\\n`` header (that is the generation prompt), so
-  ``return_assistant_tokens_mask=True`` marks exactly what the policy emits. A tool
-  without a function name or a message with an unknown role fails the render.
+The template itself (``TOOL_CHAT_TEMPLATE``: its layout and why) lives in
+``agents.tool_template``, because the embedded server serves a tuned model in it too;
+this module loads SmolLM2's tokenizer from the GGUF with that template set, renders rows
+with their assistant-token mask, and sets TRL's Qwen3 response parser for GRPO
+(``add_response_parser``: the template's ``<tool_call>`` layout is Qwen's).
 """
 
 from __future__ import annotations
@@ -34,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.agents.embedded import GGUF_NAME, gguf_path
+from trajsynth.agents.tool_template import TOOL_CHAT_TEMPLATE
 from trajsynth.schemas.failures import InputError, LLMError
 
 log = logging.getLogger(__name__)
@@ -50,70 +38,6 @@ __all__ = [
     "render",
     "save_tokenizer_files",
 ]
-
-
-TOOL_CHAT_TEMPLATE = (
-    "{%- set default_system = 'You are a helpful AI assistant named SmolLM, "
-    "trained by Hugging Face' %}"
-    "{%- if messages and messages[0]['role'] == 'system' %}"
-    "{%- set system_text = messages[0]['content'] or '' %}"
-    "{%- set turns = messages[1:] %}"
-    "{%- else %}"
-    "{%- set system_text = default_system %}"
-    "{%- set turns = messages %}"
-    "{%- endif %}"
-    "{{- '<|im_start|>system\\n' + system_text }}"
-    "{%- if tools %}"
-    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query."
-    "\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
-    "{%- for tool in tools %}"
-    "{%- if tool is not mapping %}"
-    "{{- raise_exception('tool ' ~ loop.index0 ~ ' is not a JSON object') }}"
-    "{%- endif %}"
-    "{%- set fn = tool['function'] if tool['function'] is defined else tool %}"
-    "{%- if fn is not mapping or fn['name'] is not defined or fn['name'] is not string"
-    " or not fn['name'] %}"
-    "{{- raise_exception('tool ' ~ loop.index0 ~ ' has no function name') }}"
-    "{%- endif %}"
-    "{{- '\\n' + tool | tojson }}"
-    "{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and "
-    "arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
-    '{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call>\' }}'
-    "{%- endif %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- for message in turns %}"
-    "{%- if message['role'] == 'user' or message['role'] == 'system' %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
-    "{%- elif message['role'] == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{%- generation %}"
-    "{{- message['content'] or '' }}"
-    "{%- if message['tool_calls'] is defined and message['tool_calls'] %}"
-    "{%- for tool_call in message['tool_calls'] %}"
-    "{%- set call = tool_call['function'] if tool_call['function'] is defined else tool_call %}"
-    "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
-    "{{- '<tool_call>\\n{\"name\": \"' + call['name'] + '\", \"arguments\": ' }}"
-    "{%- if call['arguments'] is string %}{{- call['arguments'] }}"
-    "{%- else %}{{- call['arguments'] | tojson }}{%- endif %}"
-    "{{- '}\\n</tool_call>' }}"
-    "{%- endfor %}"
-    "{%- endif %}"
-    "{{- '<|im_end|>' }}"
-    "{%- endgeneration %}"
-    "{{- '\\n' }}"
-    "{%- elif message['role'] == 'tool' %}"
-    "{{- '<|im_start|>tool\\n<tool_response>\\n' + (message['content'] or '')"
-    " + '\\n</tool_response><|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- raise_exception('unknown message role ' ~ message['role']) }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{%- endif %}"
-)
-"""ChatML with tools, assistant output wrapped in ``{% generation %}`` for the loss mask."""
 
 
 class RenderError(InputError):

@@ -2,10 +2,13 @@
 
 llama-cpp-python ships no converter script, so ``export_gguf`` uses the ``gguf`` package
 (llama.cpp's own Python writer) the way llama.cpp's ``gguf_new_metadata.py`` copies a file:
-every metadata key of the base GGUF (architecture hyper-parameters, the tokenizer, the chat
-template) is copied, ``general.file_type`` is set to the new type, and each tensor of the
-base file is replaced by the tuned weight of the same name (names mapped with
-``gguf.get_tensor_name_map``). Two details from ``convert_hf_to_gguf.py``'s ``LlamaModel``:
+every metadata key of the base GGUF (architecture hyper-parameters, the tokenizer) is copied,
+``general.file_type`` is set to the new type, and each tensor of the base file is replaced by
+the tuned weight of the same name (names mapped with ``gguf.get_tensor_name_map``). The chat
+template is the one the model was trained in (``agents.tool_template.TOOL_CHAT_TEMPLATE``),
+and ``trajsynth.tool_format`` names its tool layout, so the embedded server prompts the
+tuned model in it (``agents.chatml_tools.tool_format``). Two details from
+``convert_hf_to_gguf.py``'s ``LlamaModel``:
 
 * ``attn_q``/``attn_k`` are stored with llama.cpp's rotary layout, a per-head permutation of
   HF's rows (``_permute``); transformers undoes it when it loads a GGUF, so a round trip
@@ -70,6 +73,7 @@ def export_gguf(
     import gguf
     import numpy as np
 
+    from trajsynth.agents.tool_template import TOOL_CALL_JSON, TOOL_CHAT_TEMPLATE, TOOL_FORMAT_KEY
     from trajsynth.training.chat_template import default_gguf_path
 
     if dtype not in ("f16", "f32"):
@@ -99,12 +103,21 @@ def export_gguf(
         for field in reader.fields.values():
             if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
                 continue
-            if field.name in (gguf.Keys.General.FILE_TYPE, gguf.Keys.General.QUANTIZATION_VERSION):
+            if field.name in (
+                gguf.Keys.General.FILE_TYPE,
+                gguf.Keys.General.QUANTIZATION_VERSION,
+                gguf.Keys.Tokenizer.CHAT_TEMPLATE,
+                TOOL_FORMAT_KEY,
+            ):
                 continue
             val_type = field.types[0]
             sub_type = field.types[-1] if val_type == gguf.GGUFValueType.ARRAY else None
             writer.add_key_value(field.name, field.contents(), val_type, sub_type=sub_type)
         writer.add_file_type(file_type)
+        # the layout the rows were rendered in: llama.cpp servers (ours, or `llama-server
+        # --jinja`) then prompt the tuned model as it was trained
+        writer.add_chat_template(TOOL_CHAT_TEMPLATE)
+        writer.add_string(TOOL_FORMAT_KEY, TOOL_CALL_JSON)
         for tensor in reader.tensors:
             hf_name = by_gguf.get(tensor.name)
             if hf_name is None:

@@ -123,7 +123,7 @@ async def run_eval(
             client,
             samples=samples,
             run_id=f"eval:{policy}",
-            assistant=eval_assistant(True),
+            assistant=eval_assistant(True, tuned=policy != "embedded"),
             budgets=budgets,
             sandbox_kind=sandbox,
             template_user=template_user,
