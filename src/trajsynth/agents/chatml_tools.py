@@ -75,6 +75,7 @@ __all__ = [
     "main",
     "own_options",
     "render_prompt",
+    "tool_format",
 ]
 
 CHAT_FORMAT = "trajsynth-chatml-tools"
@@ -266,13 +267,14 @@ TOOL_CALL_JSON_FORMAT = ToolFormat(
     render=_render_json,
     choice=_json_call_open,
     after_choice=_json_call_open,
-    after_arguments=f"}}\n</{_TOOL_CALL_OPEN[1:]}",
+    after_arguments="}\n</tool_call>",
     next_choice="\n",
     choice_stop=(),
     name_of=_json_name,
     starts_call=_starts_tool_call,
 )
 """``agents.tool_template.TOOL_CHAT_TEMPLATE``'s layout: a model trained here."""
+
 
 def tool_format(llama: Any) -> ToolFormat:
     """The layout the loaded model was trained in, from its GGUF metadata."""
