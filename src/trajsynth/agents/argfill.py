@@ -18,12 +18,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import JsonValue
-
+from trajsynth.agents.function_call import call_function
 from trajsynth.agents.llm import LLMClient
 from trajsynth.agents.paths import PlannedPath
 from trajsynth.mcp_servers.arguments import fits_schema
-from trajsynth.schemas import AgentRole, LLMUsage, Message, MessageRole, SlotArg, ToolCluster
+from trajsynth.schemas import LLMUsage, Message, MessageRole, SlotArg, ToolCluster
 
 __all__ = ["FILL_TOOL", "fill_slots", "fillable_slots"]
 
@@ -87,17 +86,6 @@ def _request(
     return messages, tool
 
 
-def _arguments(result: Any) -> dict[str, JsonValue]:
-    for call in result.message.tool_calls or []:
-        if call.function.name == FILL_TOOL:
-            try:
-                data = json.loads(call.function.arguments)
-            except ValueError:
-                return {}
-            return data if isinstance(data, dict) else {}
-    return {}
-
-
 async def fill_slots(
     llm: LLMClient,
     cluster: ToolCluster,
@@ -113,16 +101,9 @@ async def fill_slots(
     if not slots:
         return None, []
     messages, tool = _request(cluster, path, slots)
-    result = await llm.chat(
-        messages,
-        role=AgentRole.PLANNER,
-        tools=[tool],
-        tool_choice="required",
-        temperature=temperature,
-        max_tokens=max_tokens,
-        seed=seed,
+    given, result = await call_function(
+        llm, messages, tool, seed=seed, temperature=temperature, max_tokens=max_tokens
     )
-    given = _arguments(result)
     values = dict(path.slots)
     sources = dict(path.slot_sources)
     for name, (_, _, schema) in slots.items():

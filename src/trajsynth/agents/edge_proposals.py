@@ -14,13 +14,13 @@ confirms it, and notes why the others were rejected.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from trajsynth.agents.function_call import call_function
 from trajsynth.agents.llm import LLMClient
-from trajsynth.schemas import AgentRole, EdgeProposal, Message, MessageRole, ToolSpec
+from trajsynth.schemas import EdgeProposal, Message, MessageRole, ToolSpec
 
 __all__ = [
     "PROPOSE_TOOL",
@@ -105,38 +105,28 @@ def proposal_request(
     return messages, tool
 
 
-def parse_proposals(result: Any, tools: Sequence[ToolSpec]) -> list[EdgeProposal]:
-    """The well-formed proposals of a reply: two different tools of the server, a parameter
-    the target has, a named field; anything else is dropped (the model's slip, not an edge)."""
+def parse_proposals(arguments: Mapping[str, Any], tools: Sequence[ToolSpec]) -> list[EdgeProposal]:
+    """The well-formed proposals in the arguments of a ``propose_edges`` call: two different
+    tools of the server, a parameter the target has, a named field; anything else is dropped
+    (the model's slip, not an edge)."""
     params = {t.name: set(_params(t)) for t in tools}
     out: list[EdgeProposal] = []
-    for call in result.message.tool_calls or []:
-        if call.function.name != PROPOSE_TOOL:
+    edges = arguments.get("edges")
+    for raw in edges if isinstance(edges, list) else []:
+        if not isinstance(raw, dict):
             continue
-        try:
-            data = json.loads(call.function.arguments)
-        except ValueError:
-            log.info("edge proposals: the reply's arguments are not JSON")
+        source, target = str(raw.get("source", "")), str(raw.get("target", ""))
+        param, field = str(raw.get("param", "")), str(raw.get("output_field", "")).strip()
+        if source == target or source not in params or param not in params.get(target, ()):
             continue
-        edges = data.get("edges") if isinstance(data, dict) else None
-        for raw in edges if isinstance(edges, list) else []:
-            if not isinstance(raw, dict):
-                continue
-            source, target = str(raw.get("source", "")), str(raw.get("target", ""))
-            param, field = str(raw.get("param", "")), str(raw.get("output_field", "")).strip()
-            if source == target or source not in params or param not in params.get(target, ()):
-                continue
-            if not field:
-                continue
-            proposal = EdgeProposal(
-                source=source,
-                out_field=field,
-                target=target,
-                in_param=param,
-                why=str(raw.get("why", ""))[:200],
-            )
-            if proposal not in out:
-                out.append(proposal)
+        if not field:
+            continue
+        proposal = EdgeProposal(
+            source=source, out_field=field, target=target, in_param=param,
+            why=str(raw.get("why", ""))[:200],
+        )  # fmt: skip
+        if proposal not in out:
+            out.append(proposal)
     return out
 
 
@@ -154,16 +144,10 @@ async def propose_edges(
     if len(tools) < 2 or not any(_params(t) for t in tools):
         return []
     messages, tool = proposal_request(tools, returned)
-    result = await llm.chat(
-        messages,
-        role=AgentRole.PLANNER,
-        tools=[tool],
-        tool_choice="required",
-        temperature=temperature,
-        max_tokens=max_tokens,
-        seed=seed,
+    arguments, _ = await call_function(
+        llm, messages, tool, seed=seed, temperature=temperature, max_tokens=max_tokens
     )
-    proposals = parse_proposals(result, list(tools)[:_MAX_TOOLS])
+    proposals = parse_proposals(arguments, list(tools)[:_MAX_TOOLS])
     log.info("the LLM proposed %d edges over %d tools", len(proposals), len(tools))
     return proposals
 
