@@ -190,6 +190,12 @@ def main() -> None:
         "out new training tasks, its verified tries join the demos, SFT again from the base",
     )
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the models an earlier run with the same --work and arguments trained "
+        "(their GGUF and train.json), and train only what is missing",
+    )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument(
         "--sandbox",
@@ -236,29 +242,44 @@ def main() -> None:
         )
     )
     log(f"gold demos: {len(verified)} of {len(train_tasks)} replays verified")
-    rollouts = asyncio.run(
-        _rollouts("embedded", train_tasks, clusters, sandbox, budgets, distractors, "bench-base")
-    )
     verified_all = verified
-    trainable = _trainable(rollouts)
-    log(f"base rollouts: {len(trainable)} of {len(rollouts)} render for training")
-    v_tokens, u_tokens = _tokens(verified), _tokens(trainable)
-    budget = min(sum(v_tokens), sum(u_tokens))  # equal tokens: the smaller set's total
-    unverified, used = _take(trainable, u_tokens, budget)
-    verified, v_used = _take(verified, v_tokens, used)  # whole rows: as close as they allow
-    if not verified:
-        verified, v_used = _take(verified_all, v_tokens, budget)
-    base_passed = sum(v.passed for _, v in rollouts)
-    log(
-        f"data: {len(verified)} verified gold demos ({v_used} tokens); "
-        f"{len(unverified)} unverified base rollouts ({used} tokens, {base_passed}/"
-        f"{len(rollouts)} of them passed)"
-    )
-
     policies: dict[str, str] = {"base": "embedded"}
     figures: dict[str, Any] = {"train": {}, "distractors": distractors, "expert": []}
 
+    def trained(name: str) -> Path | None:
+        """With ``--reuse``: the GGUF and figures an earlier run with this --work left."""
+        gguf, kept = work / name / "model.f16.gguf", work / name / "train.json"
+        return gguf if args.reuse and gguf.is_file() and kept.is_file() else None
+
+    if trained("sft-verified") and trained("sft-unverified"):
+        verified = unverified = []  # both models are there: their data was made by that run
+        log("sft-verified and sft-unverified: reused from --work (--reuse)")
+    else:
+        rollouts = asyncio.run(
+            _rollouts(
+                "embedded", train_tasks, clusters, sandbox, budgets, distractors, "bench-base"
+            )
+        )
+        trainable = _trainable(rollouts)
+        log(f"base rollouts: {len(trainable)} of {len(rollouts)} render for training")
+        v_tokens, u_tokens = _tokens(verified), _tokens(trainable)
+        budget = min(sum(v_tokens), sum(u_tokens))  # equal tokens: the smaller set's total
+        unverified, used = _take(trainable, u_tokens, budget)
+        verified, v_used = _take(verified, v_tokens, used)  # whole rows: as close as they allow
+        if not verified:
+            verified, v_used = _take(verified_all, v_tokens, budget)
+        base_passed = sum(v.passed for _, v in rollouts)
+        log(
+            f"data: {len(verified)} verified gold demos ({v_used} tokens); "
+            f"{len(unverified)} unverified base rollouts ({used} tokens, {base_passed}/"
+            f"{len(rollouts)} of them passed)"
+        )
+
     def train(name: str, pairs: list[Any]) -> str:
+        reused = trained(name)
+        if reused is not None:
+            figures["train"][name] = json.loads((work / name / "train.json").read_text())
+            return str(reused)
         data = write_sft_rows(pairs, work / f"data-{name}")
         cfg = SFTConfig(
             data=str(data),
@@ -280,6 +301,7 @@ def main() -> None:
             "seconds": result.seconds,
             "peak_rss_mb": result.peak_rss_mb,
         }
+        (work / name / "train.json").write_text(json.dumps(figures["train"][name]))
         log(
             f"{name}: {result.n_rows} rows, {result.n_tokens} tokens, {result.steps} steps in "
             f"{result.seconds:.0f} s, loss {result.losses[:1]} -> {result.losses[-1:]}"
@@ -301,8 +323,10 @@ def main() -> None:
                 seed_base=1_000 + 1_000 * rnd,
             )
         )
-        banned = set(train_keys) | {task_key(t) for t in heldout + loco}
-        new_tasks = [t for t in new_tasks if task_key(t) not in banned]
+        # a new task may repeat an eval task's tool path and constraints: it is left out, as
+        # make_split leaves out eval tasks that repeat a training task
+        banned = {task_key(t).signature for t in heldout + loco}
+        new_tasks = [t for t in new_tasks if task_key(t).signature not in banned]
         check_no_leakage([task_key(t) for t in heldout + loco], [task_key(t) for t in new_tasks])
         tries = asyncio.run(
             _rollouts(policy, new_tasks, clusters, sandbox, budgets, distractors, f"bench-ei{rnd}")
