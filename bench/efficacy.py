@@ -243,7 +243,7 @@ def main() -> None:
     )
     log(f"gold demos: {len(verified)} of {len(train_tasks)} replays verified")
     verified_all = verified
-    policies: dict[str, str] = {"base": "embedded"}
+    policies: dict[str, str] = {}  # the tuned ones, by name: their GGUF
     figures: dict[str, Any] = {"train": {}, "distractors": distractors, "expert": []}
 
     def trained(name: str) -> Path | None:
@@ -344,7 +344,7 @@ def main() -> None:
     # the base model is evaluated as it is steered (a call required after the user) and free
     # as the tuned policies are (it then rarely calls at all)
     runs = [("base", "embedded", False), ("base (free)", "embedded", True)]
-    runs += [(name, policy, True) for name, policy in policies.items() if name != "base"]
+    runs += [(name, policy, True) for name, policy in policies.items()]
     for name, policy, free in runs:
         row: dict[str, Any] = {"policy": name}
         for split, tasks in (("a_heldout_seeds", heldout), (f"b_loco_{args.loco}", loco)):

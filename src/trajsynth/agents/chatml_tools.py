@@ -251,7 +251,7 @@ def _json_name(text: str) -> str:
 
 FUNCTIONS_FORMAT = ToolFormat(
     name="functions",
-    render=lambda messages, tools: render_prompt(messages, tools),
+    render=render_prompt,
     choice=lambda name: f"functions.{name}:",
     after_choice=lambda name: f"functions.{name}:\n",
     after_arguments="\n",

@@ -15,7 +15,7 @@ confirms it, and notes why the others were rejected.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trajsynth.agents.function_call import call_function
@@ -24,7 +24,6 @@ from trajsynth.schemas import EdgeProposal, Message, MessageRole, ToolSpec
 
 __all__ = [
     "PROPOSE_TOOL",
-    "edge_proposer",
     "parse_proposals",
     "propose_edges",
     "proposal_request",
@@ -150,16 +149,3 @@ async def propose_edges(
     proposals = parse_proposals(arguments, list(tools)[:_MAX_TOOLS])
     log.info("the LLM proposed %d edges over %d tools", len(proposals), len(tools))
     return proposals
-
-
-def edge_proposer(
-    llm: LLMClient, **options: Any
-) -> Callable[[Sequence[ToolSpec], Mapping[str, Sequence[str]]], Awaitable[list[EdgeProposal]]]:
-    """``propose_edges`` bound to ``llm``: what ``mcp_servers.discovery.discover`` calls."""
-
-    async def propose(
-        tools: Sequence[ToolSpec], returned: Mapping[str, Sequence[str]]
-    ) -> list[EdgeProposal]:
-        return await propose_edges(llm, tools, returned, **options)
-
-    return propose

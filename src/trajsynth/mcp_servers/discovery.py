@@ -566,13 +566,10 @@ async def _value_flow(p: _Prober, tools: list[ToolSpec]) -> list[ToolEdge]:
     for target in tools:
         props = target.input_schema.get("properties") or {}
         for param, sub in props.items():
-            if not isinstance(sub, Mapping):
+            shape = _param_schema(target, param)
+            if shape is None or sub.get("enum"):
                 continue
-            item_schema = sub
-            if "array" in schema_kinds(sub) and isinstance(sub.get("items"), Mapping):
-                item_schema = sub["items"]
-            if schema_kinds(item_schema) & {"object", "array"} or sub.get("enum"):
-                continue
+            item_schema, in_array = shape
             # the best value per producer: same key name first, then any text token
             by_source: dict[str, tuple[float, _Value]] = {}
             for v in p.values:
@@ -588,13 +585,9 @@ async def _value_flow(p: _Prober, tools: list[ToolSpec]) -> list[ToolEdge]:
             for source, (score, v) in sorted(by_source.items()):
                 if (source, target.name) in edges or budget <= 0:
                     continue
-                value = [v.value] if item_schema is not sub else v.value
-                args = generate_arguments(
-                    target.input_schema, target.name, fixed=p.fixed, overrides={param: value}
-                )
-                args[param] = value
+                value = [v.value] if in_array else v.value
                 budget -= 1
-                result = await p.call(target.name, args)
+                result = await _call_with(p, target, param, value)
                 if result is None or result.is_error:
                     continue
                 out_field = v.path or v.key
