@@ -13,11 +13,14 @@ import pytest
 
 from trajsynth.curation import embeddings
 from trajsynth.curation.embeddings import (
+    EmbedCandidate,
     calibrated_setting,
     cpu_has_bf16,
     embed_in_workers,
     load_embedder,
+    onnx_model,
     pick_fastest,
+    resolve_backend,
     resolve_dtype,
     resolve_threads,
 )
@@ -41,21 +44,46 @@ def test_bf16_is_detected_from_the_cpu_flags(tmp_path: Path) -> None:
     assert cpu_has_bf16(str(tmp_path / "missing")) is False
 
 
-def test_explicit_dtypes_and_threads_win_without_measuring() -> None:
+def test_explicit_dtypes_backends_and_threads_win_without_measuring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert resolve_dtype("float32") == "float32"
     assert resolve_dtype("bfloat16") == "bfloat16"
     assert resolve_dtype("auto", device="cuda") == "bfloat16"
     assert resolve_threads(3) == 3
+    assert resolve_backend("torch", "float32") == "torch"
+    # the ONNX graph is float32 on a CPU: bf16 and a GPU keep torch without measuring
+    assert resolve_backend("auto", "bfloat16") == "torch"
+    assert resolve_backend("auto", "float32", device="cuda") == "torch"
+    monkeypatch.setattr(embeddings, "onnx_available", lambda: False)
+    with pytest.raises(ImportError, match="onnxruntime"):
+        resolve_backend("onnx", "float32")
+    with pytest.raises(ValueError, match="float32 on the CPU"):
+        load_embedder.__wrapped__(dtype="bfloat16", backend="onnx")
 
 
-def test_the_fastest_measured_candidate_wins_and_ties_prefer_float32_and_fewer_threads() -> None:
-    rates = {("float32", 1): 60.0, ("float32", 2): 55.0, ("bfloat16", 1): 30.0,
-             ("bfloat16", 2): 61.0}  # fmt: skip
-    best = pick_fastest(lambda d, n: rates[(d, n)], list(rates))
-    assert (best.dtype, best.threads) == ("bfloat16", 2)
-    assert best.texts_per_s["float32x1"] == 60.0 and len(best.texts_per_s) == 4
-    tie = pick_fastest(lambda d, n: 50.0, list(rates))
-    assert (tie.dtype, tie.threads) == ("float32", 1)
+def test_the_fastest_candidate_wins_and_ties_prefer_float32_torch_and_few_threads() -> None:
+    rates = {EmbedCandidate("torch", "float32", 1): 60.0,
+             EmbedCandidate("torch", "float32", 2): 55.0,
+             EmbedCandidate("torch", "bfloat16", 1): 30.0,
+             EmbedCandidate("torch", "bfloat16", 2): 61.0,
+             EmbedCandidate("onnx", "float32", 2): 58.0}  # fmt: skip
+    best = pick_fastest(lambda c: rates[c], list(rates))
+    assert (best.backend, best.dtype, best.threads) == ("torch", "bfloat16", 2)
+    assert best.texts_per_s["float32x1"] == 60.0 and best.texts_per_s["onnx-float32x2"] == 58.0
+    rates[EmbedCandidate("onnx", "float32", 2)] = 90.0
+    best = pick_fastest(lambda c: rates[c], list(rates))
+    assert (best.backend, best.dtype, best.threads) == ("onnx", "float32", 2)
+    tie = pick_fastest(lambda c: 50.0, list(rates))
+    assert (tie.backend, tie.dtype, tie.threads) == ("torch", "float32", 1)
+
+
+def test_candidates_hold_onnx_only_where_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embeddings, "onnx_available", lambda: False)
+    assert {c.backend for c in embeddings._candidates()} == {"torch"}
+    monkeypatch.setattr(embeddings, "onnx_available", lambda: True)
+    onnx = [c for c in embeddings._candidates() if c.backend == "onnx"]
+    assert onnx and all(c.dtype == "float32" for c in onnx)
 
 
 def test_calibration_is_measured_once_then_read_from_its_file(
@@ -64,9 +92,9 @@ def test_calibration_is_measured_once_then_read_from_its_file(
     measured: list[tuple[str, int]] = []
 
     def fake_measure(max_seq_length: int, batch_size: int):  # the timing, not the model
-        def rate(dtype: str, threads: int) -> float:
-            measured.append((dtype, threads))
-            return 100.0 if (dtype, threads) == ("float32", 1) else 10.0
+        def rate(c: EmbedCandidate) -> float:
+            measured.append((c.dtype, c.threads))
+            return 100.0 if (c.backend, c.dtype, c.threads) == ("torch", "float32", 1) else 10.0
 
         return rate
 
@@ -88,12 +116,13 @@ def test_a_calibration_made_under_load_has_its_workers_measured_again_when_quiet
 ) -> None:
     measured: list[tuple[str, int]] = []
     busy = {"float32": 1.0, "bfloat16": 50.0}
+    monkeypatch.setattr(embeddings, "onnx_available", lambda: False)
 
     def fake_measure(max_seq_length: int, batch_size: int):
-        def rate(dtype: str, threads: int) -> float:
-            measured.append((dtype, threads))
+        def rate(c: EmbedCandidate) -> float:
+            measured.append((c.dtype, c.threads))
             # busy: a second worker only slows things; quiet: it doubles the rate
-            return busy[dtype] * (threads if quiet["now"] else 1 / threads)
+            return busy[c.dtype] * (c.threads if quiet["now"] else 1 / c.threads)
 
         return rate
 
@@ -123,10 +152,28 @@ def test_calibration_measures_the_real_model(tmp_path: Path) -> None:
     setting = calibrated_setting.__wrapped__(max_seq_length=64, path=tmp_path / "c.json")
     assert setting.dtype in ("float32", "bfloat16") and setting.threads >= 1
     assert all(rate > 0 for rate in setting.texts_per_s.values())
-    assert (
-        max(setting.texts_per_s.values())
-        == setting.texts_per_s[f"{setting.dtype}x{setting.threads}"]
-    )
+    assert any(label.startswith("onnx-") for label in setting.texts_per_s)  # both measured
+    chosen = EmbedCandidate(setting.backend, setting.dtype, setting.threads).label
+    assert max(setting.texts_per_s.values()) == setting.texts_per_s[chosen]
+
+
+@pytest.mark.slow
+def test_onnx_vectors_equal_torch_vectors_and_the_export_is_kept(tmp_path: Path) -> None:
+    texts = [
+        "Let me look up order W9 first. Order W9 was delivered yesterday.\nR:get_order ANS",
+        "Which order do you mean? I cancelled it.\nASK R:get_order W:cancel_order ANS",
+        " ".join(["a long digest that runs past the word-piece cap"] * 20),  # truncated alike
+        "x",
+    ]
+    torch_rows = load_embedder(max_seq_length=64, dtype="float32")(texts)
+    onnx_rows = load_embedder(max_seq_length=64, dtype="float32", threads=2, backend="onnx")(texts)
+    assert onnx_rows.dtype == np.float32 and onnx_rows.shape == torch_rows.shape == (4, 384)
+    assert np.allclose(np.linalg.norm(onnx_rows, axis=1), 1.0, atol=1e-5)
+    assert float((torch_rows * onnx_rows).sum(axis=1).min()) > 0.9999
+    path = onnx_model(tmp_path)
+    stamp = path.stat().st_mtime_ns
+    assert onnx_model(tmp_path) == path and path.stat().st_mtime_ns == stamp  # not again
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.slow

@@ -55,6 +55,7 @@ from trajsynth.curation.diversity import diversity_fields, diversity_report, nea
 from trajsynth.curation.embeddings import (
     Embedder,
     load_embedder,
+    resolve_backend,
     resolve_dtype,
     resolve_threads,
 )
@@ -198,11 +199,15 @@ def _torch_threads(n: int | None) -> Iterator[None]:
 
 
 def _default_embedder(config: CurationConfig) -> Embedder:
+    dtype = resolve_dtype(config.embed_dtype, max_seq_length=config.embed_max_tokens)
     return load_embedder(
         batch_size=config.embed_batch_size,
         max_seq_length=config.embed_max_tokens,
-        dtype=resolve_dtype(config.embed_dtype, max_seq_length=config.embed_max_tokens),
+        dtype=dtype,
         threads=resolve_threads(config.embed_threads, config.embed_max_tokens),
+        backend=resolve_backend(
+            config.embed_backend, dtype, max_seq_length=config.embed_max_tokens
+        ),
     )
 
 

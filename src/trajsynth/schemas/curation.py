@@ -145,8 +145,12 @@ class CurationConfig(Record):
         default="auto",
         description="model precision; auto: the faster one on this machine, measured once",
     )
+    embed_backend: Literal["auto", "torch", "onnx"] = Field(
+        default="auto",
+        description="torch or ONNX Runtime (float32 on a CPU); auto: the faster, measured once",
+    )
     embed_threads: int | None = Field(
-        default=None, ge=1, description="torch threads while embedding (None: measured once)"
+        default=None, ge=1, description="embedding workers, one thread each (None: measured once)"
     )
     duplicate_cosine: float = Field(default=0.95, gt=0.0, le=1.0, description="§5.4")
     soft_merge: Literal["off", "difflib", "embedding"] = Field(
