@@ -3,6 +3,8 @@ or takes too long is one line naming what to do, never Prefect's bare traceback.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trajsynth.flows import api
@@ -12,6 +14,7 @@ from trajsynth.flows import api
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(api, "_start", None)
     monkeypatch.setattr(api, "_ephemeral", lambda: True)
+    monkeypatch.setattr(api, "_start_own_server", lambda: None)  # Prefect's own start
 
 
 def test_a_start_that_fails_is_one_line(fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,6 +54,7 @@ def test_a_configured_server_is_left_to_prefect(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(api, "_start", None)
     # (not through the environment: Prefect fixes its settings when it is first imported)
     monkeypatch.setattr(api, "_ephemeral", lambda: False)
+    monkeypatch.setattr(api, "_start_own_server", lambda: None)  # ours said "configured"
     api.wait_api(timeout_s=0.1)  # returns at once: nothing of ours to wait for
     assert not api.api_started()
 
@@ -62,8 +66,76 @@ def test_the_real_server_starts_in_the_background_and_answers(
     import httpx
 
     monkeypatch.setattr(api, "_start", None)
+    monkeypatch.setattr(api, "_start_own_server", lambda: None)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     api.start_api()
     api.wait_api(timeout_s=180)
     server = api._server()
     assert httpx.get(f"{server.api_url}/health", timeout=10).status_code == 200
+
+
+_OWN_SERVER_SCRIPT = """
+import json, os, sys
+from trajsynth.flows import api
+assert "prefect" not in sys.modules
+api.start_api()
+url = os.environ.get("PREFECT_API_URL")
+api.wait_api(timeout_s=180)
+from prefect.client.orchestration import get_client
+with get_client(sync_client=True) as client:
+    healthy = client.api_healthcheck() is None
+    used = str(client.api_url)
+print(json.dumps({"url": url, "used": used, "healthy": healthy,
+                  "pid": api._start.own.pid if api._start and api._start.own else None,
+                  "server_module": "prefect.server.api.server" in sys.modules}))
+"""
+
+
+def _run_script(script: str, env: dict[str, str]) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_command_that_has_not_imported_prefect_starts_its_own_server_first(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    import psutil
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    out = _run_script(_OWN_SERVER_SCRIPT, env)
+    assert out["url"] and out["url"].startswith("http://127.0.0.1:")
+    assert out["used"].rstrip("/") == out["url"] and out["healthy"]
+    # Prefect's client talked to it as to a configured server: its server module never loaded
+    assert out["server_module"] is False
+    assert out["pid"] and not psutil.pid_exists(out["pid"])  # stopped when the command ended
+
+
+@pytest.mark.slow
+def test_a_profile_that_names_an_api_keeps_it(tmp_path: Path) -> None:
+    import os
+
+    home = tmp_path / "prefect"
+    home.mkdir()
+    (home / "profiles.toml").write_text(
+        'active = "remote"\n\n[profiles.remote]\nPREFECT_API_URL = "http://127.0.0.1:9/api"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(home)
+    script = (
+        "import json, os\nfrom trajsynth.flows import api\napi.start_api()\n"
+        "print(json.dumps({'url': os.environ.get('PREFECT_API_URL'), "
+        "'started': api.api_started()}))"
+    )
+    # no server of ours, no environment override: Prefect's client uses the profile's API
+    assert _run_script(script, env) == {"url": None, "started": False}
