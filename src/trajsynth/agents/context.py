@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import re
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -174,9 +175,13 @@ def shown_tools(
     return fit_tools(blueprint, tools, context_tokens=context_tokens, embed=_embedder())
 
 
+_embedder_lock = threading.Lock()  # rollouts on several threads ask at once: one load
+
+
 def _embedder() -> Embedder | None:
     try:
-        return load_embedder(max_seq_length=64)
+        with _embedder_lock:
+            return load_embedder(max_seq_length=64)
     except (ImportError, OSError) as exc:  # the model wheel missing: rank by shared words
         log.warning("no sentence embedder (%s); distractors ranked by shared words", exc)
         return None
