@@ -78,6 +78,24 @@ def test_the_fastest_candidate_wins_and_ties_prefer_float32_torch_and_few_thread
     assert (tie.backend, tie.dtype, tie.threads) == ("torch", "float32", 1)
 
 
+def test_a_few_texts_go_to_the_backend_that_loads_first_many_to_the_fastest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    setting = embeddings.EmbedSetting(
+        backend="torch", dtype="bfloat16", threads=2,
+        texts_per_s={"bfloat16x2": 300.0, "float32x2": 150.0, "onnx-float32x1": 120.0,
+                     "onnx-float32x2": 200.0, "a-label-of-another-version": 1e9},
+        load_s={"torch": 6.0, "onnx": 0.3},
+    )  # fmt: skip
+    monkeypatch.delitem(os.sys.modules, "sentence_transformers", raising=False)
+    monkeypatch.delitem(os.sys.modules, "onnxruntime", raising=False)
+    assert setting.soonest(40) == EmbedCandidate("onnx", "float32", 2)
+    assert setting.soonest(10_000) == EmbedCandidate("torch", "bfloat16", 2)
+    # a backend this process loaded already costs no load: torch's rate wins at once
+    monkeypatch.setitem(os.sys.modules, "sentence_transformers", os)
+    assert setting.soonest(40) == EmbedCandidate("torch", "bfloat16", 2)
+
+
 def test_candidates_hold_onnx_only_where_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embeddings, "onnx_available", lambda: False)
     assert {c.backend for c in embeddings._candidates()} == {"torch"}
@@ -91,7 +109,7 @@ def test_calibration_is_measured_once_then_read_from_its_file(
 ) -> None:
     measured: list[tuple[str, int]] = []
 
-    def fake_measure(max_seq_length: int, batch_size: int):  # the timing, not the model
+    def fake_measure(max_seq_length: int, batch_size: int, load_s=None):  # timing, no model
         def rate(c: EmbedCandidate) -> float:
             measured.append((c.dtype, c.threads))
             return 100.0 if (c.backend, c.dtype, c.threads) == ("torch", "float32", 1) else 10.0
@@ -118,7 +136,7 @@ def test_a_calibration_made_under_load_has_its_workers_measured_again_when_quiet
     busy = {"float32": 1.0, "bfloat16": 50.0}
     monkeypatch.setattr(embeddings, "onnx_available", lambda: False)
 
-    def fake_measure(max_seq_length: int, batch_size: int):
+    def fake_measure(max_seq_length: int, batch_size: int, load_s=None):
         def rate(c: EmbedCandidate) -> float:
             measured.append((c.dtype, c.threads))
             # busy: a second worker only slows things; quiet: it doubles the rate
@@ -153,6 +171,7 @@ def test_calibration_measures_the_real_model(tmp_path: Path) -> None:
     assert setting.dtype in ("float32", "bfloat16") and setting.threads >= 1
     assert all(rate > 0 for rate in setting.texts_per_s.values())
     assert any(label.startswith("onnx-") for label in setting.texts_per_s)  # both measured
+    assert set(setting.load_s) == {"torch", "onnx"} and all(v > 0 for v in setting.load_s.values())
     chosen = EmbedCandidate(setting.backend, setting.dtype, setting.threads).label
     assert max(setting.texts_per_s.values()) == setting.texts_per_s[chosen]
 

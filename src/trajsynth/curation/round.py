@@ -54,6 +54,7 @@ from trajsynth.curation.digests import (
 from trajsynth.curation.diversity import diversity_fields, diversity_report, near_duplicates
 from trajsynth.curation.embeddings import (
     Embedder,
+    calibrated_setting,
     load_embedder,
     resolve_backend,
     resolve_dtype,
@@ -198,16 +199,25 @@ def _torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def _default_embedder(config: CurationConfig) -> Embedder:
-    dtype = resolve_dtype(config.embed_dtype, max_seq_length=config.embed_max_tokens)
+def _default_embedder(config: CurationConfig, n_texts: int | None = None) -> Embedder:
+    """The embedder ``config`` names; where it leaves backend, precision and workers to the
+    machine, the measured candidate that embeds ``n_texts`` soonest, load included
+    (:meth:`EmbedSetting.soonest`): a few digests do not wait for torch to load."""
+    cap = config.embed_max_tokens
+    if (config.embed_backend, config.embed_dtype, config.embed_threads) == ("auto", "auto", None):
+        setting = calibrated_setting(cap)
+        chosen = setting.soonest(n_texts) if n_texts is not None else None
+        backend, dtype, threads = chosen or (setting.backend, setting.dtype, setting.threads)
+    else:
+        dtype = resolve_dtype(config.embed_dtype, max_seq_length=cap)
+        backend = resolve_backend(config.embed_backend, dtype, max_seq_length=cap)
+        threads = resolve_threads(config.embed_threads, cap)
     return load_embedder(
         batch_size=config.embed_batch_size,
-        max_seq_length=config.embed_max_tokens,
+        max_seq_length=cap,
         dtype=dtype,
-        threads=resolve_threads(config.embed_threads, config.embed_max_tokens),
-        backend=resolve_backend(
-            config.embed_backend, dtype, max_seq_length=config.embed_max_tokens
-        ),
+        threads=threads,
+        backend=backend,
     )
 
 
@@ -469,9 +479,9 @@ class _Curation:
                 self.cacs[tid] = CACBreakdown()
                 self.skips.setdefault(tid, f"CAC failed: {type(exc).__name__}: {exc}"[:300])
 
-    def _get_embedder(self) -> Embedder:
+    def _get_embedder(self, n_texts: int | None = None) -> Embedder:
         if self.embedder is None:
-            self.embedder = _default_embedder(self.cfg)
+            self.embedder = _default_embedder(self.cfg, n_texts)
         return self.embedder
 
     def _embed(self) -> None:
@@ -481,10 +491,10 @@ class _Curation:
         texts = [digest_for_embedding(self.digests[i], self.cfg.embed_max_chars) for i in ids]
         model_id = embedding_model_id(self.cfg)
         cleaned = [" ".join(x.split()) for x in texts]
-        cache = _VectorCache(
-            model_id, self.data.cached_vectors(model_id, [text_key(x) for x in cleaned if x])
-        )
-        lazy = _LazyEmbedder(self._get_embedder, self.cfg.embed_threads)
+        found = self.data.cached_vectors(model_id, [text_key(x) for x in cleaned if x])
+        cache = _VectorCache(model_id, found)
+        new = len({x for x in cleaned if x}) - len(found)  # about what the model will read
+        lazy = _LazyEmbedder(lambda: self._get_embedder(new), self.cfg.embed_threads)
         out = embed_texts(
             cleaned,
             lazy,
