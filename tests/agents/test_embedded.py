@@ -261,3 +261,20 @@ def test_ctrl_c_or_a_killed_parent_stops_the_server(sig: signal.Signals) -> None
             parent.kill()
             parent.wait()
         parent.stdout.close()
+
+
+async def test_a_server_launched_early_is_taken_by_the_run_that_opens_it() -> None:
+    from trajsynth.agents import embedded
+
+    config = LLMConfig(embedded_ctx=2048)
+    embedded.launch_early(config.model, config.embedded_ctx, config.embedded_deterministic)
+    launched = embedded._launched[(config.model, 2048, config.embedded_deterministic)]
+    assert launched.running  # returned before the model loaded: nobody waited for it
+    async with open_llm_client(config) as client:
+        assert client.config.base_url == launched.base_url  # taken, not a second server
+        reply = await client.chat(
+            ASK, role=AgentRole.ASSISTANT, tools=[WEATHER], tool_choice="required", seed=3
+        )
+        assert reply.message.tool_calls
+    assert not launched.running  # the run that took it stopped it
+    assert embedded.take_launched(config.model, 2048, config.embedded_deterministic) is None

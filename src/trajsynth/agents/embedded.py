@@ -82,6 +82,8 @@ __all__ = [
     "embedded_available",
     "free_port",
     "gguf_path",
+    "launch_early",
+    "take_launched",
 ]
 
 log = logging.getLogger(__name__)
@@ -183,6 +185,7 @@ class EmbeddedLLMServer:
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = list(extra_args or [])
         self._proc: subprocess.Popen[bytes] | None = None
+        self._ready = False  # the process answered since it was launched
         self._log_file: tempfile._TemporaryFileWrapper[bytes] | None = None
 
     @property
@@ -239,8 +242,8 @@ class EmbeddedLLMServer:
             *self.extra_args,
         ]
 
-    def start(self) -> EmbeddedLLMServer:
-        """Start the server and block until it answers, or raise ``LLMError``."""
+    def launch(self) -> EmbeddedLLMServer:
+        """Start the server process and return at once; :meth:`start` waits for it."""
         if self.running:
             return self
         ok, why = embedded_available()
@@ -255,6 +258,7 @@ class EmbeddedLLMServer:
         argv = self.command()
         log.info("starting the embedded LLM on %s", self.base_url)
         log.debug("embedded LLM argv: %s", argv)
+        self._ready = False
         self._proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -269,11 +273,20 @@ class EmbeddedLLMServer:
             else None,
         )
         atexit.register(self.stop)
+        return self
+
+    def start(self) -> EmbeddedLLMServer:
+        """Start the server (or finish a :meth:`launch`) and block until it answers, or raise
+        ``LLMError``."""
+        if self.running and self._ready:
+            return self
+        self.launch()
         try:
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
+        self._ready = True
         if not self._registered:  # a restart keeps the endpoint (and its one slot)
             register_endpoint(self.base_url, slots=1, keeper=self.keep)
             self._registered = True
@@ -373,7 +386,7 @@ class EmbeddedLLMServer:
         """Stop the process: SIGTERM (uvicorn then finishes the requests in flight), or
         with ``now`` SIGKILL, which a restart needs: the request in flight was given up on,
         and finishing it is exactly the work a restart is there to avoid."""
-        proc, self._proc = self._proc, None
+        proc, self._proc, self._ready = self._proc, None, False
         if proc is not None and proc.poll() is None:
             log.info("stopping the embedded LLM on %s", self.base_url)
             proc.kill() if now else proc.terminate()
@@ -407,3 +420,33 @@ def _rss(pid: int) -> tuple[int, int]:
     except OSError:
         return 0, 0
     return fields.get("VmRSS", 0), fields.get("VmHWM", 0)
+
+
+# servers launched before the code that opens them is imported (``launch_early``)
+_launched: dict[tuple[str, int, bool], EmbeddedLLMServer] = {}
+_launched_lock = threading.Lock()
+
+
+def launch_early(model_alias: str, n_ctx: int, deterministic: bool) -> None:
+    """Launch the embedded server a run is about to open, without waiting for it: it loads its
+    model while the command goes on importing and Prefect's API starts, and the run's
+    ``open_llm_client`` takes it (:func:`take_launched`) instead of starting its own. Call it
+    from the main thread (the server is tied to the launching thread's life). A server that
+    cannot start is left for the run to report."""
+    key = (model_alias, n_ctx, deterministic)
+    with _launched_lock:
+        if key in _launched:
+            return
+        server = EmbeddedLLMServer(
+            model_alias=model_alias, n_ctx=n_ctx, deterministic=deterministic
+        )
+        try:
+            _launched[key] = server.launch()
+        except (LLMError, OSError) as exc:
+            log.debug("no early embedded LLM: %s", exc)
+
+
+def take_launched(model_alias: str, n_ctx: int, deterministic: bool) -> EmbeddedLLMServer | None:
+    """The server :func:`launch_early` launched with these settings (once), or None."""
+    with _launched_lock:
+        return _launched.pop((model_alias, n_ctx, deterministic), None)

@@ -524,9 +524,10 @@ async def open_llm_client(
     """
     async with contextlib.AsyncExitStack() as stack:
         if not config.base_url:
-            from trajsynth.agents.embedded import EmbeddedLLMServer
+            from trajsynth.agents.embedded import EmbeddedLLMServer, take_launched
 
-            server = EmbeddedLLMServer(
+            settings = (config.model, config.embedded_ctx, config.embedded_deterministic)
+            server = take_launched(*settings) or EmbeddedLLMServer(
                 model_alias=config.model,
                 n_ctx=config.embedded_ctx,
                 deterministic=config.embedded_deterministic,
@@ -535,7 +536,7 @@ async def open_llm_client(
             stack.callback(server.stop)
             # Started on this thread, not in a worker: the child is tied to the starting
             # thread's life (PR_SET_PDEATHSIG). It blocks the loop for the server's start-up
-            # (about 1-3 s), before any other work.
+            # (about 1-3 s), before any other work, unless the command launched it early.
             server.start()
             config = config.model_copy(update={"base_url": server.base_url})
         client = OpenAILLMClient(config, api_key=api_key, cache_dir=cache_dir)
