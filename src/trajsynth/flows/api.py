@@ -11,9 +11,10 @@ server); ``wait_api()`` waits with our own budget and turns a failure into
 When the command has not imported Prefect yet and nothing in the environment names an API,
 ``start_api()`` starts the server itself instead (:mod:`trajsynth.flows.ephemeral_api`), before
 any Prefect import, and points ``PREFECT_API_URL`` at it: the server then boots while the
-command imports, and the command never loads Prefect's server module. A warm ``synth run``
-sent its first LLM request at 14.3 s with Prefect's own start and at {after} s with this one
-(load 0.7, 2 cores; ``bench/overhead.py``).
+command imports, and the command never loads Prefect's server module. ``synth -vv run --tasks
+1`` on a warm Prefect home sent its first LLM request at 14.3 s with Prefect's own start (load
+0.7) and at 10.3 s with this one (load 0.0; 7.0 s once the embedded LLM was launched early
+too).
 """
 
 from __future__ import annotations
