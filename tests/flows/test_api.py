@@ -139,3 +139,24 @@ def test_a_profile_that_names_an_api_keeps_it(tmp_path: Path) -> None:
     )
     # no server of ours, no environment override: Prefect's client uses the profile's API
     assert _run_script(script, env) == {"url": None, "started": False}
+
+
+def test_a_launcher_that_says_nothing_leaves_the_start_to_prefect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+    import sys
+
+    silent = [sys.executable, "-c", "import time; time.sleep(30)"]
+    real_popen = subprocess.Popen
+    started: list[subprocess.Popen[str]] = []
+
+    def popen(args: list[str], **kwargs: object) -> subprocess.Popen[str]:
+        started.append(real_popen(silent, **kwargs))  # type: ignore[call-overload]
+        return started[-1]
+
+    # a launcher that never prints its URL
+    monkeypatch.setattr(api.subprocess, "Popen", popen)
+    monkeypatch.setattr(api, "_SAY_URL_S", 0.5)
+    assert api._start_own_server() is None
+    assert started and started[0].poll() is not None  # stopped, not left running

@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -50,6 +51,7 @@ class _Start:
 
 
 _start: _Start | None = None
+_SAY_URL_S = 60.0
 _lock = threading.Lock()
 
 
@@ -107,9 +109,11 @@ def _start_own_server() -> _Start | None:
         [sys.executable, "-m", "trajsynth.flows.ephemeral_api"], stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
-    url = process.stdout.readline().strip()  # ~1 s: it reads Prefect's settings first
+    # ~1 s: it reads Prefect's settings first; one that says nothing in a minute is dropped
+    said, _, _ = select.select([process.stdout], [], [], _SAY_URL_S)
+    url = process.stdout.readline().strip() if said else ""
     if not url.startswith("http"):
-        process.wait(timeout=10)  # "configured" (it exits), or it failed before saying
+        _stop_own(process)  # "configured" (it exits), failed, or silent: Prefect's own path
         return None
     os.environ["PREFECT_API_URL"] = url
     start = _Start()
