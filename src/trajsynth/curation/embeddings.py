@@ -167,6 +167,7 @@ def _measured_busy(setting: EmbedSetting, now: float) -> bool:
     return before is None or (before >= 1.0 and now < before / 2)
 
 
+@functools.cache  # asked at every tool ranking; the installed packages do not change
 def onnx_available() -> bool:
     """Whether ONNX Runtime and the ONNX exporter's ``onnx`` package are installed."""
     import importlib.util

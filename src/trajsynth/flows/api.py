@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import atexit
 import logging
+import operator
 import os
 import select
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 import httpx
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from trajsynth.schemas import InfraError
 
@@ -123,21 +124,30 @@ def _start_own_server() -> _Start | None:
 
 
 def _wait_own(start: _Start, timeout_s: float) -> None:
-    assert start.own is not None
+    """Poll our server's health as the other servers' starts do (tenacity, until it answers,
+    exits or the time runs out); the outcome is handed to :func:`wait_api`."""
+    own = start.own
+    assert own is not None
     url = f"{os.environ['PREFECT_API_URL']}/health"
-    deadline = time.monotonic() + timeout_s
+
+    def answers(http: httpx.Client) -> bool:
+        if own.poll() is not None:  # raised, not retried: tenacity retries only a False result
+            raise RuntimeError(f"the server exited with code {own.returncode}")
+        try:
+            return http.get(url).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    poll = Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(0.1),
+        retry=retry_if_result(operator.not_),
+        retry_error_callback=lambda _state: False,  # out of time: said below
+    )
     try:
-        with httpx.Client(timeout=5) as client:
-            while time.monotonic() < deadline:
-                if start.own.poll() is not None:
-                    raise RuntimeError(f"the server exited with code {start.own.returncode}")
-                try:
-                    if client.get(url).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
-        raise TimeoutError(f"{url} did not answer in {timeout_s:.0f} s")
+        with httpx.Client(timeout=5) as http:
+            if not poll(answers, http):
+                raise TimeoutError(f"{url} did not answer in {timeout_s:.0f} s")
     except BaseException as exc:  # handed to the waiting thread
         start.error = exc
     finally:
