@@ -155,6 +155,8 @@ async def test_bundled_shop_in_a_local_sandbox(shop_local: Environment) -> None:
     assert (await shop_local.state()).checks == {"db": True, "nope": False}
 
 
+# Slow: `clusters add` starts the real server three times and waits two clock ticks (issue 19).
+@pytest.mark.slow
 async def test_mcp_server_time_as_an_outside_cluster(tmp_path: Path) -> None:
     [cluster] = add_outside_cluster(
         "time", command=[sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"],

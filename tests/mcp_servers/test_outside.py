@@ -143,6 +143,47 @@ def test_discovery_probes_an_unannotated_server_in_the_sandbox(tmp_path: Path) -
     assert get_cluster("notes", clusters_dir=tmp_path / "c") == c
 
 
+BOOT_SERVER = textwrap.dedent(
+    """
+    import json, time
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("boot")
+    STARTED = time.strftime("%H:%M:%S")  # to the second, as logs and headers print it
+
+    @server.tool()
+    def status() -> str:
+        \"\"\"When this server started.\"\"\"
+        return json.dumps({"started": STARTED})
+
+    @server.tool()
+    def colours() -> str:
+        \"\"\"The colours on offer.\"\"\"
+        return json.dumps({"colours": ["green", "red"]})
+
+    server.run()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_probe_that_answers_with_the_server_start_is_dropped(tmp_path: Path) -> None:
+    """`status` answers the same twice in one process, so only the two fresh environments, the
+    second started a clock tick after the first, tell that it cannot read an end state."""
+    tmp_path.chmod(0o755)
+    script = tmp_path / "boot_server.py"
+    script.write_text(BOOT_SERVER)
+    [c] = add_outside_cluster(
+        "boot", command=[sys.executable, str(script)], clusters_dir=tmp_path / "c",
+        sandbox_kind="local",
+    )  # fmt: skip
+    assert {t.name: t.access for t in c.tools} == {
+        "status": ToolAccess.READ,
+        "colours": ToolAccess.READ,
+    }
+    assert [p.tool for p in c.probes] == ["colours"]
+
+
 # `open_ticket` returns `ref`, which `close_ticket` calls `ticket_number`: value flow (equal
 # key names) cannot link them; `echo` takes any string and answers the same to every one.
 TICKETS_SERVER = textwrap.dedent(

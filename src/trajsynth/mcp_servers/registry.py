@@ -574,10 +574,11 @@ async def _stable_across_environments(
     apart (issue 17, item 6)."""
     from trajsynth.mcp_servers.environment import open_environment
 
-    answers = []
-    for k in range(2):
-        if k:
-            await asyncio.sleep(1.1)
+    async def answer(delay_s: float) -> dict[str, Any]:
+        # The second environment starts a tick after the first, while the first still reads:
+        # a start time in an answer differs all the same, and `clusters add` waits one server
+        # start less.
+        await asyncio.sleep(delay_s)
         async with open_environment(
             cluster,
             sandbox_kind=sandbox_kind,
@@ -585,7 +586,9 @@ async def _stable_across_environments(
             tool_timeout_s=timeout_s,
             environ=environ,
         ) as env:
-            answers.append((await env.read_probes(probes)).tables)
+            return (await env.read_probes(probes)).tables
+
+    answers = await asyncio.gather(answer(0.0), answer(1.1))
     keep = []
     for i, probe in enumerate(probes):
         key = f"probe{i}:{probe.tool}"
