@@ -42,7 +42,7 @@ test: setup
 test-fast: $(STAMPS)/deps
 	$(BIN)/python -m pytest $(PARALLEL) -m "$(FAST_TIER)" $(PYTEST_ARGS)
 
-setup: $(STAMPS)/deps docker image
+setup: $(STAMPS)/deps $(STAMPS)/prefect-db docker image
 
 # Debian packages: the Docker engine, debootstrap for the sandbox image, bubblewrap for
 # LocalSandbox, chromium for the dashboard's browser test. Skipped when present or when we are
@@ -73,6 +73,12 @@ $(STAMPS)/llama: | $(STAMPS)/venv
 
 $(STAMPS)/deps: pyproject.toml $(STAMPS)/torch $(STAMPS)/llama $(STAMPS)/system
 	$(BIN)/pip install -q -e ".[local,embed,train,dashboard,dask,dev]"
+	@touch $@
+
+# A migrated Prefect database kept as the template a new PREFECT_HOME starts from: the first
+# `synth run` then skips Prefect's migrations (4.5 s before its first LLM request).
+$(STAMPS)/prefect-db: $(STAMPS)/deps
+	$(BIN)/python -m trajsynth.flows.ephemeral_api --template
 	@touch $@
 
 # Start the Docker engine in the background if it is installed but not running.

@@ -42,6 +42,8 @@ from typing import Literal, NamedTuple
 import numpy as np
 from pydantic import BaseModel
 
+from trajsynth.schemas.paths import cache_dir
+
 __all__ = [
     "EmbedBackend",
     "EmbedCandidate",
@@ -247,8 +249,7 @@ def _measure(
 
 
 def _calibration_file() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "trajsynth" / "embed-calibration.json"
+    return cache_dir() / "embed-calibration.json"
 
 
 @functools.cache

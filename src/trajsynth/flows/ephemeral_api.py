@@ -14,13 +14,20 @@ it, after the command has imported Prefect and its server module (3 s here), and
 for it (another 3.5 s). Started first, the server boots on the other core while the command
 imports, and the command talks to it as to a configured server, so it never imports Prefect's
 server module at all (:func:`trajsynth.flows.api.start_api`).
+
+A new home's database starts as a copy of a migrated template (:mod:`trajsynth.flows.prefect_db`),
+and the first new home without one saves it. ``--template`` only saves the template, from a
+throw-away home, and exits (``make setup`` runs it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sys
+import tempfile
+from typing import Any
 
 __all__ = ["CONFIGURED", "SERVER_ENV", "main"]
 
@@ -33,8 +40,11 @@ SERVER_ENV = {
 }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     os.environ.update(SERVER_ENV)
+    if argv == ["--template"]:
+        return save_template_from_scratch()
     from prefect.settings import PREFECT_API_URL
 
     if PREFECT_API_URL.value():
@@ -48,10 +58,52 @@ def main() -> int:
 
     import uvicorn
 
-    config = uvicorn.Config(
-        "prefect.server.api.server:create_app", factory=True, log_level="error", lifespan="on"
-    )
+    config = uvicorn.Config(_app(), log_level="error", lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def _app() -> Any:
+    """Prefect's app; a new home's database seeded from the template, or saved as it."""
+    from prefect.server.api.server import create_app
+
+    from trajsynth.flows.prefect_db import home_database, seed_database, with_template
+
+    db = home_database()
+    app = create_app()
+    if db is not None and not seed_database(db) and not db.exists():
+        app.router.lifespan_context = with_template(app.router.lifespan_context, db)
+    return app
+
+
+def save_template_from_scratch() -> int:
+    """Migrate a database in a throw-away home and save it as the template."""
+    with tempfile.TemporaryDirectory(prefix="trajsynth-prefect-") as home:
+        os.environ["PREFECT_HOME"] = home
+        for key in (
+            "PREFECT_API_DATABASE_CONNECTION_URL",
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL",
+        ):
+            os.environ.pop(key, None)
+        from prefect.server.database import provide_database_interface
+        from prefect.server.models.block_registration import run_block_auto_registration
+
+        from trajsynth.flows.prefect_db import home_database, save_template
+
+        db = home_database()
+        if db is None:
+            print("Prefect's settings name a database that is not a SQLite file: no template")
+            return 0
+
+        async def start_up() -> None:
+            # what the app's lifespan does before it starts its services
+            interface = provide_database_interface()
+            await interface.create_db()
+            async with await interface.session() as session:
+                await run_block_auto_registration(session=session)
+            print(f"Prefect database template: {save_template(db)}")
+
+        asyncio.run(start_up())
     return 0
 
 

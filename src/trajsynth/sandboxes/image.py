@@ -35,6 +35,7 @@ from docker.errors import DockerException, ImageNotFound
 
 from trajsynth.sandboxes.engine import docker_client
 from trajsynth.schemas import SandboxError, stable_hash
+from trajsynth.schemas.paths import cache_dir
 
 __all__ = [
     "IMAGE_REPO",
@@ -67,7 +68,7 @@ Progress = Callable[[str], None]
 
 
 def default_cache_dir() -> Path:
-    return Path.home() / ".cache" / "trajsynth"
+    return cache_dir()
 
 
 def _arch() -> tuple[str, str]:
