@@ -18,6 +18,7 @@ import pytest
 from fakes.llm import ScriptedLLM, say, tool_call
 from fakes.llm_server import FakeLLMServer
 
+from trajsynth.agents.answered import HEADER as ANSWERED_HEADER
 from trajsynth.agents.endpoints import Endpoint, SlotGate, forget_endpoint, register_endpoint
 from trajsynth.agents.llm import OpenAILLMClient, split_text_calls
 from trajsynth.schemas import AgentRole, LLMConfig, LLMError, Message, MessageRole
@@ -102,6 +103,18 @@ async def test_a_retry_after_a_timeout_waits_until_the_keeper_made_the_server_id
     fake.assert_consumed()
     assert result.message.content == "Done."
     assert events == ["request", "keep:timeout", "request"]
+
+
+async def test_every_try_of_a_request_carries_its_one_id() -> None:
+    """The id the embedded server files its answers under (agents.answered): the same on a
+    retry, so a try it already answered is not computed again; another request, another id."""
+    fake = ScriptedLLM([httpx.ReadTimeout("scripted"), say("Done."), say("Again.")])
+    client = _scripted(fake, "http://ids/v1", max_retries=1)
+    await client.chat(USER, role=AgentRole.ASSISTANT)
+    await client.chat(USER, role=AgentRole.ASSISTANT, seed=7)
+    fake.assert_consumed()
+    ids = [h.get(ANSWERED_HEADER) for h in fake.headers]
+    assert ids[0] and ids[0] == ids[1] and ids[2] and ids[2] != ids[0]
 
 
 async def test_a_request_given_up_on_for_good_leaves_the_server_idle() -> None:

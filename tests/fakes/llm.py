@@ -133,6 +133,7 @@ class ScriptedLLM:
         self.steps: list[Step] = list(steps)
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[httpx.Headers] = []  # of each request, in order
         self.unexpected_calls = 0
         self._next = 0
         self._ids = itertools.count()
@@ -159,6 +160,7 @@ class ScriptedLLM:
             raise UnexpectedLLMCall(f"the fake serves only chat completions, not {request.url}")
         body = json.loads(request.content or b"{}")
         self.requests.append(body)
+        self.headers.append(request.headers)
         if self._next >= len(self.steps):
             self.unexpected_calls += 1
             raise UnexpectedLLMCall(

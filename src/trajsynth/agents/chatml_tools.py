@@ -61,6 +61,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -700,6 +701,7 @@ def own_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--max_parallel_calls", type=int)
     parser.add_argument("--call_bias", type=float)
     parser.add_argument("--deterministic")
+    parser.add_argument("--record_dir")
     return parser.parse_known_args(list(argv))
 
 
@@ -710,7 +712,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ``MAX_PARALLEL_CALLS``) and ``--call_bias B`` (nats added to the log-odds of calling
     under ``tool_choice="auto"``; default 0, the model's own probability) and
     ``--deterministic true`` (every request evaluated from an empty context, so a seeded
-    request gets the same answer whatever ran before it; pair it with ``--cache false``).
+    request gets the same answer whatever ran before it; pair it with ``--cache false``) and
+    ``--record_dir DIR`` (answers kept by request id across restarts: ``agents.answered``).
     """
     ours, args = own_options(sys.argv[1:] if argv is None else argv)
     if ours.max_parallel_calls is not None:
@@ -723,9 +726,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     _scrub_server_env()
     register()
     _use_compact_cache()
-    from llama_cpp.server.__main__ import main as server_main
+    import llama_cpp.server.__main__ as server
 
-    server_main()
+    if ours.record_dir:
+        _record_answers(server, Path(ours.record_dir))
+    server.main()
+
+
+def _record_answers(server: Any, folder: Path) -> None:
+    """Wrap the app ``llama_cpp.server`` builds in ``agents.answered.AnsweredRequests``."""
+    from trajsynth.agents.answered import AnsweredRequests
+
+    create_app = server.create_app
+
+    def create(*args: Any, **kwargs: Any) -> Any:
+        return AnsweredRequests(create_app(*args, **kwargs), folder)
+
+    server.create_app = create
 
 
 if __name__ == "__main__":

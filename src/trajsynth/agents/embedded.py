@@ -40,6 +40,10 @@ Server options, and why:
   a timeout or a lost connection first restarts the server (``keep``), so an abandoned
   request is never computed on while its retry waits. A server that died is started
   again on the same port the same way.
+* ``--record_dir`` (ours): a folder this object keeps across restarts, where the server
+  writes each answer under the request's id before sending it (``agents.answered``). A
+  request that finished just as its client gave up is answered from there on the retry,
+  not computed again after the restart.
 * ``--max_parallel_calls 1`` (ours): one tool call per turn. Asked whether to add another,
   SmolLM2-135M nearly always repeats the call it just made.
 * ``--call_bias 0`` (ours): under ``tool_choice="auto"`` the turn is a call with the
@@ -187,6 +191,7 @@ class EmbeddedLLMServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ready = False  # the process answered since it was launched
         self._log_file: tempfile._TemporaryFileWrapper[bytes] | None = None
+        self._answers: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def base_url(self) -> str:
@@ -238,6 +243,7 @@ class EmbeddedLLMServer:
             str(self.call_bias),
             "--deterministic",
             "true" if self.deterministic else "false",
+            *(["--record_dir", self._answers.name] if self._answers is not None else []),
             *(["--n_threads", str(self.n_threads)] if self.n_threads else []),
             *self.extra_args,
         ]
@@ -255,6 +261,8 @@ class EmbeddedLLMServer:
             self._log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - open while running
                 prefix="trajsynth-llama-", suffix=".log", delete=False
             )
+        if self._answers is None:  # and the same record of answers (agents.answered)
+            self._answers = tempfile.TemporaryDirectory(prefix="trajsynth-llama-answers-")
         argv = self.command()
         log.info("starting the embedded LLM on %s", self.base_url)
         log.debug("embedded LLM argv: %s", argv)
@@ -380,6 +388,9 @@ class EmbeddedLLMServer:
             with contextlib.suppress(OSError):
                 os.unlink(self._log_file.name)
             self._log_file = None
+        if self._answers is not None:
+            self._answers.cleanup()
+            self._answers = None
         atexit.unregister(self.stop)
 
     def _terminate(self, timeout_s: float = 10.0, *, now: bool = False) -> None:

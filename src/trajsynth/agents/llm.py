@@ -48,6 +48,7 @@ import random
 import re
 import ssl
 import time
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ from aiolimiter import AsyncLimiter
 from pydantic import Field, SecretStr, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from trajsynth.agents.answered import HEADER as ANSWERED_HEADER
 from trajsynth.agents.endpoints import Endpoint, endpoint
 from trajsynth.schemas import (
     AgentRole,
@@ -427,6 +429,9 @@ class OpenAILLMClient:
                 reraise=True,
             )
             last: BaseException | None = None
+            # one id for every try: a try the server already answered is answered from its
+            # record, not computed again (agents.answered)
+            request_id = uuid.uuid4().hex
             began = time.perf_counter()  # the call's cost includes the retries' waits
             try:
                 async for attempt in retrying:
@@ -439,6 +444,7 @@ class OpenAILLMClient:
                             completion = await self._create(
                                 state.client,
                                 body,
+                                request_id,
                                 ep.timeout_for(
                                     prompt_estimate,
                                     body["max_tokens"],
@@ -467,17 +473,21 @@ class OpenAILLMClient:
         return completion, time.perf_counter() - began
 
     async def _create(
-        self, client: openai.AsyncOpenAI, body: dict[str, Any], timeout: float
+        self, client: openai.AsyncOpenAI, body: dict[str, Any], request_id: str, timeout: float
     ) -> dict[str, Any]:
         asks_logprobs = any(k in body for k in _LOGPROB_KEYS)
-        create = client.chat.completions.with_raw_response.create
+        create = functools.partial(
+            client.chat.completions.with_raw_response.create,
+            extra_headers={ANSWERED_HEADER: request_id},
+            timeout=timeout,
+        )
         try:
-            response = await create(**body, timeout=timeout)
+            response = await create(**body)
         except openai.BadRequestError as exc:
             if not asks_logprobs or self._logprobs_supported is not None:
                 raise
             stripped = {k: v for k, v in body.items() if k not in _LOGPROB_KEYS}
-            response = await create(**stripped, timeout=timeout)
+            response = await create(**stripped)
             log.warning(
                 "%s refused logprobs (%s); asking without them from now on",
                 self.config.base_url,
