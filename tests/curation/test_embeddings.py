@@ -247,33 +247,3 @@ def test_two_workers_embed_as_one() -> None:
     two = load_embedder(max_seq_length=64, dtype="float32", threads=2)(texts)
     assert two.shape == one.shape == (42, 384)
     assert float((one * two).sum(axis=1).min()) > 0.9999
-
-
-@pytest.mark.slow
-def test_an_embedder_process_embeds_as_the_embedder_in_this_process() -> None:
-    """Torch's embedder in a spawned process (what a round starts early): the same rows, and
-    the process that asks never imports torch for it."""
-    import subprocess
-    import sys
-
-    texts = [f"Order W{i}: I looked it up.\nR:get_order ANS" for i in range(30)]
-    script = (
-        "import json, sys\n"
-        "from trajsynth.curation.embeddings import EmbedderProcess\n"
-        "p = EmbedderProcess(max_seq_length=64, dtype='float32', threads=2)\n"
-        f"rows = p({texts!r})\n"
-        "p.close()\n"
-        "print(json.dumps({'rows': rows.tolist(), 'torch': 'torch' in sys.modules}))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    import json
-
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["torch"] is False
-    rows = np.array(out["rows"], dtype=np.float32)
-    here = load_embedder(max_seq_length=64, dtype="float32", threads=2)(texts)
-    assert rows.shape == here.shape == (30, 384)
-    assert float((rows * here).sum(axis=1).min()) > 0.99999

@@ -28,7 +28,8 @@ def _input(**more) -> RoundInput:
         input_hash="h",
         trajectories=trajectories,
         verdicts=verdicts_for({"r1": True, "r2": True, "r3": True, "r4": False}),
-        **{"embedder": hash_embedder(), **more},
+        embedder=hash_embedder(),
+        **more,
     )
 
 
@@ -60,40 +61,3 @@ def test_earlier_rounds_enter_through_the_input() -> None:
     assert stats["n_duplicates"] == fresh["n_duplicates"]  # the round's own count
     assert later.report.cumulative.n_duplicates == fresh["n_duplicates"] + 2
     assert stats["error_branch_ratio"] > fresh["error_branch_ratio"]
-
-
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
-def test_torch_is_started_before_the_model_free_stages_and_onnx_when_needed(
-    backend: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Torch's embedder loads in its own process beside steps, signals and topology (issue 19,
-    item 4); ONNX Runtime's loads in 0.2 s, only once a digest needs it."""
-    from trajsynth.curation import round as round_module
-
-    events: list[str] = []
-    monkeypatch.setattr(round_module, "_embed_choice", lambda cfg, n: (backend, "float32", 2))
-    fake = hash_embedder()
-
-    def started(**kwargs: object):
-        events.append("torch process started")
-        return fake
-
-    def loaded(**kwargs: object):
-        events.append("onnx loaded")
-        return fake
-
-    monkeypatch.setattr(round_module, "embedder_process", started)
-    monkeypatch.setattr(round_module, "load_embedder", loaded)
-    real_steps = round_module._Curation._steps
-
-    def steps(self: object) -> None:
-        events.append("steps")
-        real_steps(self)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(round_module._Curation, "_steps", steps)
-    out = run_round(_input(embedder=None))
-    assert out.report.n_embedded == 4
-    if backend == "torch":
-        assert events == ["torch process started", "steps"]
-    else:
-        assert events == ["steps", "onnx loaded"]

@@ -23,7 +23,6 @@ against 5.3 s for 1,200 digests at load 17) and so scale with the cores that are
 
 from __future__ import annotations
 
-import atexit
 import functools
 import importlib.metadata
 import json
@@ -38,7 +37,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel
@@ -51,11 +50,9 @@ __all__ = [
     "EmbedDtype",
     "EmbedSetting",
     "Embedder",
-    "EmbedderProcess",
     "calibrated_setting",
     "cpu_has_bf16",
     "embed_in_workers",
-    "embedder_process",
     "load_embedder",
     "load_per_core",
     "onnx_available",
@@ -554,65 +551,3 @@ def load_embedder(
         return vectors / np.maximum(norms, 1e-12)
 
     return embed
-
-
-# --- an embedder in a process of its own ------------------------------------------------------
-
-_spawned: Embedder | None = None  # the embedder of a spawned process (EmbedderProcess)
-
-
-def _spawned_load(kwargs: dict[str, Any]) -> None:
-    global _spawned
-    _spawned = load_embedder(**kwargs)
-
-
-def _spawned_embed(texts: list[str]) -> np.ndarray:
-    assert _spawned is not None, "the embedder process has no embedder"
-    return _spawned(texts)
-
-
-class EmbedderProcess:
-    """:func:`load_embedder`'s embedder in a spawned process that starts loading at once.
-
-    Loading torch's embedder takes about 6 s of one core here (importing sentence-transformers
-    5.6 s, the model copies 0.7 s), almost all of it Python holding the GIL, so a thread
-    cannot load it beside other Python work; a process can, on the other core. A curation
-    round starts one before its model-free stages and embeds through it after them (issue 19,
-    item 4), and the process that curates never imports torch. Each call sends the texts and
-    gets the rows back (15 MB for 10,000 texts). A process that died is a
-    ``BrokenProcessPool`` (a ``RuntimeError``) on the call.
-    """
-
-    def __init__(self, **load_kwargs: Any) -> None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        self._pool = ProcessPoolExecutor(
-            max_workers=1,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_spawned_load,
-            initargs=(load_kwargs,),
-        )
-        self._pool.submit(int)  # the worker, and its load, start now
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        return self._pool.submit(_spawned_embed, list(texts)).result()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-@functools.cache
-def embedder_process(
-    batch_size: int = 64,
-    max_seq_length: int | None = None,
-    dtype: EmbedDtype = "float32",
-    threads: int | None = None,
-) -> EmbedderProcess:
-    """One :class:`EmbedderProcess` per setting, kept for the process's life like
-    :func:`load_embedder`'s embedders (a later round reuses the loaded model)."""
-    process = EmbedderProcess(
-        batch_size=batch_size, max_seq_length=max_seq_length, dtype=dtype, threads=threads
-    )
-    atexit.register(process.close)
-    return process

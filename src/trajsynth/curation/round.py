@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -54,9 +54,7 @@ from trajsynth.curation.digests import (
 from trajsynth.curation.diversity import diversity_fields, diversity_report, near_duplicates
 from trajsynth.curation.embeddings import (
     Embedder,
-    EmbedDtype,
     calibrated_setting,
-    embedder_process,
     load_embedder,
     resolve_backend,
     resolve_dtype,
@@ -201,37 +199,22 @@ def _torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def _embed_choice(
-    config: CurationConfig, n_texts: int | None
-) -> tuple[Literal["torch", "onnx"], EmbedDtype, int | None]:
-    """Backend, precision and workers: those ``config`` names, and where it leaves them to the
+def _default_embedder(config: CurationConfig, n_texts: int | None = None) -> Embedder:
+    """The embedder ``config`` names; where it leaves backend, precision and workers to the
     machine, the measured candidate that embeds ``n_texts`` soonest, load included
     (:meth:`EmbedSetting.soonest`): a few digests do not wait for torch to load."""
     cap = config.embed_max_tokens
     if (config.embed_backend, config.embed_dtype, config.embed_threads) == ("auto", "auto", None):
         setting = calibrated_setting(cap)
         chosen = setting.soonest(n_texts) if n_texts is not None else None
-        return chosen or (setting.backend, setting.dtype, setting.threads)
-    dtype = resolve_dtype(config.embed_dtype, max_seq_length=cap)
-    backend = resolve_backend(config.embed_backend, dtype, max_seq_length=cap)
-    return backend, dtype, resolve_threads(config.embed_threads, cap)
-
-
-def _default_embedder(config: CurationConfig, n_texts: int | None = None) -> Embedder:
-    """The embedder :func:`_embed_choice` picks. Torch's loads in a process of its own
-    (``EmbedderProcess``), so a round that starts it early goes on with its model-free stages
-    while it loads."""
-    backend, dtype, threads = _embed_choice(config, n_texts)
-    if backend == "torch":
-        return embedder_process(
-            batch_size=config.embed_batch_size,
-            max_seq_length=config.embed_max_tokens,
-            dtype=dtype,
-            threads=threads,
-        )
+        backend, dtype, threads = chosen or (setting.backend, setting.dtype, setting.threads)
+    else:
+        dtype = resolve_dtype(config.embed_dtype, max_seq_length=cap)
+        backend = resolve_backend(config.embed_backend, dtype, max_seq_length=cap)
+        threads = resolve_threads(config.embed_threads, cap)
     return load_embedder(
         batch_size=config.embed_batch_size,
-        max_seq_length=config.embed_max_tokens,
+        max_seq_length=cap,
         dtype=dtype,
         threads=threads,
         backend=backend,
@@ -377,7 +360,6 @@ class _Curation:
     def run(self) -> RoundOutput:
         if not self.data.trajectories:
             self.skips["round"] = "empty round: no trajectories"
-        self._start_embedder_early()
         with self.timer.stage("steps"):
             self._steps()
         with self.timer.stage("signals"):
@@ -496,16 +478,6 @@ class _Curation:
             except _RECORD_ERRORS as exc:
                 self.cacs[tid] = CACBreakdown()
                 self.skips.setdefault(tid, f"CAC failed: {type(exc).__name__}: {exc}"[:300])
-
-    def _start_embedder_early(self) -> None:
-        """Start torch's embedder loading now when the round's digests (at most one per
-        trajectory) will want it: it loads in its own process while the stages before the
-        embeddings run (issue 19, item 4)."""
-        n = len(self.data.trajectories)
-        if self.embedder is not None or not self.cfg.embeddings or not n:
-            return
-        if _embed_choice(self.cfg, n)[0] == "torch":
-            self.embedder = _default_embedder(self.cfg, n)
 
     def _get_embedder(self, n_texts: int | None = None) -> Embedder:
         if self.embedder is None:
