@@ -453,3 +453,17 @@ def test_fake_serves_the_sync_sdk_as_in_the_style_guide() -> None:
     assert third.choices[0].message.content == "Your cart has one red mug."
     assert first.usage.completion_tokens > 0
     assert fake.requests[0]["tools"][0]["function"]["name"] == "search_products"
+
+
+def test_the_backoff_doubles_from_half_a_second_with_a_quarter_jitter() -> None:
+    from tenacity import RetryCallState
+
+    from trajsynth.agents.llm import _backoff
+
+    def wait(attempt: int) -> float:
+        state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+        state.attempt_number = attempt
+        return _backoff(state)
+
+    for attempt, base in [(1, 0.5), (2, 1.0), (3, 2.0), (6, 8.0), (9, 8.0)]:
+        assert base <= wait(attempt) <= base * 1.25

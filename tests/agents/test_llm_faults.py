@@ -18,6 +18,7 @@ import pytest
 from fakes.llm import ScriptedLLM, say, tool_call
 from fakes.llm_server import FakeLLMServer
 
+from trajsynth.agents import llm as llm_module
 from trajsynth.agents.answered import HEADER as ANSWERED_HEADER
 from trajsynth.agents.endpoints import Endpoint, SlotGate, forget_endpoint, register_endpoint
 from trajsynth.agents.llm import OpenAILLMClient, split_text_calls
@@ -38,6 +39,13 @@ TOOLS = [
         },
     }
 ]
+
+
+@pytest.fixture(autouse=True)
+def _short_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about which faults are retried and what the server is told, not how
+    long the client waits between tries (test_llm.py checks the real backoff)."""
+    monkeypatch.setattr(llm_module, "_BACKOFF_INITIAL_S", 0.01)
 
 
 def _real_client(server: FakeLLMServer, **config: Any) -> OpenAILLMClient:
@@ -67,8 +75,9 @@ async def test_an_endpoint_that_fails_twice_then_answers_is_retried(
     assert (
         result.message.tool_calls and result.message.tool_calls[0].function.name == "create_event"
     )
-    # the two waits (backoff 0.5 s then 1 s, jitter up to 25%) are part of the call's cost
-    assert result.usage.latency_s >= 1.5
+    # the two waits (the first backoff, then twice it; jitter only adds) are part of the
+    # call's cost
+    assert result.usage.latency_s >= 3 * llm_module._BACKOFF_INITIAL_S
 
 
 async def test_faults_past_the_retries_are_an_infra_error_naming_the_server() -> None:
