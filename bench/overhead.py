@@ -6,8 +6,9 @@
 Starts the embedded llama.cpp server (SmolLM2-135M, as `synth run` would) behind a recording
 proxy, then runs the `synth run` command in a subprocess, once per task count, each in a fresh
 directory (fresh store, empty response cache, a new Prefect home), with ``--base-url`` pointing
-at the proxy. A new Prefect home is a machine's first run: Prefect's server builds its database
-(all its migrations) before it answers. ``--prefect-home DIR`` gives every run that home
+at the proxy. A new Prefect home starts from the migrated database template that ``make setup``
+keeps (``trajsynth.flows.prefect_db``; without one, Prefect's server runs all its migrations
+first, about 4.5 s more). ``--prefect-home DIR`` gives every run that home
 instead, as ``make`` gives every ``synth`` command ``.venv/prefect``: a warm-up run (not timed)
 builds the database first, so the figures are those of a user's later runs. The proxy records
 when each request starts and ends. Per run it prints:
