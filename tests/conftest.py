@@ -42,6 +42,8 @@ def llm_missing() -> str | None:
 def gpu_missing() -> str | None:
     if importlib.util.find_spec("torch") is None:
         return "torch not installed"
+    if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl")):
+        return "no CUDA device on this machine"  # said without importing torch (1.8 s)
     import torch
 
     if not torch.cuda.is_available():
@@ -54,6 +56,8 @@ def gpu_missing() -> str | None:
 _CHECKS = {"docker": docker_missing, "llm": llm_missing, "gpu": gpu_missing}
 
 
+# after `-m` has deselected: a tier that is not selected costs no check (`docker info`, torch)
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for marker, check in _CHECKS.items():
