@@ -61,7 +61,6 @@ import contextlib
 import ctypes
 import importlib.util
 import logging
-import operator
 import os
 import signal
 import socket
@@ -73,12 +72,10 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-import httpx
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
-
 from trajsynth.agents.chatml_tools import CHAT_FORMAT, COMPUTED_MARK
 from trajsynth.agents.endpoints import forget_endpoint, register_endpoint
 from trajsynth.schemas import LLMError
+from trajsynth.schemas.health import wait_until_answers
 
 __all__ = [
     "GGUF_NAME",
@@ -329,31 +326,21 @@ class EmbeddedLLMServer:
         url = f"{self.base_url}/models"
         started = time.monotonic()
 
-        def answers(http: httpx.Client) -> bool:
-            assert self._proc is not None
-            code = self._proc.poll()
-            if code is not None:  # raised, not retried: tenacity retries only a False result
-                raise LLMError(
-                    f"the embedded LLM server exited with code {code} while starting:\n"
-                    f"{self.log_tail()}"
-                )
-            try:
-                return http.get(url).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        poll = Retrying(
-            stop=stop_after_delay(self.startup_timeout_s),
-            wait=wait_fixed(0.2),
-            retry=retry_if_result(operator.not_),
-            retry_error_callback=lambda _state: False,  # out of time: say so below
-        )
-        with httpx.Client(timeout=5.0) as http:
-            if not poll(answers, http):
-                raise LLMError(
-                    f"the embedded LLM server did not answer within "
-                    f"{self.startup_timeout_s:.0f}s:\n{self.log_tail()}"
-                )
+        assert self._proc is not None
+        if not wait_until_answers(
+            url,
+            process=self._proc,
+            timeout_s=self.startup_timeout_s,
+            exited=lambda code: LLMError(
+                f"the embedded LLM server exited with code {code} while starting:\n"
+                f"{self.log_tail()}"
+            ),
+            interval_s=0.2,
+        ):
+            raise LLMError(
+                f"the embedded LLM server did not answer within "
+                f"{self.startup_timeout_s:.0f}s:\n{self.log_tail()}"
+            )
         log.info("embedded LLM ready in %.1fs on %s", time.monotonic() - started, self.base_url)
 
     def computed_requests(self) -> int:

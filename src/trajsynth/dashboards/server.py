@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import operator
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
-import httpx
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
-
 from trajsynth.schemas import InfraError
+from trajsynth.schemas.health import wait_until_answers
 
 __all__ = ["APP_PATH", "dashboard_command", "free_port", "start_dashboard", "wait_until_ready"]
 
@@ -66,21 +63,11 @@ def wait_until_ready(
     """Poll Streamlit's health endpoint until it answers ``ok``; raise ``InfraError`` if the
     process exits first or the time runs out."""
     health = url.rstrip("/") + "/_stcore/health"
-
-    def answers() -> bool:
-        if process is not None and process.poll() is not None:
-            # raised, not retried: tenacity retries only a False result
-            raise InfraError(f"the dashboard server exited with code {process.returncode}")
-        try:
-            return httpx.get(health, timeout=1.0).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    poll = Retrying(
-        stop=stop_after_delay(timeout_s),
-        wait=wait_fixed(0.1),
-        retry=retry_if_result(operator.not_),
-        retry_error_callback=lambda _state: False,  # out of time: say so below
-    )
-    if not poll(answers):
+    if not wait_until_answers(
+        health,
+        process=process,
+        timeout_s=timeout_s,
+        exited=lambda code: InfraError(f"the dashboard server exited with code {code}"),
+        request_timeout_s=1.0,
+    ):
         raise InfraError(f"the dashboard at {url} did not answer within {timeout_s:.0f} s")

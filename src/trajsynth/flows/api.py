@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import operator
 import os
 import select
 import subprocess
@@ -29,10 +28,8 @@ import sys
 import threading
 from typing import Any
 
-import httpx
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
-
 from trajsynth.schemas import InfraError
+from trajsynth.schemas.health import wait_until_answers
 
 __all__ = ["PrefectAPIUnavailable", "api_started", "start_api", "wait_api"]
 
@@ -124,30 +121,19 @@ def _start_own_server() -> _Start | None:
 
 
 def _wait_own(start: _Start, timeout_s: float) -> None:
-    """Poll our server's health as the other servers' starts do (tenacity, until it answers,
-    exits or the time runs out); the outcome is handed to :func:`wait_api`."""
+    """Poll our server's health as the other servers' starts do (``wait_until_answers``);
+    the outcome is handed to :func:`wait_api`."""
     own = start.own
     assert own is not None
     url = f"{os.environ['PREFECT_API_URL']}/health"
-
-    def answers(http: httpx.Client) -> bool:
-        if own.poll() is not None:  # raised, not retried: tenacity retries only a False result
-            raise RuntimeError(f"the server exited with code {own.returncode}")
-        try:
-            return http.get(url).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    poll = Retrying(
-        stop=stop_after_delay(timeout_s),
-        wait=wait_fixed(0.1),
-        retry=retry_if_result(operator.not_),
-        retry_error_callback=lambda _state: False,  # out of time: said below
-    )
     try:
-        with httpx.Client(timeout=5) as http:
-            if not poll(answers, http):
-                raise TimeoutError(f"{url} did not answer in {timeout_s:.0f} s")
+        if not wait_until_answers(
+            url,
+            process=own,
+            timeout_s=timeout_s,
+            exited=lambda code: RuntimeError(f"the server exited with code {code}"),
+        ):
+            raise TimeoutError(f"{url} did not answer in {timeout_s:.0f} s")
     except BaseException as exc:  # handed to the waiting thread
         start.error = exc
     finally:
