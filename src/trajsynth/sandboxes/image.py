@@ -34,15 +34,13 @@ from pathlib import Path
 from docker.errors import DockerException, ImageNotFound
 
 from trajsynth.sandboxes.engine import docker_client
-from trajsynth.schemas import SandboxError, stable_hash
-from trajsynth.schemas.paths import cache_dir
+from trajsynth.schemas import SandboxError, paths, stable_hash
 
 __all__ = [
     "IMAGE_REPO",
     "SITE_DIR",
     "SRC_DIR",
     "WORKDIR",
-    "default_cache_dir",
     "ensure_image",
     "image_exists",
     "image_inputs",
@@ -65,10 +63,6 @@ WORKDIR = "/work"
 SANDBOX_UID = 1000
 
 Progress = Callable[[str], None]
-
-
-def default_cache_dir() -> Path:
-    return cache_dir()
 
 
 def _arch() -> tuple[str, str]:
@@ -132,7 +126,7 @@ def ensure_image(
     if old_id is not None and not force:
         return tag
     say = progress or (lambda msg: None)
-    cache = (cache_dir or default_cache_dir()) / "sandbox"
+    cache = (cache_dir or paths.cache_dir()) / "sandbox"
     cache.mkdir(parents=True, exist_ok=True)
     rootfs = _rootfs_tarball(cache, mirror, say)
     base = _base_image(rootfs, say)

@@ -17,8 +17,8 @@ from trajsynth.sandboxes import (
     image_tag,
     unenforced_limits,
 )
-from trajsynth.sandboxes.image import DEFAULT_MIRROR, default_cache_dir, image_inputs
-from trajsynth.schemas import SandboxKind
+from trajsynth.sandboxes.image import DEFAULT_MIRROR, image_inputs
+from trajsynth.schemas import SandboxKind, paths
 
 __all__ = ["app"]
 
@@ -55,7 +55,7 @@ def build(
     table.add_column("value", overflow="fold")
     table.add_row("image", tag)
     table.add_row("made from", f"debian {inputs['rootfs']['suite']} + {', '.join(inputs['site'])}")
-    table.add_row("cache", str((cache_dir or default_cache_dir()) / "sandbox"))
+    table.add_row("cache", str((cache_dir or paths.cache_dir()) / "sandbox"))
     table.add_row("time", f"{time.monotonic() - started:.1f}s")
     console.print(table)
 
