@@ -25,3 +25,15 @@ def test_a_bad_file_names_itself(tmp_path: Path) -> None:
     path.write_text("max_steps = 0\n")
     with pytest.raises(InputError, match=r"(?s)train.toml: .*max_steps"):
         load_config_file(path, TrainConfig, table="train")
+
+
+def test_model_and_path_are_fields_a_config_can_override(tmp_path: Path) -> None:
+    """`synth sft --config F --model X` and `synth train --config F --model X`: the override
+    names collide with the loader's own parameter names unless those are positional-only."""
+    from trajsynth.training.sft import load_sft_config
+
+    path = tmp_path / "sft.toml"
+    path.write_text('[sft]\nmodel = "embedded"\nmax_steps = 3\n')
+    assert load_sft_config(path, model="/models/tuned").model == "/models/tuned"
+    path.write_text('[train]\nmodel = "embedded"\n')
+    assert load_config_file(path, TrainConfig, table="train", model="m").model == "m"

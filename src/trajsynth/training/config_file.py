@@ -15,10 +15,11 @@ __all__ = ["load_config_file"]
 M = TypeVar("M", bound=BaseModel)
 
 
-def load_config_file(path: Path | str, model: type[M], *, table: str, **overrides: Any) -> M:
-    """``model`` from ``path``'s top-level keys, or its ``[table]`` table when it has one;
-    overrides that are not ``None`` win. ``InputError`` naming the file when it cannot be read
-    or does not validate."""
+def load_config_file(path: Path | str, schema: type[M], /, *, table: str, **overrides: Any) -> M:
+    """``schema`` from ``path``'s top-level keys, or its ``[table]`` table when it has one;
+    overrides that are not ``None`` win (any field name, ``model`` and ``path`` included:
+    the first two parameters are positional-only). ``InputError`` naming the file when it
+    cannot be read or does not validate."""
     try:
         data = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -26,6 +27,6 @@ def load_config_file(path: Path | str, model: type[M], *, table: str, **override
     data = data.get(table, data)
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        return model.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as exc:
         raise InputError(f"{path}: {exc}") from exc
