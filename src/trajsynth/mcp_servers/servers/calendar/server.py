@@ -36,6 +36,7 @@ from trajsynth.mcp_servers.servers._backend import (
     serve_state,
     write_tool,
 )
+from trajsynth.mcp_servers.servers._stdio import serve_stdio
 
 __all__ = ["STORE", "main", "server"]
 
@@ -649,7 +650,7 @@ def read_message(
 def main() -> None:
     """Seed the state if needed, then serve over stdio."""
     STORE.ensure()
-    server.run("stdio")
+    serve_stdio(server)
 
 
 if __name__ == "__main__":

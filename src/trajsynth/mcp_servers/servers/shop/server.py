@@ -35,6 +35,7 @@ from trajsynth.mcp_servers.servers._backend import (
     serve_state,
     write_tool,
 )
+from trajsynth.mcp_servers.servers._stdio import serve_stdio
 
 __all__ = ["STORE", "main", "server"]
 
@@ -742,7 +743,7 @@ def get_refunds(
 def main() -> None:
     """Seed the state if needed, then serve over stdio."""
     STORE.ensure()
-    server.run("stdio")
+    serve_stdio(server)
 
 
 if __name__ == "__main__":

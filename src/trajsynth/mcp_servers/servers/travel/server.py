@@ -38,6 +38,7 @@ from trajsynth.mcp_servers.servers._backend import (
     serve_state,
     write_tool,
 )
+from trajsynth.mcp_servers.servers._stdio import serve_stdio
 
 __all__ = ["STORE", "main", "server"]
 
@@ -797,7 +798,7 @@ def cancel_booking(booking_id: BookingId) -> Cancellation:
 def main() -> None:
     """Seed the state if needed, then serve over stdio."""
     STORE.ensure()
-    server.run("stdio")
+    serve_stdio(server)
 
 
 if __name__ == "__main__":
