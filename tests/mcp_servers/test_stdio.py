@@ -6,11 +6,14 @@ table). Where stdin is not a pipe it falls back to the SDK's loop."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import TextContent
@@ -90,3 +93,11 @@ def test_falls_back_to_the_sdk_loop_when_stdin_is_a_file(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     answer = json.loads(done.stdout.decode().splitlines()[0])
     assert answer["id"] == 0 and answer["result"]["serverInfo"]["name"] == "noisy"
+
+
+@pytest.mark.parametrize("name", ["calendar", "shop", "travel"])
+async def test_sqlite_cluster_tools_run_on_the_event_loop(name: str) -> None:
+    # a plain `def` tool would run on a worker thread: a hop each way (servers/__init__.py)
+    module = importlib.import_module(f"trajsynth.mcp_servers.servers.{name}.server")
+    for tool in await module.server.list_tools():
+        assert inspect.iscoroutinefunction(getattr(module, tool.name)), tool.name
