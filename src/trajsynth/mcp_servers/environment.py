@@ -398,7 +398,12 @@ class Environment:
 
     async def _connect(self) -> None:
         transport, label = await self._transport()
-        conn = ServerConnection(transport, label=label, start_timeout_s=self.start_timeout_s)
+        conn = ServerConnection(
+            transport,
+            label=label,
+            start_timeout_s=self.start_timeout_s,
+            check_results=not self.bundled,  # a bundled server validates its own results
+        )
         await conn.open()
         self._conn = conn
 
