@@ -1,8 +1,9 @@
 """``servers._stdio.serve_stdio``: the bundled servers' stdio loop, read and written by the event
 loop instead of worker threads. What the SDK's own ``run("stdio")`` guarantees still holds: a
 tool's stray print or stdin read never touches the wire, a line is read whole however long,
-the end of stdin ends the server, and a failed tool is logged (as a plain line, not rich's
-table). Where stdin is not a pipe it falls back to the SDK's loop."""
+the end of stdin ends the server, and a tool that crashes is logged (as plain lines, not
+rich's table); a tool error, the model's mistake, is not. Where stdin is not a pipe it falls
+back to the SDK's loop."""
 
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ def fail() -> str:
     """A tool error."""
     raise ToolError("no such thing")
 
+@server.tool()
+def crash() -> str:
+    """A bug in the tool."""
+    raise KeyError("the bug")
+
 serve_stdio(server)
 '''
 
@@ -66,13 +72,17 @@ async def test_serves_over_pipes_and_keeps_the_wire_clean(tmp_path: Path) -> Non
             assert failed.is_error
             assert isinstance(failed.content[0], TextContent)
             assert failed.content[0].text == "Error executing tool fail: no such thing"
+            crashed = await session.call_tool("crash", {})
+            assert crashed.is_error
             # the session still works after the stray print: nothing else reached the wire
             again = await session.call_tool("echo_length", {"text": "abc"})
             assert again.structured_content == {"result": 3}
     log = errlog_path.read_text()
     assert "stray output of a tool" in log  # a print goes to stderr
-    assert "Tool 'fail' failed: 'Error executing tool fail: no such thing'" in log
-    assert "─" not in log and "INFO" not in log  # a plain line, not rich's rendering
+    assert "no such thing" not in log  # the model's mistake: in the result, not logged
+    # the server's fault is logged, as plain lines (not rich's table)
+    assert "Tool 'crash' raised an unexpected exception" in log and "KeyError: 'the bug'" in log
+    assert "─" not in log and "ERROR" not in log
 
 
 def test_falls_back_to_the_sdk_loop_when_stdin_is_a_file(tmp_path: Path) -> None:
