@@ -21,7 +21,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import Implementation, PaginatedRequestParams, Tool
+from mcp.types import CallToolResult, Implementation, PaginatedRequestParams, Tool
 
 from trajsynth.schemas import MCPServerError, MCPServerStartError
 
@@ -53,15 +53,40 @@ def http_transport(url: str) -> TransportFactory:
     return lambda _errlog: streamable_http_client(url)
 
 
+class _ServerCheckedSession(ClientSession):
+    """A ``ClientSession`` that leaves a result's structured content to the server.
+
+    For a bundled cluster only: its ``MCPServer`` builds ``structuredContent`` by validating the
+    tool's return value with the tool's output model and dumping it, the model its
+    ``outputSchema`` is generated from. The SDK client would check it again with jsonschema
+    (30 µs for one product, 490 µs for a search's 2.7 kB), after listing the tools once per
+    session to get the schemas (a round trip at the first call after each server start). An
+    outside server's results are always checked.
+    """
+
+    async def validate_tool_result(self, name: str, result: CallToolResult) -> None:
+        return None
+
+
 class ServerConnection:
     """One MCP server process (or HTTP endpoint) and its initialized ``ClientSession``.
 
     ``await open()`` starts a task that enters the transport and the session, initializes,
     and then waits until ``close()``. ``session`` is usable from any task in between.
+    ``check_results=False`` (a bundled server, which validates its own results) skips the
+    client's output-schema check of each result (``_ServerCheckedSession``).
     """
 
-    def __init__(self, transport: TransportFactory, *, label: str, start_timeout_s: float) -> None:
+    def __init__(
+        self,
+        transport: TransportFactory,
+        *,
+        label: str,
+        start_timeout_s: float,
+        check_results: bool = True,
+    ) -> None:
         self._transport = transport
+        self._session_type = ClientSession if check_results else _ServerCheckedSession
         self.label = label
         self._start_timeout_s = start_timeout_s
         self._task: asyncio.Task[None] | None = None
@@ -124,7 +149,7 @@ class ServerConnection:
         try:
             async with self._transport(self._errlog) as streams:
                 read_stream, write_stream = streams[0], streams[1]
-                async with ClientSession(read_stream, write_stream) as session:
+                async with self._session_type(read_stream, write_stream) as session:
                     result = await session.initialize()
                     self.server_info = result.server_info
                     self.instructions = result.instructions

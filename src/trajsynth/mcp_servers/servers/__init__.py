@@ -8,7 +8,13 @@ trajsynth.mcp_servers.servers.<name>`` serves it over stdio). Its entry point in
 ``trajsynth.clusters`` group names ``CLUSTER``; that group is the only list of bundled clusters.
 
 ``_backend`` (SQLite and file state, tool annotations, errors) and ``_state`` (the canonical
-state dump run inside the sandbox) are shared. Importing this package imports no server.
+state dump run inside the sandbox) are shared, and ``_stdio`` serves a cluster over stdio.
+Importing this package imports no server.
+
+The SQLite clusters' tools are ``async def`` with a synchronous body (one short SQLite
+transaction): the SDK runs a plain ``def`` tool on a worker thread, a hop there and back that
+cost ~100-150 µs of each call, and an environment sends one request at a time, so the thread
+bought nothing. A tool that may run long (the code cluster runs programs) stays a ``def``.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from trajsynth.mcp_servers.servers._backend import (
     serve_state,
     write_tool,
 )
+from trajsynth.mcp_servers.servers._stdio import serve_stdio
 
 __all__ = ["STORE", "main", "server"]
 
@@ -347,7 +348,7 @@ def _when(e: sqlite3.Row) -> str:
 
 
 @server.tool(annotations=read_tool("Find colleague"))
-def find_user(
+async def find_user(
     query: Annotated[str, Field(description="Name or email (or part of it), e.g. 'Priya'")],
 ) -> PersonList:
     """Find colleagues whose name or email contains the query."""
@@ -366,7 +367,7 @@ def find_user(
 
 
 @server.tool(annotations=read_tool("List a day's events"))
-def list_events(user_id: UserId, date: Date) -> EventList:
+async def list_events(user_id: UserId, date: Date) -> EventList:
     """List the confirmed events a user organizes or is invited to on one day."""
     if not _DATE.match(date.strip()):
         raise fail(f"date must be YYYY-MM-DD, got '{date}'")
@@ -383,14 +384,14 @@ def list_events(user_id: UserId, date: Date) -> EventList:
 
 
 @server.tool(annotations=read_tool("Get event"))
-def get_event(event_id: EventId) -> Event:
+async def get_event(event_id: EventId) -> Event:
     """Get an event with its time, place, organizer and attendees' answers."""
     with STORE.tx() as conn:
         return _event(conn, event_id)
 
 
 @server.tool(annotations=read_tool("Check availability"))
-def check_availability(
+async def check_availability(
     user_id: UserId, date: Date, start_time: StartTime, end_time: EndTime
 ) -> Availability:
     """Check whether a user is free in a time slot (events they organize or accepted)."""
@@ -409,7 +410,7 @@ def check_availability(
 
 
 @server.tool(annotations=write_tool("Create event"))
-def create_event(
+async def create_event(
     organizer_id: Annotated[str, Field(description="Account id of the organizer")],
     title: Annotated[str, Field(description="Event title")],
     date: Date,
@@ -450,7 +451,7 @@ def create_event(
 
 
 @server.tool(annotations=write_tool("Invite attendee"))
-def invite_attendee(
+async def invite_attendee(
     event_id: EventId,
     user_id: Annotated[str, Field(description="Account id of the person to invite")],
 ) -> Event:
@@ -485,7 +486,7 @@ def invite_attendee(
 
 
 @server.tool(annotations=write_tool("Answer invitation", idempotent=True))
-def respond_to_invitation(
+async def respond_to_invitation(
     event_id: EventId,
     user_id: Annotated[str, Field(description="Account id of the invited person")],
     response: Annotated[Response, Field(description="accepted, declined or tentative")],
@@ -521,7 +522,7 @@ def respond_to_invitation(
 
 
 @server.tool(annotations=write_tool("Reschedule event"))
-def reschedule_event(
+async def reschedule_event(
     event_id: EventId,
     user_id: Annotated[str, Field(description="Account id of the organizer making the change")],
     date: Date,
@@ -566,7 +567,7 @@ def reschedule_event(
 
 
 @server.tool(annotations=write_tool("Cancel event", destructive=True))
-def cancel_event(
+async def cancel_event(
     event_id: EventId,
     user_id: Annotated[str, Field(description="Account id of the organizer cancelling it")],
 ) -> Event:
@@ -593,7 +594,7 @@ def cancel_event(
 
 
 @server.tool(annotations=write_tool("Send message"))
-def send_message(
+async def send_message(
     user_id: Annotated[str, Field(description="Account id of the sender")],
     to_email: Annotated[str, Field(description="Recipient's email address")],
     subject: Annotated[str, Field(description="Subject line")],
@@ -611,7 +612,7 @@ def send_message(
 
 
 @server.tool(annotations=read_tool("List messages"))
-def list_messages(
+async def list_messages(
     user_id: UserId,
     folder: Annotated[Literal["inbox", "sent"], Field(description="inbox or sent")] = "inbox",
     unread_only: Annotated[bool, Field(description="Only unread messages (inbox)")] = False,
@@ -638,7 +639,7 @@ def list_messages(
 
 
 @server.tool(annotations=read_tool("Read message"))
-def read_message(
+async def read_message(
     message_id: Annotated[str, Field(description="Message id, e.g. 'M1001'")],
 ) -> Message:
     """Read one message in full."""
@@ -649,7 +650,7 @@ def read_message(
 def main() -> None:
     """Seed the state if needed, then serve over stdio."""
     STORE.ensure()
-    server.run("stdio")
+    serve_stdio(server)
 
 
 if __name__ == "__main__":

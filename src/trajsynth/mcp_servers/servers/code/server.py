@@ -40,6 +40,7 @@ from trajsynth.mcp_servers.servers._backend import (
     serve_state,
     write_tool,
 )
+from trajsynth.mcp_servers.servers._stdio import serve_stdio
 from trajsynth.sandboxes._agent import become_subreaper, run_process
 
 __all__ = ["STORE", "main", "server"]
@@ -380,7 +381,7 @@ def main() -> None:
         sys.exit(run_command(sys.argv[4:], float(sys.argv[2])))
     become_subreaper()
     STORE.ensure()
-    server.run("stdio")
+    serve_stdio(server)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from trajsynth.mcp_servers.servers._backend import (
     serve_state,
     write_tool,
 )
+from trajsynth.mcp_servers.servers._stdio import serve_stdio
 
 __all__ = ["STORE", "main", "server"]
 
@@ -385,7 +386,7 @@ def _credit(conn: sqlite3.Connection, pm: sqlite3.Row, amount: float) -> None:
 
 
 @server.tool(annotations=read_tool("Find customer by email"))
-def find_user_by_email(
+async def find_user_by_email(
     email: Annotated[str, Field(description="The customer's email address")],
 ) -> UserSummary:
     """Look up a customer account by email address."""
@@ -400,7 +401,7 @@ def find_user_by_email(
 
 
 @server.tool(annotations=read_tool("Get customer details"))
-def get_user(user_id: UserId) -> UserDetails:
+async def get_user(user_id: UserId) -> UserDetails:
     """Get a customer's details: address and payment methods (with gift-card balances)."""
     with STORE.tx() as conn:
         row = _user(conn, user_id)
@@ -412,7 +413,7 @@ def get_user(user_id: UserId) -> UserDetails:
 
 
 @server.tool(annotations=read_tool("Search the catalogue"))
-def search_products(
+async def search_products(
     query: Annotated[str, Field(description="Words to look for in product names, e.g. 'mug'")],
     category: Annotated[
         str | None,
@@ -438,7 +439,7 @@ def search_products(
 
 
 @server.tool(annotations=read_tool("Get product details"))
-def get_product(product_id: ProductId) -> Product:
+async def get_product(product_id: ProductId) -> Product:
     """Get one product's details, including how many units are in stock."""
     with STORE.tx() as conn:
         r = _product(conn, product_id)
@@ -446,7 +447,7 @@ def get_product(product_id: ProductId) -> Product:
 
 
 @server.tool(annotations=write_tool("Add to cart"))
-def add_to_cart(
+async def add_to_cart(
     user_id: UserId,
     product_id: ProductId,
     quantity: Annotated[int, Field(description="Units to add (at least 1)")] = 1,
@@ -478,7 +479,7 @@ def add_to_cart(
 
 
 @server.tool(annotations=write_tool("Remove from cart", destructive=True, idempotent=True))
-def remove_from_cart(user_id: UserId, product_id: ProductId) -> Cart:
+async def remove_from_cart(user_id: UserId, product_id: ProductId) -> Cart:
     """Remove a product from the customer's cart; returns the updated cart."""
     with STORE.tx() as conn:
         _user(conn, user_id)
@@ -493,7 +494,7 @@ def remove_from_cart(user_id: UserId, product_id: ProductId) -> Cart:
 
 
 @server.tool(annotations=read_tool("View cart"))
-def view_cart(user_id: UserId) -> Cart:
+async def view_cart(user_id: UserId) -> Cart:
     """Show what is in the customer's cart and its total."""
     with STORE.tx() as conn:
         _user(conn, user_id)
@@ -501,7 +502,7 @@ def view_cart(user_id: UserId) -> Cart:
 
 
 @server.tool(annotations=write_tool("Place order"))
-def place_order(user_id: UserId, payment_method_id: PaymentMethodId) -> Order:
+async def place_order(user_id: UserId, payment_method_id: PaymentMethodId) -> Order:
     """Check out the customer's cart: charge the payment method and create a pending order."""
     with STORE.tx() as conn:
         user = _user(conn, user_id)
@@ -565,7 +566,7 @@ def place_order(user_id: UserId, payment_method_id: PaymentMethodId) -> Order:
 
 
 @server.tool(annotations=read_tool("List orders"))
-def list_orders(
+async def list_orders(
     user_id: UserId,
     status: Annotated[
         Literal["pending", "processing", "shipped", "delivered", "cancelled"] | None,
@@ -597,14 +598,14 @@ def list_orders(
 
 
 @server.tool(annotations=read_tool("Get order details"))
-def get_order(order_id: OrderId) -> Order:
+async def get_order(order_id: OrderId) -> Order:
     """Get an order with its lines, status, total and payment method."""
     with STORE.tx() as conn:
         return _order(conn, order_id)
 
 
 @server.tool(annotations=write_tool("Cancel order", destructive=True))
-def cancel_order(
+async def cancel_order(
     order_id: OrderId,
     reason: Annotated[
         Literal["no longer needed", "ordered by mistake", "found a better price", "other"],
@@ -655,7 +656,7 @@ def cancel_order(
 
 
 @server.tool(annotations=write_tool("Return items"))
-def return_items(
+async def return_items(
     order_id: OrderId,
     item_ids: Annotated[
         list[str], Field(description="Ids of the order lines to return, e.g. ['I1001-1']")
@@ -715,7 +716,7 @@ def return_items(
 
 
 @server.tool(annotations=read_tool("List refunds"))
-def get_refunds(
+async def get_refunds(
     user_id: Annotated[str | None, Field(description="Refunds of this customer's orders")] = None,
     order_id: Annotated[str | None, Field(description="Refunds of this order")] = None,
 ) -> RefundList:
@@ -742,7 +743,7 @@ def get_refunds(
 def main() -> None:
     """Seed the state if needed, then serve over stdio."""
     STORE.ensure()
-    server.run("stdio")
+    serve_stdio(server)
 
 
 if __name__ == "__main__":

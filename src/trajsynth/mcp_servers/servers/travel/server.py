@@ -38,6 +38,7 @@ from trajsynth.mcp_servers.servers._backend import (
     serve_state,
     write_tool,
 )
+from trajsynth.mcp_servers.servers._stdio import serve_stdio
 
 __all__ = ["STORE", "main", "server"]
 
@@ -431,7 +432,7 @@ def _user(conn: sqlite3.Connection, user_id: str) -> sqlite3.Row:
 
 
 @server.tool(annotations=read_tool("Find traveller by email"))
-def find_user(
+async def find_user(
     email: Annotated[str, Field(description="The traveller's email address")],
 ) -> Traveller:
     """Look up a traveller's account by email, with payment methods and balances."""
@@ -456,7 +457,7 @@ def find_user(
 
 
 @server.tool(annotations=read_tool("Find airports"))
-def find_airports(
+async def find_airports(
     query: Annotated[str, Field(description="City name, airport name or code, e.g. 'Boston'")],
 ) -> AirportList:
     """Find airports whose code, city or name matches the query."""
@@ -472,7 +473,7 @@ def find_airports(
 
 
 @server.tool(annotations=read_tool("Search flights"))
-def search_flights(
+async def search_flights(
     origin: Annotated[str, Field(description="Departure airport code or city, e.g. 'SFO'")],
     destination: Annotated[str, Field(description="Arrival airport code or city, e.g. 'JFK'")],
     date: Annotated[str, Field(description="Departure date, YYYY-MM-DD")],
@@ -509,7 +510,7 @@ def search_flights(
 
 
 @server.tool(annotations=read_tool("Get flight details"))
-def get_flight(flight_id: FlightId) -> Flight:
+async def get_flight(flight_id: FlightId) -> Flight:
     """Get a flight's schedule, status, seats left per cabin and fares."""
     with STORE.tx() as conn:
         r = _flight_row(conn, flight_id)
@@ -536,7 +537,7 @@ def get_flight(flight_id: FlightId) -> Flight:
 
 
 @server.tool(annotations=read_tool("Get fare rules"))
-def get_fare_rules(
+async def get_fare_rules(
     flight_id: FlightId,
     cabin: Annotated[Cabin | None, Field(description="Only this cabin's fares")] = None,
 ) -> FareRules:
@@ -547,7 +548,7 @@ def get_fare_rules(
 
 
 @server.tool(annotations=read_tool("Get seat map"))
-def get_seat_map(
+async def get_seat_map(
     flight_id: FlightId,
     cabin: Annotated[Cabin, Field(description="Cabin to show")] = "economy",
 ) -> SeatMap:
@@ -558,7 +559,7 @@ def get_seat_map(
 
 
 @server.tool(annotations=write_tool("Book a flight"))
-def book_flight(
+async def book_flight(
     user_id: UserId,
     flight_id: FlightId,
     fare_basis: Annotated[FareBasis, Field(description="Fare family: basic, standard or flex")],
@@ -668,7 +669,7 @@ def book_flight(
 
 
 @server.tool(annotations=read_tool("List bookings"))
-def list_bookings(user_id: UserId) -> BookingList:
+async def list_bookings(user_id: UserId) -> BookingList:
     """List a traveller's bookings, by departure date."""
     with STORE.tx() as conn:
         _user(conn, user_id)
@@ -681,14 +682,14 @@ def list_bookings(user_id: UserId) -> BookingList:
 
 
 @server.tool(annotations=read_tool("Get booking"))
-def get_booking(booking_id: BookingId) -> Booking:
+async def get_booking(booking_id: BookingId) -> Booking:
     """Get one booking: flight, cabin, fare, seat, price and status."""
     with STORE.tx() as conn:
         return _booking(conn, booking_id)
 
 
 @server.tool(annotations=write_tool("Change seat", idempotent=True))
-def change_seat(
+async def change_seat(
     booking_id: BookingId,
     seat: Annotated[str, Field(description="New seat in the same cabin, e.g. '11C'")],
 ) -> Booking:
@@ -729,7 +730,7 @@ def change_seat(
 
 
 @server.tool(annotations=write_tool("Cancel booking", destructive=True))
-def cancel_booking(booking_id: BookingId) -> Cancellation:
+async def cancel_booking(booking_id: BookingId) -> Cancellation:
     """Cancel a booking and refund what its fare rules allow (in full if the airline cancelled)."""
     with STORE.tx() as conn:
         b = _booking(conn, booking_id)
@@ -797,7 +798,7 @@ def cancel_booking(booking_id: BookingId) -> Cancellation:
 def main() -> None:
     """Seed the state if needed, then serve over stdio."""
     STORE.ensure()
-    server.run("stdio")
+    serve_stdio(server)
 
 
 if __name__ == "__main__":
