@@ -36,7 +36,6 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +61,7 @@ from trajsynth.curation.embeddings import (
     resolve_threads,
 )
 from trajsynth.curation.metrics import TaskFacts, TrajectoryFacts, compute_metrics
-from trajsynth.curation.modes import EmbeddedTexts, ModeCodebook, embed_texts, needs_refit
+from trajsynth.curation.modes import ModeCodebook, embed_texts, needs_refit
 from trajsynth.curation.select import select_rl, select_sft
 from trajsynth.curation.signals import compute_signals
 from trajsynth.curation.topology import (
@@ -164,15 +163,6 @@ class _VectorCache(MutableMapping[str, np.ndarray]):
             }
             for k, v in self.new.items()
         ]
-
-
-@dataclass
-class _EmbedJob:
-    """One round's texts to embed, in trajectory order, and the cache they read and fill."""
-
-    ids: list[str]
-    texts: list[str]
-    cache: _VectorCache
 
 
 @contextmanager
@@ -370,27 +360,16 @@ class _Curation:
     def run(self) -> RoundOutput:
         if not self.data.trajectories:
             self.skips["round"] = "empty round: no trajectories"
+        with self.timer.stage("steps"):
+            self._steps()
+        with self.timer.stage("signals"):
+            self._signals()
+        with self.timer.stage("topology"):
+            self._topology()
         with self.timer.stage("digests_cac"):
             self._digests_cac()
-        # The embedding needs only the digests. Its forward releases the GIL and the next
-        # three stages are single-threaded Python, so on a 2-core machine they run beside it
-        # (10k trajectories: see bench/curation.py); when topology would call the same
-        # embedder (soft_merge = "embedding"), the stages stay one after the other.
-        background = self.cfg.soft_merge != "embedding"
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed") as pool:
-            job = self._embed_inputs()
-            pending = pool.submit(self._embed_vectors, job) if job and background else None
-            with self.timer.stage("steps"):
-                self._steps()
-            with self.timer.stage("signals"):
-                self._signals()
-            with self.timer.stage("topology"):
-                self._topology()
-            with self.timer.stage("embeddings"):  # background: the time waited for it
-                if pending is not None:
-                    self._embedded(job, pending.result())
-                elif job is not None:
-                    self._embedded(job, self._embed_vectors(job))
+        with self.timer.stage("embeddings"):
+            self._embed()
         with self.timer.stage("modes"):
             self._modes()
         with self.timer.stage("duplicates"):
@@ -505,42 +484,34 @@ class _Curation:
             self.embedder = _default_embedder(self.cfg, n_texts)
         return self.embedder
 
-    def _embed_inputs(self) -> _EmbedJob | None:
-        """The round's digest texts and the vectors the store already has for them (read
-        here, on the calling thread: the store's connection is not shared)."""
+    def _embed(self) -> None:
         ids = [t.trajectory_id for t in self.data.trajectories]
         if not self.cfg.embeddings or not ids:
-            return None
+            return
         texts = [digest_for_embedding(self.digests[i], self.cfg.embed_max_chars) for i in ids]
         model_id = embedding_model_id(self.cfg)
         cleaned = [" ".join(x.split()) for x in texts]
         found = self.data.cached_vectors(model_id, [text_key(x) for x in cleaned if x])
-        return _EmbedJob(ids, cleaned, _VectorCache(model_id, found))
-
-    def _embed_vectors(self, job: _EmbedJob) -> EmbeddedTexts:
-        """Embed what the cache lacks; touches nothing of the round but the job's cache and
-        the embedder, so it may run on another thread."""
-        new = len({x for x in job.texts if x}) - len(job.cache.found)  # what the model reads
+        cache = _VectorCache(model_id, found)
+        new = len({x for x in cleaned if x}) - len(found)  # about what the model will read
         lazy = _LazyEmbedder(lambda: self._get_embedder(new), self.cfg.embed_threads)
-        return embed_texts(
-            job.texts,
+        out = embed_texts(
+            cleaned,
             lazy,
-            cache=job.cache,
+            cache=cache,
             max_chars=self.cfg.embed_max_chars,
             # large chunks: the model sorts each by length, so less padding
             batch_size=max(self.cfg.embed_batch_size, 4096),
         )
-
-    def _embedded(self, job: _EmbedJob, out: EmbeddedTexts) -> None:
         self.vectors = out.vectors
-        for i, tid in enumerate(job.ids):
+        for i, tid in enumerate(ids):
             if out.ok[i]:
-                self.digest_keys[tid] = text_key(job.texts[i][: self.cfg.embed_max_chars])
+                self.digest_keys[tid] = text_key(cleaned[i][: self.cfg.embed_max_chars])
             else:
                 self.digest_keys[tid] = None
                 self.skips.setdefault(tid, f"no embedding: {out.skipped.get(i, 'unknown')}")
         self.n_embedded, self.n_cached = out.n_embedded, out.n_cached
-        self.cache_rows = job.cache.rows()
+        self.cache_rows = cache.rows()
 
     def _fit(self, version: str) -> ModeCodebook:
         ids = [t.trajectory_id for t in self.data.trajectories]
