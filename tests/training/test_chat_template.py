@@ -135,3 +135,20 @@ def test_the_server_renders_the_template_as_transformers_does(tokenizer) -> None
     assert render_tool_template(messages[1:2], None) == tokenizer.apply_chat_template(
         messages[1:2], tokenize=False, add_generation_prompt=True
     )
+
+
+def test_the_tokenizer_cache_is_keyed_by_the_ggufs_content_not_its_path(tmp_path) -> None:
+    """A fresh venv (a CI clone) installs the same GGUF at another path with another mtime:
+    it must find the tokenizer the last one saved, and a changed file must not."""
+    import os
+
+    from trajsynth.training.chat_template import _cache_key
+
+    a, b = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
+    for path in (a, b):
+        path.parent.mkdir()
+        path.write_bytes(b"GGUF" + bytes(range(256)) * 64)
+    os.utime(b, ns=(1, 1))
+    assert _cache_key(a) == _cache_key(b)
+    b.write_bytes(b"GGUF" + bytes(range(255)) * 64)
+    assert _cache_key(a) != _cache_key(b)

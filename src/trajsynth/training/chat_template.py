@@ -22,6 +22,7 @@ from typing import Any
 
 from trajsynth.agents.embedded import GGUF_NAME, gguf_path
 from trajsynth.agents.tool_template import TOOL_CHAT_TEMPLATE
+from trajsynth.schemas import paths
 from trajsynth.schemas.failures import InputError, LLMError
 
 log = logging.getLogger(__name__)
@@ -54,16 +55,18 @@ def default_gguf_path() -> Path:
 
 
 _TOKENIZERS: dict[Path, Any] = {}
-DEFAULT_CACHE_DIR = Path.home() / ".cache" / "trajsynth" / "tokenizers"
+DEFAULT_CACHE_DIR = paths.cache_dir() / "tokenizers"
 
 
 def _cache_key(path: Path) -> str:
+    """The GGUF's content (not its path: each new venv or CI clone installs the same wheel at
+    another path, which cost every fresh checkout the slow read), transformers' version and
+    the template."""
     import transformers
 
-    stat = path.stat()
-    blob = json.dumps(
-        [str(path), stat.st_size, stat.st_mtime_ns, transformers.__version__, TOOL_CHAT_TEMPLATE]
-    )
+    with path.open("rb") as f:
+        content = hashlib.file_digest(f, "sha256").hexdigest()  # ~0.1 s for the 94 MB GGUF
+    blob = json.dumps([content, transformers.__version__, TOOL_CHAT_TEMPLATE])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -71,8 +74,9 @@ def _load_from_gguf(path: Path, cache_dir: Path | None) -> Any:
     """Read the tokenizer from the GGUF (about 15 s), or from its saved copy (about 1 s)."""
     from transformers import AutoTokenizer
 
+    key = _cache_key(path) if cache_dir is not None else ""
     if cache_dir is not None:
-        saved = cache_dir / _cache_key(path)
+        saved = cache_dir / key
         if (saved / "tokenizer.json").is_file():
             return AutoTokenizer.from_pretrained(str(saved))
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -84,7 +88,7 @@ def _load_from_gguf(path: Path, cache_dir: Path | None) -> Any:
             cache_dir.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".tok-", dir=cache_dir))
             tokenizer.save_pretrained(str(tmp))
-            os.replace(tmp, cache_dir / _cache_key(path))
+            os.replace(tmp, cache_dir / key)
         except OSError as exc:  # a read-only home or a concurrent writer: the cache is optional
             log.debug("tokenizer cache not written: %s", exc)
             shutil.rmtree(tmp, ignore_errors=True)
@@ -97,9 +101,9 @@ def load_tokenizer(
     """SmolLM2's tokenizer read from its GGUF by transformers, with ``TOOL_CHAT_TEMPLATE`` set.
 
     Reading the GGUF's vocabulary takes about 15 s, so the result is saved under
-    ``cache_dir`` (keyed by the file, its size and mtime, transformers' version and the
-    template; ``None`` turns the cache off) and kept per process; each call returns a
-    fresh copy, so a caller may change it freely.
+    ``cache_dir`` (keyed by the file's content, transformers' version and the template;
+    ``None`` turns the cache off) and kept per process; each call returns a fresh copy, so a
+    caller may change it freely.
     """
     path = (gguf_path or default_gguf_path()).resolve()
     if path not in _TOKENIZERS:
