@@ -173,10 +173,12 @@ def test_enum_choice_is_a_slot_and_default_is_left_out() -> None:
 
 
 def test_medium_needs_a_write() -> None:
+    """The cluster has a write, but no walk reaches it (no edge in, no providable params)."""
     reads = [t for t in TOOLS if t.access is ToolAccess.READ]
     edges = [e for e in EDGES if e.source in {t.name for t in reads}]
     edges = [e for e in edges if e.target in {t.name for t in reads}]
-    rejection = _sample(_cell("chain", "medium"), 1, _cluster(reads, edges))
+    unreachable = _tool("frobnicate", {"secret": S}, write=True)
+    rejection = _sample(_cell("chain", "medium"), 1, _cluster([*reads, unreachable], edges))
     assert rejection == Rejection(reason="no_write", detail=rejection.detail)
     assert "find_user" in rejection.detail
 
@@ -324,3 +326,28 @@ def test_outside_blueprints_have_two_calls_with_arguments(seed: int) -> None:
             assert value in ("docs/a.txt", "docs/b.txt")
         if name == "text":
             assert (value, source) == ("remember the milk", "spec")  # --arg wins
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_outside_medium_task_calls_a_write_the_graph_does_not_reach(seed: int) -> None:
+    """Probing found no edge into the write: a medium cell's walk over the reads still gets
+    the write it needs (§3), called last and unlinked, instead of no task (``no_write``)."""
+    c = _outside_cluster(args={"text": "remember the milk"})
+    cell = Cell(cluster_id="files", path_shape="chain", target_mode="direct_execute",
+                difficulty="medium")  # fmt: skip
+    path = sample_path(c, dependency_graph(c), cell, EnvState(state_hash="h"), random.Random(seed))
+    assert isinstance(path, PlannedPath), path
+    assert path.n_writes >= 1 and "echo" in [step.tool for step in path.steps]
+
+
+@pytest.mark.parametrize("difficulty", ["medium", "hard"])
+def test_a_read_only_server_plans_medium_and_hard_tasks_as_longer_reads(difficulty: str) -> None:
+    """A server with no write tool (a clock, a search API) could never meet §3's write for
+    medium and hard cells; it gets longer read paths instead of a ``no_write`` rejection."""
+    c = _outside_cluster()
+    c = c.model_copy(update={"tools": [t for t in c.tools if t.access is ToolAccess.READ]})
+    cell = Cell(cluster_id="files", path_shape="chain", target_mode="direct_execute",
+                difficulty=difficulty)  # fmt: skip
+    path = sample_path(c, dependency_graph(c), cell, EnvState(state_hash="h"), random.Random(0))
+    assert isinstance(path, PlannedPath), path
+    assert path.n_writes == 0 and len(path.steps) >= 2

@@ -735,7 +735,10 @@ def sample_path(
     elif shape is PathShape.CHAIN:
         low = max(low, 2)
         high = max(high, 2)
-    need_write = cell.difficulty in (Difficulty.MEDIUM, Difficulty.HARD)
+    writable = sorted(t for t in names if cluster.tool(t).access is ToolAccess.WRITE)
+    # §3: medium and hard need a write; a cluster with none (a read-only server: a clock, a
+    # search API) could never plan them, so its medium and hard tasks are longer read paths
+    need_write = cell.difficulty in (Difficulty.MEDIUM, Difficulty.HARD) and bool(writable)
     outside = cluster.source == "outside" and len(names) > 1
     if outside:
         # issue 17: a blueprint over a multi-tool outside cluster has >= 2 calls; a "single"
@@ -767,6 +770,11 @@ def sample_path(
             return Rejection(reason="shape_unsupported", detail=f"{shape}: {draft}")
         if outside and len(draft.tools) < 2:
             draft = _second_call(cluster, draft, entries, names, uses, rng)
+        if outside and need_write and not any(_writes(cluster, draft.tools)):
+            # probing links few of an outside server's tools, so a walk rarely reaches a
+            # write: one is called last, unlinked (issue 17, as for a lone first call)
+            pool = [t for t in writable if t in entries] or writable
+            draft = _Draft([*draft.tools, _pick_entry(pool, uses, rng)], list(draft.links))
         flags = _writes(cluster, draft.tools)
         if len(draft.tools) < 2 <= low:
             reasons.append(Rejection(reason="path_too_short", detail="->".join(draft.tools)))
@@ -784,8 +792,10 @@ def sample_path(
             reasons.append(Rejection(reason="no_arguments", detail="->".join(draft.tools)))
             continue
         if drawn is PathShape.FAN_IN and not _fan_in_joined(steps):
-            reasons.append(Rejection(reason="shape_unsupported", detail="fan_in without join"))
-            continue
+            if not outside:
+                reasons.append(Rejection(reason="shape_unsupported", detail="fan_in without join"))
+                continue
+            drawn = PathShape.CHAIN  # a shape the probed graph lacks becomes a chain (issue 17)
         path = PlannedPath(
             cluster_id=cluster.cluster_id,
             shape=drawn,
