@@ -476,25 +476,35 @@ class Environment:
             if not self._started:
                 raise MCPServerError(f"{self.cluster.cluster_id}: environment not started")
             # The first try runs outside tenacity, whose loop costs ~20 µs a call (issue 19,
-            # item 5); a fault worth sending again enters the loop as its first attempt's
-            # outcome, so the tries, waits, logs and the last fault are tenacity's as before.
-            fault: _ServerLost | None = None
+            # item 5); only a fault worth sending again enters it (``_call_again``).
             try:
                 result = await self._call_live(name, args)
             except _ServerLost as exc:
                 if not resend(exc):
                     raise
-                fault = exc
-            if fault is not None:
-                async for attempt in self._retrying(resend):
-                    with attempt:
-                        if fault is not None:
-                            first, fault = fault, None
-                            raise first
-                        result = await self._call_live(name, args)
+                result = await self._call_again(name, args, exc, resend)
             if not result.is_error and write:
                 self._writes.append((name, args))
             return result
+
+    async def _call_again(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        first: _ServerLost,
+        resend: Callable[[BaseException], bool],
+    ) -> ToolResult:
+        """The tries after a first one that failed with ``first``: tenacity's loop with
+        ``first`` as its first attempt's outcome, so the tries, waits, logs and the last
+        fault are what they were when every try ran inside it."""
+        pending: _ServerLost | None = first
+        async for attempt in self._retrying(resend):
+            with attempt:
+                if pending is not None:
+                    fault, pending = pending, None
+                    raise fault
+                return await self._call_live(name, arguments)
+        raise AssertionError("unreachable: tenacity reraises the last fault")
 
     async def _call_live(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """``_call`` on a running server; a server found dead first is restarted, and the

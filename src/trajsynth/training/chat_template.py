@@ -74,21 +74,19 @@ def _load_from_gguf(path: Path, cache_dir: Path | None) -> Any:
     """Read the tokenizer from the GGUF (about 15 s), or from its saved copy (about 1 s)."""
     from transformers import AutoTokenizer
 
-    key = _cache_key(path) if cache_dir is not None else ""
-    if cache_dir is not None:
-        saved = cache_dir / key
-        if (saved / "tokenizer.json").is_file():
-            return AutoTokenizer.from_pretrained(str(saved))
+    saved = cache_dir / _cache_key(path) if cache_dir is not None else None
+    if saved is not None and (saved / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(str(saved))
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if cache_dir is not None:
+    if saved is not None:
         try:
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".tok-", dir=cache_dir))
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tok-", dir=saved.parent))
             tokenizer.save_pretrained(str(tmp))
-            os.replace(tmp, cache_dir / key)
+            os.replace(tmp, saved)
         except OSError as exc:  # a read-only home or a concurrent writer: the cache is optional
             log.debug("tokenizer cache not written: %s", exc)
             shutil.rmtree(tmp, ignore_errors=True)
