@@ -13,7 +13,16 @@ from trajsynth.agents.planner import Planner, environment_factory, plan_blueprin
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.registry import get_cluster
-from trajsynth.schemas import Blueprint, MessageRole, SandboxKind
+from trajsynth.schemas import (
+    AnswerContains,
+    Blueprint,
+    FunctionCall,
+    Message,
+    MessageRole,
+    ObservedField,
+    SandboxKind,
+    ToolCall,
+)
 
 
 async def _plan(cluster_id: str, seed: int) -> Blueprint:
@@ -71,3 +80,22 @@ def test_a_demonstration_lists_the_view_its_rollouts_and_evals_will_show() -> No
     # the cluster's order is kept: where a tool sits never says it is needed
     order = [t.name for t in cluster.tools]
     assert listed == [n for n in order if n in listed]
+
+
+def test_a_replay_states_its_own_reading_of_a_value_that_changes() -> None:
+    """The gold run read the clock at 09:47; a replay reads it again and must say what it read."""
+    observed = ObservedField(tool="get_current_time", path=["datetime"])
+    bp = Blueprint.model_construct(
+        constraints=[AnswerContains(values=["2026-11-26T09:47:50-05:00"], observed=observed)]
+    )
+    call = ToolCall(id="c1", function=FunctionCall(name="get_current_time", arguments="{}"))
+    messages = [
+        Message(role=MessageRole.USER, content="What time is it in New York?"),
+        Message(role=MessageRole.ASSISTANT, tool_calls=[call]),
+        Message(role=MessageRole.TOOL, tool_call_id="c1",
+                content='{"datetime": "2026-11-26T09:49:02-05:00"}'),
+    ]  # fmt: skip
+    assert template_answer(bp, messages) == "Here is what I found: 2026-11-26T09:49:02-05:00."
+    # before any reading (or with none that has the field) the gold run's value stands
+    assert template_answer(bp) == "Here is what I found: 2026-11-26T09:47:50-05:00."
+    assert template_answer(bp, messages[:1]).endswith("09:47:50-05:00.")

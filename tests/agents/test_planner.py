@@ -11,6 +11,7 @@ import importlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from trajsynth.schemas import (
     EnvState,
     FinalState,
     LLMConfig,
+    ObservedField,
     PathShape,
     ReasoningMode,
     SandboxKind,
@@ -236,6 +238,50 @@ async def test_lint_rejects_constraints_a_do_nothing_run_passes() -> None:
     assert attempt.reason == "constraint_lint"
     assert DO_NOTHING_PASSES in attempt.detail
     assert NO_OUTCOME in attempt.detail
+
+
+class _ReadEnv(_NoAnswerEnv):
+    """get_order whose one telling field comes from ``reading(n)``, n the call's number."""
+
+    def __init__(self, field: str, reading: Any) -> None:
+        super().__init__()
+        self.field, self.reading, self.calls = field, reading, 0
+
+    async def call_tool(self, name: str, arguments: dict) -> ToolResult:
+        self.calls += 1
+        body = {"order_id": arguments["order_id"], self.field: self.reading(self.calls)}
+        return ToolResult(text=json.dumps(body), structured=body)
+
+
+@pytest.mark.parametrize(
+    ("field", "reading", "volatile"),
+    [
+        ("total", lambda n: 54.2, False),  # the same on every read
+        ("total", lambda n: 50.0 + n, True),  # a counter: the re-read differs
+        ("placed_at", lambda n: datetime.now(UTC).isoformat(timespec="seconds"), True),
+    ],
+    ids=["stable", "changes-between-reads", "reads-the-clock"],
+)
+async def test_an_answer_that_changes_between_reads_is_checked_per_episode(
+    field: str, reading: Any, volatile: bool
+) -> None:
+    cluster = _only(SHOP, "get_order")
+    bp = await plan_blueprint(
+        Planner(use_llm=False, gold_retries=0),
+        None,
+        lambda: _ReadEnv(field, reading),
+        cluster,
+        _cell(),
+        0,
+    )
+    assert isinstance(bp, Blueprint), bp
+    (answer,) = [c for c in bp.constraints if isinstance(c, AnswerContains)]
+    assert answer.hard
+    assert answer.values == [bp.gold_run.calls[-1].observation[field]]
+    if volatile:
+        assert answer.observed == ObservedField(tool="get_order", path=[field])
+    else:
+        assert answer.observed is None
 
 
 async def test_a_write_task_has_state_and_call_constraints(tmp_path: Path) -> None:

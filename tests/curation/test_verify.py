@@ -30,6 +30,7 @@ from trajsynth.schemas import (
     Message,
     MessageRole,
     ObsClass,
+    ObservedField,
     Order,
     Termination,
     ToolCalled,
@@ -338,6 +339,32 @@ def test_answer_contains_constraint() -> None:
     assert not ok and detail == 'answer lacks ["54.20"]'
     ok, detail = one(c, traj([]))
     assert not ok and detail == "no final assistant message"
+
+
+def test_a_volatile_answer_is_checked_against_the_episodes_own_reading() -> None:
+    # the gold run read the clock at 09:47:50; this episode read it a minute later
+    c = AnswerContains(
+        values=["2026-11-26T09:47:50-05:00"],
+        observed=ObservedField(tool="get_current_time", path=["source", "datetime"]),
+    )
+    now = call("get_current_time", {"timezone": "America/New_York"},
+               '{"source": {"datetime": "2026-11-26T09:48:51-05:00"}}')  # fmt: skip
+    ok, detail = one(c, traj([now], "It is 2026-11-26T09:48:51-05:00 in New York."))
+    assert ok, detail
+    assert "get_current_time's source.datetime in this episode" in detail
+    ok, detail = one(c, traj([now], "It is 2026-11-26T09:47:50-05:00."))  # the gold's copy
+    assert not ok and '"2026-11-26T09:48:51-05:00"' in detail
+    # the last successful reading counts; an error or a call without the field is skipped
+    later = call("get_current_time", {}, '{"source": {"datetime": "T2"}}')
+    failed = call("get_current_time", {}, "Error: unknown timezone", ObsClass.ERROR)
+    other = call("get_current_time", {}, '{"timezone": "UTC"}')
+    assert one(c, traj([now, later, failed, other], "T2 it is"))[0]
+    assert not one(c, traj([now, later], "2026-11-26T09:48:51-05:00"))[0]
+    ok, detail = one(c, traj([failed], "2026-11-26T09:47:50-05:00"))
+    assert not ok and detail == "no successful get_current_time call returned source.datetime"
+    assert not one(c, traj([now]))[0]  # no answer at all
+    flag = AnswerContains(values=[False], observed=ObservedField(tool="f", path=["is_dst"]))
+    assert one(flag, traj([call("f", {}, '{"is_dst": false}')], "is_dst: false"))[0]
 
 
 def test_answer_is_last_assistant_message_with_text() -> None:

@@ -10,7 +10,9 @@ judge a rollout:
 - ``order``: gold writes of different tools on the same entity, linked by a graph edge, or
   where the later one uses an id the earlier one returned;
 - ``answer_contains``: the values the question asks for, hard for read-only paths and soft for
-  writing ones (the caller passes them; else the salient field of the last observation);
+  writing ones (the caller passes them; else the salient field of the last observation). A
+  value that changes between reads (a clock) is checked against the episode's own reading
+  (``observed``);
 - ``max_calls``: soft, ``n = ceil(1.5·len(gold_path)) + 2``.
 
 Outside servers (``state_readable=False``) get no ``final_state``; their checks come from the
@@ -24,6 +26,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from trajsynth.curation.canon import field_schema, is_identifier, parse_json_maybe
@@ -36,6 +39,7 @@ from trajsynth.schemas import (
     GoldCall,
     JsonValue,
     MaxCalls,
+    ObservedField,
     Order,
     ToolAccess,
     ToolCalled,
@@ -49,6 +53,7 @@ __all__ = [
     "deciding_fields",
     "derive_constraints",
     "max_calls_for",
+    "reads_the_clock",
     "salient_value",
 ]
 
@@ -158,6 +163,34 @@ def _generated_ids(observation: Any) -> set[str]:
 
     walk(parse_json_maybe(observation), None)
     return found
+
+
+_CLOCK_WINDOW_S = 2 * 86400  # wider than any UTC offset, narrower than a stored date
+
+
+def reads_the_clock(value: Any, now: datetime | None = None) -> bool:
+    """Whether ``value`` is the current time as a tool would report it: an ISO date-time, or
+    Unix seconds or milliseconds, within two days of ``now``. Such a value differs on every
+    read, so an answer cannot be checked against the gold run's copy of it.
+
+    >>> now = datetime(2026, 11, 26, 14, 48, tzinfo=UTC)
+    >>> [reads_the_clock(v, now) for v in ("2026-11-26T09:47:50-05:00", "2026-11-26",
+    ...     "2024-01-05T10:00:00", 1795704480, 1795704480123, 54.2, "Thursday")]
+    [True, False, False, True, True, False, False]
+    """
+    now = now or datetime.now(UTC)
+    moment: float | None = None
+    if isinstance(value, str) and re.match(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}", value):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return False
+        moment = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        for scale in (1.0, 1000.0):
+            if abs(value / scale - now.timestamp()) <= _CLOCK_WINDOW_S:
+                moment = value / scale
+    return moment is not None and abs(moment - now.timestamp()) <= _CLOCK_WINDOW_S
 
 
 def salient_value(observation: Any) -> str | int | float | None:
@@ -336,7 +369,10 @@ def _orders(
 
 
 def _answer(
-    answer_values: Sequence[Any], calls: Sequence[GoldCall], writes: bool
+    answer_values: Sequence[Any],
+    calls: Sequence[GoldCall],
+    writes: bool,
+    observed: ObservedField | None,
 ) -> list[AnswerContains]:
     """The values the question asks for: hard for read-only paths, soft when the path writes."""
     values = _answer_values(answer_values)
@@ -345,7 +381,10 @@ def _answer(
         salient = salient_value(calls[-1].observation)
         values = _answer_values([salient]) if salient is not None else []
         origin = "gold_run.last_observation"
-    return [AnswerContains(values=values, hard=not writes, derived_from=origin)] if values else []
+        observed = None  # it was found for the caller's value, not this one
+    if not values:
+        return []
+    return [AnswerContains(values=values, hard=not writes, derived_from=origin, observed=observed)]
 
 
 def derive_constraints(
@@ -355,12 +394,14 @@ def derive_constraints(
     answer_values: list,
     *,
     initial_state: EnvState | None = None,
+    answer_observed: ObservedField | None = None,
 ) -> list[Constraint]:
     """The constraints of a blueprint, from its gold run (METHODS.md §4, table, last column).
 
     ``tool_path_calls`` are the gold calls in order; ``answer_values`` the values the question
     asks for (empty: the salient field of the last observation). With ``initial_state`` the
     final-state constraint keeps only the tables the gold run changed, for a smaller diff.
+    ``answer_observed``: where the episode reads an answer value that changes between reads.
     Lint the result with ``curation.constraint_lint.lint_constraints`` before use.
     """
     specs = {t.name: t for t in cluster.tools}
@@ -394,7 +435,7 @@ def derive_constraints(
     out += _tool_called(writes, patterns)
     out += _not_called(cluster, writes, calls)
     out += _orders(cluster, writes, patterns, minted)
-    out += _answer(answer_values, calls, bool(writes))
+    out += _answer(answer_values, calls, bool(writes), answer_observed)
     n = max_calls_for(len(tool_path_calls))
     out.append(MaxCalls(n=n, hard=False, derived_from="gold_run.length"))
     return out

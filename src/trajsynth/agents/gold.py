@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from trajsynth.agents.llm import ChatResult, LLMClient
+from trajsynth.curation.verify import observed_reading
 from trajsynth.schemas import (
     AgentRole,
     AnswerContains,
@@ -36,6 +37,7 @@ from trajsynth.schemas import (
     RefArg,
     SlotArg,
     ToolCall,
+    ToolCallRecord,
     ToolCluster,
     ToolSpec,
     Trajectory,
@@ -278,18 +280,47 @@ def _chat(message: Message, role: AgentRole, model: str) -> ChatResult:
     )
 
 
-def answer_values(blueprint: Blueprint) -> list[str]:
-    """The values the task's answer must state (its ``answer_contains`` constraints)."""
+def _readings(messages: Sequence[Message]) -> list[ToolCallRecord]:
+    """The tool results of an episode so far, as the verifier reads them."""
+    names = {
+        call.id: call.function.name
+        for m in messages
+        if m.role == MessageRole.ASSISTANT
+        for call in m.tool_calls or []
+    }
+    return [
+        ToolCallRecord(
+            call_id=m.tool_call_id or "",
+            tool=m.name or names.get(m.tool_call_id or "", ""),
+            raw_arguments="{}",
+            arguments={},
+            observation=m.content or "",
+        )
+        for m in messages
+        if m.role == MessageRole.TOOL
+    ]
+
+
+def answer_values(blueprint: Blueprint, messages: Sequence[Message] = ()) -> list[str]:
+    """The values the task's answer must state (its ``answer_contains`` constraints); a value
+    that changes between reads is taken from the episode's own call in ``messages``."""
     values: list[str] = []
     for c in blueprint.constraints:
-        if isinstance(c, AnswerContains):
-            values.extend(str(v) for v in c.values)
+        if not isinstance(c, AnswerContains):
+            continue
+        if c.observed is not None and messages:
+            try:
+                values.append(str(observed_reading(_readings(messages), c.observed)))
+                continue
+            except LookupError:
+                pass
+        values.extend(str(v) for v in c.values)
     return values
 
 
-def template_answer(blueprint: Blueprint) -> str:
+def template_answer(blueprint: Blueprint, messages: Sequence[Message] = ()) -> str:
     """A plain closing answer that states every value the constraints check."""
-    values = answer_values(blueprint)
+    values = answer_values(blueprint, messages)
     if not values:
         return "All done: I have taken care of that for you."
     return "Here is what I found: " + ", ".join(values) + "."
@@ -322,9 +353,9 @@ class GoldPolicy:
         """``LLMClient.chat``: ``options`` (tools, sampling) pass through unchanged."""
         if role is not AgentRole.ASSISTANT:
             return await self.others.chat(messages, role=role, **options)
-        return await self._assistant_turn()
+        return await self._assistant_turn(messages)
 
-    async def _assistant_turn(self) -> ChatResult:
+    async def _assistant_turn(self, messages: Sequence[Message]) -> ChatResult:
         bp = self.blueprint
         if not self.asked:
             self.asked = True
@@ -345,13 +376,13 @@ class GoldPolicy:
             return _chat(msg, AgentRole.ASSISTANT, "gold")
         self.answered = True
         return _chat(
-            Message(role=MessageRole.ASSISTANT, content=await self._answer_words()),
+            Message(role=MessageRole.ASSISTANT, content=await self._answer_words(messages)),
             AgentRole.ASSISTANT,
             "gold",
         )
 
-    async def _answer_words(self) -> str:
-        fallback = template_answer(self.blueprint)
+    async def _answer_words(self, messages: Sequence[Message]) -> str:
+        fallback = template_answer(self.blueprint, messages)
         if self.words is None:
             return fallback
         prompt = (
@@ -368,7 +399,7 @@ class GoldPolicy:
         except InfraError:
             return fallback
         text = (result.message.content or "").strip()
-        values = answer_values(self.blueprint)
+        values = answer_values(self.blueprint, messages)
         if not text or any(v.lower() not in text.lower() for v in values):
             return fallback
         return text

@@ -25,8 +25,13 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajsynth.agents.argfill import fill_slots
-from trajsynth.agents.constraints import derive_constraints
-from trajsynth.agents.gold import GoldFailure, GoldResult, run_gold_path
+from trajsynth.agents.constraints import derive_constraints, reads_the_clock
+from trajsynth.agents.gold import (
+    GoldFailure,
+    GoldResult,
+    observation_value,
+    run_gold_path,
+)
 from trajsynth.agents.llm import LLMClient
 from trajsynth.agents.paths import PlannedPath, Rejection, sample_path
 from trajsynth.agents.words import (
@@ -40,6 +45,7 @@ from trajsynth.agents.words import (
     template_words,
     words_spec,
 )
+from trajsynth.curation.canon import leaf_paths, parse_json_maybe, value_at
 from trajsynth.curation.constraint_lint import lint_constraints
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.graph import dependency_graph
@@ -51,7 +57,9 @@ from trajsynth.schemas import (
     Cell,
     Constraint,
     EnvState,
+    GoldCall,
     LLMUsage,
+    ObservedField,
     Record,
     SandboxKind,
     SandboxLimits,
@@ -264,6 +272,35 @@ class _Truth(Record):
     constraints: list[Constraint]
 
 
+async def _volatile_answer(
+    env: PlannerEnvironment, call: GoldCall, answer: Answer
+) -> ObservedField | None:
+    """Where the answer lies in ``call``'s observation, when the value changes between reads
+    (METHODS.md §4, ``answer_contains``); None when it is stable.
+
+    Two tests: the value reads the clock (``reads_the_clock``), or the same read-only call,
+    made again, returns something else there (a fresh token, a counter). Either way the
+    gold run's copy cannot be the value a later episode's answer must state.
+    """
+    observation = parse_json_maybe(call.observation)
+    paths = leaf_paths(observation, answer.value)
+    by_field = [p for p in paths if p and p[-1] == answer.field]
+    if not (by_field or paths):
+        return None  # an aggregate (a count, a lowest price): not read from one place
+    where = (by_field or paths)[0]
+    if not reads_the_clock(answer.value):
+        result = await env.call_tool(call.tool, dict(call.arguments))
+        if getattr(result, "is_error", False):
+            return None  # no second reading to compare with
+        try:
+            if value_at(parse_json_maybe(observation_value(result)), where) == answer.value:
+                return None
+        except KeyError:
+            pass
+    log.debug("answer %s of %s changes between reads: checked per episode", where, call.tool)
+    return ObservedField(tool=call.tool, path=where)
+
+
 async def _ground_truth(
     env: PlannerEnvironment, cluster: ToolCluster, path: PlannedPath, initial: EnvState
 ) -> _Truth | tuple[str, str]:
@@ -273,15 +310,19 @@ async def _ground_truth(
     if isinstance(outcome, GoldFailure):
         return "gold_run_error", f"{route}: step {outcome.step} ({outcome.tool}): {outcome.detail}"
     answer = None
+    observed = None
     if path.n_writes == 0:
         last = cluster.tool(outcome.steps[-1].tool).input_schema.get("properties") or {}
         answer = pick_answer(outcome.run.calls, path.slots, inputs=list(last))
+        if answer is not None:
+            observed = await _volatile_answer(env, outcome.run.calls[-1], answer)
     constraints = derive_constraints(
         outcome.run.calls,
         outcome.run.final_state,
         cluster,
         [answer.value] if answer is not None else [],
         initial_state=initial,
+        answer_observed=observed,
     )
     issues = lint_constraints(constraints, initial, cluster.tools)
     if issues:

@@ -19,7 +19,7 @@ import json
 import math
 import re
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from decimal import Decimal
@@ -38,12 +38,14 @@ __all__ = [
     "field_schema",
     "is_identifier",
     "is_unordered",
+    "leaf_paths",
     "normalize_source",
     "obs_class",
     "obs_digest",
     "parse_json_maybe",
     "resolve_schema",
     "sha1_hex",
+    "value_at",
 ]
 
 # Argument keys that hold program source: canonicalized by normalized source (§1.2, "code").
@@ -281,6 +283,52 @@ def parse_json_maybe(value: Any) -> Any:
         except ValueError:
             return value
     return value
+
+
+def value_at(value: Any, path: Sequence[str | int]) -> Any:
+    """The value at ``path`` (keys and list indexes) of a JSON value; ``KeyError`` if none.
+
+    >>> value_at({"source": {"datetime": "09:47"}}, ["source", "datetime"])
+    '09:47'
+    >>> value_at({"items": [{"id": "i9"}]}, ["items", 0, "id"])
+    'i9'
+    """
+    for step in path:
+        if (
+            isinstance(step, int)
+            and isinstance(value, list)
+            and -len(value) <= step < len(value)
+            or isinstance(step, str)
+            and isinstance(value, Mapping)
+            and step in value
+        ):
+            value = value[step]
+        else:
+            raise KeyError(f"no {step!r} in {canonical_json(value)[:60]}")
+    return value
+
+
+def leaf_paths(value: Any, target: Any) -> list[list[str | int]]:
+    """Every path to a scalar of ``value`` equal to ``target`` (as JSON), outermost first.
+
+    >>> leaf_paths({"a": {"t": "x"}, "b": ["x", "y"]}, "x")
+    [['a', 't'], ['b', 0]]
+    """
+    want = canonical_json(target)
+    out: list[list[str | int]] = []
+
+    def walk(node: Any, at: list[str | int]) -> None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                walk(v, [*at, str(k)])
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, [*at, i])
+        elif canonical_json(node) == want:
+            out.append(at)
+
+    walk(value, [])
+    return out
 
 
 def obs_class(

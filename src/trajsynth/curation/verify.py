@@ -37,7 +37,13 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from trajsynth.curation.canon import field_schema, is_identifier, resolve_schema
+from trajsynth.curation.canon import (
+    field_schema,
+    is_identifier,
+    parse_json_maybe,
+    resolve_schema,
+    value_at,
+)
 from trajsynth.schemas import (
     AnswerContains,
     AnswerMatches,
@@ -52,6 +58,7 @@ from trajsynth.schemas import (
     MaxCalls,
     MessageRole,
     ObsClass,
+    ObservedField,
     Order,
     Registry,
     ToolCalled,
@@ -72,6 +79,7 @@ __all__ = [
     "checker",
     "extract_numbers",
     "match_value",
+    "observed_reading",
     "registered_kinds",
     "reward",
     "state_diff",
@@ -415,6 +423,10 @@ def _check_order(c: Order, ctx: VerifyContext) -> tuple[bool, str]:
     return a < b, f"{_show(c.first)} (call #{a}) {verb} {_show(c.then)} (call #{b})"
 
 
+def _scalar_text(value: str | int | float | bool) -> str | int | float:
+    return str(value).lower() if isinstance(value, bool) else value
+
+
 def answer_contains_value(answer: str, value: str | int | float) -> bool:
     """Whether ``answer`` states ``value`` (numbers formatting-insensitive, rel. tol. 1e-6).
 
@@ -437,10 +449,40 @@ def answer_contains_value(answer: str, value: str | int | float) -> bool:
     return re.search(left + re.escape(needle) + right, hay) is not None
 
 
+def observed_reading(calls: Sequence[ToolCallRecord], where: ObservedField) -> JsonValue:
+    """The scalar the episode's last successful call to ``where.tool`` returned at
+    ``where.path`` (METHODS.md §4, ``answer_contains`` of a value that changes between
+    reads); ``LookupError`` when no such call returned one.
+    """
+    for call in reversed(calls):
+        if call.tool != where.tool or call.obs_class == ObsClass.ERROR:
+            continue
+        try:
+            value = value_at(parse_json_maybe(call.observation), where.path)
+        except KeyError:
+            continue
+        if value is None or isinstance(value, str | int | float | bool):
+            return value
+    raise LookupError(f"no successful {where.tool} call returned {_dotted(where.path)}")
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
 @checker("answer_contains")
 def _check_answer_contains(c: AnswerContains, ctx: VerifyContext) -> tuple[bool, str]:
     if not ctx.answer:
         return False, "no final assistant message"
+    if c.observed is not None:
+        try:
+            reading = observed_reading(ctx.calls, c.observed)
+        except LookupError as exc:
+            return False, str(exc)
+        where = f"{c.observed.tool}'s {_dotted(c.observed.path)}"
+        if reading is None or not answer_contains_value(ctx.answer, _scalar_text(reading)):
+            return False, f"answer lacks {canonical_json(reading)} ({where} in this episode)"
+        return True, f"answer states {canonical_json(reading)} ({where} in this episode)"
     missing = [v for v in c.values if not answer_contains_value(ctx.answer, v)]
     if missing:
         return False, f"answer lacks {canonical_json(missing)}"

@@ -21,6 +21,7 @@ __all__ = [
     "ConstraintKind",
     "FinalState",
     "MaxCalls",
+    "ObservedField",
     "Order",
     "ToolCalled",
     "ToolNotCalled",
@@ -67,11 +68,24 @@ class Order(_Constraint):
     then: CallPattern
 
 
+class ObservedField(Record):
+    """Where an episode reads a value that changes between reads (a clock, a fresh token): the
+    last successful call to ``tool``, at ``path`` in its JSON observation."""
+
+    tool: str
+    path: list[str | int] = Field(min_length=1)
+
+
 class AnswerContains(_Constraint):
-    """The final assistant message contains every value (numbers: rel. tol. 1e-6)."""
+    """The final assistant message contains every value (numbers: rel. tol. 1e-6).
+
+    With ``observed`` the value asked for changes between reads, so ``values`` only record the
+    gold run's reading: the answer must state what the episode's own call returned there.
+    """
 
     kind: Literal["answer_contains"] = "answer_contains"
     values: list[str | int | float] = Field(min_length=1)
+    observed: ObservedField | None = None
 
 
 class AnswerMatches(_Constraint):
