@@ -225,3 +225,55 @@ def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
     spec = words_spec(cluster, ReasoningMode.CLARIFY_FIRST, steps, slots, calls, None)
     assert spec.hidden_slot in {"time", "target_timezone"}
     assert check_words(template_words(spec), spec) == []
+
+
+def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
+    """server-filesystem: list_directory(path) then write_file(path, content). "path: .;
+    path 2: todo.md" led the embedded model to write to a file named "2"."""
+    from trajsynth.agents.words import words_spec
+    from trajsynth.schemas import (
+        Domain,
+        PlannedCall,
+        ReasoningMode,
+        ServerKind,
+        ServerSpec,
+        SlotArg,
+        ToolAccess,
+        ToolCluster,
+        ToolSpec,
+    )
+
+    def tool(name: str, access: ToolAccess, *params: str) -> ToolSpec:
+        props = {p: {"type": "string"} for p in params}
+        schema = {"type": "object", "properties": props, "required": list(params)}
+        return ToolSpec(name=name, description=f"{name}.", input_schema=schema, access=access)
+
+    cluster = ToolCluster(
+        cluster_id="filesystem",
+        domain=Domain.PRODUCTIVITY,
+        server=ServerSpec(kind=ServerKind.STDIO, command=["mcp-server-filesystem", "."]),
+        source="outside",
+        tools=[
+            tool("list_directory", ToolAccess.READ, "path"),
+            tool("write_file", ToolAccess.WRITE, "path", "content"),
+        ],
+    )
+    slots = {"path": ".", "path_2": "todo.md", "content": "milk"}
+    steps = [
+        PlannedCall(tool="list_directory", args={"path": SlotArg(name="path")}),
+        PlannedCall(
+            tool="write_file",
+            args={"path": SlotArg(name="path_2"), "content": SlotArg(name="content")},
+        ),
+    ]
+    calls = [
+        GoldCall(tool="list_directory", arguments={"path": "."}),
+        GoldCall(tool="write_file", arguments={"path": "todo.md", "content": "milk"}),
+    ]
+    spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
+    assert spec.labels["path"] == "path of the directory"
+    assert spec.labels["path_2"] == "path of the file"
+    assert spec.labels["content"] == "content"  # only one call takes it
+    goal = template_words(spec).goal
+    assert "path of the file: todo.md" in goal and "path 2" not in goal
+    assert check_words(template_words(spec), spec) == []

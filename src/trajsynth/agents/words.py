@@ -414,12 +414,29 @@ def _owned_noun(tool: str) -> str:
 
 
 def _slot_label(name: str, steps: Sequence[PlannedCall], cluster: ToolCluster) -> str:
-    """How the user names a slot: a search text by what it searches ("product")."""
+    """How the user names a slot: a search text by what it searches ("product"); a
+    parameter that several calls of the path take from the user by what each call is about
+    ("path of the file" and "path of the directory", not "path 2"), without naming a tool."""
+    bound = [
+        (step, param)
+        for step in steps
+        for param, arg in step.args.items()
+        if isinstance(arg, SlotArg) and arg.name == name
+    ]
     if name in _FREE_TEXT:
-        for step in steps:
-            bound = [a for a in step.args.values() if isinstance(a, SlotArg) and a.name == name]
-            if bound and (noun := _tool_noun(step.tool)):
+        for step, _ in bound:
+            if noun := _tool_noun(step.tool):
                 return noun
+    if bound:
+        step, param = bound[0]
+        nouns = [
+            _tool_noun(s.tool)
+            for s in steps
+            if isinstance(s.args.get(param), SlotArg)  # the user gives it to this call too
+        ]
+        noun = _tool_noun(step.tool)
+        if len(nouns) > 1 and noun and nouns.count(noun) == 1:
+            return f"{_words(param)} of the {noun}"
     return _words(name)
 
 
