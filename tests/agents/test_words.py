@@ -132,7 +132,7 @@ def test_template_names_every_write_and_its_details() -> None:
     words = template_words(spec)
     assert words.goal == (
         "My email is mia.k@example.com. Please add units of a product to my cart, then check "
-        "out my cart: product: Red Ceramic Mug. Please confirm that it went through."
+        'out my cart: product: "Red Ceramic Mug". Please confirm that it went through.'
     )
     assert check_words(words, spec) == []
 
@@ -258,7 +258,7 @@ def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
             tool("write_file", ToolAccess.WRITE, "path", "content"),
         ],
     )
-    slots = {"path": ".", "path_2": "todo.md", "content": "milk"}
+    slots = {"path": ".", "path_2": "todo.md", "content": "Wrote to todo.md"}
     steps = [
         PlannedCall(tool="list_directory", args={"path": SlotArg(name="path")}),
         PlannedCall(
@@ -268,7 +268,7 @@ def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
     ]
     calls = [
         GoldCall(tool="list_directory", arguments={"path": "."}),
-        GoldCall(tool="write_file", arguments={"path": "todo.md", "content": "milk"}),
+        GoldCall(tool="write_file", arguments={"path": "todo.md", "content": "Wrote to todo.md"}),
     ]
     spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
     assert spec.labels["path"] == "path of the directory"
@@ -276,4 +276,7 @@ def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
     assert spec.labels["content"] == "content"  # only one call takes it
     goal = template_words(spec).goal
     assert "path of the file: todo.md" in goal and "path 2" not in goal
+    # text of several words is quoted: "content: Wrote to todo.md." had the model write the
+    # sentence's period into the file
+    assert 'content: "Wrote to todo.md".' in goal
     assert check_words(template_words(spec), spec) == []

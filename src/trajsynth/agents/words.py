@@ -706,8 +706,16 @@ def check_words(words: Words, spec: WordsSpec) -> list[str]:
 # the deterministic fallback
 
 
+def _shown(value: JsonValue) -> str:
+    """A value as the template states it: text of several words in quotes, so where it ends
+    is plain (``content: "Wrote notes.txt".`` - without them a model copies the period)."""
+    if isinstance(value, str) and re.search(r"\s", value.strip()):
+        return json.dumps(value, ensure_ascii=False)
+    return _text(value)
+
+
 def _phrase(name: str, value: JsonValue, labels: Mapping[str, str] | None = None) -> str:
-    shown = ", ".join(_text(v) for v in value) if isinstance(value, list) else _text(value)
+    shown = ", ".join(_shown(v) for v in value) if isinstance(value, list) else _shown(value)
     return f"{(labels or {}).get(name) or _words(name)}: {shown}"
 
 
