@@ -26,7 +26,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from trajsynth.curation.canon import field_schema, is_identifier, parse_json_maybe
@@ -53,7 +52,6 @@ __all__ = [
     "deciding_fields",
     "derive_constraints",
     "max_calls_for",
-    "reads_the_clock",
     "salient_value",
 ]
 
@@ -163,34 +161,6 @@ def _generated_ids(observation: Any) -> set[str]:
 
     walk(parse_json_maybe(observation), None)
     return found
-
-
-_CLOCK_WINDOW_S = 2 * 86400  # wider than any UTC offset, narrower than a stored date
-
-
-def reads_the_clock(value: Any, now: datetime | None = None) -> bool:
-    """Whether ``value`` is the current time as a tool would report it: an ISO date-time, or
-    Unix seconds or milliseconds, within two days of ``now``. Such a value differs on every
-    read, so an answer cannot be checked against the gold run's copy of it.
-
-    >>> now = datetime(2026, 11, 26, 14, 48, tzinfo=UTC)
-    >>> [reads_the_clock(v, now) for v in ("2026-11-26T09:47:50-05:00", "2026-11-26",
-    ...     "2024-01-05T10:00:00", 1795704480, 1795704480123, 54.2, "Thursday")]
-    [True, False, False, True, True, False, False]
-    """
-    now = now or datetime.now(UTC)
-    moment: float | None = None
-    if isinstance(value, str) and re.match(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}", value):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return False
-        moment = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        for scale in (1.0, 1000.0):
-            if abs(value / scale - now.timestamp()) <= _CLOCK_WINDOW_S:
-                moment = value / scale
-    return moment is not None and abs(moment - now.timestamp()) <= _CLOCK_WINDOW_S
 
 
 def salient_value(observation: Any) -> str | int | float | None:

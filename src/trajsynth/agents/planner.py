@@ -25,7 +25,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajsynth.agents.argfill import fill_slots
-from trajsynth.agents.constraints import derive_constraints, reads_the_clock
+from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import (
     GoldFailure,
     GoldResult,
@@ -68,6 +68,7 @@ from trajsynth.schemas import (
     content_id,
     stable_hash,
 )
+from trajsynth.schemas.clock import reads_the_clock
 
 __all__ = [
     "DEFAULT_PROMPT",

@@ -78,6 +78,7 @@ from trajsynth.schemas import (
     canonical_json,
     stable_hash,
 )
+from trajsynth.schemas.clock import mask_clock_readings
 
 if TYPE_CHECKING:
     from trajsynth.sandboxes import Sandbox
@@ -150,8 +151,9 @@ def _content_text(result: CallToolResult) -> str:
 
 def _probe_value(result: ToolResult, workdir: str = "") -> JsonValue:
     """A probe result as a comparable value: structured content, else parsed JSON text, else
-    the text (hashed when long). The sandbox's own work dir path reads ``<workdir>``, so two
-    environments in the same state give the same value."""
+    the text (hashed when long). The sandbox's own work dir path reads ``<workdir>`` and a
+    reading of the clock (a file's modification time) ``<time>``, so two environments in the
+    same state give the same value."""
     value: JsonValue
     if result.structured is not None:
         value = result.structured
@@ -162,6 +164,7 @@ def _probe_value(result: ToolResult, workdir: str = "") -> JsonValue:
             value = result.text
     if workdir:
         value = json.loads(json.dumps(value).replace(workdir, "<workdir>"))
+    value = mask_clock_readings(value)
     if isinstance(value, str) and len(value) > _PROBE_CHARS:
         return {"sha256": stable_hash(value, length=64)}
     return value
