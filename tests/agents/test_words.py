@@ -11,10 +11,42 @@ from trajsynth.agents.words import (
     pick_answer,
     stale_value,
     template_words,
+    words_spec,
 )
-from trajsynth.schemas import GoldCall
+from trajsynth.schemas import (
+    Domain,
+    GoldCall,
+    PlannedCall,
+    ReasoningMode,
+    ServerKind,
+    ServerSpec,
+    SlotArg,
+    ToolAccess,
+    ToolCluster,
+    ToolSpec,
+)
 
 SHOP_TOOLS = ["search_products", "add_to_cart", "place_order", "find_user_by_email"]
+
+
+def _string_tool(
+    name: str, *params: str, description: str = "", access: ToolAccess | None = None
+) -> ToolSpec:
+    """A tool whose every parameter is a required string."""
+    props = {p: {"type": "string"} for p in params}
+    schema = {"type": "object", "properties": props, "required": list(params)}
+    extra = {"access": access} if access is not None else {}
+    return ToolSpec(name=name, description=description or f"{name}.", input_schema=schema, **extra)
+
+
+def _outside_cluster(cluster_id: str, command: list[str], *tools: ToolSpec) -> ToolCluster:
+    return ToolCluster(
+        cluster_id=cluster_id,
+        domain=Domain.PRODUCTIVITY,
+        server=ServerSpec(kind=ServerKind.STDIO, command=command),
+        source="outside",
+        tools=list(tools),
+    )
 
 
 def _spec(**kw: object) -> WordsSpec:
@@ -172,38 +204,19 @@ def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
     """mcp-server-time: the timezone read and the timezone converted from are one value;
     holding back one of them while the goal states the other could never pass the check,
     so a slot with a value of its own is held back, and the template's words pass."""
-    from trajsynth.agents.words import words_spec
-    from trajsynth.schemas import (
-        Domain,
-        PlannedCall,
-        ReasoningMode,
-        ServerKind,
-        ServerSpec,
-        SlotArg,
-        ToolCluster,
-        ToolSpec,
-    )
-
-    def tool(name: str, description: str, *params: str) -> ToolSpec:
-        props = {p: {"type": "string"} for p in params}
-        schema = {"type": "object", "properties": props, "required": list(params)}
-        return ToolSpec(name=name, description=description, input_schema=schema)
-
-    cluster = ToolCluster(
-        cluster_id="time",
-        domain=Domain.PRODUCTIVITY,
-        server=ServerSpec(kind=ServerKind.STDIO, command=["mcp-server-time"]),
-        source="outside",
-        tools=[
-            tool("get_current_time", "Get the current time in a timezone.", "timezone"),
-            tool(
-                "convert_time",
-                "Convert a time between timezones.",
-                "source_timezone",
-                "time",
-                "target_timezone",
-            ),  # fmt: skip
-        ],
+    cluster = _outside_cluster(
+        "time",
+        ["mcp-server-time"],
+        _string_tool(
+            "get_current_time", "timezone", description="Get the current time in a timezone."
+        ),
+        _string_tool(
+            "convert_time",
+            "source_timezone",
+            "time",
+            "target_timezone",
+            description="Convert a time between timezones.",
+        ),
     )
     slots = {
         "timezone": "America/New_York",
@@ -230,33 +243,11 @@ def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
 def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
     """server-filesystem: list_directory(path) then write_file(path, content). "path: .;
     path 2: todo.md" led the embedded model to write to a file named "2"."""
-    from trajsynth.agents.words import words_spec
-    from trajsynth.schemas import (
-        Domain,
-        PlannedCall,
-        ReasoningMode,
-        ServerKind,
-        ServerSpec,
-        SlotArg,
-        ToolAccess,
-        ToolCluster,
-        ToolSpec,
-    )
-
-    def tool(name: str, access: ToolAccess, *params: str) -> ToolSpec:
-        props = {p: {"type": "string"} for p in params}
-        schema = {"type": "object", "properties": props, "required": list(params)}
-        return ToolSpec(name=name, description=f"{name}.", input_schema=schema, access=access)
-
-    cluster = ToolCluster(
-        cluster_id="filesystem",
-        domain=Domain.PRODUCTIVITY,
-        server=ServerSpec(kind=ServerKind.STDIO, command=["mcp-server-filesystem", "."]),
-        source="outside",
-        tools=[
-            tool("list_directory", ToolAccess.READ, "path"),
-            tool("write_file", ToolAccess.WRITE, "path", "content"),
-        ],
+    cluster = _outside_cluster(
+        "filesystem",
+        ["mcp-server-filesystem", "."],
+        _string_tool("list_directory", "path", access=ToolAccess.READ),
+        _string_tool("write_file", "path", "content", access=ToolAccess.WRITE),
     )
     slots = {"path": ".", "path_2": "todo.md", "content": "Wrote to todo.md"}
     steps = [
