@@ -417,7 +417,8 @@ def test_docker_mounts_add_node_and_refuse_what_the_container_user_cannot_reach(
 @pytest.mark.docker
 def test_a_node_server_joins_in_docker_by_default(tmp_path: Path) -> None:
     """server-memory from npm, added with the default sandbox: it runs in a container (node
-    and its npm prefix mounted read-only), is probed there, and a fresh environment opens."""
+    and its npm prefix mounted read-only), is probed there, and every episode and every
+    restored branch starts from an empty graph."""
     import asyncio
 
     from trajsynth.mcp_servers.environment import open_environment
@@ -439,10 +440,28 @@ def test_a_node_server_joins_in_docker_by_default(tmp_path: Path) -> None:
     assert {"create_entities", "open_nodes"} <= set(c.tool_names)
     assert any(e.origin == EdgeOrigin.VALUE_FLOW for e in c.edges)
 
-    async def opened() -> type:
+    notes = {"entities": [{"name": "notes", "entityType": "note", "observations": ["hi"]}]}
+
+    async def graph(env: object) -> str:
+        result = await env.call_tool("read_graph", {})  # type: ignore[attr-defined]
+        assert result.is_error is False
+        return result.text
+
+    async def episodes() -> type:
+        """The graph lives in the container's /tmp, where the server's own files are mounted
+        too (pytest's tmp_path): a branch restored to the root, and the pool's next episode,
+        start from an empty graph."""
         os.environ["MEMORY_FILE_PATH"] = "/tmp/memory.jsonl"
         async with open_environment(c) as env:
-            assert (await env.call_tool("read_graph", {})).is_error is False
-            return type(env.sandbox)
+            root = await env.snapshot()
+            assert not (await env.call_tool("create_entities", notes)).is_error
+            assert "notes" in await graph(env)
+            await env.restore(root)
+            assert "notes" not in await graph(env)
+            assert not (await env.call_tool("create_entities", notes)).is_error
+            sandbox = type(env.sandbox)
+        async with open_environment(c) as env:
+            assert "notes" not in await graph(env)
+        return sandbox
 
-    assert asyncio.run(opened()) is MountedDockerSandbox
+    assert asyncio.run(episodes()) is MountedDockerSandbox

@@ -94,6 +94,28 @@ def test_tar_then_untar_restores_exactly(tmp_path: Path) -> None:
     assert os.readlink(root / "link") == "d/f.txt"
 
 
+def test_clear_keeps_mount_points_and_removes_everything_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/tmp with an outside server's venv mounted read-only at /tmp/venvs/time: the mount and
+    the folder above it stay, the last episode's files go (whatever order scandir gives)."""
+    root = tmp_path / "tmp"
+    mounted = root / "venvs" / "time"
+    (mounted / "bin").mkdir(parents=True)
+    (mounted / "bin" / "mcp-server-time").write_text("#!/bin/sh")
+    (root / "venvs" / "stray.txt").write_text("x")
+    (root / "memory.jsonl").write_text('{"name": "notes"}')
+    (root / "cache" / "deep").mkdir(parents=True)
+    (root / "cache" / "deep" / "f").write_text("x")
+    os.symlink(str(mounted), root / "link")
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: str(p) == str(mounted) or real_ismount(p))
+    _agent.clear_dir(str(root))
+    assert sorted(os.listdir(root)) == ["venvs"]
+    assert os.listdir(root / "venvs") == ["time"]
+    assert (mounted / "bin" / "mcp-server-time").read_text() == "#!/bin/sh"
+
+
 def _tar_with(name: str) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:

@@ -443,6 +443,23 @@ class Environment:
         if not self.bundled and not self._files_reset and not http:
             await self._replay(self._writes)
 
+    async def _start_over(self) -> None:
+        """Stop the server and start it again on the sandbox as the episode began it: the
+        initial work dir and, in a container, an empty ``/tmp`` with no process left
+        (``Sandbox.reset``; mounts stay). For a ``replay`` restore; a crash ``restart``
+        keeps the work dir. A server may keep its state in ``/tmp``
+        (``MEMORY_FILE_PATH=/tmp/memory.jsonl``): restoring only the work dir gave every
+        branch of a tree the entities its siblings had made. A LocalSandbox gives each
+        command its own ``/tmp`` already."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+        await self._reap()
+        if self._initial_snapshot is not None:
+            back = self.sandbox.reset if self._in_container() else self.sandbox.restore
+            await self._in_sandbox(back, self._initial_snapshot)
+        await self._connect()
+
     # ------------------------------------------------------------------ tool calls
 
     def _retrying(self, retry: Callable[[BaseException], bool]) -> AsyncRetrying:
@@ -735,14 +752,8 @@ class Environment:
                 )
                 self._writes = list(writes)
                 return
-            if self._initial_snapshot is not None:
-                await self._in_sandbox(self.sandbox.restore, self._initial_snapshot)
             self._writes = []
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                await conn.close()
-            await self._reap()
-            await self._connect()
+            await self._start_over()
             await self._replay(writes)
             self._writes = list(writes)
 

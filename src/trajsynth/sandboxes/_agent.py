@@ -22,7 +22,6 @@ import io
 import json
 import os
 import selectors
-import shutil
 import signal
 import stat
 import struct
@@ -358,12 +357,26 @@ def tar_dir(root: str) -> bytes:
 
 
 def clear_dir(root: str) -> None:
-    """Remove everything under ``root`` and keep ``root`` itself."""
+    """Remove everything under ``root`` and keep ``root`` itself, except mount points.
+
+    An outside server's own files are mounted read-only where they live on the host, which
+    may be under ``/tmp`` (``/tmp/venvs/time``): a mount and the folders above it stay, and
+    everything else goes. One entry that cannot be removed does not stop the rest: a clear
+    that ended at the first read-only mount left the last episode's state (a server's
+    ``/tmp/memory.jsonl``) to the next.
+    """
     for entry in os.scandir(root):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
+        try:
+            if os.path.ismount(entry.path):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                clear_dir(entry.path)
+                with contextlib.suppress(OSError):  # it holds a mount
+                    os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except FileNotFoundError:  # a process of the sandbox removed it first
+            continue
 
 
 def untar_into(root: str, data: bytes) -> None:
