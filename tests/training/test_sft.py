@@ -97,8 +97,8 @@ def test_bundled_sft_configs_parse() -> None:
 
     data = Path(__file__).resolve().parents[2] / "src" / "trajsynth" / "data" / "train"
     cpu = load_sft_config(data / "sft-cpu.toml", max_steps=3)
-    assert cpu.use_cpu and cpu.gradient_checkpointing and cpu.bf16 and cpu.max_steps == 3
+    assert cpu.use_cpu and cpu.gradient_checkpointing and cpu.bf16 == "auto" and cpu.max_steps == 3
     gpu = load_sft_config(data / "sft-gpu.toml")
-    assert gpu.bf16 and not gpu.use_cpu and "down_proj" in gpu.lora.target_modules
+    assert gpu.bf16 is True and not gpu.use_cpu and "down_proj" in gpu.lora.target_modules
     with pytest.raises(InputError, match="sft-cpu.toml"):
         load_sft_config(data / "sft-cpu.toml", learning_rate=-1)

@@ -20,7 +20,7 @@ import resource
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -31,6 +31,7 @@ from trajsynth.training.models_io import (
     load_base_model,
     load_base_tokenizer,
     peft_config,
+    use_bf16,
 )
 
 __all__ = ["SFTConfig", "SFTResult", "load_sft_config", "load_sft_dataset", "sft", "smoke_sft"]
@@ -67,7 +68,9 @@ class SFTConfig(Record):
     )
     packing: bool = False
     use_cpu: bool = True
-    bf16: bool = False
+    bf16: bool | Literal["auto"] = Field(
+        default="auto", description="bf16 autocast; auto: a GPU with bf16, or avx512_bf16/AMX"
+    )
     gradient_checkpointing: bool = Field(
         default=True, description="recompute activations: 4.9 GB vs 6.7 GB peak on CPU rows"
     )
@@ -92,16 +95,17 @@ class SFTResult(Record):
     seconds: float
     peak_rss_mb: float
     config_hash: str
+    bf16: bool = Field(description="whether bf16 autocast ran (the config's auto, resolved)")
 
 
 def smoke_sft(**overrides: Any) -> SFTConfig:
     """A few LoRA steps on CPU: what ``synth sft --smoke`` and the slow tests run."""
-    # rows with every tool schema are ~2,400 tokens: recomputing activations and bf16 autocast
-    # keep one step near 4 GB resident (measured: 6.7 GB without either, 4.9 GB with
-    # checkpointing alone, 4.2 GB with both; 2-core box, 4 rows)
+    # rows with every tool schema are ~2,400 tokens: recomputing activations keeps one step
+    # under 4 GB resident (measured: 6.7 GB without, 4.9 GB with; bf16 autocast, where the CPU
+    # has it, 4.2 GB; 2-core box, 4 rows)
     base: dict[str, Any] = {
         "gradient_checkpointing": True,
-        "bf16": True,
+        "bf16": "auto",
         "max_steps": 2,
         "per_device_train_batch_size": 1,
         "gradient_accumulation_steps": 1,
@@ -164,7 +168,7 @@ def load_sft_dataset(path: str | Path, *, max_rows: int | None = None) -> Any:
     return ds.select_columns(["messages", "tools"])
 
 
-def _trl_args(config: SFTConfig) -> Any:
+def _trl_args(config: SFTConfig, *, bf16: bool) -> Any:
     from trl import SFTConfig as TRLSFTConfig
 
     return TRLSFTConfig(
@@ -178,7 +182,7 @@ def _trl_args(config: SFTConfig) -> Any:
         packing=config.packing,
         assistant_only_loss=True,
         use_cpu=config.use_cpu,
-        bf16=config.bf16,
+        bf16=bf16,
         gradient_checkpointing=config.gradient_checkpointing,
         logging_steps=config.logging_steps,
         seed=config.seed,
@@ -213,13 +217,14 @@ def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
     tokenizer = load_base_tokenizer(config.model)
     model = load_base_model(config.model)
     bound_logprob_chunks()  # memory: logits in 512-token chunks (models_io)
+    bf16 = use_bf16(config.bf16, use_cpu=config.use_cpu)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_UPSTREAM_RENAME, category=FutureWarning)
         from trl import SFTTrainer
 
         trainer = SFTTrainer(
             model=model,
-            args=_trl_args(config),
+            args=_trl_args(config, bf16=bf16),
             train_dataset=train,
             processing_class=tokenizer,
             peft_config=peft_config(config.lora),
@@ -257,4 +262,5 @@ def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
         seconds=time.perf_counter() - start,
         peak_rss_mb=peak_rss_mb(),
         config_hash=config.config_hash(),
+        bf16=bf16,
     )
