@@ -16,10 +16,10 @@ cannot miss between samples.
 
 ``epoch`` times one optimizer step of ``synth sft`` at the CPU config
 (``data/train/sft-cpu.toml``: LoRA r 16, one row per pass, 4 accumulated, checkpointing, bf16
-autocast where the CPU has it) on ``rows`` gold demonstrations (shop and calendar, every tool schema in each row,
-as exported rows have), and scales the training loop's seconds per row to ``trajectories``
-rows (target: 200 in <= 20 min). ``--distractors N`` makes the rows as a run with
-``[run.llm] distractors = N`` does (the needed tools plus the N nearest). Model load and
+autocast where the CPU has it) on ``rows`` gold demonstrations (shop and calendar, every tool
+schema in each row, as exported rows have), and scales the training loop's seconds per row
+to ``trajectories`` rows (target: 200 in <= 20 min). ``--distractors N`` makes the rows as a
+run with ``[run.llm] distractors = N`` does (the needed tools plus the N nearest). Model load and
 saving are left out: they are paid once per run, not per row. Wall time depends on the load,
 printed beside it.
 

@@ -13,7 +13,6 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from trajsynth.curation.embeddings import cpu_has_bf16
 from trajsynth.schemas import InputError, LoraSettings
 
 __all__ = [
@@ -93,6 +92,10 @@ def use_bf16(setting: bool | Literal["auto"], *, use_cpu: bool) -> bool:
     float32 and over ten times that with bf16 on a 2-core AVX2 EPYC, so ``auto`` keeps float32
     there (issue 18: "bf16 where the CPU has it").
     """
+    # here, not at module level: `synth run --policy` imports this module for resolve_model
+    # alone, and the embedder's module brings numpy with it
+    from trajsynth.curation.embeddings import cpu_has_bf16
+
     if setting != "auto":
         if setting and use_cpu and not cpu_has_bf16():
             log.warning("bf16 on a CPU without avx512_bf16/amx_bf16 is emulated and slow")
