@@ -193,9 +193,11 @@ def _is_lock_error(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
 
 
+# 20 ms, 40 ms, ... up to 0.5 s, each plus up to 20 ms of jitter (tenacity's default jitter
+# is a whole second, which made every first retry wait about 0.4 s for a lock held for ms)
 _retry_on_lock = retry(
     retry=retry_if_exception(_is_lock_error),
-    wait=wait_exponential_jitter(multiplier=0.02, max=0.5),
+    wait=wait_exponential_jitter(multiplier=0.02, max=0.5, jitter=0.02),
     stop=stop_after_delay(30),
     reraise=True,
 )
