@@ -1,8 +1,11 @@
-"""bf16 autocast only where the hardware multiplies bf16 (issue 18, item 6)."""
+"""bf16 autocast only where the hardware multiplies bf16 (issue 18, item 6); the GGUF's
+dequantized copy kept in the cache."""
 
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +37,38 @@ def test_auto_without_a_gpu_falls_back_to_the_cpu(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(embeddings, "cpu_has_bf16", lambda: False)
     assert use_bf16("auto", use_cpu=False) is False
+
+
+def test_the_least_recently_used_copies_are_evicted(tmp_path: Path) -> None:
+    for age, name in enumerate(["new", "middle", "old", "oldest"]):
+        (tmp_path / name).mkdir()
+        os.utime(tmp_path / name, (1e9 - age, 1e9 - age))
+    (tmp_path / ".model-partial").mkdir()  # another process still writing: not ours to take
+    models_io._evict(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model-partial", "middle", "new"]
+
+
+@pytest.mark.slow  # transformers reads the GGUF once: about 30 s on 2 cores
+def test_a_gguf_is_read_once_then_loaded_from_its_saved_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    from trajsynth.training.chat_template import default_gguf_path
+
+    gguf = default_gguf_path()
+    first = models_io.load_gguf_model(gguf, cache_dir=tmp_path)
+    (saved,) = tmp_path.iterdir()
+    assert saved.name.startswith(gguf.stem) and (saved / "model.safetensors").is_file()
+
+    def no_second_read(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the GGUF was read again")
+
+    monkeypatch.setattr(gguf_utils, "load_gguf_checkpoint", no_second_read)
+    again = models_io.load_gguf_model(gguf, cache_dir=tmp_path)
+    assert getattr(again.config, "quantization_config", None) is None
+    ours, theirs = first.state_dict(), again.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert again.dtype == torch.float32

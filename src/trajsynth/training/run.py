@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.schemas import InputError, RLRow, SandboxKind, TrainConfig
-from trajsynth.training.models_io import bound_logprob_chunks, peft_config
+from trajsynth.training.models_io import bound_logprob_chunks, load_gguf_model, peft_config
 from trajsynth.training.rewards import VerifierReward
 from trajsynth.training.tasks import export_rows, trl_dataset
 from trajsynth.training.tool_env import environment_class, sandbox_opener
@@ -110,20 +110,14 @@ def load_tokenizer(config: TrainConfig) -> Any:
 
 
 def load_model(config: TrainConfig) -> Any:
-    """The policy: from a GGUF file (dequantized to float32 by transformers) or a folder/id."""
+    """The policy: from a GGUF file (dequantized to float32, ``models_io.load_gguf_model``)
+    or a folder/id."""
     from transformers import AutoModelForCausalLM
 
     where, gguf = _model_location(config)
     if not gguf:
         return AutoModelForCausalLM.from_pretrained(where)
-    model = AutoModelForCausalLM.from_pretrained(where, gguf_file=gguf)
-    # transformers dequantizes GGUF weights to float32 on load but keeps the "quantized" marks,
-    # and its Trainer refuses a quantized model: the weights are plain tensors, so drop them.
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if getattr(model.config, "quantization_config", None) is not None:
-        del model.config.quantization_config
-    return model
+    return load_gguf_model(Path(where) / gguf)
 
 
 def grpo_args(config: TrainConfig) -> Any:
