@@ -9,7 +9,8 @@ import pytest
 from fakes.export_store import export_store
 
 from trajsynth.export import export_sft
-from trajsynth.training.chat_template import default_gguf_path, load_tokenizer, render
+from trajsynth.training.chat_template import load_tokenizer, render
+from trajsynth.training.models_io import load_base_model
 
 
 @pytest.mark.slow
@@ -18,7 +19,6 @@ from trajsynth.training.chat_template import default_gguf_path, load_tokenizer, 
 def test_sft_trainer_runs_one_step_on_the_export(tmp_path: Path) -> None:
     import datasets
     import torch
-    from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
     tokenizer = load_tokenizer()
@@ -27,13 +27,9 @@ def test_sft_trainer_runs_one_step_on_the_export(tmp_path: Path) -> None:
     train = datasets.load_dataset(
         "parquet", data_files=str(tmp_path / "sft" / "*.parquet"), split="train"
     )
-    gguf = default_gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    # transformers dequantizes this GGUF into plain float32 Linear layers but keeps its GGUF
-    # quantizer attached, and the Trainer refuses to train a "quantized" model: detach it.
+    # the embedded GGUF dequantized to float32 (read once, then from the cache's copy)
+    model = load_base_model("embedded")
     assert all(p.dtype == torch.float32 for p in model.parameters())
-    model.hf_quantizer = None
-    model.is_quantized = False
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     args = SFTConfig(
         output_dir=str(tmp_path / "run"),
@@ -42,6 +38,7 @@ def test_sft_trainer_runs_one_step_on_the_export(tmp_path: Path) -> None:
         learning_rate=1e-3,
         assistant_only_loss=True,
         use_cpu=True,
+        bf16=False,  # TRL's default is true, which a CPU without bf16 units emulates slowly
         report_to="none",
         save_strategy="no",
         logging_steps=1,

@@ -21,6 +21,7 @@ args = SFTConfig(
     per_device_train_batch_size=1,
     assistant_only_loss=True,
     use_cpu=True,
+    bf16=False,  # TRL defaults to bf16, which a CPU without bf16 units emulates, slowly
     report_to="none",
     save_strategy="no",
     max_length=4096,
