@@ -11,6 +11,7 @@ __all__ = ["cache_dir"]
 def cache_dir() -> Path:
     """``$XDG_CACHE_HOME/trajsynth`` (``~/.cache/trajsynth`` when unset): what can be rebuilt
     (the sandbox image's inputs, the embedding calibration and ONNX graph, the Prefect database
-    template), so deleting it costs time and nothing else."""
+    template, tokenizers and dequantized models read from GGUF files), so deleting it costs
+    time and nothing else."""
     root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(root) / "trajsynth"
