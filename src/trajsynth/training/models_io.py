@@ -15,8 +15,6 @@ each later load reads that folder (``load_gguf_model``).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import shutil
@@ -93,15 +91,6 @@ DEFAULT_MODEL_CACHE = paths.cache_dir() / "models"
 KEEP_DEQUANTIZED = 3
 
 
-def _gguf_key(path: Path) -> str:
-    import transformers
-
-    with path.open("rb") as f:
-        content = hashlib.file_digest(f, "sha256").hexdigest()  # ~0.1 s for 94 MB
-    blob = json.dumps([content, transformers.__version__])
-    return f"{path.stem}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
-
-
 def _evict(cache_dir: Path, keep: int) -> None:
     entries = [p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
     entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
@@ -118,7 +107,10 @@ def load_gguf_model(path: Path, *, cache_dir: Path | None = DEFAULT_MODEL_CACHE)
     """
     from transformers import AutoModelForCausalLM
 
-    saved = cache_dir / _gguf_key(path) if cache_dir is not None else None
+    from trajsynth.training.chat_template import gguf_cache_key
+
+    key = f"{path.stem}-{gguf_cache_key(path)[:16]}"
+    saved = cache_dir / key if cache_dir is not None else None
     if saved is not None and (saved / "config.json").is_file():
         os.utime(saved)  # recently used: evicted last
         return AutoModelForCausalLM.from_pretrained(str(saved))
