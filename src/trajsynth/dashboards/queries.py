@@ -161,8 +161,9 @@ def run_summary(store: Store, run_id: str) -> tuple[RunSummary, bool]:
     """The run's summary, computed by ``store.summary.summarize_run`` (the same function that
     ``synth run`` prints at its end) with the wall time of ``run_wall_s``; and whether that
     wall time is final. The dashboard's per-verified costs and wall time are read from it."""
-    wall_s, final = run_wall_s(store, run_id)
-    return summarize_run(store, run_id, wall_s=wall_s), final
+    with store.session(read_only=True):
+        wall_s, final = run_wall_s(store, run_id)
+        return summarize_run(store, run_id, wall_s=wall_s), final
 
 
 def round_stats(store: Store, run_id: str | None, tables: set[str] | None = None) -> Rows:

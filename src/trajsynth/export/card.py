@@ -322,6 +322,7 @@ def write_card(
 
     paths = write_plots(sft, rl, folder / "plots") if plots else []
     card = folder / "README.md"
-    text = card_text(store, report, sft, rl, license=license, language=language)
+    with store.session(read_only=True):
+        text = card_text(store, report, sft, rl, license=license, language=language)
     DatasetCard(text).save(card)
     return [card, *paths]

@@ -205,16 +205,17 @@ def export_dataset(
     start = time.perf_counter()
     out_dir = Path(out_dir)
     _check_target(out_dir, overwrite, fmt)
-    run = resolve_run(store, run_id)
-    sft = _optional(sft_rows, store, run, round, "SFT")
-    rl = _optional(rl_rows, store, run, round, "RL")
-    if not sft and not rl:
-        at = "" if round is None else f" round {round}"
-        seen = selection_seen(store, run, round)
-        raise EmptySelectionError(
-            f"empty selection: run {run!r}{at} has no selected SFT or RL items; {seen.line()}",
-            seen,
-        )
+    with store.session(read_only=True):  # the rows on one connection, closed before rendering
+        run = resolve_run(store, run_id)
+        sft = _optional(sft_rows, store, run, round, "SFT")
+        rl = _optional(rl_rows, store, run, round, "RL")
+        if not sft and not rl:
+            at = "" if round is None else f" round {round}"
+            seen = selection_seen(store, run, round)
+            raise EmptySelectionError(
+                f"empty selection: run {run!r}{at} has no selected SFT or RL items; {seen.line()}",
+                seen,
+            )
     n_tok, n_asst = render_rows(sft, tokenizer) if check_render and sft else (0, 0)
     with _staged(out_dir) as tmp:
         files: list[Path] = []

@@ -242,8 +242,9 @@ def _write(store: Store, run_id: str, round: int, rows: dict[str, list[dict]]) -
         ("DELETE FROM mode_codebooks WHERE run_id = ? AND round = ?", params),
         ("DELETE FROM round_stats WHERE round_key = ?", [f"{run_id}:{round}"]),
     ]
-    store.migrate()
-    return store.insert_bulk(rows, delete=delete)
+    with store.session():
+        store.migrate()
+        return store.insert_bulk(rows, delete=delete)
 
 
 def curate_round(
@@ -262,24 +263,25 @@ def curate_round(
     cfg = config or CurationConfig()
     start = time.perf_counter()
     store.migrate()  # a store from before issue 7 gets the curation tables
-    ihash = _input_hash(store, run_id, round, cfg)
-    stored = _stored_report(store, run_id, round, ihash)
-    if stored is not None:
-        report = CurationReport.model_validate(
-            {**(stored.get("curation") or {}), "reused": True, "rows_added": 0}
-        )
-        log.info("round %d of %s: inputs unchanged, stored curation kept", round, run_id)
-        return report
-    data = RoundInput(
-        run_id=run_id,
-        round=round,
-        config=cfg,
-        input_hash=ihash,
-        cached_vectors=_vector_lookup(store),
-        embedder=embedder,
-    )
     with gc_paused(), call_key_memo():
-        if store.path.exists():
+        # the reads on one connection; embedding (seconds to minutes) runs after it is closed
+        with store.session(read_only=True):
+            ihash = _input_hash(store, run_id, round, cfg)
+            stored = _stored_report(store, run_id, round, ihash)
+            if stored is not None:
+                report = CurationReport.model_validate(
+                    {**(stored.get("curation") or {}), "reused": True, "rows_added": 0}
+                )
+                log.info("round %d of %s: inputs unchanged, stored curation kept", round, run_id)
+                return report
+            data = RoundInput(
+                run_id=run_id,
+                round=round,
+                config=cfg,
+                input_hash=ihash,
+                cached_vectors=_vector_lookup(store),
+                embedder=embedder,
+            )
             _load_round(store, data)
             _load_history(store, data)
         load_s = time.perf_counter() - start

@@ -69,6 +69,12 @@ def _failed_units(store: Store, run_id: str, top: int = 3) -> tuple[dict[str, in
 
 
 def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
+    """The figures ``synth run`` prints at its end, read on one connection."""
+    with store.session(read_only=True):
+        return _summarize_run(store, run_id, wall_s=wall_s)
+
+
+def _summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
     q = store.query
     planned = q("SELECT count(*) AS n FROM blueprints WHERE run_id = ?", [run_id])
     rejected = q(

@@ -83,6 +83,11 @@ def list_runs(store: Store) -> list[RunRow]:
     """Every run in ``store``, newest first (an empty list when there is no store yet)."""
     if not store.path.exists():
         return []
+    with store.session(read_only=True):  # a query per run follows
+        return _list_runs(store)
+
+
+def _list_runs(store: Store) -> list[RunRow]:
     out = []
     for row in store.query(_RUNS_SQL):
         counted, passed = int(row["counted"]), int(row["passed"])

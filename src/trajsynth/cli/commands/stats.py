@@ -79,6 +79,11 @@ def _round_entry(row: dict[str, Any]) -> dict[str, Any]:
 
 def collect_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
     """The figures of one run (default: the latest) as a JSON-ready dict."""
+    with store.session(read_only=True):  # a dozen queries on one connection
+        return _collect_stats(store, run_id)
+
+
+def _collect_stats(store: Store, run_id: str | None) -> dict[str, Any]:
     run = resolve(store, "run", run_id) if run_id else _latest_run(store)
     if run is None:
         raise InputError(f"no runs in {store.path} (run `synth run` first)")
