@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -237,7 +238,7 @@ def test_request_key_covers_the_full_request() -> None:
     assert len({request_key(base), *(request_key(v) for v in variants)}) == 6
 
 
-async def test_5xx_then_success_is_retried_by_the_sdk() -> None:
+async def test_5xx_then_success_is_retried_after_the_wait_the_server_asked() -> None:
     fake = ScriptedLLM(
         [
             http_error(503, "busy", headers={"retry-after-ms": "1"}),
@@ -467,3 +468,17 @@ def test_the_backoff_doubles_from_half_a_second_with_a_quarter_jitter() -> None:
 
     for attempt, base in [(1, 0.5), (2, 1.0), (3, 2.0), (6, 8.0), (9, 8.0)]:
         assert base <= wait(attempt) <= base * 1.25
+
+
+def test_the_wait_a_server_asks_for_is_read_as_the_sdk_reads_it() -> None:
+    from email.utils import format_datetime
+
+    from trajsynth.agents.llm import _retry_after_s
+
+    in_30_s = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    assert _retry_after_s(httpx.Headers({"retry-after-ms": "250"})) == 0.25
+    assert _retry_after_s(httpx.Headers({"retry-after-ms": "250", "retry-after": "3"})) == 0.25
+    assert _retry_after_s(httpx.Headers({"retry-after": "1.5"})) == 1.5
+    assert 28 <= (_retry_after_s(httpx.Headers({"retry-after": in_30_s})) or 0) <= 30
+    for unusable in ({}, {"retry-after": "soon"}, {"retry-after": "-1"}, {"retry-after": "600"}):
+        assert _retry_after_s(httpx.Headers(unusable)) is None

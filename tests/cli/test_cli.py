@@ -48,6 +48,7 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_query_formats(workdir: Path) -> None:
     out = synth_subprocess(
         "query",

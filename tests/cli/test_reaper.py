@@ -40,6 +40,7 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
     return [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_command_ends_every_descendant() -> None:
     command = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
     assert command.stdout is not None

@@ -26,7 +26,14 @@ CHROMIUM = next((p for p in _CANDIDATES if p and Path(p).is_file()), None)
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium binary (apt-get install chromium)"
 )
-playwright = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+
+
+def sync_playwright():
+    """Playwright, imported when a test runs (0.4 s that every collecting worker paid)."""
+    api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+    return api.sync_playwright()
+
+
 # the flags of /work/.library/env/machines/python.md: no sandbox as root, and no background
 # connections this machine's closed network would refuse
 CHROMIUM_ARGS = [
@@ -93,7 +100,7 @@ def _metric(page, label: str) -> str:
 
 @needs_chromium
 def test_dashboard_shows_the_store_in_chromium(server: str, known_store: Store) -> None:
-    with playwright.sync_playwright() as pw:
+    with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -237,7 +244,7 @@ def test_dashboard_loads_while_a_run_writes(server: str, known_store: Store) -> 
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER.format(tests=tests_dir, path=str(known_store.path))]
     )
-    with playwright.sync_playwright() as pw:
+    with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})

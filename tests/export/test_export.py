@@ -31,6 +31,7 @@ def _leftovers(parent: Path) -> list[str]:
     return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
 
 
+@pytest.mark.slow
 def test_sft_rows_round_trip_through_load_dataset(tmp_path: Path, tokenizer) -> None:
     import datasets
 
@@ -72,6 +73,7 @@ def test_sft_rows_round_trip_through_load_dataset(tmp_path: Path, tokenizer) -> 
     assert report.n_assistant_tokens == sum(sum(m) for m in masks)
 
 
+@pytest.mark.slow
 def test_rl_rows_carry_prompt_env_and_constraints(tmp_path: Path) -> None:
     import datasets
 
@@ -91,6 +93,7 @@ def test_rl_rows_carry_prompt_env_and_constraints(tmp_path: Path) -> None:
     assert {t["function"]["name"] for t in row["tools"]} >= {"get_order", "cancel_order"}
 
 
+@pytest.mark.slow
 def test_rl_export_reads_back_as_grpo_rows(tmp_path: Path) -> None:
     from trajsynth.training.tasks import load_rl_rows
 
@@ -101,6 +104,7 @@ def test_rl_export_reads_back_as_grpo_rows(tmp_path: Path) -> None:
     assert loaded == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["openai-jsonl", "sharegpt"])
 def test_jsonl_formats(tmp_path: Path, fmt: str, tokenizer) -> None:
     store = export_store(tmp_path / "s.duckdb")
@@ -152,6 +156,7 @@ def test_tool_schema_without_name_is_rejected(tmp_path: Path) -> None:
     assert not (tmp_path / "sft").exists()
 
 
+@pytest.mark.slow
 def test_row_the_template_rejects_is_an_error_with_its_id(tmp_path: Path, tokenizer) -> None:
     store = export_store(tmp_path / "s.duckdb")
     bad = json.dumps(
@@ -179,6 +184,7 @@ def test_empty_selection_is_an_error(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_default_run_is_the_newest_that_selected_something(tmp_path: Path) -> None:
     from trajsynth.export import resolve_run
 
@@ -198,6 +204,7 @@ def test_default_run_is_the_newest_that_selected_something(tmp_path: Path) -> No
         export_dataset(store, tmp_path / "out2", run_id="run-later", check_render=False)
 
 
+@pytest.mark.slow
 def test_existing_folder_needs_overwrite(tmp_path: Path) -> None:
     store = export_store(tmp_path / "s.duckdb")
     out = tmp_path / "rl"
@@ -217,6 +224,7 @@ def test_unknown_format_is_an_error(tmp_path: Path) -> None:
         export_rl(store, tmp_path / "rl", fmt="csv")
 
 
+@pytest.mark.slow
 def test_cli_export_writes_then_refuses_to_overwrite(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from fakes.export_store import export_store
 
 from trajsynth.export import export_dataset
+
+# each renders rows through the tokenizer (transformers and torch): the slow tier's
+pytestmark = pytest.mark.slow
 
 
 def _front_matter(text: str) -> dict:

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from distributed import LocalCluster
 from fakes.llm_server import FakeLLMServer
 
 from trajsynth.store import Store
@@ -82,6 +81,8 @@ def test_a_local_dask_cluster_stores_what_threads_store(
 def test_a_worker_killed_mid_round_loses_nothing(
     tmp_path: Path, llm: FakeLLMServer, threads: Store
 ) -> None:
+    from distributed import LocalCluster  # imported here: collecting it cost every worker 0.3 s
+
     store = Store(tmp_path / "data" / "synth.duckdb")
     killed: list[int] = []
     with LocalCluster(

@@ -135,6 +135,7 @@ def test_a_rollout_unit_records_the_policy_as_the_assistants_model(
     assert len(unit.rows["trajectories"]) == 1 and len(unit.rows["verdicts"]) == 1
 
 
+@pytest.mark.slow
 def test_a_path_that_is_not_a_model_is_one_line_and_exit_2(tmp_path: Path) -> None:
     not_model = tmp_path / "notes.txt"
     not_model.write_text("hello")

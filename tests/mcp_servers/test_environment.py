@@ -145,6 +145,7 @@ async def _shop_round_trip(env: Environment) -> None:
     assert {i["product_id"] for i in viewed.structured["items"]} == user_cart
 
 
+@pytest.mark.slow
 async def test_bundled_shop_in_a_local_sandbox(shop_local: Environment) -> None:
     assert shop_local.server_location == "sandbox"
     await _shop_round_trip(shop_local)
@@ -467,6 +468,7 @@ async def test_outside_server_missing_in_the_image_is_named_or_runs_on_the_host_
         assert isinstance(now.structured, dict) and now.structured["timezone"] == "UTC"
 
 
+@pytest.mark.slow
 def test_environments_close_from_another_event_loop_task() -> None:
     """open in one task, call from another, close from a third: no cancel-scope errors."""
 
@@ -552,6 +554,7 @@ async def test_pooled_containers_start_each_episode_fresh() -> None:
     assert seen["second"] == seen["seeded"] != seen["written"]
 
 
+@pytest.mark.slow
 async def test_the_state_served_over_mcp_is_the_sandbox_dump(shop_local: Environment) -> None:
     # bench/environment.py: a served read takes a few ms, a dump process 45-83 ms (issue 19)
     served = await shop_local._served_state()

@@ -146,6 +146,7 @@ def _workdir(tmp_path: Path) -> Path:
 # ---------------------------------------------------------------- listing and metadata
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUNDLED)
 async def test_tools_are_listed_with_tags_and_schemas(name: str, tmp_path: Path) -> None:
     async with serve(name, _workdir(tmp_path), seed=0) as conn:
@@ -203,6 +204,7 @@ def test_missing_state_is_an_error_without_init(tmp_path: Path) -> None:
         dump_state("shop", tmp_path)
 
 
+@pytest.mark.slow
 def test_state_cli_prints_canonical_envstate(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "trajsynth.mcp_servers.servers._state", "travel"]
     env = {"TRAJSYNTH_WORKDIR": str(tmp_path), "TRAJSYNTH_SEED": "5", "PATH": "/usr/bin:/bin"}
@@ -234,6 +236,7 @@ def test_dumping_state_loads_no_server(tmp_path: Path) -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 async def test_server_seeds_the_same_state_as_the_cli(tmp_path: Path) -> None:
     workdir = _workdir(tmp_path)
     async with serve("calendar", workdir, seed=12) as conn:
@@ -654,6 +657,7 @@ async def test_calendar_every_tool_and_its_failures(tmp_path: Path) -> None:
 FIXED_LOW_STOCK = '    return sorted(i["sku"] for i in items if i["qty"] <= threshold)\n'
 
 
+@pytest.mark.slow
 async def test_code_every_tool_and_its_failures(tmp_path: Path) -> None:
     workdir = _workdir(tmp_path)
     async with serve_in_process("code", workdir, seed=2) as conn:

@@ -55,6 +55,7 @@ def _script(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_serves_over_pipes_and_keeps_the_wire_clean(tmp_path: Path) -> None:
     params = StdioServerParameters(command=sys.executable, args=[str(_script(tmp_path))])
     errlog_path = tmp_path / "server.log"
@@ -85,6 +86,7 @@ async def test_serves_over_pipes_and_keeps_the_wire_clean(tmp_path: Path) -> Non
     assert "─" not in log and "ERROR" not in log
 
 
+@pytest.mark.slow
 def test_falls_back_to_the_sdk_loop_when_stdin_is_a_file(tmp_path: Path) -> None:
     # the event loop cannot watch a regular file: the SDK's threaded loop serves it
     initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {

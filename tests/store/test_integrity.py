@@ -50,6 +50,7 @@ def test_a_file_that_is_not_a_store_is_refused_by_name(tmp_path: Path) -> None:
         Store(path).counts()
 
 
+@pytest.mark.slow
 def test_the_cli_says_so_in_one_line(tmp_path: Path) -> None:
     path = _store(tmp_path / "data" / "synth.duckdb").path
     os.truncate(path, int(path.stat().st_size * 0.15))

@@ -12,6 +12,9 @@ from trajsynth.training.chat_template import (
     render,
 )
 
+# each loads transformers (and torch) for the tokenizer: the slow tier's
+pytestmark = pytest.mark.slow
+
 TOOLS = [
     {
         "type": "function",

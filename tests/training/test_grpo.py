@@ -20,6 +20,7 @@ def test_rows_are_planned_without_an_export() -> None:
     assert all(r.prompt[-1].content and r.tools for r in rows)
 
 
+@pytest.mark.slow
 def test_training_without_rows_or_an_export_is_a_clear_error() -> None:
     from trajsynth.training.run import smoke_config, train
 

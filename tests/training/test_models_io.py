@@ -31,6 +31,7 @@ def test_an_explicit_setting_wins_and_emulated_bf16_is_warned(
     assert "emulated" in caplog.text
 
 
+@pytest.mark.slow
 def test_auto_without_a_gpu_falls_back_to_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 

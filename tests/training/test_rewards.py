@@ -167,6 +167,7 @@ def _run_completion(env: Any, completion: list[dict[str, Any]]) -> None:
             getattr(env, call["function"]["name"])(**call["function"]["arguments"])
 
 
+@pytest.mark.slow
 def test_reward_parity_with_the_curation_verdict(tmp_path: Path, shop_blueprint: Blueprint) -> None:
     bp = shop_blueprint
     stored, score = _stored_trajectory(bp, tmp_path)
@@ -194,6 +195,7 @@ def test_reward_parity_with_the_curation_verdict(tmp_path: Path, shop_blueprint:
     assert opened[0].workdir != opened[1].workdir
 
 
+@pytest.mark.slow
 def test_unshaped_reward_is_the_verdict(tmp_path: Path, shop_blueprint: Blueprint) -> None:
     bp = shop_blueprint
     cluster = get_cluster("shop")
@@ -206,6 +208,7 @@ def test_unshaped_reward_is_the_verdict(tmp_path: Path, shop_blueprint: Blueprin
     assert got == [0.0]
 
 
+@pytest.mark.slow
 def test_an_infra_fault_gives_no_reward_not_zero(tmp_path: Path, shop_blueprint: Blueprint) -> None:
     bp = shop_blueprint
     cluster = get_cluster("shop")

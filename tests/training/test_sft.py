@@ -22,6 +22,7 @@ from trajsynth.training.sft import load_sft_dataset
 SCRIPT = Path(__file__).parent / "scripts" / "stranger_sft.py"
 
 
+@pytest.mark.slow
 def test_bad_sft_data_is_one_clear_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not exist"):
         load_sft_dataset(tmp_path / "missing")

@@ -22,6 +22,7 @@ def test_bundled_train_configs_parse():
     assert smoke.max_steps == 3 and smoke.use_cpu and not smoke.use_vllm
 
 
+@pytest.mark.slow
 def test_grpo_args_map_every_knob():
     pytest.importorskip("trl")
     from trajsynth.training.run import grpo_args

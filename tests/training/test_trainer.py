@@ -99,6 +99,7 @@ def test_fork_uses_each_turns_tool_success():
         group_step_values(AdvantageKind.GRPO, group, TrainConfig())
 
 
+@pytest.mark.slow
 def test_trainer_is_built_on_the_pinned_trl():
     import trl
 
@@ -107,6 +108,7 @@ def test_trainer_is_built_on_the_pinned_trl():
     assert issubclass(cls, trl.GRPOTrainer) and cls.__name__ == "TrajsynthGRPOTrainer"
 
 
+@pytest.mark.slow
 def test_the_override_replaces_trl_advantages_with_per_token_ones(monkeypatch):
     import torch
     import trl

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import functools
 import json
 import logging
@@ -52,6 +53,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -586,16 +588,32 @@ def _idle_reason(exc: BaseException) -> str:
 
 
 def _backoff(state: RetryCallState) -> float:
-    """Seconds before the next attempt: the server's ``Retry-After`` when it sent one, else
+    """Seconds before the next attempt: what the server asked for (``_retry_after_s``), else
     exponential (0.5 s doubling to 8 s) with up to 25% jitter."""
     exc = state.outcome.exception() if state.outcome is not None else None
     if isinstance(exc, openai.APIStatusError):
-        header = exc.response.headers.get("retry-after")
-        with contextlib.suppress(TypeError, ValueError):
-            if header is not None and 0 <= float(header) <= _RETRY_AFTER_MAX_S:
-                return float(header)
+        asked = _retry_after_s(exc.response.headers)
+        if asked is not None:
+            return asked
     base = min(_BACKOFF_MAX_S, _BACKOFF_INITIAL_S * 2 ** (state.attempt_number - 1))
     return base * (1.0 + 0.25 * _jitter.random())
+
+
+def _retry_after_s(headers: Any) -> float | None:
+    """The wait a response asks for, read as the openai SDK reads it: ``retry-after-ms``
+    (OpenAI's), else ``Retry-After`` in seconds or as an HTTP date; None when absent, bad or
+    over a minute."""
+    candidates: list[float] = []
+    with contextlib.suppress(TypeError, ValueError):
+        candidates.append(float(headers.get("retry-after-ms")) / 1000)
+    header = headers.get("retry-after")
+    try:
+        candidates.append(float(header))
+    except (TypeError, ValueError):
+        with contextlib.suppress(TypeError, ValueError, IndexError):
+            when = email.utils.parsedate_to_datetime(header)
+            candidates.append((when - datetime.now(when.tzinfo)).total_seconds())
+    return next((c for c in candidates if 0 <= c <= _RETRY_AFTER_MAX_S), None)
 
 
 @functools.cache

@@ -475,7 +475,13 @@ class Store:
                 prepared.append((table, names, pa.Table.from_arrays(arrays, names=names)))
         if not prepared and not delete:
             return 0
-        self._ensure_migrated()
+        with self.session():  # a first write checks the schema on the same connection
+            self._ensure_migrated()
+            return self._insert_prepared(prepared, delete)
+
+    def _insert_prepared(
+        self, prepared: list[tuple[str, list[str], Any]], delete: Sequence[tuple[str, Any]]
+    ) -> int:
         with self._connect(read_only=False) as con:
             con.execute("BEGIN")
             try:
@@ -531,13 +537,18 @@ class Store:
     @_retry_on_lock
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         """Run one write statement (updates of run state and the like)."""
-        self._ensure_migrated()
-        with self._connect(read_only=False) as con:
-            con.execute(sql, list(params))
+        with self.session():
+            self._ensure_migrated()
+            with self._connect(read_only=False) as con:
+                con.execute(sql, list(params))
 
     # --- runs --------------------------------------------------------------------------
     def start_run(self, run_id: str, config: dict[str, Any], manifest: dict[str, Any]) -> bool:
         """Record a run (or find it again on resume). True when it was new."""
+        with self.session():
+            return self._start_run(run_id, config, manifest)
+
+    def _start_run(self, run_id: str, config: dict[str, Any], manifest: dict[str, Any]) -> bool:
         self.migrate()
         now = _now()
         added = self.insert(
