@@ -48,8 +48,18 @@ def run_once(junit: Path) -> tuple[float, float, str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *parallel_args(), "-m", fast_tier_marker(), "-q",
-         "-p", "no:cacheprovider", f"--junitxml={junit}"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *parallel_args(),
+            "-m",
+            fast_tier_marker(),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+        ],  # fmt: skip
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -38,7 +38,6 @@ import hashlib
 import json
 import math
 import re
-import socket
 import sys
 import threading
 import time
@@ -48,6 +47,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+
+from trajsynth.flows.ephemeral_api import listening_socket
 
 __all__ = [
     "FAULTS",
@@ -451,9 +452,7 @@ class FakeLLMServer:
             faults=self.faults,
             slots=slots,
         )
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
+        self._sock = listening_socket(host, port)  # TCP_NODELAY: no 40 ms per kept-alive reply
         self.host, self.port = self._sock.getsockname()[:2]
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)

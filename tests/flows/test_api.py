@@ -160,3 +160,33 @@ def test_a_launcher_that_says_nothing_leaves_the_start_to_prefect(
     monkeypatch.setattr(api, "_SAY_URL_S", 0.5)
     assert api._start_own_server() is None
     assert started and started[0].poll() is not None  # stopped, not left running
+
+
+async def test_the_servers_socket_gets_tcp_nodelay_on_each_connection() -> None:
+    """uvicorn serves ``listening_socket`` through ``loop.create_server(sock=...)``; asyncio
+    sets TCP_NODELAY on what it accepts only when the socket's protocol says TCP (a plain
+    ``socket.socket()`` made every kept-alive answer wait ~45 ms for a delayed ACK)."""
+    import asyncio
+    import socket
+
+    from trajsynth.flows.ephemeral_api import listening_socket
+
+    accepted: list[int] = []
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            accepted.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            transport.close()
+
+    sock = listening_socket()
+    assert sock.proto == socket.IPPROTO_TCP
+    server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+    async with server:
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        for _ in range(100):
+            if accepted:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+    assert accepted and accepted[0] != 0
