@@ -25,7 +25,7 @@ run: setup
 	$(BIN)/synth run
 
 FAST_TIER := not slow and not docker and not llm and not gpu
-# The fast tier in two xdist workers (bench/fast_tier.py: 56 s on 2 cores, about a fifth of it
+# The fast tier in two xdist workers (bench/fast_tier.py: 52-55 s on 2 cores, a fifth of it
 # waiting on sockets and retries); the other tiers one test at a time, as their servers,
 # containers and training steps each want the whole machine.
 PARALLEL := -n 2 --dist worksteal
