@@ -242,9 +242,7 @@ def _write(store: Store, run_id: str, round: int, rows: dict[str, list[dict]]) -
         ("DELETE FROM mode_codebooks WHERE run_id = ? AND round = ?", params),
         ("DELETE FROM round_stats WHERE round_key = ?", [f"{run_id}:{round}"]),
     ]
-    with store.session():
-        store.migrate()
-        return store.insert_bulk(rows, delete=delete)
+    return store.insert_bulk(rows, delete=delete)  # migrated by curate_round, one connection
 
 
 def curate_round(
