@@ -73,3 +73,54 @@ def test_a_gguf_is_read_once_then_loaded_from_its_saved_copy(
     assert ours.keys() == theirs.keys()
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
     assert again.dtype == torch.float32
+
+
+@pytest.mark.slow  # loads torch, transformers and TRL
+def test_the_fused_head_scores_labelled_positions_only_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+    import trl.trainer.utils as trl_utils
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model = LlamaForCausalLM(config)
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+    ids = torch.randint(0, 97, (1, 40))
+    labels = ids.clone()
+    labels[:, :30] = -100  # a prompt of 30 tokens: only the last 10 are trained on
+    scored: list[int] = []
+    apply = trl_utils._ChunkedLogProbFunction.apply
+
+    def counting(hidden: torch.Tensor, *args: object) -> object:
+        scored.append(hidden.shape[0])
+        return apply(hidden, *args)
+
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting)
+    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # undone after
+
+    def run() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        model.zero_grad()
+        out = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        out.loss.backward()
+        grad = model.model.layers[0].self_attn.q_proj.weight.grad
+        assert grad is not None
+        return out.log_probs.detach(), out.entropy.detach(), grad.clone()
+
+    every = run()
+    models_io.tune_fused_lm_head()
+    models_io.tune_fused_lm_head()  # a second call does not wrap the wrapper
+    labelled = run()
+    assert scored == [39, 10]  # labels shift by one: 39 positions, the last 10 labelled
+    for before, after in zip(every, labelled, strict=True):
+        torch.testing.assert_close(before, after)
+    assert trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE <= models_io.LOGPROB_CHUNK_TOKENS

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.schemas import InputError, RLRow, SandboxKind, TrainConfig
-from trajsynth.training.models_io import bound_logprob_chunks, load_gguf_model, peft_config
+from trajsynth.training.models_io import load_gguf_model, peft_config, tune_fused_lm_head
 from trajsynth.training.rewards import VerifierReward
 from trajsynth.training.tasks import export_rows, trl_dataset
 from trajsynth.training.tool_env import environment_class, sandbox_opener
@@ -202,7 +202,7 @@ def train(
     clusters = {r.env.cluster_id: get_cluster(r.env.cluster_id) for r in rows}
     tokenizer = load_tokenizer(config)
     model = load_model(config)
-    bound_logprob_chunks()  # memory: logits in 512-token chunks (models_io)
+    tune_fused_lm_head()  # logits in 512-token chunks, labelled positions only
     load_s = time.perf_counter() - t0
     steps: list[StepLog] = []
 

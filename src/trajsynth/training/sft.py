@@ -27,10 +27,10 @@ from pydantic import Field
 from trajsynth.schemas import InputError, LoraSettings, Record, stable_hash
 from trajsynth.training.config_file import load_config_file
 from trajsynth.training.models_io import (
-    bound_logprob_chunks,
     load_base_model,
     load_base_tokenizer,
     peft_config,
+    tune_fused_lm_head,
     use_bf16,
 )
 
@@ -216,7 +216,7 @@ def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
         raise InputError("the SFT dataset has no rows: nothing to train on")
     tokenizer = load_base_tokenizer(config.model)
     model = load_base_model(config.model)
-    bound_logprob_chunks()  # memory: logits in 512-token chunks (models_io)
+    tune_fused_lm_head()  # logits in 512-token chunks, labelled positions only
     bf16 = use_bf16(config.bf16, use_cpu=config.use_cpu)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_UPSTREAM_RENAME, category=FutureWarning)
