@@ -201,10 +201,10 @@ def tune_fused_lm_head(tokens: int = LOGPROB_CHUNK_TOKENS) -> None:
     1.16 projects only the positions with a label (the assistant's tokens in SFT, the
     completion in GRPO) through the head on Triton devices, and every position elsewhere,
     because on Neuron a changing count of positions recompiles the graph. Eager CPU has no
-    graph to recompile, and on SmolLM2-135M the head is a fifth of the model's multiply-adds:
-    scoring every position of a tool row (about four in five are schemas, user turns and tool
-    results, whose log-probabilities are then masked to zero) took 2.2 of an SFT step's 13.3 s
-    on a 2-core AVX2 EPYC, and 0.2 s with the labelled positions alone (the step: 11.0 s).
+    graph to recompile, and on SmolLM2-135M the head is a fifth of the model's multiply-adds,
+    while a gold demonstration's assistant tokens are 5% of its positions (the rest: schemas,
+    user turns, tool results). Scoring every position took 2.2 of an SFT step's 13.3 s on a
+    2-core AVX2 EPYC, and 0.2 s with the labelled positions alone (the step: 11.0 s).
     Both are private TRL names (``_CHUNKED_LOGPROB_CHUNK_SIZE``, and the ``_use_triton`` the
     fused forward asks to decide compaction); no public option sets either.
     """
