@@ -57,13 +57,19 @@ async def plan_eval_tasks(
     max_tries: int = 6,
     seed_base: int | None = None,
 ) -> list[Blueprint]:
-    """``n_per_cluster`` tasks per cluster, planned from held-out seeds (no LLM).
+    """``n_per_cluster`` distinct tasks per cluster, planned from held-out seeds (no LLM).
 
     Seeds start at ``seed_base`` (default ``EVAL_SEED_BASE``, far above any ``synth run``
-    seed). Raises ``InputError`` naming a cluster where no task could be planned."""
+    seed). A seed whose task repeats an earlier one's tool path and constraints
+    (``Blueprint.signature``; one in eight of travel's) is skipped: it is the same exercise,
+    its tries are not independent of the first's, and counting it twice would narrow pass@1's
+    interval on nothing. Fewer than ``n_per_cluster`` come back only when ``max_tries`` draws
+    per task found no more. Raises ``InputError`` naming a cluster where no task could be
+    planned."""
     base = EVAL_SEED_BASE if seed_base is None else seed_base
     planner = Planner(use_llm=False, gold_retries=2)
     out: list[Blueprint] = []
+    planned: set[str] = set()
     for ci, cluster in enumerate(clusters):
         rng = random.Random(stable_hash([cluster.cluster_id, seed]))
         got = 0
@@ -75,6 +81,14 @@ async def plan_eval_tasks(
             factory = environment_factory(cluster, sandbox_kind=sandbox_kind, seed=task_seed)
             outcome = await plan_blueprint(planner, None, factory, cluster, cell, task_seed)
             if isinstance(outcome, Blueprint):
+                if outcome.signature() in planned:
+                    log.debug(
+                        "eval plan %s: seed %d repeats a planned task",
+                        cluster.cluster_id,
+                        task_seed,
+                    )
+                    continue
+                planned.add(outcome.signature())
                 out.append(outcome)
                 got += 1
             else:

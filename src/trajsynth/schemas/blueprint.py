@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from trajsynth.schemas._base import JsonValue, Record
+from trajsynth.schemas._base import JsonValue, Record, canonical_json, stable_hash
 from trajsynth.schemas.constraints import Constraint
 from trajsynth.schemas.env import EnvState
 from trajsynth.schemas.rollout import LLMUsage
@@ -130,6 +130,15 @@ class Blueprint(Record):
     words_attempts: int = Field(default=0, ge=0)
     reads_before_write: list[int] = Field(default_factory=list)
     usage: list[LLMUsage] = Field(default_factory=list)
+
+    def signature(self) -> str:
+        """The task as an exercise: its cluster, its tool path (the tools in order) and its
+        constraints (canonical JSON). Two blueprints with one signature are the same exercise
+        with other data and words: the leakage check (``training.splits``) and the held-out
+        planner (``agents.heldout``) compare these."""
+        path = [call.tool for call in self.tool_path]
+        checks = sorted(canonical_json(c.model_dump(mode="json")) for c in self.constraints)
+        return stable_hash([self.cluster_id, path, checks], length=24)
 
 
 class BlueprintAttempt(Record):

@@ -20,7 +20,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from trajsynth.schemas import Blueprint, InputError, Record, canonical_json, stable_hash
+from trajsynth.schemas import Blueprint, InputError, Record
 
 __all__ = [
     "LeakageError",
@@ -63,13 +63,11 @@ class Split(Record):
 
 def task_key(blueprint: Blueprint) -> TaskKey:
     """The task's id, cluster, seed and signature (cluster + tool path + constraints)."""
-    path = [call.tool for call in blueprint.tool_path]
-    checks = sorted(canonical_json(c.model_dump(mode="json")) for c in blueprint.constraints)
     return TaskKey(
         task_id=blueprint.blueprint_id,
         cluster_id=blueprint.cluster_id,
         seed=blueprint.seed,
-        signature=stable_hash([blueprint.cluster_id, path, checks], length=24),
+        signature=blueprint.signature(),
     )
 
 

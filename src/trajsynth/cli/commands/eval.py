@@ -149,7 +149,9 @@ def eval_policy(
     clusters: Annotated[
         str, typer.Option(help="comma-separated clusters for heldout-seeds")
     ] = "shop,calendar,travel",
-    tasks: Annotated[int, typer.Option("--tasks", min=1, help="held-out tasks per cluster")] = 2,
+    tasks: Annotated[
+        int, typer.Option("--tasks", min=1, help="distinct held-out tasks per cluster")
+    ] = 2,
     smoke: Annotated[
         bool, typer.Option("--smoke", help="two tasks, one try each, short episodes")
     ] = False,
