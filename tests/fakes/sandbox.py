@@ -29,6 +29,7 @@ import sys
 import tarfile
 import tempfile
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -126,9 +127,12 @@ class FakeSandbox(Sandbox):
         self._steps: deque[Expect] = deque(
             s if isinstance(s, Expect) else Expect(None, s) for s in script
         )
-        self._owns_dir = workdir is None
         root = workdir or Path(tempfile.mkdtemp(prefix="fake-sandbox-"))
         root.mkdir(parents=True, exist_ok=True)
+        # a temporary directory goes with the sandbox, also when a test never closes it
+        self._remove_dir = (
+            weakref.finalize(self, shutil.rmtree, str(root), True) if workdir is None else None
+        )
         self.workdir = str(root)
         self.limits = limits or SandboxLimits()
         self.python = python
@@ -265,5 +269,5 @@ class FakeSandbox(Sandbox):
         if self.closed:
             return
         self.closed = True
-        if self._owns_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self._remove_dir is not None:
+            self._remove_dir()
