@@ -81,14 +81,15 @@ async def plan_eval_tasks(
             factory = environment_factory(cluster, sandbox_kind=sandbox_kind, seed=task_seed)
             outcome = await plan_blueprint(planner, None, factory, cluster, cell, task_seed)
             if isinstance(outcome, Blueprint):
-                if outcome.signature() in planned:
+                signature = outcome.signature()
+                if signature in planned:
                     log.debug(
                         "eval plan %s: seed %d repeats a planned task",
                         cluster.cluster_id,
                         task_seed,
                     )
                     continue
-                planned.add(outcome.signature())
+                planned.add(signature)
                 out.append(outcome)
                 got += 1
             else:
