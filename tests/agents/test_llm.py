@@ -144,6 +144,15 @@ async def test_logprobs_reach_the_result_and_give_step_entropy() -> None:
     assert confidence == pytest.approx(0.5)
 
 
+async def test_logprobs_no_softmax_could_give_are_dropped() -> None:
+    answer = {k: v for k, v in say("a red mug").items() if k != "_probs"}
+    answer["choices"][0]["logprobs"] = {"content": [{"token": "a", "logprob": -1e300}]}
+    fake = ScriptedLLM([httpx.Response(200, json=answer)])  # sent as is, logprobs and all
+    result = await make_client(fake).chat(USER, role=AgentRole.ASSISTANT)
+    assert result.message.content == "a red mug"
+    assert result.token_logprobs is None and result.top_logprobs is None
+
+
 async def test_logprobs_off_sends_none_and_returns_none() -> None:
     fake = ScriptedLLM([say("hello")])
     result = await make_client(fake, logprobs=False).chat(USER, role=AgentRole.USER)

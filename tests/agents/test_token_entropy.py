@@ -47,6 +47,12 @@ def test_top_logprobs_summing_past_one_leave_no_remainder() -> None:
     )
 
 
+def test_logprobs_near_the_float_limit_do_not_overflow_the_means() -> None:
+    huge = [-8.988465674311579e307, -8.98846567431158e307]
+    assert sampled_step_entropy(huge) == pytest.approx(8.98846567431158e307)
+    assert confidence(huge) == 0.0
+
+
 @given(
     st.lists(st.floats(min_value=0.01, max_value=1.0), min_size=2, max_size=12),
     st.integers(min_value=1, max_value=12),

@@ -15,7 +15,6 @@ Every function is pure; logs are natural (nats).
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter
 from collections.abc import Hashable, Sequence
 
@@ -31,6 +30,11 @@ __all__ = [
 
 K_TOK = 20
 """Generated tokens a step entropy averages over (METHODS.md §1.3)."""
+
+
+def _mean(values: Sequence[float]) -> float:
+    """The mean, each term divided first, so values near the float limit cannot overflow."""
+    return math.fsum(v / len(values) for v in values)
 
 
 def _plogp(p: float) -> float:
@@ -71,7 +75,7 @@ def top_k_step_entropy(top_logprobs: Sequence[Sequence[float]], k_tok: int = K_T
     tokens = [t for t in top_logprobs[:k_tok] if t]
     if not tokens:
         return None
-    return statistics.fmean(token_entropy(t) for t in tokens)
+    return _mean([token_entropy(t) for t in tokens])
 
 
 def sampled_step_entropy(token_logprobs: Sequence[float], k_tok: int = K_TOK) -> float | None:
@@ -85,7 +89,7 @@ def sampled_step_entropy(token_logprobs: Sequence[float], k_tok: int = K_TOK) ->
     values = [-lp for lp in token_logprobs[:k_tok] if lp is not None]
     if not values:
         return None
-    return statistics.fmean(values)
+    return _mean(values)
 
 
 def confidence(token_logprobs: Sequence[float]) -> float | None:
@@ -101,7 +105,7 @@ def confidence(token_logprobs: Sequence[float]) -> float | None:
     values = [lp for lp in token_logprobs if lp is not None]
     if not values:
         return None
-    return math.exp(statistics.fmean(values))
+    return math.exp(_mean(values))
 
 
 def candidate_disagreement(actions: Sequence[Hashable]) -> float | None:

@@ -100,6 +100,9 @@ CACHE_VERSION = 1
 """Bumped when the cached value's layout changes; part of every cache key."""
 
 _LOGPROB_KEYS = ("logprobs", "top_logprobs")
+_LOGPROB_FLOOR = -1e6
+"""Below this no real softmax lands (float64's smallest probability is e^-745); a server
+sending it is broken, and its logprobs are dropped as if it had sent none."""
 _PLACEHOLDER_KEY = "not-needed"  # local servers take any key; the SDK insists on one
 
 
@@ -804,13 +807,12 @@ def _parse_choice(choice: dict[str, Any], *, tools_sent: bool) -> ChatChoice:
     )
 
 
-def _finite(value: Any) -> bool:
-    """Whether ``value`` can be a logprob: a finite number, at most 0."""
+def _is_logprob(value: Any) -> bool:
+    """Whether ``value`` can be a logprob: a number in ``[_LOGPROB_FLOOR, 0]``."""
     return (
         isinstance(value, int | float)
         and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value <= 0.0
+        and _LOGPROB_FLOOR <= value <= 0.0
     )
 
 
@@ -820,7 +822,7 @@ def _logprobs(data: Any) -> tuple[list[float] | None, list[list[float]] | None]:
     if not isinstance(content, list) or not content:
         return None, None
     tokens = [t for t in content if isinstance(t, dict) and t.get("logprob") is not None]
-    if not all(_finite(t["logprob"]) for t in tokens):
+    if not all(_is_logprob(t["logprob"]) for t in tokens):
         return None, None
     tops: list[list[float]] = []
     for t in tokens:
@@ -828,7 +830,7 @@ def _logprobs(data: Any) -> tuple[list[float] | None, list[list[float]] | None]:
         if not isinstance(alternatives, list):
             return [float(t["logprob"]) for t in tokens] or None, None
         values = [x.get("logprob") for x in alternatives if isinstance(x, dict)]
-        tops.append([float(v) for v in values if _finite(v)])
+        tops.append([float(v) for v in values if _is_logprob(v)])
     token_logprobs = [float(t["logprob"]) for t in tokens]
     return token_logprobs or None, (tops if any(tops) else None)
 
