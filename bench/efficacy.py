@@ -14,7 +14,10 @@ On the embedded SmolLM2-135M, CPU only:
 5. evaluate base and every tuned policy on (a) and (b): pass@1 with 95% Wilson intervals.
    A tuned policy is served in the layout it was trained in and decides at every turn
    whether to call; the base is evaluated both steered (a call required after the user:
-   what makes it call at all) and free.
+   what makes it call at all) and free. Each tuned policy is then compared with the steered
+   base on the same tasks (``training.eval.compare``: the difference with a paired bootstrap
+   interval, and the one-sided sign test over tasks), and each target is marked met or not.
+   (b) passes about a tenth as often as (a), so it wants more tasks: ``--loco-tasks``.
 
 The user's turns come from ``TemplateUser`` (no model in the user's seat), so the
 policies differ only in the assistant. Every episode, training row and eval lists the tools
@@ -24,6 +27,8 @@ what makes tens of SFT rows affordable on 2 cores. Prints one table; ``--json`` 
 figures.
 
     python bench/efficacy.py --train-per-cluster 4 --heldout-per-cluster 2 --epochs 2
+    python bench/efficacy.py --sandbox docker --train-per-cluster 6 --clusters shop,calendar,code \
+        --heldout-per-cluster 6 --loco-tasks 70 --samples 2 --epochs 3 --expert-rounds 0
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -48,7 +54,7 @@ from trajsynth.cli.commands.sft import write_sft_rows
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import Budgets, EnvState, LLMConfig, SandboxKind
-from trajsynth.training.eval import summarize
+from trajsynth.training.eval import compare, summarize
 from trajsynth.training.serve import export_gguf
 from trajsynth.training.sft import SFTConfig, sft
 from trajsynth.training.splits import check_no_leakage, make_split, task_key
@@ -91,6 +97,37 @@ def _take(pairs: list[Any], tokens: list[int], budget: int) -> tuple[list[Any], 
         out.append(pair)
         used += n
     return out, used
+
+
+def _compared(a: list[Any], b: list[Any]) -> dict[str, Any]:
+    """``training.eval.compare`` as JSON, or no tasks when the two share none counted."""
+    try:
+        return compare(a, b).model_dump()
+    except ValueError:
+        return {"n_tasks": 0}
+
+
+def _targets(
+    table: list[dict[str, Any]], compared: list[dict[str, Any]], loco: str
+) -> Iterator[tuple[str, bool]]:
+    """Issue 18's targets, each met or not: (a) doubled, verified above unverified, (b)
+    above base; "above" is a one-sided sign test over tasks at 5%."""
+    rows = {r["policy"]: r for r in table}
+
+    def rate(policy: str, split: str) -> float:
+        iv = rows.get(policy, {}).get(split)
+        return iv["estimate"] if iv else 0.0
+
+    def beats(a: str, b: str, split: str) -> bool:
+        found = [c for c in compared if (c["a"], c["b"], c["split"]) == (a, b, split)]
+        return bool(found and found[0].get("n_tasks") and found[0]["p_value"] < 0.05)
+
+    a, b = "a_heldout_seeds", f"b_loco_{loco}"
+    tuned = [p for p in rows if p.startswith(("sft-verified", "expert-"))]
+    base_a = rate("base", a)
+    yield "SFT >= 2x base on (a)", any(rate(p, a) >= 2 * base_a and rate(p, a) > 0 for p in tuned)
+    yield "verified > unverified on (a) (p < 0.05)", beats("sft-verified", "sft-unverified", a)
+    yield "(b) above base (p < 0.05)", any(beats(p, "base", b) for p in tuned)
 
 
 def _failures(tries: list[Any]) -> dict[str, int]:
@@ -166,6 +203,12 @@ def main() -> None:
     ap.add_argument("--loco", default="travel")
     ap.add_argument("--train-per-cluster", type=int, default=4)
     ap.add_argument("--heldout-per-cluster", type=int, default=2)
+    ap.add_argument(
+        "--loco-tasks",
+        type=int,
+        default=None,
+        help="distinct tasks of the left-out cluster, (b) (default: --heldout-per-cluster)",
+    )
     ap.add_argument("--samples", type=int, default=1)
     ap.add_argument("--epochs", type=float, default=2.0)
     ap.add_argument("--lr", type=float, default=3e-4)
@@ -227,7 +270,9 @@ def main() -> None:
         plan_eval_tasks([clusters[c] for c in seen], args.heldout_per_cluster, sandbox_kind=sandbox)
     )
     loco = asyncio.run(
-        plan_eval_tasks([clusters[args.loco]], args.heldout_per_cluster, sandbox_kind=sandbox)
+        plan_eval_tasks(
+            [clusters[args.loco]], args.loco_tasks or args.heldout_per_cluster, sandbox_kind=sandbox
+        )
     )
     train_keys = [task_key(t) for t in train_tasks]
     split_a = make_split("heldout", "heldout-seeds", [task_key(t) for t in heldout], train_keys)
@@ -346,10 +391,12 @@ def main() -> None:
     # as the tuned policies are (it then rarely calls at all)
     runs = [("base", "embedded", False), ("base (free)", "embedded", True)]
     runs += [(name, policy, True) for name, policy in policies.items()]
+    splits = {"a_heldout_seeds": heldout, f"b_loco_{args.loco}": loco}
+    tries_of: dict[tuple[str, str], list[Any]] = {}
     for name, policy, free in runs:
         row: dict[str, Any] = {"policy": name}
-        for split, tasks in (("a_heldout_seeds", heldout), (f"b_loco_{args.loco}", loco)):
-            tries = asyncio.run(
+        for split, tasks in splits.items():
+            tries = tries_of[name, split] = asyncio.run(
                 _eval(policy, tasks, clusters, sandbox, budgets, args.samples, distractors, free)
             )
             s = summarize(tries, k=args.samples)
@@ -359,6 +406,15 @@ def main() -> None:
             log(f"eval {name} on {split}: {row[split]}")
         table.append(row)
     figures["eval"] = table
+    # each tuned policy against the steered base and SFT-verified against SFT-unverified,
+    # paired by task: overlapping intervals do not settle "above base"
+    pairs = [(name, "base") for name in policies]
+    pairs.append(("sft-verified", "sft-unverified"))
+    figures["compare"] = [
+        {"a": a, "b": b, "split": split, **_compared(tries_of[a, split], tries_of[b, split])}
+        for a, b in pairs
+        for split in splits
+    ]
     figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures["wall_s"] = time.perf_counter() - t0
 
@@ -386,7 +442,17 @@ def main() -> None:
         print(f"expert round {ex['round']}: {ex['verified']} of {ex['tasks']} new tasks verified")
     shown = "every tool" if distractors is None else f"needed + {distractors} nearest"
     print(f"tools listed: {shown} (training rows and evals alike)")
-    print("targets: SFT >= 2x base on (a); verified > unverified; (b) above base")
+    print("paired by task (A - B, 95% paired bootstrap; one-sided sign test that A beats B):")
+    for c in figures["compare"]:
+        if c.get("n_tasks"):
+            d = c["difference"]
+            print(
+                f"  {c['a']:>14} - {c['b']:<14} {c['split']:20} {d['estimate']:+.3f} "
+                f"[{d['low']:+.3f}, {d['high']:+.3f}]  tasks {c['a_better']} won, "
+                f"{c['b_better']} lost, {c['ties']} tied  p = {c['p_value']:.4f}"
+            )
+    for target, met in _targets(table, figures["compare"], args.loco):
+        print(f"target {target}: {'met' if met else 'not met'}")
     print(f"wall {figures['wall_s']:.0f} s, peak RSS {figures['peak_rss_mb'] / 1024:.2f} GB")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2, default=str))

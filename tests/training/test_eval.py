@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from trajsynth.cli.main import app
 from trajsynth.schemas import InputError
 from trajsynth.schemas.evals import TryResult
 from trajsynth.store import Store
-from trajsynth.training.eval import summarize
+from trajsynth.training import eval as eval_module
+from trajsynth.training.eval import compare, summarize
 from trajsynth.training.records import eval_row
 
 
@@ -50,6 +52,54 @@ def test_summary_excludes_uncountable_tries_and_scores_per_cluster() -> None:
         pytest.approx(1 / 3),
     )
     assert travel.pass1.estimate == 1.0 and travel.pass1.high == 1.0
+
+
+def test_doctests() -> None:
+    failures, tried = doctest.testmod(eval_module)
+    assert tried >= 3 and failures == 0
+
+
+def _tries(passed_by_task: dict[str, list[bool]]) -> list[TryResult]:
+    return [
+        _try(task, "travel", i, p)
+        for task, passed in passed_by_task.items()
+        for i, p in enumerate(passed)
+    ]
+
+
+def test_a_policy_against_itself_shows_no_difference() -> None:
+    tries = _tries({"t1": [True, False], "t2": [False, False], "t3": [True, True]})
+    c = compare(tries, tries)
+    assert c.difference.estimate == 0.0 and c.difference.low == c.difference.high == 0.0
+    assert (c.a_better, c.b_better, c.ties, c.p_value) == (0, 0, 3, 1.0)
+
+
+def test_thirteen_tasks_won_against_one_is_significant() -> None:
+    # the shape of the README's left-out travel result: 13 tasks only the tuned policy
+    # solved, 1 only the base, 56 neither (2 tries each)
+    tuned = {f"t{i}": [True, False] for i in range(13)} | {"t13": [False, False]}
+    base = {f"t{i}": [False, False] for i in range(13)} | {"t13": [True, False]}
+    neither = {f"n{i}": [False, False] for i in range(56)}
+    c = compare(_tries(tuned | neither), _tries(base | neither))
+    assert (c.n_tasks, c.a_better, c.b_better, c.ties) == (70, 13, 1, 56)
+    assert c.p_value == pytest.approx(15 / 2**14)  # P(X >= 13), X ~ Bin(14, 1/2)
+    assert c.difference.estimate == pytest.approx(12 * 0.5 / 70)
+    assert 0.0 < c.difference.low < c.difference.estimate < c.difference.high
+    reverse = compare(_tries(base | neither), _tries(tuned | neither))
+    assert reverse.p_value > 0.99 and reverse.difference.high < 0.0
+
+
+def test_comparison_pairs_shared_tasks_and_ignores_excluded_tries() -> None:
+    a = [_try("t1", "shop", 0, True), _try("t2", "shop", 0, True), _try("only-a", "shop", 0, True)]
+    b = [
+        _try("t1", "shop", 0, False),
+        _try("t2", "shop", 0, False, excluded=True),  # no counted try: t2 is not shared
+        _try("only-b", "shop", 0, False),
+    ]
+    c = compare(a, b)
+    assert (c.n_tasks, c.pass1_a, c.pass1_b, c.a_better) == (1, 1.0, 0.0, 1)
+    with pytest.raises(ValueError, match="share no task"):
+        compare([_try("x", "shop", 0, True)], [_try("y", "shop", 0, True)])
 
 
 def test_eval_rows_are_stored_and_queryable(tmp_path: Path) -> None:
@@ -107,3 +157,46 @@ def test_synth_stats_shows_the_stored_evals(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "held-out evals" in result.output and "tuned.gguf" in result.output
     assert "0.50 [" in result.output
+
+
+def _store_eval(store: Store, policy: str, tries: list[TryResult], split: str = "loco") -> str:
+    row = eval_row(policy=policy, model_id=None, split=split, split_kind="loco",
+                   summary=summarize(tries, k=2), tries=tries)  # fmt: skip
+    store.insert("evals", [row])
+    return row["eval_id"]
+
+
+def test_synth_compare_pairs_two_stored_evals_by_task(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.duckdb")
+    tuned = _store_eval(store, "tuned.gguf", _tries({f"t{i}": [True, i < 3] for i in range(8)}))
+    base = _store_eval(store, "embedded", _tries({f"t{i}": [i == 0, i == 0] for i in range(8)}))
+    result = CliRunner().invoke(
+        app, ["compare", tuned[:12], base, "--store", str(store.path)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "on the 8 tasks both tried" in out and "tuned.gguf" in out
+    assert "A passed more often: 7, B more often: 0, the same: 1" in out
+    assert "p = 0.007812" in out  # 1 / 2**7
+
+
+def test_synth_compare_of_unknown_or_unpaired_evals_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from trajsynth.cli import main as cli
+
+    store = Store(tmp_path / "s.duckdb")
+    one = _store_eval(store, "embedded", _tries({"t1": [True, False]}))
+    other = _store_eval(store, "embedded", _tries({"u1": [True, False]}), split="heldout-seeds")
+    for args, expected in (
+        ([one, "nosuch"], "no eval id starts with 'nosuch'"),
+        ([one, other], f"evals {one} (loco) and {other} (heldout-seeds) share no task"),
+    ):
+        monkeypatch.setattr(sys, "argv", ["synth", "compare", *args, "--store", str(store.path)])
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and " ".join(err.split()).count(expected) == 1, err
+        assert "Traceback" not in err

@@ -25,13 +25,14 @@ ID_SOURCES: dict[str, tuple[tuple[str, str], ...]] = {
     "task": (("blueprints", "blueprint_id"), ("trajectories", "blueprint_id")),
     "tree": (("trees", "tree_id"),),
     "trajectory": (("trajectories", "trajectory_id"),),
+    "eval": (("evals", "eval_id"),),
 }
 
 _SHOWN = 5
 
 
 def resolve(store: Store, kind: str, typed: str) -> str:
-    """The stored ``kind`` id (run, task, tree, trajectory) that ``typed`` names."""
+    """The stored ``kind`` id (run, task, tree, trajectory, eval) that ``typed`` names."""
     sources = ID_SOURCES[kind]
     union = " UNION ".join(
         f"SELECT DISTINCT {col} AS id FROM {table} WHERE starts_with({col}, ?)"

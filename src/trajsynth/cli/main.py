@@ -61,6 +61,7 @@ app.command("deploy")(deploy_cmd.deploy)
 app.command("serve")(deploy_cmd.serve)
 app.command("sft")(sft_cmd.sft)  # issue 18
 app.command("eval")(eval_cmd.eval_policy)  # issue 18
+app.command("compare")(eval_cmd.compare_evals)
 app.command("improve")(improve_cmd.improve)  # issue 18
 
 ConfigOpt = Annotated[

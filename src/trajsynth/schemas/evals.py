@@ -6,7 +6,14 @@ from pydantic import Field
 
 from trajsynth.schemas._base import Record
 
-__all__ = ["ClusterScore", "EvalSummary", "Interval", "TaskTries", "TryResult"]
+__all__ = [
+    "ClusterScore",
+    "EvalSummary",
+    "Interval",
+    "PolicyComparison",
+    "TaskTries",
+    "TryResult",
+]
 
 
 class Interval(Record):
@@ -61,3 +68,21 @@ class EvalSummary(Record):
     pass1: Interval | None = None
     passk: Interval | None = None
     clusters: list[ClusterScore] = Field(default_factory=list)
+
+
+class PolicyComparison(Record):
+    """Policy A against policy B on the tasks both tried, paired by task.
+
+    ``pass1_*`` are per-task pass rates averaged over the shared tasks; ``difference`` is
+    A minus B with a paired bootstrap interval over tasks; ``p_value`` is the one-sided exact
+    sign test that A passes more often than B, over the tasks where their rates differ.
+    """
+
+    n_tasks: int
+    pass1_a: float
+    pass1_b: float
+    difference: Interval
+    a_better: int
+    b_better: int
+    ties: int
+    p_value: float

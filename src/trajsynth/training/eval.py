@@ -3,18 +3,35 @@
 ``summarize`` takes the tries ``agents.heldout.evaluate`` recorded: excluded tries (``infra``,
 ``simulator``) are left out; pass@1 gets a Wilson interval (all counted tries pooled) and
 pass@k (the unbiased estimator) a bootstrap interval over tasks (``training.passk``).
+
+``compare`` says whether one policy beats another on the same tasks. Two pass@1 intervals
+that overlap do not mean "no difference", and pooled tries are not independent (the tries of
+one task share its difficulty), so the comparison is paired by task: the difference of
+per-task pass rates with a bootstrap interval over tasks, and an exact sign test over the
+tasks where the two policies' rates differ.
 """
 
 from __future__ import annotations
 
+import math
+import random
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from trajsynth.schemas.evals import ClusterScore, EvalSummary, TaskTries, TryResult
+from scipy.stats import binomtest
+
+from trajsynth.schemas.evals import (
+    ClusterScore,
+    EvalSummary,
+    Interval,
+    PolicyComparison,
+    TaskTries,
+    TryResult,
+)
 from trajsynth.training.passk import bootstrap_pass_at_k, wilson
 
-__all__ = ["ClusterScore", "EvalSummary", "TryResult", "summarize"]
+__all__ = ["ClusterScore", "EvalSummary", "PolicyComparison", "TryResult", "compare", "summarize"]
 
 
 def _tries(results: Sequence[TryResult]) -> list[TaskTries]:
@@ -58,3 +75,59 @@ def summarize(results: Sequence[TryResult], k: int, *, seed: int = 0) -> EvalSum
         for cid in sorted(by_cluster)
     ]
     return EvalSummary(k=k, clusters=clusters, **_score(results, k, seed))
+
+
+def _rates(results: Sequence[TryResult]) -> dict[str, float]:
+    """Each task's pass rate over its counted tries; tasks with none are left out."""
+    return {t.task_id: t.c / t.n for t in _tries(results) if t.n}
+
+
+def compare(
+    a: Sequence[TryResult],
+    b: Sequence[TryResult],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> PolicyComparison:
+    """Policy A's tries against policy B's, paired by task (the tasks both have counted
+    tries of). Raises ``ValueError`` when they share none.
+
+    >>> def tries(task, passed):
+    ...     return [TryResult(task_id=task, cluster_id="c", sample=i, passed=p, score=float(p),
+    ...                       excluded=False) for i, p in enumerate(passed)]
+    >>> a = [*tries("t1", [1, 1]), *tries("t2", [1, 0]), *tries("t3", [0, 0])]
+    >>> b = [*tries("t1", [0, 0]), *tries("t2", [0, 0]), *tries("t3", [0, 0])]
+    >>> c = compare(a, b)
+    >>> (c.n_tasks, c.pass1_a, c.pass1_b, c.a_better, c.b_better, c.ties, c.p_value)
+    (3, 0.5, 0.0, 2, 0, 1, 0.25)
+    """
+    rates_a, rates_b = _rates(a), _rates(b)
+    shared = sorted(rates_a.keys() & rates_b.keys())
+    if not shared:
+        raise ValueError("the two evals share no task with counted tries: nothing to pair")
+    diffs = [rates_a[t] - rates_b[t] for t in shared]
+    a_better = sum(d > 0 for d in diffs)
+    b_better = sum(d < 0 for d in diffs)
+    m = len(diffs)
+    rng = random.Random(seed)
+    means = sorted(sum(diffs[rng.randrange(m)] for _ in range(m)) / m for _ in range(resamples))
+    difference = Interval(
+        estimate=sum(diffs) / m,
+        low=means[int(0.025 * (resamples - 1))],
+        high=means[int(math.ceil(0.975 * (resamples - 1)))],
+        method="paired bootstrap over tasks",
+    )
+    differing = a_better + b_better
+    p_value = (
+        binomtest(a_better, differing, 0.5, alternative="greater").pvalue if differing else 1.0
+    )
+    return PolicyComparison(
+        n_tasks=m,
+        pass1_a=sum(rates_a[t] for t in shared) / m,
+        pass1_b=sum(rates_b[t] for t in shared) / m,
+        difference=difference,
+        a_better=a_better,
+        b_better=b_better,
+        ties=m - differing,
+        p_value=float(p_value),
+    )

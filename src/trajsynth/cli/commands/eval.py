@@ -22,7 +22,7 @@ from rich.table import Table
 from trajsynth.schemas import Blueprint, Budgets, InputError, LLMConfig, SandboxKind
 from trajsynth.store import Store
 
-__all__ = ["eval_policy", "parse_split", "run_eval"]
+__all__ = ["compare_evals", "eval_policy", "parse_split", "run_eval"]
 
 log = logging.getLogger(__name__)
 console = Console()
@@ -263,3 +263,58 @@ def evals_table(rows: list[dict[str, Any]]) -> Table:
             f"k={r['k']}: " + iv(r["passk"], r["passk_low"], r["passk_high"]),
         )
     return table
+
+
+def _stored_tries(store: Store, typed: str) -> tuple[dict[str, Any], list[Any]]:
+    """The evals row an id (or unique prefix) names, and its tries."""
+    from trajsynth.cli.ids import resolve
+    from trajsynth.schemas.evals import TryResult
+
+    eval_id = resolve(store, "eval", typed)
+    row = store.query(
+        "SELECT eval_id, policy, split, n_tasks, tries FROM evals WHERE eval_id = ?", [eval_id]
+    )[0]
+    return row, [TryResult.model_validate(t) for t in _json(row["tries"]) or []]
+
+
+def compare_evals(
+    a: Annotated[str, typer.Argument(help="eval id (or a unique prefix) of policy A")],
+    b: Annotated[str, typer.Argument(help="eval id (or a unique prefix) of policy B")],
+    store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
+) -> None:
+    """Does policy A pass more often than policy B? Two stored evals, paired by task."""
+    from trajsynth.cli import main as cli
+    from trajsynth.training.eval import compare
+
+    store = Store(store_path or cli.settings().store_path)
+    if not store.path.exists():
+        raise InputError(f"no store at {store.path}: run `synth eval` first")
+    (row_a, tries_a), (row_b, tries_b) = _stored_tries(store, a), _stored_tries(store, b)
+    try:
+        c = compare(tries_a, tries_b)
+    except ValueError:
+        raise InputError(
+            f"evals {row_a['eval_id']} ({row_a['split']}) and {row_b['eval_id']} "
+            f"({row_b['split']}) share no task: compare two evals of the same split and tasks"
+        ) from None
+    table = Table(title=f"A against B on the {c.n_tasks} tasks both tried")
+    for col in ("", "policy", "eval", "split", "tasks", "pass@1 (mean over shared tasks)"):
+        table.add_column(col)
+    for name, row, rate in (("A", row_a, c.pass1_a), ("B", row_b, c.pass1_b)):
+        table.add_row(
+            name,
+            str(row["policy"])[-40:],
+            row["eval_id"],
+            row["split"],
+            str(row["n_tasks"]),
+            f"{rate:.3f}",
+        )
+    console.print(table)
+    d = c.difference
+    console.print(
+        f"A - B: {d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}] (95%, paired bootstrap over tasks)"
+    )
+    console.print(
+        f"tasks A passed more often: {c.a_better}, B more often: {c.b_better}, the same: {c.ties}; "
+        f"one-sided sign test that A beats B: p = {c.p_value:.4g}"
+    )
