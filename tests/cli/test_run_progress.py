@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from prefect import flow, task
 
+import trajsynth.flows.stages  # noqa: F401  (loads what a flow's first call imports)
 from trajsynth.flows.progress import TurnReporter, progress_sink, tick
 from trajsynth.schemas import AgentRole, Message, MessageRole
 

@@ -22,6 +22,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+# `Flow.__call__` imports this module (graphviz and its ~20 modules) at a flow's first call,
+# while Prefect's own threads are starting; Python 3.11's importlib race (`_ModuleLock`,
+# KeyError of a thread id; fixed in 3.12) hit that import once in the slow tier. Every module
+# with a flow imports this one, so it is loaded before any flow runs. (Not in
+# the package's __init__: `flows.api` must start its server before Prefect is imported.)
+import prefect.utilities.visualization  # noqa: F401
 from prefect import Task, flow, task
 from prefect.cache_policies import INPUTS, CacheKeyFnPolicy
 from prefect.futures import PrefectFuture, as_completed
