@@ -13,8 +13,6 @@ tasks where the two policies' rates differ.
 
 from __future__ import annotations
 
-import math
-import random
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -24,12 +22,11 @@ from scipy.stats import binomtest
 from trajsynth.schemas.evals import (
     ClusterScore,
     EvalSummary,
-    Interval,
     PolicyComparison,
     TaskTries,
     TryResult,
 )
-from trajsynth.training.passk import bootstrap_pass_at_k, wilson
+from trajsynth.training.passk import bootstrap_mean, bootstrap_pass_at_k, wilson
 
 __all__ = ["ClusterScore", "EvalSummary", "PolicyComparison", "TryResult", "compare", "summarize"]
 
@@ -109,13 +106,8 @@ def compare(
     a_better = sum(d > 0 for d in diffs)
     b_better = sum(d < 0 for d in diffs)
     m = len(diffs)
-    rng = random.Random(seed)
-    means = sorted(sum(diffs[rng.randrange(m)] for _ in range(m)) / m for _ in range(resamples))
-    difference = Interval(
-        estimate=sum(diffs) / m,
-        low=means[int(0.025 * (resamples - 1))],
-        high=means[int(math.ceil(0.975 * (resamples - 1)))],
-        method="paired bootstrap over tasks",
+    difference = bootstrap_mean(
+        diffs, resamples=resamples, seed=seed, method="paired bootstrap over tasks"
     )
     differing = a_better + b_better
     p_value = (

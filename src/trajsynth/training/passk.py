@@ -26,7 +26,15 @@ from collections.abc import Sequence
 
 from trajsynth.schemas.evals import Interval, TaskTries
 
-__all__ = ["Interval", "TaskTries", "bootstrap_pass_at_k", "pass_at_k", "split_pass_at_k", "wilson"]
+__all__ = [
+    "Interval",
+    "TaskTries",
+    "bootstrap_mean",
+    "bootstrap_pass_at_k",
+    "pass_at_k",
+    "split_pass_at_k",
+    "wilson",
+]
 
 Z95 = 1.959963984540054
 
@@ -90,9 +98,16 @@ def bootstrap_pass_at_k(
     if not usable:
         raise ValueError(f"no task has {k} counted tries")
     values = [pass_at_k(t.n, t.c, k) for t in usable]
+    return bootstrap_mean(values, resamples=resamples, seed=seed)
+
+
+def bootstrap_mean(
+    values: Sequence[float], *, resamples: int = 2000, seed: int = 0, method: str = "bootstrap"
+) -> Interval:
+    """The mean of per-task ``values`` with a 95% percentile bootstrap interval (seeded)."""
     rng = random.Random(seed)
     m = len(values)
     means = sorted(sum(values[rng.randrange(m)] for _ in range(m)) / m for _ in range(resamples))
     lo = means[int(0.025 * (resamples - 1))]
     hi = means[int(math.ceil(0.975 * (resamples - 1)))]
-    return Interval(estimate=sum(values) / m, low=lo, high=hi, method="bootstrap")
+    return Interval(estimate=sum(values) / m, low=lo, high=hi, method=method)
