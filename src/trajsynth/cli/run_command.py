@@ -17,6 +17,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from pydantic import SecretStr
 from rich.table import Table
 
 from trajsynth.cli.explain import little_reasons, produced_little
@@ -39,25 +40,36 @@ def prefect_environment() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def check_reachable(base_url: str, timeout_s: float = 10.0) -> None:
-    """One line, before any work starts, when nothing answers at ``base_url`` (any HTTP
-    answer, even 401 or 404, means a server is there: its own errors are reported later)."""
+def check_reachable(
+    base_url: str, api_key: SecretStr | None = None, timeout_s: float = 10.0
+) -> None:
+    """One line, before any work starts, when nothing answers at ``base_url``, or when the
+    server refuses ``api_key`` (sent as the run's requests send it: ``Authorization: Bearer``,
+    so an endpoint that requires a key does not fail here first). Any other HTTP answer,
+    even 404, means a server is there: its own errors are reported later."""
     import httpx
 
+    headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
     try:
-        httpx.get(f"{base_url.rstrip('/')}/models", timeout=timeout_s)
+        resp = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise InputError(
             f"nothing answers at --base-url {base_url} ({type(exc).__name__}): start the "
             "server, fix the URL, or leave --base-url out to use the embedded model"
         ) from exc
+    if resp.status_code in (401, 403):
+        given = "the API key given" if api_key else "no API key"
+        raise InputError(
+            f"{base_url} refused {given} (HTTP {resp.status_code} on GET /models): set "
+            "SYNTH_LLM__API_KEY (or OPENAI_API_KEY) to a key this server accepts"
+        )
 
 
 def run_and_report(
     settings: Settings, config: RunConfig, *, console: Console, concurrency: int
 ) -> bool:
     if config.llm.base_url:
-        check_reachable(config.llm.base_url)
+        check_reachable(config.llm.base_url, settings.llm.api_key)
     guard_descendants()  # a `kill -9` of this command must not orphan its servers
     prefect_environment()
     # SIGTERM or Ctrl-C end the command at once (the watchdog reaps what it started)
