@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -25,7 +26,14 @@ from trajsynth.schemas import (
     ToolSpec,
 )
 
-__all__ = ["CheckedCall", "ToolResult", "call_record", "check_tool_call", "obs_class"]
+__all__ = [
+    "CheckedCall",
+    "ToolResult",
+    "call_record",
+    "check_tool_call",
+    "obs_class",
+    "storable_text",
+]
 
 
 class CheckedCall:
@@ -44,13 +52,28 @@ class CheckedCall:
         self.failure = failure
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    r"""``text`` with every surrogate code point (which UTF-8, JSON writers and DuckDB refuse)
+    written as its escape ``\uXXXX``; valid text is unchanged, and nothing is lost.
+
+    >>> storable_text("ok"), storable_text("a\ud800b")
+    ('ok', 'a\\ud800b')
+    """
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def _failure(call: ToolCall, turn: int, error_type: str, message: str, args=None) -> ToolCallRecord:
+    # the record must serialise whatever the call held: a caller that skips the response
+    # parser can hand over a tool name or arguments with lone surrogates
     return ToolCallRecord(
-        call_id=call.id,
-        tool=call.function.name,
-        raw_arguments=call.function.arguments,
+        call_id=storable_text(call.id),
+        tool=storable_text(call.function.name),
+        raw_arguments=storable_text(call.function.arguments),
         arguments=args,
-        observation=f"Error: {message}",
+        observation=storable_text(f"Error: {message}"),
         obs_class=ObsClass.ERROR,
         failure_class=FailureClass.MODEL,
         error_type=error_type,
@@ -176,9 +199,9 @@ def call_record(
     """The record of a checked call that reached the environment: its result, or the infra
     fault that stopped it."""
     common = {
-        "call_id": call.id,
-        "tool": call.function.name,
-        "raw_arguments": call.function.arguments,
+        "call_id": storable_text(call.id),
+        "tool": storable_text(call.function.name),
+        "raw_arguments": storable_text(call.function.arguments),
         "arguments": arguments,
         "latency_s": latency_s,
         "turn": turn,
@@ -186,14 +209,14 @@ def call_record(
     if isinstance(outcome, InfraError):
         return ToolCallRecord(
             **common,
-            observation=f"Error: {outcome}",
+            observation=storable_text(f"Error: {outcome}"),
             obs_class=ObsClass.ERROR,
             failure_class=FailureClass.INFRA,
             error_type=type(outcome).__name__,
         )
     return ToolCallRecord(
         **common,
-        observation=outcome.text,
+        observation=storable_text(outcome.text),
         obs_class=obs_class(outcome.text, outcome.is_error),
         failure_class=FailureClass.TOOL if outcome.is_error else None,
         error_type=outcome.error_type,
