@@ -96,3 +96,66 @@ def test_one_shared_pool_per_settings() -> None:
         assert shared_pool(SandboxKind.LOCAL, LIMITS.model_copy(update={"pids": 32})) is not a
     finally:
         close_shared_pools()
+
+
+# Episode 1 writes a marker into every writable mount it can find (and a SysV shared memory
+# segment); episode 2 lists which are still there. Nothing may be.
+_PROBE = r'''
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+KEY = 0x7A5E
+mounts = [line.split()[1] for line in open("/proc/self/mounts")]
+places = sorted({m for m in mounts if not m.startswith(("/proc", "/sys"))} | {"/var/tmp"})
+if sys.argv[1] == "write":
+    wrote = []
+    for place in places:
+        try:
+            with open(os.path.join(place, ".episode-1"), "w") as fh:
+                fh.write("secret")
+            wrote.append(place)
+        except OSError:
+            pass
+    if libc.shmget(KEY, 4096, 0o1600) >= 0:  # IPC_CREAT | 0600
+        wrote.append("sysv-shm")
+    if libc.mq_open(b"/episode-1", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:
+        wrote.append("posix-mq")
+    print(json.dumps(wrote))
+else:
+    left = [p for p in places if os.path.exists(os.path.join(p, ".episode-1"))]
+    if libc.shmget(KEY, 0, 0) >= 0:
+        left.append("sysv-shm")
+    if libc.mq_open(b"/episode-1", os.O_RDONLY) >= 0:
+        left.append("posix-mq")
+    print(json.dumps(left))
+'''
+
+
+def _episodes_leave_nothing(pool: SandboxPool) -> list[str]:
+    import json
+
+    first = pool.acquire()
+    wrote = json.loads(first.exec([first.python, "-c", _PROBE, "write"]).stdout)
+    pool.release(first)
+    second = pool.acquire()
+    assert second is first  # the same sandbox, reset
+    left = json.loads(second.exec([second.python, "-c", _PROBE, "read"]).stdout)
+    pool.release(second)
+    assert left == [], f"written in episode 1 and read in episode 2: {left}"
+    return wrote
+
+
+def test_every_writable_place_starts_clean_in_the_local_pool(pool: SandboxPool) -> None:
+    wrote = _episodes_leave_nothing(pool)
+    assert pool.acquire().workdir in wrote or any(w.endswith("/work") for w in wrote)
+    assert "/tmp" in wrote
+
+
+@pytest.mark.docker
+def test_every_writable_place_starts_clean_in_the_docker_pool(sandbox_image: str) -> None:
+    pool = SandboxPool(SandboxKind.DOCKER, LIMITS, sandbox_image, max_idle=1)
+    try:
+        wrote = _episodes_leave_nothing(pool)
+    finally:
+        pool.close()
+    # the places a hostile episode used before: /dev/shm kept its files across episodes
+    assert {"/tmp", "/dev/shm", "/work", "sysv-shm", "posix-mq"} <= set(wrote)

@@ -46,6 +46,22 @@ def test_sandbox_run_prints_output_and_exits_with_the_status(kind: str, tmp_path
 
 
 @pytest.mark.slow
+def test_sandbox_run_says_when_it_cut_output_and_by_how_much(kind: str, tmp_path: Path) -> None:
+    script = "import sys; sys.stdout.write('x' * 1_500_000); sys.stderr.write('e' * 10)"
+    proc = _synth(tmp_path, "sandbox", "run", "--kind", kind, "--", "python3", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout) == 1_000_000
+    assert "stdout cut at 1,000,000 bytes; 500,000 more bytes of 1,500,000 dropped" in proc.stderr
+    assert "stderr cut" not in proc.stderr
+    proc = _synth(
+        tmp_path, "sandbox", "run", "--kind", kind, "--max-output", "2000000",
+        "--", "python3", "-c", script,
+    )  # fmt: skip
+    assert proc.returncode == 0 and len(proc.stdout) == 1_500_000
+    assert "cut at" not in proc.stderr
+
+
+@pytest.mark.slow
 def test_sandbox_run_times_out_like_the_code_tool(kind: str, tmp_path: Path) -> None:
     marker = "303.5"
     script = f"setsid sleep {marker} & sleep {marker}"

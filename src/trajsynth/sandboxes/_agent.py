@@ -202,8 +202,9 @@ def run_process(
     subreaper), so every descendant is the command's and is killed too, ``setsid`` children
     included; the command also gets the highest OOM score.
 
-    Returns ``{"exit_code", "stdout", "stderr", "duration_s", "timed_out"}`` with the outputs
-    as bytes (each cut to ``cap`` bytes). A negative exit code is the signal that killed it;
+    Returns ``{"exit_code", "stdout", "stderr", "duration_s", "timed_out", "stdout_total",
+    "stderr_total"}`` with the outputs as bytes (each cut to ``cap`` bytes) and the bytes each
+    stream wrote in all (more than was kept when it was cut). A negative exit code is the signal that killed it;
     a command that cannot be started gives exit code 127 and the reason on stderr.
     """
     start = time.monotonic()
@@ -225,8 +226,11 @@ def run_process(
             "stderr": f"cannot run {argv[0]!r}: {exc}".encode(),
             "duration_s": time.monotonic() - start,
             "timed_out": False,
+            "stdout_total": 0,
+            "stderr_total": 0,
         }
     out = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    totals = dict.fromkeys(out, 0)
     pending = memoryview(stdin or b"")
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
@@ -279,6 +283,7 @@ def run_process(
                     streams -= 1
                     continue
                 buf = out[key.fd]
+                totals[key.fd] += len(chunk)
                 if len(buf) < cap:
                     buf += chunk[: cap - len(buf)]
         if pidfd is None and not exited:
@@ -296,6 +301,7 @@ def run_process(
     if own_tree:
         reap_orphans()
     stdout, stderr = bytes(out[proc.stdout.fileno()]), bytes(out[proc.stderr.fileno()])
+    stdout_total, stderr_total = totals[proc.stdout.fileno()], totals[proc.stderr.fileno()]
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None and not stream.closed:
             stream.close()
@@ -305,6 +311,8 @@ def run_process(
         "stderr": stderr,
         "duration_s": time.monotonic() - start,
         "timed_out": timed_out,
+        "stdout_total": stdout_total,
+        "stderr_total": stderr_total,
     }
 
 
@@ -377,6 +385,58 @@ def clear_dir(root: str) -> None:
                 os.unlink(entry.path)
         except FileNotFoundError:  # a process of the sandbox removed it first
             continue
+
+
+def writable_scratch(exclude: str) -> list[str]:
+    """Every writable in-memory mount this process sees (tmpfs: ``/tmp``, ``/dev/shm``; the
+    POSIX message queues of ``/dev/mqueue``) but ``exclude`` (the work directory, restored
+    from its snapshot instead): what an episode could leave for the next one to read."""
+    try:
+        with open("/proc/self/mounts") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 4 or fields[2] not in ("tmpfs", "mqueue"):
+            continue
+        target = fields[1].replace("\\040", " ")
+        if "rw" not in fields[3].split(",") or target == exclude:
+            continue
+        if os.access(target, os.W_OK) and target not in found:
+            found.append(target)
+    return found
+
+
+_IPC_RMID = 0
+
+
+def clear_sysv_ipc() -> int:
+    """Remove every System V shared memory segment, message queue and semaphore set this
+    user may remove (the container's IPC namespace outlives an episode); how many."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+    except (OSError, AttributeError):
+        return 0
+    removed = 0
+    for kind, call in (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl")):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 2:
+                continue
+            ipc_id = int(fields[1])
+            args = (ipc_id, 0, _IPC_RMID) if kind == "sem" else (ipc_id, _IPC_RMID, None)
+            if getattr(libc, call)(*args) == 0:
+                removed += 1
+    return removed
 
 
 def untar_into(root: str, data: bytes) -> None:
@@ -486,11 +546,16 @@ def _handle(workdir: str, op: str, req: dict, payload: bytes) -> tuple[dict, byt
     if op == "reset":
         # a new episode: no process and no file of the last one (servers included)
         killed = kill_all_but({os.getpid()})
-        for tmp in req.get("clear") or []:
+        # /tmp, /dev/shm, /dev/mqueue and any other writable scratch mount, and SysV IPC
+        scratch = [*(req.get("clear") or []), *writable_scratch(os.path.realpath(workdir))]
+        cleared = []
+        for tmp in dict.fromkeys(scratch):
             with contextlib.suppress(OSError):
                 clear_dir(tmp)
+                cleared.append(tmp)
+        ipc = clear_sysv_ipc()
         untar_into(workdir, payload)
-        return {"killed": killed}, b""
+        return {"killed": killed, "cleared": cleared, "ipc_removed": ipc}, b""
     if op == "ping":
         return {"pid": os.getpid()}, b""
     raise ValueError(f"unknown op {op!r}")

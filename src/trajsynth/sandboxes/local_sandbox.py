@@ -546,11 +546,14 @@ class LocalSandbox(Sandbox):
             os.chmod(self.workdir, 0o700)
 
     def reset(self, handle: SnapshotHandle) -> None:
-        """Kill every process of the sandbox (servers too), then restore; each command's
-        ``/tmp`` already ended with it."""
-        self._require_root()
+        """Kill every process of the sandbox (servers too), then restore. Under bubblewrap
+        each command's ``/tmp`` and ``/dev/shm`` (and IPC namespace) already ended with it;
+        a plain subprocess's shared ``TMPDIR`` is emptied here."""
+        root = self._require_root()
         if self._cgroup is not None:
             self._cgroup.kill()
+        if not self.use_bwrap and (root / "tmp").is_dir():
+            _agent.clear_dir(str(root / "tmp"))
         self.restore(handle)
 
     def discard(self, handle: SnapshotHandle) -> None:

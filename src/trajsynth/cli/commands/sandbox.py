@@ -17,8 +17,12 @@ from trajsynth.sandboxes import (
     image_tag,
     unenforced_limits,
 )
+from trajsynth.sandboxes._agent import OUTPUT_CAP
 from trajsynth.sandboxes.image import DEFAULT_MIRROR, image_inputs
 from trajsynth.schemas import SandboxKind, paths
+
+# what the sandbox passes back of one stream, less room for the line that reports a cut
+_AGENT_CAP = OUTPUT_CAP - 4096
 
 __all__ = ["app"]
 
@@ -97,13 +101,24 @@ def run(
     timeout: Annotated[
         float, typer.Option("--timeout", help="seconds, as run_python's timeout_s", min=1)
     ] = 10.0,
+    max_output: Annotated[
+        int,
+        typer.Option(
+            "--max-output",
+            help="bytes of each stream kept (the code tool keeps 1,000,000); a cut is "
+            "reported on stderr with the bytes dropped",
+            min=1,
+            max=_AGENT_CAP,
+        ),
+    ] = 1_000_000,
 ) -> None:
     """Run `-- CMD ...` in a sandbox exactly as the code tool runs a program.
 
     Same sandbox and limits as a run (the [run] sandbox settings), started the same way, and the
     command goes through the code tool's own runner: output capped, everything it started
     killed when it ends or times out, the timeout kept under run.tool_timeout_s. Prints the
-    command's output and exits with its status (124: timed out, 128+N: killed by signal N).
+    command's output (each stream cut at --max-output bytes, with a line on stderr saying how
+    much was dropped) and exits with its status (124: timed out, 128+N: killed by signal N).
     """
     import sys
 
@@ -118,7 +133,7 @@ def run(
     tool_timeout = config.budgets.tool_timeout_s
     with open_sandbox(chosen, config.sandbox_limits) as sandbox:
         inner = [sandbox.python, "-m", "trajsynth.mcp_servers.servers.code"]
-        inner += ["exec", f"{timeout:g}", "--", *command]
+        inner += ["exec", f"{timeout:g}", str(max_output), "--", *command]
         res = sandbox.exec(
             inner,
             timeout=min(timeout, tool_timeout) + 30,

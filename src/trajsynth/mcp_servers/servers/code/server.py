@@ -184,6 +184,14 @@ def _time_limit(asked: float) -> float:
 
 def _run(argv: list[str], *, root: Path, timeout_s: float) -> tuple[int, str, str]:
     """Run argv in the work directory; when it ends or times out, kill all it started."""
+    code, out, err, _ = _run_counted(argv, root=root, timeout_s=timeout_s, cap=OUTPUT_CAP)
+    return code, out, err
+
+
+def _run_counted(
+    argv: list[str], *, root: Path, timeout_s: float, cap: int
+) -> tuple[int, str, str, tuple[int, int]]:
+    """``_run`` with the output cap given, and the bytes each stream wrote in all."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(root)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -191,7 +199,7 @@ def _run(argv: list[str], *, root: Path, timeout_s: float) -> tuple[int, str, st
     limit = _time_limit(timeout_s)
     with _RUN_LOCK:
         res = run_process(
-            argv, stdin=None, timeout=limit, env=env, cwd=str(root), cap=OUTPUT_CAP, own_tree=True
+            argv, stdin=None, timeout=limit, env=env, cwd=str(root), cap=cap, own_tree=True
         )
     if res["timed_out"]:
         raise fail(f"timed out after {limit:g}s; the program and all it started were killed")
@@ -202,7 +210,7 @@ def _run(argv: list[str], *, root: Path, timeout_s: float) -> tuple[int, str, st
         name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
         why = " (the sandbox's memory, process or CPU limit)" if code == -signal.SIGKILL else ""
         err = f"{err}\nkilled by {name}{why}".lstrip()
-    return code, out, err
+    return code, out, err, (res["stdout_total"], res["stderr_total"])
 
 
 # ---------------------------------------------------------------- tools
@@ -355,30 +363,40 @@ def run_tests(
     )
 
 
-def run_command(argv: list[str], timeout_s: float) -> int:
+def run_command(argv: list[str], timeout_s: float, cap: int = OUTPUT_CAP) -> int:
     """Run ``argv`` in the work directory exactly as ``run_python`` runs a program (same
-    runner, limits, output cap and kill of everything it started); print its output and
-    return its exit status (124: timed out). ``synth sandbox run`` calls this in a sandbox."""
+    runner, limits and kill of everything it started; output kept up to ``cap`` bytes a
+    stream, ``OUTPUT_CAP`` as the tool keeps); print its output, a line on stderr for each
+    stream that was cut (how much was dropped), and return its exit status (124: timed
+    out). ``synth sandbox run`` calls this in a sandbox."""
     become_subreaper()
     root = Path(os.environ.get("TRAJSYNTH_WORKDIR") or os.getcwd()).resolve()
     try:
-        code, out, err = _run(argv, root=root, timeout_s=timeout_s)
+        code, out, err, totals = _run_counted(argv, root=root, timeout_s=timeout_s, cap=cap)
     except Exception as exc:  # noqa: BLE001 - the ToolError the model would see
         sys.stderr.write(f"{exc}\n")
         return 124
     sys.stdout.write(out)
     sys.stderr.write(err)
+    for stream, total in zip(("stdout", "stderr"), totals, strict=True):
+        if total > cap:
+            sys.stderr.write(
+                f"\n[synth sandbox run: {stream} cut at {cap:,} bytes; {total - cap:,} more "
+                f"bytes of {total:,} dropped (--max-output sets the limit)]\n"
+            )
     return code if code >= 0 else 128 - code
 
 
 def main() -> None:
     """Seed the work directory if needed, then serve over stdio.
 
-    ``python -m trajsynth.mcp_servers.servers.code exec TIMEOUT_S -- CMD ...`` instead runs
-    one command as ``run_python`` would (``run_command``).
+    ``python -m trajsynth.mcp_servers.servers.code exec TIMEOUT_S [CAP_BYTES] -- CMD ...``
+    instead runs one command as ``run_python`` would (``run_command``).
     """
-    if len(sys.argv) > 3 and sys.argv[1] == "exec" and sys.argv[3] == "--":
-        sys.exit(run_command(sys.argv[4:], float(sys.argv[2])))
+    if len(sys.argv) > 3 and sys.argv[1] == "exec" and "--" in sys.argv[3:5]:
+        split = sys.argv.index("--", 3)
+        cap = int(sys.argv[3]) if split == 4 else OUTPUT_CAP
+        sys.exit(run_command(sys.argv[split + 1 :], float(sys.argv[2]), cap))
     become_subreaper()
     STORE.ensure()
     serve_stdio(server)
