@@ -65,3 +65,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 reason = check()
                 if reason:
                     item.add_marker(pytest.mark.skip(reason=f"[{marker} tier] {reason}"))
+
+
+@pytest.fixture(autouse=True)
+def _endpoints_start_alive() -> None:
+    """Each test starts with no endpoint counted dead: tests share fake base URLs, and the
+    requests one test gives up on must not fail another's at once (agents.endpoints)."""
+    from trajsynth.agents.endpoints import forget_faults
+
+    forget_faults()

@@ -139,7 +139,7 @@ async def test_a_request_given_up_on_for_good_leaves_the_server_idle() -> None:
     register_endpoint(url, slots=1, keeper=lambda why: events.append(f"keep:{why}"))
     try:
         fake = ScriptedLLM([timeout, timeout])
-        with pytest.raises(LLMError, match="timed out after retries"):
+        with pytest.raises(LLMError, match="no reply in 2 tries"):
             await _scripted(fake, url, max_retries=1).chat(USER, role=AgentRole.ASSISTANT)
     finally:
         forget_endpoint(url)
@@ -203,17 +203,25 @@ async def test_a_gate_waiter_cancelled_while_waiting_gives_no_slot_away() -> Non
         assert gate.in_use == 1
 
 
-def test_the_timeout_grows_with_the_measured_speed_and_never_shrinks_below_the_setting() -> None:
+def test_a_set_timeout_is_exactly_that_on_every_try() -> None:
     ep = Endpoint("u", SlotGate(1))
-    assert ep.timeout_for(100, 64, 120.0) == 120.0  # a small request: the setting
-    assert ep.timeout_for(100, 64, 120.0, attempt=3) == 480.0  # doubled on each retry
-    cold = ep.timeout_for(2000, 256, 120.0)
-    assert cold > 120.0  # nothing measured: a long prompt gets a pessimistic prior's time
-    ep.observe(latency_s=2.0, prompt_tokens=500, completion_tokens=100)  # fast
-    assert ep.timeout_for(2000, 256, 120.0) == 120.0
+    assert [ep.timeout_for(2000, 256, 5.0, attempt=a) for a in (1, 2, 3, 4)] == [5.0] * 4
     for _ in range(10):
         ep.observe(latency_s=300.0, prompt_tokens=500, completion_tokens=100)  # 2 s a token
-    assert ep.timeout_for(2000, 256, 120.0) > 3 * (256 + 200) * 1.5
+    assert ep.timeout_for(2000, 256, 5.0) == 5.0  # measured slow: still the setting
+
+
+def test_an_unset_timeout_grows_with_the_measured_speed_and_never_below_the_floor() -> None:
+    ep = Endpoint("u", SlotGate(1))
+    assert ep.timeout_for(100, 64, None) == 120.0  # a small request: the floor
+    assert ep.timeout_for(100, 64, None, attempt=3) == 480.0  # doubled on each retry
+    cold = ep.timeout_for(2000, 256, None)
+    assert cold > 120.0  # nothing measured: a long prompt gets a pessimistic prior's time
+    ep.observe(latency_s=2.0, prompt_tokens=500, completion_tokens=100)  # fast
+    assert ep.timeout_for(2000, 256, None) == 120.0
+    for _ in range(10):
+        ep.observe(latency_s=300.0, prompt_tokens=500, completion_tokens=100)  # 2 s a token
+    assert ep.timeout_for(2000, 256, None) > 3 * (256 + 200) * 1.5
 
 
 # -- answers of any shape ----------------------------------------------------------------

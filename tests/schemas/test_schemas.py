@@ -109,7 +109,17 @@ def _hash_without_distractors(config: RunConfig) -> str:
     dump = config.model_dump(mode="json", exclude=_NOT_IN_ID)
     del dump["policy"]
     del dump["llm"]["distractors"]
+    dump["llm"]["timeout_s"] = dump["llm"]["timeout_s"] or 120.0  # the old default
     return stable_hash(dump, length=16)
+
+
+def test_an_unset_llm_timeout_keeps_the_ids_of_runs_made_with_the_old_default() -> None:
+    """``timeout_s`` was 120 s by default and is now unset (adaptive): runs from before
+    resume under their ids; a timeout set to something else is still another run."""
+    assert RunConfig().llm.timeout_s is None
+    old_default = RunConfig(llm=LLMConfig(timeout_s=120.0))
+    assert RunConfig().config_hash() == old_default.config_hash()
+    assert RunConfig(llm=LLMConfig(timeout_s=5.0)).config_hash() != old_default.config_hash()
 
 
 def test_only_tool_and_model_failures_count_against_the_policy() -> None:

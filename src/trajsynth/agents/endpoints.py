@@ -8,11 +8,17 @@ Every ``OpenAILLMClient`` of the process that talks to one base URL shares one `
   been *computing* for that long, not queueing behind others. The embedded llama.cpp server
   has one slot (it computes one request at a time); any other server gets the client's
   ``max_concurrency``.
-* ``timeout_for``: the per-attempt timeout, never below the configured one and longer when
-  the server has been measured slower than that allows (seconds per token of work, an
-  exponentially weighted mean over answered requests, a prompt token counting a tenth of a
-  generated one; before any answer, a pessimistic 4 tokens/s), doubled on each retry, so a
-  slow but working server is not given up on while it computes.
+* ``timeout_for``: the per-attempt timeout. A ``timeout_s`` the user set is exactly that:
+  the seconds a request may take before it is retried, on every try. Left unset, it adapts:
+  at least ``ADAPTIVE_FLOOR_S`` and longer when the server has been measured slower than that
+  allows (seconds per token of work, an exponentially weighted mean over answered requests,
+  a prompt token counting a tenth of a generated one; before any answer, a pessimistic 4
+  tokens/s), doubled on each retry, so a slow but working server is not given up on while it
+  computes.
+* ``dead``: an endpoint that has answered nothing while ``DEAD_AFTER`` requests were given
+  up on (every try timed out or found no server) fails the next requests at once, so a run
+  against a server that answers nothing ends in minutes with one clear line, not after
+  every unit has waited out its own retries.
 * ``keeper``: for a server this process started (``agents.embedded``), a function that
   makes it idle before a retry: a dead server is started again, and one that was given up
   on mid-request is restarted, since llama.cpp goes on computing an abandoned request and a
@@ -31,11 +37,24 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Endpoint", "SlotGate", "endpoint", "forget_endpoint", "register_endpoint"]
+__all__ = [
+    "ADAPTIVE_FLOOR_S",
+    "DEAD_AFTER",
+    "Endpoint",
+    "SlotGate",
+    "endpoint",
+    "forget_endpoint",
+    "forget_faults",
+    "register_endpoint",
+]
 
 Keeper = Callable[[str], None]
 """Called (in a worker thread) with why (``"timeout"`` or ``"connection"``) before a retry."""
 
+ADAPTIVE_FLOOR_S = 120.0
+"""The shortest per-attempt timeout when ``[run.llm] timeout_s`` is unset."""
+DEAD_AFTER = 2
+"""Requests given up on, with not one answered, after which an endpoint counts as dead."""
 _TIMEOUT_FACTOR = 3.0  # an attempt may take this many times its expected time
 _TIMEOUT_SLACK_S = 5.0
 _EWMA = 0.3
@@ -126,6 +145,7 @@ class Endpoint:
     keeper: Keeper | None = None
     seconds_per_token: float | None = None
     answered: int = 0
+    given_up: int = 0  # requests whose every try timed out or found no server
     recovered: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -138,28 +158,44 @@ class Endpoint:
             self.answered += 1
 
     def timeout_for(
-        self, prompt_tokens: int, max_tokens: int, floor_s: float, attempt: int = 1
+        self, prompt_tokens: int, max_tokens: int, fixed_s: float | None, attempt: int = 1
     ) -> float:
-        """Seconds attempt ``attempt`` of a request may take: three times what the measured
-        speed says it needs (prompt and ``max_tokens``), never less than ``floor_s``,
-        doubled on each retry (a cold server, restarted and without its prompt cache, is
-        slower than the one measured).
+        """Seconds attempt ``attempt`` of a request may take.
+
+        ``fixed_s`` (the user's ``timeout_s``) is the answer, on every try. ``None`` adapts:
+        three times what the measured speed says the request needs (prompt and
+        ``max_tokens``), never less than ``ADAPTIVE_FLOOR_S``, doubled on each retry (a cold
+        server, restarted and without its prompt cache, is slower than the one measured).
 
         >>> e = Endpoint("u", SlotGate(1))
-        >>> e.timeout_for(100, 64, 120.0), e.timeout_for(100, 64, 120.0, attempt=2)
+        >>> e.timeout_for(2000, 256, 5.0), e.timeout_for(2000, 256, 5.0, attempt=4)
+        (5.0, 5.0)
+        >>> e.timeout_for(100, 64, None), e.timeout_for(100, 64, None, attempt=2)
         (120.0, 240.0)
-        >>> e.timeout_for(2000, 256, 120.0)  # the prior: (256 + 2000 / 10) x 0.25 s x 3 + 5 s
+        >>> e.timeout_for(2000, 256, None)  # the prior: (256 + 2000 / 10) x 0.25 s x 3 + 5 s
         347.0
         >>> e.observe(10.0, 0, 10)  # measured: one second a generated token
-        >>> e.timeout_for(1000, 256, 120.0)  # (256 + 1000 / 10) s, times 3, plus 5 s
+        >>> e.timeout_for(1000, 256, None)  # (256 + 1000 / 10) s, times 3, plus 5 s
         1073.0
         """
+        if fixed_s is not None:
+            return fixed_s
         rate = (
             _PRIOR_SECONDS_PER_TOKEN if self.seconds_per_token is None else self.seconds_per_token
         )
         expected = rate * _work(prompt_tokens, max_tokens)
-        single = max(floor_s, _TIMEOUT_FACTOR * expected + _TIMEOUT_SLACK_S)
+        single = max(ADAPTIVE_FLOOR_S, _TIMEOUT_FACTOR * expected + _TIMEOUT_SLACK_S)
         return single * 2 ** max(0, attempt - 1)
+
+    def give_up(self) -> None:
+        """A request whose every try timed out or found no server."""
+        with self._lock:
+            self.given_up += 1
+
+    @property
+    def dead(self) -> bool:
+        """Nothing answered, and ``DEAD_AFTER`` requests given up on (see the module doc)."""
+        return self.answered == 0 and self.given_up >= DEAD_AFTER
 
     async def make_idle(self, why: str) -> None:
         """Before a retry: have the keeper restart a dead or abandoned server (if any)."""
@@ -202,3 +238,10 @@ def endpoint(base_url: str, default_slots: int) -> Endpoint:
             if ep is None:
                 ep = _others[(url, default_slots)] = Endpoint(url, SlotGate(default_slots))
         return ep
+
+
+def forget_faults() -> None:
+    """Count no request as given up on any endpoint (a new run in a long-lived process)."""
+    with _registry_lock:
+        for ep in (*_endpoints.values(), *_others.values()):
+            ep.given_up = 0

@@ -12,8 +12,9 @@
 * requests in flight bounded by what the server computes at once, across every client,
   event loop and thread of the process (one for the embedded server, ``max_concurrency``
   otherwise), so a request waits in the client and its timeout measures computing, not
-  queueing; the per-attempt timeout is ``LLMConfig.timeout_s`` or longer when the server
-  was measured slower (``agents.endpoints``); optional requests-per-minute and
+  queueing; the per-attempt timeout is ``LLMConfig.timeout_s`` when set, else adapted to
+  the server's measured speed (``agents.endpoints``); a try that waits more than a few
+  seconds is reported while it waits (``agents.waiting``); optional requests-per-minute and
   tokens-per-minute limits (leaky buckets, ``aiolimiter``);
 * an on-disk response cache (``diskcache``) keyed by the sha256 of the full canonical
   request (model, messages, tools, sampling parameters, seed, logprob options), so a re-run
@@ -58,13 +59,15 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import diskcache
+import httpx
 import openai
 from aiolimiter import AsyncLimiter
 from pydantic import Field, SecretStr, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from trajsynth.agents.answered import HEADER as ANSWERED_HEADER
-from trajsynth.agents.endpoints import Endpoint, endpoint
+from trajsynth.agents.endpoints import ADAPTIVE_FLOOR_S, Endpoint, endpoint
+from trajsynth.agents.waiting import watch_reply
 from trajsynth.schemas import (
     AgentRole,
     FunctionCall,
@@ -274,7 +277,7 @@ class OpenAILLMClient:
                 base_url=cfg.base_url,
                 api_key=key,
                 max_retries=0,  # retried in _send, after the server is idle again
-                timeout=cfg.timeout_s,
+                timeout=cfg.timeout_s or ADAPTIVE_FLOOR_S,  # each try sets its own
                 http_client=self._http_client
                 or openai.DefaultAsyncHttpxClient(verify=_tls_context()),
             )
@@ -425,10 +428,16 @@ class OpenAILLMClient:
             estimate = estimate_tokens(canonical_json(body["messages"])) + body["max_tokens"]
             await state.tpm.acquire(min(estimate, state.tpm.max_rate))
         ep = self.endpoint
+        if ep.dead:
+            raise LLMError(
+                f"{self.config.base_url} ({role}): not asked: the endpoint answered none of "
+                f"the requests given up on so far ({ep.given_up}); check the server"
+            )
         prompt_estimate = estimate_tokens(canonical_json([body["messages"], body.get("tools")]))
+        attempts = self.config.max_retries + 1
         async with ep.gate.slot():
             retrying = AsyncRetrying(
-                stop=stop_after_attempt(self.config.max_retries + 1),
+                stop=stop_after_attempt(attempts),
                 wait=_backoff,
                 retry=retry_if_exception(_retryable),
                 reraise=True,
@@ -438,6 +447,7 @@ class OpenAILLMClient:
             # record, not computed again (agents.answered)
             request_id = uuid.uuid4().hex
             began = time.perf_counter()  # the call's cost includes the retries' waits
+            timeouts: list[float] = []
             try:
                 async for attempt in retrying:
                     with attempt:
@@ -445,28 +455,37 @@ class OpenAILLMClient:
                             # the server must be idle before the retry (module doc)
                             await ep.make_idle(_idle_reason(last))
                         start = time.perf_counter()
+                        number = attempt.retry_state.attempt_number
+                        timeout = ep.timeout_for(
+                            prompt_estimate, body["max_tokens"], self.config.timeout_s, number
+                        )
+                        timeouts.append(timeout)
                         try:
-                            completion = await self._create(
-                                state.client,
-                                body,
-                                request_id,
-                                ep.timeout_for(
-                                    prompt_estimate,
-                                    body["max_tokens"],
-                                    self.config.timeout_s,
-                                    attempt.retry_state.attempt_number,
-                                ),
-                            )
+                            async with watch_reply(
+                                role=str(role),
+                                base_url=self.config.base_url or "",
+                                attempt=number,
+                                attempts=attempts,
+                                timeout_s=timeout,
+                            ):
+                                completion = await _within(
+                                    timeout,
+                                    self._create(state.client, body, request_id, timeout),
+                                    self.config.base_url or "",
+                                )
                         except (openai.APIError, _MalformedResponse) as exc:
                             last = exc
                             raise
                         computed = time.perf_counter() - start
             except openai.APIError as exc:
                 if _idle_reason(exc) != "error":
+                    ep.give_up()
                     # given up for good: the server must not go on computing the abandoned
                     # request while the next one (of this or another unit) waits behind it
                     with contextlib.suppress(LLMError):
                         await ep.make_idle(_idle_reason(exc))
+                if isinstance(exc, openai.APITimeoutError):
+                    raise LLMError(_no_reply(self.config, role, timeouts)) from exc
                 raise _llm_error(exc, self.config.base_url, role) from exc
             except _MalformedResponse as exc:
                 raise LLMError(f"{self.config.base_url} ({role}): {exc} (after retries)") from exc
@@ -580,6 +599,33 @@ def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
     return False
+
+
+async def _within(seconds: float, call: Any, base_url: str) -> Any:
+    """``await call``, but never past ``seconds`` (plus a second's grace) in all: the SDK's
+    timeout bounds each read, so a server that trickles bytes could hold a try longer."""
+    try:
+        async with asyncio.timeout(seconds + 1.0):
+            return await call
+    except TimeoutError:
+        request = httpx.Request("POST", f"{base_url.rstrip('/')}/chat/completions")
+        raise openai.APITimeoutError(request=request) from None
+
+
+def _no_reply(config: LLMConfig, role: AgentRole, timeouts: Sequence[float]) -> str:
+    """The one line for a request whose every try timed out: tries, seconds, the setting."""
+    waits = ", ".join(f"{t:.0f}" for t in timeouts)
+    setting = (
+        f"[run.llm] timeout_s = {config.timeout_s:g}"
+        if config.timeout_s is not None
+        else "[run.llm] timeout_s unset: adapted to the measured speed"
+    )
+    return (
+        f"{config.base_url} ({role}): timed out after retries: no reply in "
+        f"{len(timeouts)} tries of {waits} s "
+        f"({setting}, max_retries = {config.max_retries}); the endpoint accepted the "
+        "request and answered nothing"
+    )
 
 
 def _idle_reason(exc: BaseException) -> str:

@@ -287,7 +287,8 @@ top_logprobs = 5             # k of those logprobs
 max_concurrency = 2          # requests in flight at once
 # requests_per_minute = 60
 # tokens_per_minute = 100000
-timeout_s = 120.0
+# timeout_s = 60.0           # seconds a request may take before it is retried; unset:
+                             # adapted to the server's measured speed (docs/endpoints-timeouts.md)
 max_retries = 3              # openai client retries on 429, 5xx and timeouts (honours Retry-After)
 embedded_ctx = 4096          # context of the embedded server (not part of the run id)
 # distractors = 4            # list the tools a task needs plus the 4 nearest, always (rows

@@ -21,6 +21,7 @@ from typing import Any
 from prefect import flow
 from pydantic import SecretStr
 
+from trajsynth.agents.endpoints import forget_faults
 from trajsynth.agents.llm import open_llm_client
 from trajsynth.flows.interrupt import rearm
 from trajsynth.flows.stages import _clusters, plan_round, rollout_round
@@ -134,6 +135,7 @@ async def build_dataset(
     units run at once (``flows.runners``; ``with_options(task_runner=...)``)."""
     del concurrency
     rearm()  # Prefect's SIGTERM handler waits for the units in flight; the command's does not
+    forget_faults()  # an endpoint a former run of this process found dead is asked again
     started = time.perf_counter()
     store = Store(Path(store_path))
     run_id = run_id_for(config)

@@ -13,6 +13,12 @@ it can grow (``expect_leaves``) and, when it ends, gives back those it did not g
 A retried unit announces its leaves again, so its earlier attempt's leaves stay counted.
 The sink is a context variable: Prefect's thread task runner copies the context into each
 task, so ticks from task threads reach the same sink (a lock guards the shared count).
+
+An LLM request that has waited more than a few seconds for its reply is a ``waiting`` event
+(``llm_waiting``, the listener ``progress_sink`` installs for ``agents.waiting``): done is
+the seconds waited, the message says who waits, on which try, and when it is retried
+("waiting for the assistant's reply, 42 s (try 1 of 4; retried at 60 s) from URL"); when
+the reply comes (or the try ends) one more event with an empty message clears it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajsynth.agents.waiting import Waiting, wait_listener
 from trajsynth.schemas import AgentRole, Message
 
 __all__ = [
@@ -35,6 +42,7 @@ __all__ = [
     "close_leaves",
     "expect_leaves",
     "leaf",
+    "llm_waiting",
     "progress_sink",
     "report",
     "tick",
@@ -78,7 +86,8 @@ def progress_sink(callback: Callable[[ProgressEvent], None]) -> Iterator[None]:
     counts = _counts.set({})
     leaves = _leaves.set(_Leaves())
     try:
-        yield
+        with wait_listener(llm_waiting):
+            yield
     finally:
         _leaves.reset(leaves)
         _counts.reset(counts)
@@ -91,6 +100,11 @@ def report(stage: str, done: int, total: int, message: str = "") -> None:
         log.info("%s %d/%d %s", stage, done, total, message)
     else:
         callback((stage, done, total, message))
+
+
+def llm_waiting(notice: Waiting) -> None:
+    """A request still waiting for its reply (``agents.waiting``), as a ``waiting`` event."""
+    report("waiting", round(notice.waited_s), 0, "" if notice.done else notice.line())
 
 
 def tick(stage: str, message: str = "") -> int:

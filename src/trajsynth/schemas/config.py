@@ -32,7 +32,14 @@ class LLMConfig(Record):
     max_concurrency: int = Field(default=2, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
-    timeout_s: float = Field(default=120.0, gt=0)
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "seconds one try of a request may take before it is retried (every try); None: "
+            "adapted to the server's measured speed (at least 120 s, doubled on each retry)"
+        ),
+    )
     max_retries: int = Field(default=3, ge=0)
     embedded_ctx: int = Field(
         default=4096,
@@ -170,4 +177,6 @@ class RunConfig(Record):
             del dump["policy"]
         if dump["llm"]["distractors"] is None:  # likewise for runs from before the option
             del dump["llm"]["distractors"]
+        if dump["llm"]["timeout_s"] is None:  # unset hashes as the old default: ids stay
+            dump["llm"]["timeout_s"] = 120.0
         return stable_hash(dump, length=16)
