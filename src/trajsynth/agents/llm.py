@@ -614,7 +614,7 @@ async def _within(seconds: float, call: Any, base_url: str) -> Any:
 
 def _no_reply(config: LLMConfig, role: AgentRole, timeouts: Sequence[float]) -> str:
     """The one line for a request whose every try timed out: tries, seconds, the setting."""
-    waits = ", ".join(f"{t:.0f}" for t in timeouts)
+    waits = ", ".join(f"{t:.0f}" if t >= 10 else f"{t:g}" for t in timeouts)
     setting = (
         f"[run.llm] timeout_s = {config.timeout_s:g}"
         if config.timeout_s is not None

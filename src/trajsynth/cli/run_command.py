@@ -143,6 +143,9 @@ def _run(
     print_summary(summary, console=console, store_path=str(settings.store_path))
     for warning in empty_cluster_warnings(str(settings.store_path), summary.run_id, config):
         console.print(f"[yellow]warning:[/] {warning}")
+    silent = llm_silent_line(summary, config)
+    if silent:
+        console.print(f"[red]error:[/] {escape(silent)}")
     if summary.trajectories == 0:
         # issue 17: a run that yields no task (or no trajectory) says so and fails
         reasons = ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items())
@@ -155,6 +158,27 @@ def _run(
         )
         return False
     return True
+
+
+def llm_silent_line(summary: RunSummary, config: RunConfig) -> str | None:
+    """One line when the LLM endpoint answered no request of the run and units failed for
+    it (a wedged or unreachable server), else None."""
+    llm_failed = [e for e in summary.failed_unit_errors if "LLMError" in e]
+    if not summary.failed_units or not llm_failed or any(summary.tokens_by_role.values()):
+        return None
+    where = config.llm.base_url or "the embedded server"
+    timeout = (
+        f"timeout_s = {config.llm.timeout_s:g} s a try"
+        if config.llm.timeout_s is not None
+        else "timeout_s unset (adaptive)"
+    )
+    units = sum(summary.failed_units.values())
+    return (
+        f"the LLM endpoint {where} answered no request: {units} unit(s) failed as infra "
+        f"waiting for it ([run.llm] {timeout}, max_retries = {config.llm.max_retries}); "
+        "check that the server answers POST /chat/completions, then run the same command "
+        "again to resume"
+    )
 
 
 def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> None:
@@ -179,7 +203,8 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
             "units failed (the next run retries them)",
             ", ".join(f"{k}: {v}" for k, v in sorted(summary.failed_units.items())),
         )
-        table.add_row("top unit errors", "\n".join(summary.failed_unit_errors))
+        # "[run.llm]" in an error line is text, not rich markup
+        table.add_row("top unit errors", escape("\n".join(summary.failed_unit_errors)))
     table.add_row(
         "terminations", ", ".join(f"{k}: {v}" for k, v in sorted(summary.terminations.items()))
     )

@@ -177,6 +177,162 @@ def _raise_oom_score() -> None:
         fh.write("1000")
 
 
+# -- the code tool's guard: no signal to, and no ptrace of, any process started before it --
+#
+# A program the model wrote runs as the same user as the MCP server that runs it (and, in a
+# container, as the agent). Before it execs, ``guard_untrusted`` installs a seccomp filter
+# (classic BPF, assembled here: this module may import only the standard library) that
+# refuses with EPERM:
+#   * kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_open (and fcntl
+#     F_SETOWN) aimed at a pid below the program's own: pids grow, so every process that was
+#     there before it (the server, the agent, tini) is below, and its own children are
+#     above; a process group is refused likewise, and -1 (every process) always;
+#   * ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, pidfd_send_signal, and the fcntl
+#     and ioctl requests that name a signal owner by a pointer (F_SETOWN_EX, FIOSETOWN,
+#     SIOCSPGRP, TIOCSPGRP), whose target a filter cannot read;
+#   * every system call of another ABI (x32, i386 on x86-64), which would skip the table.
+# ``become_undumpable`` makes the server itself untraceable and its /proc files (fd, mem,
+# environ) closed to the same user, whatever the filter.
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_NR = {
+    "x86_64": {
+        "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
+        "rt_tgsigqueueinfo": 297, "pidfd_open": 434, "pidfd_send_signal": 424,
+        "pidfd_getfd": 438, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+        "kcmp": 312, "fcntl": 72, "ioctl": 16,
+    },
+    "aarch64": {
+        "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
+        "rt_tgsigqueueinfo": 240, "pidfd_open": 434, "pidfd_send_signal": 424,
+        "pidfd_getfd": 438, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
+        "kcmp": 272, "fcntl": 25, "ioctl": 29,
+    },
+}  # fmt: skip
+_PID_TARGETED = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")
+_REFUSED = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "pidfd_send_signal",
+)  # fmt: skip
+_F_SETOWN, _F_SETOWN_EX = 8, 15
+_OWNER_IOCTLS = (0x8901, 0x8902, 0x5410)  # FIOSETOWN, SIOCSPGRP, TIOCSPGRP
+_X32_BIT = 0x40000000
+_RET_ALLOW, _RET_EPERM, _RET_KILL = 0x7FFF0000, 0x00050001, 0x80000000
+_LD_ABS, _JEQ, _JGE, _JGT, _RET = 0x20, 0x15, 0x35, 0x25, 0x06
+
+
+def _arg_low(i: int) -> int:
+    """Offset of the low 32 bits of argument ``i`` in ``struct seccomp_data`` (little
+    endian; the kernel reads a pid_t or an int from exactly those bits)."""
+    return 16 + 8 * i
+
+
+def guard_program(own_pid: int, machine: str | None = None) -> list[tuple[int, int, int, int]]:
+    """The filter (``(code, jt, jf, k)`` instructions) for a program whose pid is
+    ``own_pid`` (see above); ``ValueError`` on an architecture it has no table for."""
+    machine = machine or os.uname().machine
+    if machine not in _NR:
+        raise ValueError(f"no system call table for {machine}")
+    nr = _NR[machine]
+    prog: list[tuple] = []  # (code, jt, jf, k); jt/jf may be label names, resolved below
+    labels: dict[str, int] = {}
+
+    def at(name: str) -> None:
+        labels[name] = len(prog)
+
+    def op(code: int, k: int, jt: object = 0, jf: object = 0) -> None:
+        prog.append((code, jt, jf, k))
+
+    op(_LD_ABS, 4)  # arch
+    op(_JEQ, _AUDIT_ARCH[machine], 0, "kill")
+    op(_LD_ABS, 0)  # nr
+    if machine == "x86_64":
+        op(_JGE, _X32_BIT, "deny", 0)
+    for name in _REFUSED:
+        op(_JEQ, nr[name], "deny", 0)
+    for name in _PID_TARGETED:
+        op(_JEQ, nr[name], "pid_arg0", 0)
+    op(_JEQ, nr["fcntl"], "fcntl", 0)
+    op(_JEQ, nr["ioctl"], "ioctl", 0)
+    op(_RET, _RET_ALLOW)
+    at("fcntl")  # (classic BPF jumps only forward: these come before the pid checks)
+    op(_LD_ABS, _arg_low(1))
+    op(_JEQ, _F_SETOWN_EX, "deny", 0)
+    op(_JEQ, _F_SETOWN, "pid_arg2", "allow")
+    at("ioctl")
+    op(_LD_ABS, _arg_low(1))
+    for request in _OWNER_IOCTLS:
+        op(_JEQ, request, "deny", 0)
+    op(_RET, _RET_ALLOW)
+    for arg in (0, 2):  # a pid (or -pgid) in argument 0, or in fcntl's argument 2
+        at(f"pid_arg{arg}")
+        op(_LD_ABS, _arg_low(arg))
+        op(_JEQ, 0, "allow", 0)  # 0: the caller's own process group
+        op(_JGE, 0x80000000, f"neg{arg}", 0)
+        op(_JGE, own_pid, "allow", "deny")  # a pid: its own or one started after it
+        at(f"neg{arg}")
+        op(_JGT, (1 << 32) - own_pid, "deny", "allow")  # -pgid: likewise; -1 is refused
+    at("allow")
+    op(_RET, _RET_ALLOW)
+    at("deny")
+    op(_RET, _RET_EPERM)
+    at("kill")
+    op(_RET, _RET_KILL)
+    resolved = []
+    for i, (code, jt, jf, k) in enumerate(prog):
+        jumps = [labels[j] - i - 1 if isinstance(j, str) else j for j in (jt, jf)]
+        if not all(0 <= j < 256 for j in jumps):
+            raise ValueError(f"jump out of range at {i}")
+        resolved.append((code, jumps[0], jumps[1], k))
+    return resolved
+
+
+def guard_untrusted() -> None:
+    """Install the guard filter on this process (run in the child before it execs the
+    program). Raises ``OSError`` when it cannot: the program must not run unguarded."""
+    import ctypes
+
+    program = guard_program(os.getpid())
+
+    class _Filter(ctypes.Structure):
+        _fields_ = [
+            ("code", ctypes.c_ushort),
+            ("jt", ctypes.c_ubyte),
+            ("jf", ctypes.c_ubyte),
+            ("k", ctypes.c_uint32),
+        ]
+
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Filter))]
+
+    filters = (_Filter * len(program))(*(_Filter(*ins) for ins in program))
+    prog = _Prog(len(program), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                           ctypes.c_ulong]  # fmt: skip
+    if libc.prctl(38, 1, None, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
+    if libc.prctl(22, 2, ctypes.addressof(prog), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        raise OSError(ctypes.get_errno(), "cannot install the seccomp guard")
+
+
+def become_undumpable() -> bool:
+    """PR_SET_DUMPABLE 0: no process of the same user may ptrace this one or open its
+    /proc files (fd, mem, environ) without CAP_SYS_PTRACE, which no sandbox grants."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        return False
+
+
+def _guarded_child() -> None:
+    _raise_oom_score()
+    guard_untrusted()
+
+
 def _exited(pid: int) -> bool:
     """Whether ``pid`` has exited, without reaping it (so its pid stays ours)."""
     try:
@@ -194,13 +350,16 @@ def run_process(
     cwd: str,
     cap: int = OUTPUT_CAP,
     own_tree: bool = False,
+    guarded: bool = False,
 ) -> dict:
     """Run ``argv`` in a new session; kill the whole session when ``timeout`` seconds pass.
 
     When the command exits, whatever it left running in its session is killed too, so an
     exec never leaves work behind. ``own_tree``: this process runs nothing else (the agent, a
     subreaper), so every descendant is the command's and is killed too, ``setsid`` children
-    included; the command also gets the highest OOM score.
+    included; the command also gets the highest OOM score. ``guarded``: the command is
+    the model's program and runs under ``guard_untrusted`` (it cannot signal or trace any
+    process that was there before it; it does not run at all when the guard cannot be set).
 
     Returns ``{"exit_code", "stdout", "stderr", "duration_s", "timed_out", "stdout_total",
     "stderr_total"}`` with the outputs as bytes (each cut to ``cap`` bytes) and the bytes each
@@ -217,9 +376,9 @@ def run_process(
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_raise_oom_score if own_tree else None,
+            preexec_fn=_guarded_child if guarded else _raise_oom_score if own_tree else None,
         )
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:  # the guard failed in the child
         return {
             "exit_code": 127,
             "stdout": b"",

@@ -1,7 +1,9 @@
 """Code interpreter: run Python and edit files in the sandbox work directory (MCP server).
 
 The whole server already runs inside the sandbox, so ``run_python`` is a plain subprocess in the
-work directory with a wall-clock limit. The server is a child subreaper: when the program ends
+work directory with a wall-clock limit, under a seccomp guard: the program cannot signal or
+ptrace this server (or any process started before it), and the server is not dumpable, so
+its /proc files are closed to the program too (``sandboxes._agent.guard_untrusted``). The server is a child subreaper: when the program ends
 or its time is up, every process it started is killed, ``setsid`` children included, and only
 the first ``OUTPUT_CAP`` bytes of each stream are kept, so no program can outlive its call,
 hang the server or fill its memory. What the program's own code causes (a timeout, a full work
@@ -41,7 +43,7 @@ from trajsynth.mcp_servers.servers._backend import (
     write_tool,
 )
 from trajsynth.mcp_servers.servers._stdio import serve_stdio
-from trajsynth.sandboxes._agent import become_subreaper, run_process
+from trajsynth.sandboxes._agent import become_subreaper, become_undumpable, run_process
 
 __all__ = ["STORE", "main", "server"]
 
@@ -199,7 +201,14 @@ def _run_counted(
     limit = _time_limit(timeout_s)
     with _RUN_LOCK:
         res = run_process(
-            argv, stdin=None, timeout=limit, env=env, cwd=str(root), cap=cap, own_tree=True
+            argv,
+            stdin=None,
+            timeout=limit,
+            env=env,
+            cwd=str(root),
+            cap=cap,
+            own_tree=True,
+            guarded=True,  # it cannot signal or trace this server (sandboxes._agent)
         )
     if res["timed_out"]:
         raise fail(f"timed out after {limit:g}s; the program and all it started were killed")
@@ -398,6 +407,7 @@ def main() -> None:
         cap = int(sys.argv[3]) if split == 4 else OUTPUT_CAP
         sys.exit(run_command(sys.argv[split + 1 :], float(sys.argv[2]), cap))
     become_subreaper()
+    become_undumpable()  # the programs it runs cannot trace it or read its /proc files
     STORE.ensure()
     serve_stdio(server)
 
