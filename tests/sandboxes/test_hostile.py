@@ -451,3 +451,135 @@ async def test_code_tool_faults_are_tool_errors_and_the_server_lives(code_env) -
     assert env.restarts == 0  # every fault stayed inside the call
     ok = await _run_python(env, "print(6 * 7)")
     assert not ok.is_error and "42" in ok.text
+
+
+# ------------------------------------------- the code tool's programs against their server
+
+_ATTACK_SERVER = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+server = os.getppid()  # run_python's program is the MCP server's child
+result = {"server_pid": server}
+
+
+def errname(rc):
+    return "ALLOWED" if rc == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+
+
+result["ptrace_attach"] = errname(libc.ptrace(16, server, None, None))  # PTRACE_ATTACH
+result["ptrace_seize"] = errname(libc.ptrace(0x4206, server, None, None))  # PTRACE_SEIZE
+result["sigkill_server"] = errname(libc.kill(server, 9))
+result["sigstop_server"] = errname(libc.kill(server, 19))
+result["sigkill_server_group"] = errname(libc.kill(-os.getpgid(server), 9))
+result["sigkill_everyone"] = errname(libc.kill(-1, 9))
+result["sigkill_pid_1"] = errname(libc.kill(1, 9))
+for name in ("mem", "environ", "fd/0"):
+    try:
+        open(f"/proc/{server}/{name}", "rb").close()
+        result[f"proc_{name}"] = "ALLOWED"
+    except OSError as exc:
+        result[f"proc_{name}"] = errno.errorcode.get(exc.errno, "?")
+print(json.dumps(result))
+"""
+
+
+async def test_run_python_can_neither_trace_nor_signal_its_server(code_env) -> None:  # type: ignore[no-untyped-def]
+    env = code_env
+    res = await _run_python(env, _ATTACK_SERVER)
+    assert not res.is_error, res.text
+    tried = json.loads(res.text if res.structured is None else res.structured["stdout"])
+    server = tried.pop("server_pid")
+    assert server > 1
+    refused = {name: why for name, why in tried.items() if why != "ALLOWED"}
+    assert refused == tried, f"allowed against the server: {set(tried) - set(refused)}"
+    assert {tried[k] for k in tried if not k.startswith("proc_")} == {"EPERM"}
+    assert env.restarts == 0  # the server never noticed
+    ok = await _run_python(env, "print(6 * 7)")
+    assert not ok.is_error and "42" in ok.text
+
+
+def _kill_code_server(sb: Sandbox) -> None:
+    """SIGKILL the sandbox's code MCP server from outside the code tool: what a program
+    that got past the guard would do (the attribution does not depend on how)."""
+    scan = (
+        "import os, signal, sys\n"
+        "for pid in os.listdir('/proc'):\n"
+        "    if not pid.isdigit() or int(pid) == os.getpid():\n"
+        "        continue\n"
+        "    try:\n"
+        "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().replace(b'\\0', b' ')\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if all(m.encode() in cmd for m in sys.argv[1:]):\n"
+        "        os.kill(int(pid), signal.SIGKILL)\n"
+        "        print(pid)\n"
+    )
+    if isinstance(sb, DockerSandbox):  # the agent's commands are not guarded
+        res = sb.exec([sb.python, "-c", scan, "trajsynth.mcp_servers.servers.code"])
+    else:  # the server's bubblewrap, on the host: its command line names this work dir
+        res = subprocess.run(  # type: ignore[assignment]
+            [sys.executable, "-c", scan, "trajsynth.mcp_servers.servers.code", sb.workdir],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    assert res.stdout.strip(), "no code server found to kill"
+
+
+async def test_a_server_that_dies_during_run_python_is_the_models_failure(code_env) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from trajsynth.mcp_servers.tool_calls import SERVER_KILLED, call_record
+    from trajsynth.schemas import FailureClass, FunctionCall, ToolCall
+
+    env = code_env
+    args = {"source": "import time\ntime.sleep(5)\nprint('done')", "timeout_s": 6}
+    call = asyncio.ensure_future(env.call_tool("run_python", args))
+    await asyncio.sleep(1.5)
+    await asyncio.to_thread(_kill_code_server, env.sandbox)
+    res = await call
+    assert res.is_error and res.error_type == SERVER_KILLED, res
+    assert "the tool server died while run_python ran the program" in res.text
+    assert "the sandbox is alive" in res.text
+    tool_call = ToolCall(id="c1", function=FunctionCall(name="run_python", arguments="{}"))
+    record = call_record(tool_call, args, res, latency_s=0.0)
+    assert record.failure_class is FailureClass.MODEL  # was infra: excused and retried
+    assert env.restarts == 1
+    ok = await _run_python(env, "print(6 * 7)")  # the restarted server serves the episode on
+    assert not ok.is_error and "42" in ok.text
+
+
+_DOCKER_DEFAULT_DENIES = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+out = {}
+for name, call in {
+    "ptrace_traceme": lambda: libc.ptrace(0, 0, None, None),
+    "unshare_user": lambda: libc.unshare(0x10000000),
+    "keyctl": lambda: libc.syscall(250, 0, 0, 0, 0, 0),  # x86-64 keyctl(GET_KEYRING_ID)
+    "bpf": lambda: libc.syscall(321, 0, None, 0),
+    "perf_event_open": lambda: libc.syscall(298, None, 0, -1, -1, 0),
+    "userfaultfd": lambda: libc.syscall(323, 0),
+}.items():
+    rc = call()
+    out[name] = "ALLOWED" if rc >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+print(json.dumps(out))
+"""
+
+
+def test_the_local_seccomp_filter_refuses_what_dockers_default_profile_refuses(
+    tmp_path: Path,
+) -> None:
+    if os.uname().machine != "x86_64":
+        pytest.skip("the probe uses x86-64 system call numbers")
+    _local_or_skip()
+    with LocalSandbox(LIMITS, use_bwrap=True, root=tmp_path) as sb:
+        inside = _py(sb, _DOCKER_DEFAULT_DENIES)
+    assert inside == dict.fromkeys(inside, "EPERM"), inside
+    # the control: the same probe outside any filter, where ptrace(TRACEME) is allowed
+    outside = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", _DOCKER_DEFAULT_DENIES], capture_output=True, text=True
+        ).stdout
+    )
+    assert outside["ptrace_traceme"] == "ALLOWED"

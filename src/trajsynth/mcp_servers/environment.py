@@ -56,7 +56,9 @@ from trajsynth.mcp_servers.launch import (
     server_mounts,
 )
 from trajsynth.mcp_servers.servers._backend import STATE_URI
+from trajsynth.mcp_servers.tool_calls import SERVER_KILLED
 from trajsynth.schemas import (
+    Domain,
     EnvState,
     InputError,
     JsonValue,
@@ -583,6 +585,9 @@ class Environment:
             if exc.code == CONNECTION_CLOSED:
                 fault = "the server closed the connection"
                 await self._restart_after(f"{what}: {fault}", conn)
+                killed = await self._killed_by_the_call(name, fault)
+                if killed is not None:
+                    return killed
                 raise _ServerLost(f"{what}: {fault}; server restarted", delivered=True) from exc
             raise MCPServerError(f"{what}: JSON-RPC error {exc.code}: {exc.message}") from exc
         except TimeoutError as exc:
@@ -591,6 +596,9 @@ class Environment:
             raise MCPServerError(f"{what}: {fault}; server restarted") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             await self._restart_after(f"{what}: transport broke ({exc!r})", conn)
+            killed = await self._killed_by_the_call(name, f"the transport broke ({exc!r})")
+            if killed is not None:
+                return killed
             raise _ServerLost(f"{what}: transport broke; server restarted", delivered=True) from exc
         except (RuntimeError, ValidationError) as exc:
             # The SDK rejects a result that breaks the tool's output schema (RuntimeError) or
@@ -608,6 +616,38 @@ class Environment:
             structured=structured,
             is_error=bool(raw.is_error),
             error_type="tool_error" if raw.is_error else None,
+        )
+
+    def _runs_code(self, name: str) -> bool:
+        """Whether tool ``name`` runs a program the model wrote (the code cluster's write
+        tools, or a tool named for running code)."""
+        if not self._is_write(name):
+            return False
+        lowered = name.lower()
+        named = any(w in lowered for w in ("python", "run_code", "execute", "exec_code"))
+        return named or self.cluster.domain == Domain.CODE
+
+    async def _killed_by_the_call(self, name: str, fault: str) -> ToolResult | None:
+        """When the server died during a call that ran the model's program while the
+        sandbox itself is alive, what that program did is what killed it: a ``model``
+        failure with the evidence, not an infra fault excused from the pass rate (None:
+        not such a call, or the sandbox is gone too, which is infra)."""
+        if not self._runs_code(name):
+            return None
+        try:
+            alive = await asyncio.to_thread(self.sandbox.exec, ["true"], timeout=10)
+        except SandboxError:
+            return None
+        if alive.exit_code != 0:
+            return None
+        log.warning("%s: the server died during %s (%s)", self.cluster.cluster_id, name, fault)
+        return ToolResult(
+            text=(
+                f"the tool server died while {name} ran the program ({fault}; the sandbox "
+                "is alive), so the program killed or broke it; the server was restarted"
+            ),
+            is_error=True,
+            error_type=SERVER_KILLED,
         )
 
     async def _restart_after(self, reason: str, failed: ServerConnection) -> None:

@@ -27,6 +27,7 @@ from trajsynth.schemas import (
 )
 
 __all__ = [
+    "SERVER_KILLED",
     "CheckedCall",
     "ToolResult",
     "call_record",
@@ -51,6 +52,11 @@ class CheckedCall:
         self.arguments = arguments
         self.failure = failure
 
+
+SERVER_KILLED = "server_killed"
+"""``error_type`` of a call during which the tool server died while running the model's
+program, the sandbox alive: class ``model`` (the policy sabotaged its environment), with the
+evidence in the observation; never an infra fault excused from the pass rate."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -218,6 +224,12 @@ def call_record(
         **common,
         observation=storable_text(outcome.text),
         obs_class=obs_class(outcome.text, outcome.is_error),
-        failure_class=FailureClass.TOOL if outcome.is_error else None,
+        failure_class=(
+            FailureClass.MODEL
+            if outcome.error_type == SERVER_KILLED
+            else FailureClass.TOOL
+            if outcome.is_error
+            else None
+        ),
         error_type=outcome.error_type,
     )

@@ -17,7 +17,13 @@ As root (how ``make run`` runs) the layers are:
    (``disk_mb``, ``tmp_mb``), in new pid, ipc, net and uts namespaces;
 3. ``setpriv`` to a per-sandbox unprivileged uid with every capability dropped and
    ``no_new_privs``;
-4. an inner, unprivileged ``bwrap`` that adds the user namespace (and forbids nested ones);
+4. an inner, unprivileged ``bwrap`` that adds the user namespace (and forbids nested ones)
+   and loads a seccomp filter (``seccomp_filter``, compiled with libseccomp through
+   ``pyseccomp``) that refuses, as Docker's default profile does, the calls that reach past
+   a sandbox: ``ptrace`` and ``process_vm_readv/writev``, module loading, ``kexec``,
+   ``bpf``, ``perf_event_open``, keyrings, mounts and namespaces, clock and swap
+   changes, ``userfaultfd``, ``open_by_handle_at``, ``io_uring`` (every call of another
+   ABI is killed);
 5. rlimits: CPU seconds from the timeout, no core files, a process count for that uid.
 
 Not as root, one unprivileged ``bwrap`` does 2 and 4; the work directory's size cannot be
@@ -31,6 +37,7 @@ bubblewrap, a command is a plain subprocess with the rlimits and the timeout onl
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import math
@@ -98,6 +105,22 @@ _ETC_FILES = (
     "/etc/ssl/certs",
 )
 UNSAFE_SETTING = "run.sandbox_limits.allow_unsafe_local_sandbox"
+# What the seccomp filter refuses with EPERM: the calls of Docker's default profile that let
+# a process reach past its sandbox (the rest of that profile is for capabilities no
+# sandboxed process here has). A name this kernel's table lacks is skipped.
+SECCOMP_DENIED = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    "create_module", "query_module", "get_kernel_syms", "bpf", "perf_event_open",
+    "add_key", "request_key", "keyctl", "mount", "umount", "umount2", "pivot_root",
+    "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+    "unshare", "setns", "swapon", "swapoff", "reboot", "acct", "settimeofday", "stime",
+    "clock_settime", "clock_adjtime", "adjtimex", "iopl", "ioperm", "syslog", "quotactl",
+    "lookup_dcookie", "nfsservctl", "uselib", "ustat", "sysfs", "_sysctl", "vhangup",
+    "userfaultfd", "open_by_handle_at", "io_uring_setup", "io_uring_enter",
+    "io_uring_register", "vm86", "vm86old",
+)  # fmt: skip
+_SECCOMP_FD = 9  # the fd the filter reaches bubblewrap on
 
 
 def _is_root() -> bool:
@@ -165,6 +188,30 @@ def _bwrap_problem() -> str | None:
     return None
 
 
+def seccomp_filter() -> bytes:
+    """The compiled BPF program ``bwrap --seccomp`` loads (see ``SECCOMP_DENIED``)."""
+    import pyseccomp
+
+    rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)  # calls of another ABI: killed
+    for name in SECCOMP_DENIED:
+        with contextlib.suppress(OSError, ValueError):  # not in this kernel's table
+            rules.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+    with tempfile.TemporaryFile() as fh:
+        rules.export_bpf(fh)
+        fh.seek(0)
+        return fh.read()
+
+
+@functools.cache
+def _seccomp_problem() -> str | None:
+    """Why no seccomp filter can be built here, or ``None``."""
+    try:
+        program = seccomp_filter()
+    except (ImportError, OSError, RuntimeError) as exc:
+        return f"no seccomp filter (pyseccomp / libseccomp): {exc}"
+    return None if program else "libseccomp exported an empty filter"
+
+
 def unenforced_limits() -> dict[str, str]:
     """Each limit a ``LocalSandbox`` cannot enforce on this host, with why (empty: all hold)."""
     missing: dict[str, str] = {}
@@ -179,6 +226,9 @@ def unenforced_limits() -> dict[str, str]:
         missing["pids (whole sandbox)"] = cgroup
     if not problem and not _is_root():
         missing.pop("pids (whole sandbox)", None)  # RLIMIT_NPROC holds for a non-root user
+    seccomp = _seccomp_problem()
+    if seccomp:
+        missing["seccomp filter (ptrace, kexec, bpf, mounts, ...)"] = seccomp
     tmpfs = _tmpfs_mount_problem()
     if tmpfs:
         missing["work-dir size"] = tmpfs
@@ -265,8 +315,12 @@ def _bwrap_argv(
     tmp_mb: int,
     passwd: str | None,
     extra_ro: Sequence[str],
+    seccomp: str | None = None,
 ) -> list[str]:
-    """The bubblewrap layers up to (not including) the command; see the module docstring."""
+    """The bubblewrap layers up to (not including) the command; see the module docstring.
+
+    ``seccomp``: a file holding the compiled filter; a shell in front opens it on fd 9, which
+    the outer layer and ``setpriv`` pass down to the bubblewrap that loads it."""
     view = ["--ro-bind", "/usr", "/usr"]
     for link in _SYSTEM_LINKS:
         if os.path.islink(link):
@@ -288,9 +342,17 @@ def _bwrap_argv(
     view += [*_dirs_for(work, made), "--bind", work, work]
     common = ["--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-uts"]
     common += ["--unshare-pid", "--unshare-net", "--unshare-cgroup-try"]
+    opener: list[str] = []
+    filtered: list[str] = []
+    if seccomp is not None:
+        opener = ["sh", "-c", f'exec {_SECCOMP_FD}<"$0" && exec "$@"', seccomp]
+        filtered = ["--seccomp", str(_SECCOMP_FD)]
     if not _is_root():
         # one unprivileged layer: its user namespace makes the mounts possible
-        return ["bwrap", *common, "--unshare-user", "--disable-userns", *view, "--chdir", cwd]
+        return [
+            *opener, "bwrap", *common, "--unshare-user", "--disable-userns", *filtered, *view,
+            "--chdir", cwd,
+        ]  # fmt: skip
     outer = ["bwrap", *common, *view, "--remount-ro", "/", "--"]
     drop = [
         "setpriv",
@@ -302,12 +364,12 @@ def _bwrap_argv(
         "--no-new-privs",
         "--",
     ]
-    inner = ["bwrap", "--unshare-user", "--disable-userns", "--die-with-parent"]
+    inner = ["bwrap", "--unshare-user", "--disable-userns", "--die-with-parent", *filtered]
     # --ro-bind marks every mount under it nodev; /dev gets its devices back (null, urandom)
     inner += ["--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"]
     inner += ["--bind", "/tmp", "/tmp", "--bind", work, work]
     inner += ["--chdir", cwd]
-    return [*outer, *drop, *inner]
+    return [*opener, *outer, *drop, *inner]
 
 
 class LocalSandbox(Sandbox):
@@ -346,6 +408,7 @@ class LocalSandbox(Sandbox):
         # the owner's pid is in the mount's name: a later process reaps what a killed one left
         self._mount_name = f"trajsynth-{os.getpid()}-{self.sandbox_id}"
         self._nproc = -1
+        self._seccomp: Path | None = None
         self._closed = False
         self._snapshots = TarSnapshots(self.sandbox_id)
 
@@ -383,6 +446,9 @@ class LocalSandbox(Sandbox):
             work.mkdir()
             self.workdir = str(work.resolve())
             self._write_passwd()
+            if self.use_bwrap and _seccomp_problem() is None:
+                self._seccomp = self._root / "seccomp.bpf"
+                self._seccomp.write_bytes(seccomp_filter())
             self._mount_work()
             if _cgroup_problem() is None:
                 self._cgroup = create_cgroup(self.limits.memory_mb * 1024 * 1024, self.limits.pids)
@@ -478,6 +544,7 @@ class LocalSandbox(Sandbox):
                 tmp_mb=self.limits.tmp_mb,
                 passwd=str(root / "etc"),
                 extra_ro=self.extra_ro,
+                seccomp=str(self._seccomp) if self._seccomp else None,
             )
             wrapped = [*layers, "--", *limited]
         if self._cgroup is not None:
