@@ -100,7 +100,7 @@ def test_one_shared_pool_per_settings() -> None:
 
 # Episode 1 writes a marker into every writable mount it can find (and a SysV shared memory
 # segment); episode 2 lists which are still there. Nothing may be.
-_PROBE = r'''
+_PROBE = r"""
 import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 KEY = 0x7A5E
@@ -127,7 +127,7 @@ else:
     if libc.mq_open(b"/episode-1", os.O_RDONLY) >= 0:
         left.append("posix-mq")
     print(json.dumps(left))
-'''
+"""
 
 
 def _episodes_leave_nothing(pool: SandboxPool) -> list[str]:

@@ -94,9 +94,7 @@ async def watch_reply(
     spoke = False
 
     def notice(done: bool) -> Waiting:
-        return Waiting(
-            role, base_url, time.monotonic() - start, attempt, attempts, timeout_s, done
-        )
+        return Waiting(role, base_url, time.monotonic() - start, attempt, attempts, timeout_s, done)
 
     async def tick() -> None:
         nonlocal spoke

@@ -7,6 +7,7 @@ import logging
 import os
 from pathlib import Path
 
+from pydantic import SecretStr
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -17,7 +18,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from pydantic import SecretStr
 from rich.table import Table
 
 from trajsynth.cli.explain import little_reasons, produced_little

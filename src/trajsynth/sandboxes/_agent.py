@@ -363,8 +363,9 @@ def run_process(
 
     Returns ``{"exit_code", "stdout", "stderr", "duration_s", "timed_out", "stdout_total",
     "stderr_total"}`` with the outputs as bytes (each cut to ``cap`` bytes) and the bytes each
-    stream wrote in all (more than was kept when it was cut). A negative exit code is the signal that killed it;
-    a command that cannot be started gives exit code 127 and the reason on stderr.
+    stream wrote in all (more than was kept when it was cut). A negative exit code is the
+    signal that killed it; a command that cannot be started gives exit code 127 and the reason
+    on stderr.
     """
     start = time.monotonic()
     try:

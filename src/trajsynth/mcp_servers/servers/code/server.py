@@ -1,19 +1,20 @@
 """Code interpreter: run Python and edit files in the sandbox work directory (MCP server).
 
 The whole server already runs inside the sandbox, so ``run_python`` is a plain subprocess in the
-work directory with a wall-clock limit, under a seccomp guard: the program cannot signal or
-ptrace this server (or any process started before it), and the server is not dumpable, so
-its /proc files are closed to the program too (``sandboxes._agent.guard_untrusted``). The server is a child subreaper: when the program ends
-or its time is up, every process it started is killed, ``setsid`` children included, and only
-the first ``OUTPUT_CAP`` bytes of each stream are kept, so no program can outlive its call,
-hang the server or fill its memory. What the program's own code causes (a timeout, a full work
-directory, a kill at the sandbox's memory or process limit) is a tool error the model sees.
-State is the files under the work directory: first start writes a small seeded project from
-``seed.json`` beside this module (an inventory module with one real bug, its unittest tests, and
-CSV data whose quantities ``$TRAJSYNTH_SEED`` perturbs). Paths must stay inside the work
+work directory with a wall-clock limit, under a seccomp guard: the program cannot signal or ptrace
+this server (or any process started before it), and the server is not dumpable, so its /proc files
+are closed to the program too (``sandboxes._agent.guard_untrusted``). The server is a child
+subreaper: when the program ends or its time is up, every process it started is killed, ``setsid``
+children included, and only the first ``OUTPUT_CAP`` bytes of each stream are kept, so no program
+can outlive its call, hang the server or fill its memory. What the program's own code causes (a
+timeout, a full work directory, a kill at the sandbox's memory or process limit) is a tool error the
+model sees. State is the files under the work directory: first start writes a small seeded project
+from ``seed.json`` beside this module (an inventory module with one real bug, its unittest tests,
+and CSV data whose quantities ``$TRAJSYNTH_SEED`` perturbs). Paths must stay inside the work
 directory.
 
 Run: ``python -m trajsynth.mcp_servers.servers.code`` (stdio).
+
 """
 
 from __future__ import annotations
