@@ -78,21 +78,23 @@ def test_a_silent_endpoint_is_given_up_on_within_the_set_timeout_and_said_so(
     began = time.monotonic()
     asyncio.run(ask())
     wall = time.monotonic() - began
-    # two tries of 0.4 s and one backoff (0.5-0.625 s) each, then the dead endpoint fails fast:
-    # the run's bound, not the 234 + 469 s a floor-and-double timeout gave this request
-    assert wall < 6.0, wall
+    # two tries of 0.4 s and one backoff (0.5-0.625 s) each, then the dead endpoint fails
+    # fast: about 3 s (bounds generous for a loaded machine), where the floor-and-double
+    # timeout gave this request 198 + 396 s
+    assert wall < 30.0, wall
     (first, line), (second, _), (third, fast_line) = errors
-    assert 0.8 <= first < 3.0 and 0.8 <= second < 3.0, errors
+    assert 0.8 <= first < 10.0 and 0.8 <= second < 10.0, errors
     assert line == (
         f"{silent_server} (assistant): timed out after retries: no reply in 2 tries of 0.4, "
         "0.4 s ([run.llm] timeout_s = 0.4, max_retries = 1); the endpoint accepted the request "
         "and answered nothing"
     )
-    assert third < 0.1 and "not asked: the endpoint answered none" in fast_line
+    assert third < 1.0 and "not asked: the endpoint answered none" in fast_line
     # while waiting, the listener heard it, on each try, and when each try ended
     waits = [n for n in notices if not n.done]
     assert {n.attempt for n in waits} == {1, 2} and all(n.attempts == 2 for n in waits)
-    assert waits[0].line().startswith("waiting for the assistant's reply, 0 s (try 1 of 2;")
+    assert waits[0].line().startswith("waiting for the assistant's reply, 0 s (try 1 of 2; ")
+    assert "retried at 0.4 s)" in waits[0].line()
     assert sum(n.done for n in notices) == 4  # one per try of the two requests asked
 
 

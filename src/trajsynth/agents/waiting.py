@@ -54,8 +54,13 @@ class Waiting:
         last = "given up" if self.attempt >= self.attempts else "retried"
         return (
             f"waiting for the {self.role}'s reply, {self.waited_s:.0f} s (try {self.attempt} "
-            f"of {self.attempts}; {last} at {self.timeout_s:.0f} s) from {self.base_url}"
+            f"of {self.attempts}; {last} at {_seconds(self.timeout_s)} s) from {self.base_url}"
         )
+
+
+def _seconds(value: float) -> str:
+    """Whole seconds, or the value itself below ten (a 0.4 s timeout is not "0 s")."""
+    return f"{value:.0f}" if value >= 10 else f"{value:g}"
 
 
 Listener = Callable[[Waiting], None]
