@@ -25,7 +25,12 @@ from trajsynth.agents.user_sim import (
     goal_looks_met,
     scripted_user_turn,
 )
-from trajsynth.mcp_servers.tool_calls import ToolResult, call_record, check_tool_call
+from trajsynth.mcp_servers.tool_calls import (
+    SERVER_KILLED,
+    ToolResult,
+    call_record,
+    check_tool_call,
+)
 from trajsynth.schemas import (
     AgentRole,
     Blueprint,
@@ -243,6 +248,9 @@ async def act(
             turn.messages.append(tool_msg)
             if record.failure_class is FailureClass.INFRA:
                 path.end(Termination.INFRA_ERROR, FailureClass.INFRA, record.observation)
+                break
+            if record.error_type == SERVER_KILLED:  # the observation holds the evidence
+                path.end(Termination.ENVIRONMENT_BROKEN, FailureClass.MODEL, record.observation)
                 break
     else:
         checked = await _user_turn(episode, path, turn, reply.content or "", user_seed, user_room)

@@ -45,6 +45,9 @@ class Termination(StrEnum):
     PRUNED = "pruned"
     SIMULATOR_ERROR = "simulator_error"
     INFRA_ERROR = "infra_error"
+    # the tool server died while running the model's program, the sandbox alive: the
+    # policy broke its own environment (a `model` failure, never excused as infra)
+    ENVIRONMENT_BROKEN = "environment_broken"
 
 
 class ObsClass(StrEnum):
