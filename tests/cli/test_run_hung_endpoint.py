@@ -82,3 +82,29 @@ def test_a_wedged_endpoint_ends_the_run_with_a_clear_summary(
     ), out[-3000:]
     assert f"error: the LLM endpoint {wedged_server} answered no request:" in flat, out[-3000:]
     assert "units failed (infra:" in flat
+
+
+@pytest.mark.slow  # a `synth` process, and the startup check's 10 s wait
+def test_a_server_that_accepts_and_never_answers_stops_the_run_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    with socket.socket() as silent:  # the kernel accepts into the backlog; nothing replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        began = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "trajsynth.cli", "run", "--base-url", url, "--tasks", "1"],
+            cwd=tmp_path,
+            env={**os.environ, "SYNTH_STORE_PATH": str(tmp_path / "s.duckdb"), "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        wall = time.monotonic() - began
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and wall < 60, (proc.returncode, wall, out[-2000:])
+    assert f"nothing answers at --base-url {url} (ReadTimeout)" in out, out[-2000:]
+    assert not (tmp_path / "s.duckdb").exists()  # nothing was run, nothing was written
