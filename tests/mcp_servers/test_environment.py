@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.kill import kill_code_server
 
 from trajsynth.mcp_servers.environment import Environment, ToolResult, open_environment
 from trajsynth.mcp_servers.registry import add_outside_cluster, get_cluster
+from trajsynth.mcp_servers.tool_calls import SERVER_KILLED
 from trajsynth.sandboxes import Sandbox, ensure_image, open_sandbox
 from trajsynth.schemas import (
     EnvironmentStartError,
@@ -239,13 +241,24 @@ async def test_hung_and_killed_outside_server_in_a_local_sandbox(
 
 async def _kill_code_server(env: Environment) -> str:
     """Write a file, then kill the bundled code server mid-call. Returns the state hash
-    from before the kill, which the caller checks survived the restart."""
+    from before the kill, which the caller checks survived the restart.
+
+    The program cannot kill its server itself (its guard refuses the signal: a tool error,
+    no restart); a kill from outside during the call is what the server died of, and as the
+    sandbox is alive that call is the model's failure (``server_killed``)."""
     wrote = await env.call_tool("write_file", {"path": "notes.txt", "content": "kept\n"})
     assert not wrote.is_error, wrote.text
     state = await env.state()
     kill_parent = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
-    with pytest.raises(MCPServerError, match="run_python"):
-        await env.call_tool("run_python", {"source": kill_parent})
+    refused = await env.call_tool("run_python", {"source": kill_parent})
+    assert refused.is_error and "PermissionError" in refused.text, refused.text
+    assert env.restarts == 0
+    sleeper = {"source": "import time\ntime.sleep(8)", "timeout_s": 10}
+    call = asyncio.ensure_future(env.call_tool("run_python", sleeper))
+    await asyncio.sleep(1.5)
+    await asyncio.to_thread(kill_code_server, env.sandbox)
+    killed = await call
+    assert killed.is_error and killed.error_type == SERVER_KILLED, killed
     return state.state_hash
 
 

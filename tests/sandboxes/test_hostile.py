@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakes.kill import kill_code_server
 
 import trajsynth
 from trajsynth.sandboxes import DockerSandbox, LocalSandbox, Sandbox
@@ -499,32 +500,6 @@ async def test_run_python_can_neither_trace_nor_signal_its_server(code_env) -> N
     assert not ok.is_error and "42" in ok.text
 
 
-def _kill_code_server(sb: Sandbox) -> None:
-    """SIGKILL the sandbox's code MCP server from outside the code tool: what a program
-    that got past the guard would do (the attribution does not depend on how)."""
-    scan = (
-        "import os, signal, sys\n"
-        "for pid in os.listdir('/proc'):\n"
-        "    if not pid.isdigit() or int(pid) == os.getpid():\n"
-        "        continue\n"
-        "    try:\n"
-        "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().replace(b'\\0', b' ')\n"
-        "    except OSError:\n"
-        "        continue\n"
-        "    if all(m.encode() in cmd for m in sys.argv[1:]):\n"
-        "        os.kill(int(pid), signal.SIGKILL)\n"
-        "        print(pid)\n"
-    )
-    if isinstance(sb, DockerSandbox):  # the agent's commands are not guarded
-        res = sb.exec([sb.python, "-c", scan, "trajsynth.mcp_servers.servers.code"])
-    else:  # the server's bubblewrap, on the host: its command line names this work dir
-        res = subprocess.run(  # type: ignore[assignment]
-            [sys.executable, "-c", scan, "trajsynth.mcp_servers.servers.code", sb.workdir],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-    assert res.stdout.strip(), "no code server found to kill"
-
-
 async def test_a_server_that_dies_during_run_python_is_the_models_failure(code_env) -> None:  # type: ignore[no-untyped-def]
     import asyncio
 
@@ -535,7 +510,7 @@ async def test_a_server_that_dies_during_run_python_is_the_models_failure(code_e
     args = {"source": "import time\ntime.sleep(5)\nprint('done')", "timeout_s": 6}
     call = asyncio.ensure_future(env.call_tool("run_python", args))
     await asyncio.sleep(1.5)
-    await asyncio.to_thread(_kill_code_server, env.sandbox)
+    await asyncio.to_thread(kill_code_server, env.sandbox)
     res = await call
     assert res.is_error and res.error_type == SERVER_KILLED, res
     assert "the tool server died while run_python ran the program" in res.text
