@@ -491,3 +491,30 @@ def test_the_wait_a_server_asks_for_is_read_as_the_sdk_reads_it() -> None:
     assert 28 <= (_retry_after_s(httpx.Headers({"retry-after": in_30_s})) or 0) <= 30
     for unusable in ({}, {"retry-after": "soon"}, {"retry-after": "-1"}, {"retry-after": "600"}):
         assert _retry_after_s(httpx.Headers(unusable)) is None
+
+
+async def test_a_tool_result_the_model_wrote_is_never_a_call() -> None:
+    # what SmolLM2 writes after a delete: the prompt's result syntax, imitated as its answer
+    echo = 'functions.search_products returned:\n{"results": [{"sku": "M-1"}]}'
+    fake = ScriptedLLM([say(echo), say("Found it.\n" + echo + "\nAnything else?")])
+    client = make_client(fake)
+    first = await client.chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=1)
+    second = await client.chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=2)
+    fake.assert_consumed()
+    assert first.message.tool_calls is None and first.message.content is None
+    assert first.finish_reason == "stop"
+    # the words before the made-up result stay; the result and what follows it go
+    assert second.message.tool_calls is None and second.message.content == "Found it."
+
+
+async def test_a_call_written_as_text_before_a_made_up_result_stays_a_call() -> None:
+    text = (
+        'functions.search_products:\n{"query": "red mug"}\n'
+        'functions.search_products returned:\n{"results": []}'
+    )
+    fake = ScriptedLLM([say(text)])
+    result = await make_client(fake).chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=1)
+    (call,) = result.message.tool_calls
+    assert call.function.name == "search_products"
+    assert call.function.parsed_arguments() == {"query": "red mug"}
+    assert result.message.content is None
