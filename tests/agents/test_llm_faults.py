@@ -297,23 +297,17 @@ async def test_the_embedded_servers_call_syntax_in_the_text_becomes_a_call() -> 
     assert result.finish_reason == "tool_calls"
 
 
-async def test_a_made_up_tool_result_from_the_real_server_becomes_a_model_failure() -> None:
+async def test_a_made_up_tool_result_from_the_real_server_is_neither_content_nor_a_call() -> None:
     """The embedded SmolLM2's own answer (llm tier, seed 0, asked for words after a
     create_event result): it wrote the prompt's tool-result syntax. It must not stay as
-    content; as a call to no tool it is recorded as a ``model`` failure."""
-    from trajsynth.mcp_servers.tool_calls import check_tool_call
-    from trajsynth.schemas import FailureClass, ToolSpec
-
+    content, and it is no call either (a call to "create_event returned" taught nothing but
+    junk): the turn is an empty answer, which the verifier's hygiene fails."""
     real = 'functions.create_event returned:\n{"date": "2024-05-01", "title": "Dentist"}'
     fake = ScriptedLLM([say(real)])
     result = await _scripted(fake, max_retries=0).chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS)
     assert result.message.content is None
-    (call,) = result.message.tool_calls or []
-    spec = ToolSpec(name="create_event", input_schema=TOOLS[0]["function"]["parameters"])
-    record = check_tool_call(call, {"create_event": spec}, turn=0).failure
-    assert record is not None and record.failure_class is FailureClass.MODEL
-    assert record.error_type == "unknown_tool"
-    assert record.raw_arguments == '{"date": "2024-05-01", "title": "Dentist"}'
+    assert result.message.tool_calls is None
+    assert result.raw["choices"][0]["message"]["content"] == real  # the server's text is kept
 
 
 async def test_words_before_a_call_stay_and_a_broken_call_is_still_a_call() -> None:

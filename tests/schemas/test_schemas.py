@@ -109,6 +109,7 @@ def _hash_without_distractors(config: RunConfig) -> str:
     dump = config.model_dump(mode="json", exclude=_NOT_IN_ID)
     del dump["policy"]
     del dump["llm"]["distractors"]
+    del dump["judge"]  # likewise the model judge, off
     return stable_hash(dump, length=16)
 
 

@@ -1,8 +1,9 @@
 """Judging what a rollout produced: verify every leaf, class its failure, value the nodes.
 
 Library code the flows call after growing a tree (or one linear sample): no store, no
-Prefect. Verification is ``curation.verify`` on the leaf's end state (DESIGN.md step 5);
-node values follow METHODS.md's tree values (``agents.tree.node_values``).
+Prefect. Verification is ``curation.verify`` on the leaf's end state (DESIGN.md step 5), the
+one place that decides ``passed`` (clean and correct); node values follow METHODS.md's tree
+values (``agents.tree.node_values``) over clean passes (1) and everything else (0).
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ def leaf_outcome(trajectory: Trajectory, verdict: Verdict) -> str:
 
 
 def _valued(nodes: list[Node], trajectories: list[Trajectory], verdicts: list[Verdict]) -> list:
-    scores = [None if v.excluded else v.score for v in verdicts]
+    # a node's value is the share of clean passes below it: the shaped score gives a leaf
+    # whose hard constraints failed 0.1 x its soft share, so every node of a tree of
+    # failures (or of passes) looked alike and no advantage showed where it went wrong
+    scores = [None if v.excluded else float(v.passed) for v in verdicts]
     values = node_values(nodes, [t.node_ids for t in trajectories], scores)
     return [n.model_copy(update=values[n.node_id]) for n in nodes]
 
