@@ -52,7 +52,9 @@ CLEAN = Trajectory(
         Message(role=MessageRole.USER, content="Delete README.md."),
         Message(
             role=MessageRole.ASSISTANT,
-            tool_calls=[ToolCall(id="c1", function=FunctionCall(name="delete_file", arguments=ARGS))],
+            tool_calls=[
+                ToolCall(id="c1", function=FunctionCall(name="delete_file", arguments=ARGS))
+            ],
         ),
         Message(role=MessageRole.TOOL, content='{"deleted": true}', tool_call_id="c1"),
         Message(role=MessageRole.ASSISTANT, content="README.md is deleted."),
@@ -60,8 +62,11 @@ CLEAN = Trajectory(
     tools=TOOLS,
     calls=[
         ToolCallRecord(
-            call_id="c1", tool="delete_file", raw_arguments=ARGS,
-            arguments={"path": "README.md"}, observation='{"deleted": true}',
+            call_id="c1",
+            tool="delete_file",
+            raw_arguments=ARGS,
+            arguments={"path": "README.md"},
+            observation='{"deleted": true}',
         )  # fmt: skip
     ],
     final_answer="README.md is deleted.",
@@ -105,9 +110,7 @@ async def test_the_judge_decides_passed_only_when_set_to() -> None:
     fake = ScriptedLLM([say("SCORE: 0.2 - the answer is not faithful."), say("SCORE: 0.2")])
     client = _client(fake)
     off = await judge_trajectory(client, CLEAN, JudgeConfig(enabled=True), model="m")
-    on = await judge_trajectory(
-        client, CLEAN, JudgeConfig(enabled=True, decides=True), model="m"
-    )
+    on = await judge_trajectory(client, CLEAN, JudgeConfig(enabled=True, decides=True), model="m")
     _, alone = judge(BLUEPRINT, CLEAN, STATE, 1)
     _, stored = judge(BLUEPRINT, CLEAN, STATE, 1, {CLEAN.trajectory_id: off})
     _, decided = judge(BLUEPRINT, CLEAN, STATE, 1, {CLEAN.trajectory_id: on})

@@ -18,11 +18,10 @@ from typing import Any
 import httpx
 import pytest
 from fakes.export_store import select
-from fakes.llm import say, tool_call
+from fakes.llm import ScriptedLLM, say, tool_call
 from fakes.shop import InProcessShop, plan_shop_task
 from fakes.store_rows import RUN, write_round
 
-from fakes.llm import ScriptedLLM
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.judge import judge_episode
 from trajsynth.agents.llm import OpenAILLMClient

@@ -107,7 +107,9 @@ def traj(
         for c in calls:
             fn = FunctionCall(name=c.tool, arguments=c.raw_arguments)
             messages.append(
-                Message(role=MessageRole.ASSISTANT, tool_calls=[ToolCall(id=c.call_id, function=fn)])
+                Message(
+                    role=MessageRole.ASSISTANT, tool_calls=[ToolCall(id=c.call_id, function=fn)]
+                )
             )
             messages.append(
                 Message(role=MessageRole.TOOL, content=c.observation, tool_call_id=c.call_id)

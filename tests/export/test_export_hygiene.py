@@ -157,10 +157,13 @@ def test_the_stored_junk_row_is_refused_with_every_reason(tmp_path: Path) -> Non
 
 def test_a_clean_recovery_is_written_whole_and_says_so(tmp_path: Path) -> None:
     (row,) = sft_rows(_store(tmp_path), RUN)
+
     # every stored message up to the answer, both tool results included; only the user's
     # closing words after the answer are left out
     def shape(m: Message) -> tuple:
-        calls = [(c.id, c.function.name, json.loads(c.function.arguments)) for c in m.tool_calls or []]
+        calls = [
+            (c.id, c.function.name, json.loads(c.function.arguments)) for c in m.tool_calls or []
+        ]
         return m.role.value, m.content, m.tool_call_id, calls
 
     assert [shape(m) for m in row.messages] == [shape(m) for m in RECOVERY.messages[:-1]]

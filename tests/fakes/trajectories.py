@@ -172,6 +172,4 @@ def make_verdict(
 def verdicts_for(
     outcomes: Mapping[str, bool], *, recovered: Sequence[str] = ()
 ) -> dict[str, Verdict]:
-    return {
-        tid: make_verdict(tid, ok, recovered=tid in recovered) for tid, ok in outcomes.items()
-    }
+    return {tid: make_verdict(tid, ok, recovered=tid in recovered) for tid, ok in outcomes.items()}

@@ -402,9 +402,7 @@ class LogprobRecorder:
         return scores
 
 
-_RESULT_START = re.compile(
-    r"(?m)^[ \t]*(?:functions\.[^\s:]*[ \t]+returned\b|<tool_response>)"
-)
+_RESULT_START = re.compile(r"(?m)^[ \t]*(?:functions\.[^\s:]*[ \t]+returned\b|<tool_response>)")
 """A line where a text answer starts writing a tool result itself (``FUNCTIONS_FORMAT``'s
 ``functions.<name> returned`` or ``TOOL_CALL_JSON_FORMAT``'s ``<tool_response>``)."""
 

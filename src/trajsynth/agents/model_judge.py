@@ -112,7 +112,5 @@ async def judge_trajectories(
             "simulator",
         ):
             continue
-        out[trajectory.trajectory_id] = await judge_trajectory(
-            llm, trajectory, config, model=model
-        )
+        out[trajectory.trajectory_id] = await judge_trajectory(llm, trajectory, config, model=model)
     return out

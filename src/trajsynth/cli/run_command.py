@@ -158,7 +158,8 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
         )
     table.add_row("trajectories", str(summary.trajectories))
     table.add_row(
-        "passed / judged", f"{summary.passed} / {summary.judged} ({rate}; passed: clean and correct)"
+        "passed / judged",
+        f"{summary.passed} / {summary.judged} ({rate}; passed: clean and correct)",
     )
     table.add_row("constraints held / judged", f"{summary.constraints_passed} / {summary.judged}")
     if summary.hygiene_failed:

@@ -165,8 +165,9 @@ def lint_constraints(
 
     Runs ``verify`` on a do-nothing trajectory against ``initial_state``: if its constraints
     pass, the set is rejected with ``DO_NOTHING_PASSES``; if the hygiene checks pass it (they
-    never should: it does not answer), with ``HYGIENE_PASSES_NOTHING``. A set with no hard outcome constraint
-    (only ``max_calls``, ``tool_not_called`` or soft ones) is rejected with ``NO_OUTCOME``.
+    never should: it does not answer), with ``HYGIENE_PASSES_NOTHING``. A set with no hard
+    outcome constraint (only ``max_calls``, ``tool_not_called`` or soft ones) is rejected
+    with ``NO_OUTCOME``.
     Sanity: tools and matcher fields exist, regexes compile and cannot match an empty answer,
     answer values are not blank, a final state differs from the initial one, required and
     forbidden calls do not contradict, ``max_calls`` leaves room for the required calls.

@@ -302,9 +302,7 @@ async def model_judgements(
     cache = Path(cache_dir) if cache_dir else None
     async with open_llm_client(endpoint, api_key=key, cache_dir=cache) as client:
         counting = _CountingLLM(client)
-        results = await judge_trajectories(
-            counting, trajectories, judge_cfg, model=endpoint.model
-        )
+        results = await judge_trajectories(counting, trajectories, judge_cfg, model=endpoint.model)
     return results, counting.usage
 
 
