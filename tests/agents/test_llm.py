@@ -518,3 +518,21 @@ async def test_a_call_written_as_text_before_a_made_up_result_stays_a_call() -> 
     assert call.function.name == "search_products"
     assert call.function.parsed_arguments() == {"query": "red mug"}
     assert result.message.content is None
+
+
+async def test_a_raw_newline_inside_an_argument_string_stays_raw_and_is_a_model_failure() -> None:
+    """What 11 calls on outside servers held before the argument grammar excluded control
+    characters from strings: the client keeps the text as written (no repair), and the
+    call is recorded as invalid JSON, a ``model`` failure the verifier's hygiene then sees."""
+    from trajsynth.mcp_servers.tool_calls import check_tool_call
+    from trajsynth.schemas import FailureClass, ToolSpec
+
+    raw = '{"query": "red\nmug"}'  # a real newline inside the string
+    fake = ScriptedLLM([tool_call("search_products", raw, raw=True)])
+    result = await make_client(fake).chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=1)
+    (call,) = result.message.tool_calls
+    assert call.function.arguments == raw
+    spec = ToolSpec(name="search_products", input_schema=TOOLS[0]["function"]["parameters"])
+    failure = check_tool_call(call, {"search_products": spec}, turn=0).failure
+    assert failure is not None and failure.error_type == "invalid_json"
+    assert failure.failure_class is FailureClass.MODEL
