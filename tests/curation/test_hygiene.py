@@ -225,3 +225,16 @@ def test_a_do_nothing_trajectory_fails_hygiene() -> None:
 
     verdict = verify(do_nothing_trajectory(TOOLS), DELETE, EnvState(state_hash="init"))
     assert verdict.clean is False and "answered" in verdict.failed_checks
+
+
+def test_the_transcript_names_the_failed_hygiene_checks() -> None:
+    """``synth show trajectory`` reads ``curation.transcript``: the hygiene results sit under
+    the verdict beside the constraints, and the header can say which failed."""
+    from trajsynth.curation.transcript import transcript
+
+    calls = [_call(0, "delete_file", DEL)]
+    trajectory = run(calls, answer=None)
+    t = transcript(trajectory, verify(trajectory, DELETE, GOLD))
+    lines = {c.kind: c for c in t.constraints}
+    assert not lines["hygiene: answered"].passed and lines["hygiene: known_tools"].passed
+    assert t.failed_checks == ["answered"] and t.constraints_passed is True and not t.passed
