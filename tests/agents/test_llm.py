@@ -536,3 +536,13 @@ async def test_a_raw_newline_inside_an_argument_string_stays_raw_and_is_a_model_
     failure = check_tool_call(call, {"search_products": spec}, turn=0).failure
     assert failure is not None and failure.error_type == "invalid_json"
     assert failure.failure_class is FailureClass.MODEL
+
+
+async def test_calls_written_as_text_on_two_turns_never_share_an_id() -> None:
+    text = 'functions.search_products:\n{"query": "mug"}'
+    fake = ScriptedLLM([say(text), say(text + "s")])
+    client = make_client(fake)
+    first = await client.chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=1)
+    second = await client.chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=2)
+    ids = [c.id for r in (first, second) for c in r.message.tool_calls]
+    assert len(set(ids)) == 2 and all(i.startswith("call_") for i in ids)

@@ -771,14 +771,19 @@ def _parse_choices(completion: dict[str, Any], *, tools_sent: bool) -> list[Chat
     choices = []
     for choice in completion["choices"]:
         if isinstance(choice, dict):
-            choices.append(_parse_choice(choice, tools_sent=tools_sent))
+            # ids made up here (a server that sent none, calls written as text) carry a digest
+            # of the completion, so the calls of different turns never share an id
+            salt = stable_hash([_as_text(completion.get("id") or ""), choice], length=10)
+            choices.append(_parse_choice(choice, tools_sent=tools_sent, salt=salt))
         else:
             log.warning("skipping a choice that is not an object: %.80s", _as_text(choice))
     return choices
 
 
-def _parse_choice(choice: dict[str, Any], *, tools_sent: bool) -> ChatChoice:
-    """One choice of the server's JSON as a ``ChatChoice``; any shape gives one."""
+def _parse_choice(choice: dict[str, Any], *, tools_sent: bool, salt: str = "") -> ChatChoice:
+    """One choice of the server's JSON as a ``ChatChoice``; any shape gives one. ``salt``
+    goes into the ids of calls that came without one."""
+    prefix = f"call_{salt}_" if salt else "call_"
     msg = choice.get("message")
     if not isinstance(msg, dict):
         msg = {"content": msg}
@@ -793,14 +798,16 @@ def _parse_choice(choice: dict[str, Any], *, tools_sent: bool) -> ChatChoice:
             # not a function call: kept as one with no name, which the agent records as
             # a `model` failure (unknown tool) with this text as its raw arguments
             tool_calls.append(
-                ToolCall(id=f"call_{i}", function=FunctionCall(name="", arguments=_as_text(call)))
+                ToolCall(
+                    id=f"{prefix}{i}", function=FunctionCall(name="", arguments=_as_text(call))
+                )
             )
             continue
         call_id = call.get("id")
         name = function.get("name")
         tool_calls.append(
             ToolCall(
-                id=_as_text(call_id) if call_id else f"call_{i}",
+                id=_as_text(call_id) if call_id else f"{prefix}{i}",
                 function=FunctionCall(
                     name=_as_text(name) if name is not None else "",
                     arguments=_as_text(function.get("arguments", "{}")),
@@ -820,7 +827,8 @@ def _parse_choice(choice: dict[str, Any], *, tools_sent: bool) -> ChatChoice:
             offset = len(tool_calls)
             tool_calls += [
                 ToolCall(
-                    id=f"call_text_{offset + j}", function=FunctionCall(name=_clean(n), arguments=a)
+                    id=f"{prefix}text_{offset + j}",
+                    function=FunctionCall(name=_clean(n), arguments=a),
                 )
                 for j, (n, a) in enumerate(text_calls)
             ]
