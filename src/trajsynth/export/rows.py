@@ -219,6 +219,15 @@ def _empty_selection(
     )
 
 
+def _termination(value: Any) -> Termination:
+    """A stored termination; one this release does not know reads as ``max_turns`` (the
+    user did not end it, so a user turn after the answer is not a closing one)."""
+    try:
+        return Termination(value)
+    except ValueError:
+        return Termination.MAX_TURNS
+
+
 def refusal_reasons(
     row: Mapping[str, Any], messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
 ) -> list[str]:
@@ -238,7 +247,7 @@ def refusal_reasons(
         tools=[dict(t) for t in tools],
         calls=calls,
         final_answer=row.get("final_answer"),
-        termination=Termination(row.get("termination") or Termination.MAX_TURNS),
+        termination=_termination(row.get("termination")),
     )
     ctx = HygieneContext(
         trajectory=trajectory, schemas=offered_tools(tools), answer=answer_text(trajectory)
