@@ -292,3 +292,21 @@ def test_argument_strings_cannot_hold_a_raw_control_character() -> None:
     from llama_cpp import llama_grammar
 
     llama_grammar.LlamaGrammar.from_string(gbnf, verbose=False)  # it still compiles
+
+
+def test_a_text_answer_cannot_start_a_line_with_a_call_token() -> None:
+    """Where a line of a text answer starts, the tokens that begin ``functions.`` are
+    masked, so the model writes words instead of imitating a tool turn; mid-line they stay."""
+    llama = FakeLlama([], p_functions=0.5)
+    mask = chatml_tools.MaskCallStart(llama, np.array([FUNCTIONS]))
+    prompt = np.array([0, 0, 0])
+    first = mask(prompt, np.zeros(len(VOCAB)))
+    assert first[FUNCTIONS] == -np.inf and first[THE] == 0.0
+    mid = mask(np.array([*prompt, THE]), np.zeros(len(VOCAB)))
+    assert mid[FUNCTIONS] == 0.0  # "The" does not end a line
+    history = [*ASK, {"role": "tool", "tool_call_id": "c1", "content": "{}"}]
+    llama = FakeLlama(["It is sunny."], p_functions=1e-6)
+    chatml_tools_handler(llama, history, tools=TOOLS, tool_choice="none", seed=1)
+    assert any(
+        isinstance(p, chatml_tools.MaskCallStart) for p in llama.calls[-1]["logits_processor"]
+    )

@@ -72,6 +72,7 @@ __all__ = [
     "COMPUTED_MARK",
     "MAX_PARALLEL_CALLS",
     "CompactRAMCache",
+    "MaskCallStart",
     "ResultStop",
     "args_gbnf",
     "chatml_tools_handler",
@@ -465,6 +466,30 @@ def args_gbnf(schema_json: str) -> str:
     return gbnf.replace(_PATTERN_DOT, "dot ::= " + _NO_CONTROL_CHAR)
 
 
+class MaskCallStart:
+    """A llama_cpp logits processor for a text answer: the tokens that begin a call (or a
+    result: ``functions``) are masked where a line starts, so the answer begins with words
+    instead of imitating the prompt's tool turns (``ResultStop`` still ends one that gets
+    there later in a line)."""
+
+    def __init__(self, llama: Any, call_ids: Any) -> None:
+        self.llama = llama
+        self.call_ids = call_ids
+        self.prompt_len: int | None = None
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self.prompt_len is None:  # first call: nothing generated yet
+            self.prompt_len = len(input_ids)
+        generated = input_ids[self.prompt_len :]
+        if len(generated):
+            last = self.llama.detokenize([int(generated[-1])]).decode("utf-8", errors="replace")
+            if not last.endswith("\n"):
+                return scores
+        if len(self.call_ids):
+            scores[self.call_ids] = -float("inf")
+        return scores
+
+
 @functools.lru_cache(maxsize=256)
 def _args_grammar(schema_json: str) -> Any:
     from llama_cpp import llama_grammar
@@ -554,8 +579,8 @@ def chatml_tools_handler(
     recorded: list[dict[str, Any]] = []
     from llama_cpp import LogitsProcessorList
 
-    def complete(text: str, **kw: Any) -> dict[str, Any]:
-        processors = list(logits_processor or [])
+    def complete(text: str, *, extra: Sequence[Any] = (), **kw: Any) -> dict[str, Any]:
+        processors = [*(logits_processor or []), *extra]
         recorder = None
         if want_logprobs:
             recorder = LogprobRecorder(llama, top_logprobs or 1)
@@ -582,12 +607,14 @@ def chatml_tools_handler(
     def answer() -> tuple[str, str]:
         """A text answer, ended where the model starts writing a tool result itself (the
         prompt's tool turns show it how), with that start cut off."""
+        tool_turns = bool(tools) or any(m.get("role") == "tool" for m in messages)
         out = complete(
             prompt,
             temperature=temperature,
             stop=stops,
             max_tokens=max_tokens,
             stopping_criteria=StoppingCriteriaList([ResultStop(llama)]),
+            extra=[MaskCallStart(llama, _call_token_ids(llama, fmt))] if tool_turns else (),
         )
         text = out["choices"][0]["text"].removeprefix("message:").lstrip("\n")
         text, cut = cut_made_up_result(text)
