@@ -238,3 +238,75 @@ def test_the_base_model_keeps_the_functions_layout() -> None:
     chatml_tools_handler(llama, ASK, tools=TOOLS, tool_choice="required", seed=3)
     assert "functions.get_weather:" in llama.calls[0]["prompt"]
     assert chatml_tools.tool_format(llama) is chatml_tools.FUNCTIONS_FORMAT
+
+
+def test_a_text_answer_ends_where_the_model_starts_writing_a_tool_result() -> None:
+    """After a tool result (tool_choice "none", as the embedded run sends it) SmolLM2
+    imitates the prompt's tool turn; the handler stops there and cuts that start off, so
+    neither a made-up result nor a call to "<name> returned" leaves the server."""
+    history = [
+        *ASK,
+        {"role": "assistant", "tool_calls": [
+            {"id": "c1", "function": {"name": "get_weather", "arguments": '{"city":"P"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"sky": "sunny"}'},
+    ]  # fmt: skip
+    made_up = 'It is sunny.\nfunctions.get_weather returned:\n{"sky": "rain"}'
+    for choice in ("none", "auto"):
+        llama = FakeLlama([made_up], p_functions=1e-6)
+        out = chatml_tools_handler(llama, history, tools=TOOLS, tool_choice=choice, seed=1)
+        message = out["choices"][0]["message"]
+        assert message == {"role": "assistant", "content": "It is sunny."}
+        assert out["choices"][0]["finish_reason"] == "stop"
+        (stop,) = llama.calls[-1]["stopping_criteria"]
+        assert isinstance(stop, chatml_tools.ResultStop)
+
+
+def test_result_stop_fires_on_the_generated_text_only() -> None:
+    """The prompt itself holds ``functions.x returned`` (the tool turns): only what the
+    model generated after it counts."""
+    vocab = ["<p>", "functions.get_weather", " returned", ":", "Sunny", "\n", "The"]
+
+    class Detok:
+        def detokenize(self, tokens: list[int], prev_tokens: object = None) -> bytes:
+            return "".join(vocab[t] for t in tokens).encode()
+
+    stop = chatml_tools.ResultStop(Detok())
+    prompt = [0, 1, 2, 3, 5]  # the prompt ends with a result header of its own
+    assert not stop(np.array([*prompt, 4]), None)
+    assert not stop(np.array([*prompt, 4, 5, 6]), None)
+    assert stop(np.array([*prompt, 4, 5, 1, 2]), None)
+
+
+def test_argument_strings_cannot_hold_a_raw_control_character() -> None:
+    """The argument grammar's string characters exclude U+0000-U+001F (a raw newline in a
+    JSON string is invalid JSON); escapes such as \\n stay allowed."""
+    schema = {
+        "type": "object",
+        "properties": {"body": {"type": "string"}, "code": {"type": "string", "pattern": "^a.*$"}},
+    }
+    gbnf = chatml_tools.args_gbnf(json.dumps(schema))
+    rules = dict(line.split(" ::= ", 1) for line in gbnf.splitlines() if " ::= " in line)
+    assert rules["char"].startswith('[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt]')
+    assert rules["dot"] == '[^"\\\\\\x7F\\x00-\\x1F]'
+    assert '[^"\\\\]' not in gbnf
+    from llama_cpp import llama_grammar
+
+    llama_grammar.LlamaGrammar.from_string(gbnf, verbose=False)  # it still compiles
+
+
+def test_a_text_answer_cannot_start_a_line_with_a_call_token() -> None:
+    """Where a line of a text answer starts, the tokens that begin ``functions.`` are
+    masked, so the model writes words instead of imitating a tool turn; mid-line they stay."""
+    llama = FakeLlama([], p_functions=0.5)
+    mask = chatml_tools.MaskCallStart(llama, np.array([FUNCTIONS]))
+    prompt = np.array([0, 0, 0])
+    first = mask(prompt, np.zeros(len(VOCAB)))
+    assert first[FUNCTIONS] == -np.inf and first[THE] == 0.0
+    mid = mask(np.array([*prompt, THE]), np.zeros(len(VOCAB)))
+    assert mid[FUNCTIONS] == 0.0  # "The" does not end a line
+    history = [*ASK, {"role": "tool", "tool_call_id": "c1", "content": "{}"}]
+    llama = FakeLlama(["It is sunny."], p_functions=1e-6)
+    chatml_tools_handler(llama, history, tools=TOOLS, tool_choice="none", seed=1)
+    assert any(
+        isinstance(p, chatml_tools.MaskCallStart) for p in llama.calls[-1]["logits_processor"]
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from trajsynth.agents.constraints import (
     changed_tables,
     deciding_fields,
@@ -18,6 +20,7 @@ from trajsynth.schemas import (
     EdgeOrigin,
     EnvState,
     FinalState,
+    FunctionCall,
     GoldCall,
     MaxCalls,
     Message,
@@ -28,6 +31,7 @@ from trajsynth.schemas import (
     ServerSpec,
     Termination,
     ToolAccess,
+    ToolCall,
     ToolCalled,
     ToolCallRecord,
     ToolCluster,
@@ -139,11 +143,20 @@ def test_return_task_constraints() -> None:
 
 def record(tool: str, args: dict, cls: ObsClass = ObsClass.OK) -> ToolCallRecord:
     return ToolCallRecord(
-        call_id=tool, tool=tool, raw_arguments=str(args), arguments=args, obs_class=cls
+        call_id=tool, tool=tool, raw_arguments=json.dumps(args), arguments=args, obs_class=cls
     )
 
 
 def trajectory(calls: list[ToolCallRecord], answer: str) -> Trajectory:
+    # the conversation the calls were made in (the verifier's hygiene reads it too)
+    messages = [Message(role=MessageRole.USER, content="hi")]
+    for c in calls:
+        fn = FunctionCall(name=c.tool, arguments=c.raw_arguments)
+        messages += [
+            Message(role=MessageRole.ASSISTANT, tool_calls=[ToolCall(id=c.call_id, function=fn)]),
+            Message(role=MessageRole.TOOL, content=c.observation, tool_call_id=c.call_id),
+        ]
+    messages.append(Message(role=MessageRole.ASSISTANT, content=answer))
     return Trajectory(
         trajectory_id="t",
         run_id="r",
@@ -151,10 +164,7 @@ def trajectory(calls: list[ToolCallRecord], answer: str) -> Trajectory:
         tree_id="tr",
         leaf_node_id="n",
         cluster_id="shop",
-        messages=[
-            Message(role=MessageRole.USER, content="hi"),
-            Message(role=MessageRole.ASSISTANT, content=answer),
-        ],
+        messages=messages,
         tools=[t.to_openai() for t in SHOP.tools],
         calls=calls,
         final_answer=answer,

@@ -491,3 +491,58 @@ def test_the_wait_a_server_asks_for_is_read_as_the_sdk_reads_it() -> None:
     assert 28 <= (_retry_after_s(httpx.Headers({"retry-after": in_30_s})) or 0) <= 30
     for unusable in ({}, {"retry-after": "soon"}, {"retry-after": "-1"}, {"retry-after": "600"}):
         assert _retry_after_s(httpx.Headers(unusable)) is None
+
+
+async def test_a_tool_result_the_model_wrote_is_never_a_call() -> None:
+    # what SmolLM2 writes after a delete: the prompt's result syntax, imitated as its answer
+    echo = 'functions.search_products returned:\n{"results": [{"sku": "M-1"}]}'
+    fake = ScriptedLLM([say(echo), say("Found it.\n" + echo + "\nAnything else?")])
+    client = make_client(fake)
+    first = await client.chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=1)
+    second = await client.chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=2)
+    fake.assert_consumed()
+    assert first.message.tool_calls is None and first.message.content is None
+    assert first.finish_reason == "stop"
+    # the words before the made-up result stay; the result and what follows it go
+    assert second.message.tool_calls is None and second.message.content == "Found it."
+
+
+async def test_a_call_written_as_text_before_a_made_up_result_stays_a_call() -> None:
+    text = (
+        'functions.search_products:\n{"query": "red mug"}\n'
+        'functions.search_products returned:\n{"results": []}'
+    )
+    fake = ScriptedLLM([say(text)])
+    result = await make_client(fake).chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=1)
+    (call,) = result.message.tool_calls
+    assert call.function.name == "search_products"
+    assert call.function.parsed_arguments() == {"query": "red mug"}
+    assert result.message.content is None
+
+
+async def test_a_raw_newline_inside_an_argument_string_stays_raw_and_is_a_model_failure() -> None:
+    """What 11 calls on outside servers held before the argument grammar excluded control
+    characters from strings: the client keeps the text as written (no repair), and the
+    call is recorded as invalid JSON, a ``model`` failure the verifier's hygiene then sees."""
+    from trajsynth.mcp_servers.tool_calls import check_tool_call
+    from trajsynth.schemas import FailureClass, ToolSpec
+
+    raw = '{"query": "red\nmug"}'  # a real newline inside the string
+    fake = ScriptedLLM([tool_call("search_products", raw, raw=True)])
+    result = await make_client(fake).chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=1)
+    (call,) = result.message.tool_calls
+    assert call.function.arguments == raw
+    spec = ToolSpec(name="search_products", input_schema=TOOLS[0]["function"]["parameters"])
+    failure = check_tool_call(call, {"search_products": spec}, turn=0).failure
+    assert failure is not None and failure.error_type == "invalid_json"
+    assert failure.failure_class is FailureClass.MODEL
+
+
+async def test_calls_written_as_text_on_two_turns_never_share_an_id() -> None:
+    text = 'functions.search_products:\n{"query": "mug"}'
+    fake = ScriptedLLM([say(text), say(text + "s")])
+    client = make_client(fake)
+    first = await client.chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=1)
+    second = await client.chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=2)
+    ids = [c.id for r in (first, second) for c in r.message.tool_calls]
+    assert len(set(ids)) == 2 and all(i.startswith("call_") for i in ids)

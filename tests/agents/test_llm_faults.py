@@ -266,10 +266,12 @@ async def test_fields_of_the_wrong_type_are_kept_as_text_and_calls_stay_checkabl
     message = result.message
     assert message.content == '{"oops":[1,2]}'
     calls = message.tool_calls or []
-    assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
-        ("call_0", "", "garbage"),
-        ("7", "5", '{"date":1}'),
+    assert [(c.function.name, c.function.arguments) for c in calls] == [
+        ("", "garbage"),
+        ("5", '{"date":1}'),
     ]
+    # a call the server sent no id for gets one that carries a digest of the completion
+    assert calls[0].id.startswith("call_") and calls[0].id.endswith("_0") and calls[1].id == "7"
     assert result.finish_reason == "3"
     assert result.token_logprobs is None
     assert result.usage.prompt_tokens > 0  # estimated: the server's count was not a number
@@ -305,23 +307,17 @@ async def test_the_embedded_servers_call_syntax_in_the_text_becomes_a_call() -> 
     assert result.finish_reason == "tool_calls"
 
 
-async def test_a_made_up_tool_result_from_the_real_server_becomes_a_model_failure() -> None:
+async def test_a_made_up_tool_result_from_the_real_server_is_neither_content_nor_a_call() -> None:
     """The embedded SmolLM2's own answer (llm tier, seed 0, asked for words after a
     create_event result): it wrote the prompt's tool-result syntax. It must not stay as
-    content; as a call to no tool it is recorded as a ``model`` failure."""
-    from trajsynth.mcp_servers.tool_calls import check_tool_call
-    from trajsynth.schemas import FailureClass, ToolSpec
-
+    content, and it is no call either (a call to "create_event returned" taught nothing but
+    junk): the turn is an empty answer, which the verifier's hygiene fails."""
     real = 'functions.create_event returned:\n{"date": "2024-05-01", "title": "Dentist"}'
     fake = ScriptedLLM([say(real)])
     result = await _scripted(fake, max_retries=0).chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS)
     assert result.message.content is None
-    (call,) = result.message.tool_calls or []
-    spec = ToolSpec(name="create_event", input_schema=TOOLS[0]["function"]["parameters"])
-    record = check_tool_call(call, {"create_event": spec}, turn=0).failure
-    assert record is not None and record.failure_class is FailureClass.MODEL
-    assert record.error_type == "unknown_tool"
-    assert record.raw_arguments == '{"date": "2024-05-01", "title": "Dentist"}'
+    assert result.message.tool_calls is None
+    assert result.raw["choices"][0]["message"]["content"] == real  # the server's text is kept
 
 
 async def test_words_before_a_call_stay_and_a_broken_call_is_still_a_call() -> None:

@@ -10,6 +10,7 @@ from trajsynth.schemas import (
     Budgets,
     CurationConfig,
     InputError,
+    JudgeConfig,
     LLMConfig,
     PolicyRef,
     RolloutMode,
@@ -139,6 +140,11 @@ _SET: dict[str, tuple[str, dict[str, str], Any]] = {
         'assistant_tool_choice_after_tool = "auto"',
         {"SYNTH_RUN__ASSISTANT_TOOL_CHOICE_AFTER_TOOL": "auto"},
         "auto",
+    ),
+    "judge": (
+        "judge.enabled = true",
+        {"SYNTH_RUN__JUDGE__ENABLED": "true"},
+        JudgeConfig(enabled=True),
     ),
 }
 

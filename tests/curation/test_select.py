@@ -38,7 +38,8 @@ def example_pool():
         make_trajectory("r3", [[BAD], [GOOD]]),
         make_trajectory("r4", [[BAD]], final="Sorry."),
     ]
-    verdicts = verdicts_for({"r1": True, "r2": True, "r3": True, "r4": False})
+    # r3 fails a call and corrects it: the verifier records that recovery
+    verdicts = verdicts_for({"r1": True, "r2": True, "r3": True, "r4": False}, recovered=["r3"])
     graph = build_quotient_graph(trajectories, verdicts)
     signals = {
         t.trajectory_id: compute_signals(t, verdict=verdicts[t.trajectory_id]) for t in trajectories
@@ -254,3 +255,16 @@ def test_end_to_end_from_trajectories() -> None:
     assert {k for k, v in sft.items() if v.selected} == {"ok", "solo"}
     rl = by_item(select_rl(tasks))
     assert rl["A"].selected and not rl["B"].selected
+
+
+def test_sft_never_picks_a_failure_signal_without_a_recovery() -> None:
+    """Signals that say failure (failed calls) admit a trajectory only when the verifier
+    recorded a genuine recovery (every failed call corrected later)."""
+    graph, verdicts, signals = example_pool()
+    topo = trajectory_metrics(graph)
+    assert signals["r3"].failure and verdicts["r3"].recovered
+    unrecovered = {**verdicts, "r3": verdicts["r3"].model_copy(update={"recovered": False})}
+    r = by_item(select_sft(topo, unrecovered, signals))
+    assert not r["r3"].selected
+    assert r["r3"].reason.startswith("failure signal without a recovery (failure rate 0.50)")
+    assert by_item(select_sft(topo, verdicts, signals))["r3"].selected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import typing
 
 import pytest
@@ -26,6 +27,7 @@ from trajsynth.schemas import (
     EnvState,
     FailureClass,
     FinalState,
+    FunctionCall,
     MaxCalls,
     Message,
     MessageRole,
@@ -33,6 +35,7 @@ from trajsynth.schemas import (
     ObservedField,
     Order,
     Termination,
+    ToolCall,
     ToolCalled,
     ToolCallRecord,
     ToolNotCalled,
@@ -83,7 +86,7 @@ def call(
     return ToolCallRecord(
         call_id=f"c_{tool}_{len(str(args))}",
         tool=tool,
-        raw_arguments=raw if raw is not None else str(args),
+        raw_arguments=raw if raw is not None else json.dumps(args),
         arguments=args,
         observation=obs,
         obs_class=cls,
@@ -99,7 +102,18 @@ def traj(
     tid: str = "t1",
 ) -> Trajectory:
     if messages is None:
+        # the conversation the calls were made in: each call and its result, then the answer
         messages = [Message(role=MessageRole.USER, content="hi")]
+        for c in calls:
+            fn = FunctionCall(name=c.tool, arguments=c.raw_arguments)
+            messages.append(
+                Message(
+                    role=MessageRole.ASSISTANT, tool_calls=[ToolCall(id=c.call_id, function=fn)]
+                )
+            )
+            messages.append(
+                Message(role=MessageRole.TOOL, content=c.observation, tool_call_id=c.call_id)
+            )
         if answer is not None:
             messages.append(Message(role=MessageRole.ASSISTANT, content=answer))
     return Trajectory(

@@ -117,8 +117,8 @@ def test_dashboard_shows_the_store_in_chromium(server: str, known_store: Store) 
             # wall time, tokens of every LLM call), not sums over trajectories (16 s, 1,200)
             summary = summarize_run(known_store, "run-alpha", wall_s=120.0)
             assert summary.tokens_per_verified is not None and summary.passed == 4
-            assert _metric(page, "Tokens / verified") == f"{summary.tokens_per_verified:,.0f}"
-            assert _metric(page, "Seconds / verified") == f"{summary.wall_s / summary.passed:,.2f}"
+            assert _metric(page, "Tokens / passed") == f"{summary.tokens_per_verified:,.0f}"
+            assert _metric(page, "Seconds / passed") == f"{summary.wall_s / summary.passed:,.2f}"
             assert _metric(page, "Wall time") == f"{summary.wall_s:,.1f} s" == "120.0 s"
 
             # per-round figures in the chart itself (plotly SVG text) and in the table
@@ -217,7 +217,7 @@ def test_dashboard_shows_the_store_in_chromium(server: str, known_store: Store) 
             # still running: the time from its start to its last change (09:00 to 09:05), not
             # until now (a run that died unfinished showed 28,370,370 s)
             assert _metric(page, "Wall time") == "300.0 s"
-            assert _metric(page, "Seconds / verified") == "300.00"
+            assert _metric(page, "Seconds / passed") == "300.00"
             page.screenshot(path=str(SHOTS / "dashboard-run-beta.png"))
         finally:
             browser.close()

@@ -68,7 +68,7 @@ def test_queries_answer_while_a_process_writes(known_store: Store) -> None:
                 writer.stdin.flush()
             # one snapshot: whole batches, every trajectory with its verdict, and the
             # page's other figures agree with the headline
-            assert o["n_verified"] + o["n_excluded"] == o["n_trajectories"]
+            assert o["n_judged"] + o["n_excluded"] == o["n_trajectories"]
             assert sum(r["n_trajectories"] for r in figures["by_cluster"]) == o["n_trajectories"]
             assert sum(r["n_trajectories"] for r in figures["by_round"]) == o["n_trajectories"]
             time.sleep(0.05)  # a browser reloads now and then, not in a tight loop

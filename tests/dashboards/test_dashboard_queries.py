@@ -22,10 +22,10 @@ def test_runs_newest_first_with_state_and_pass_rate(known_store: Store) -> None:
     ]
     alpha, beta = runs
     # alpha: 8 trajectories, 1 excluded (left out of the rate), 4 of the other 7 passed
-    assert (alpha["n_trajectories"], alpha["n_verified"], alpha["n_passed"]) == (8, 7, 4)
+    assert (alpha["n_trajectories"], alpha["n_judged"], alpha["n_passed"]) == (8, 7, 4)
     assert alpha["pass_rate"] == pytest.approx(4 / 7)
     # beta: one passed, one never verified (not in the denominator either)
-    assert (beta["n_trajectories"], beta["n_verified"], beta["pass_rate"]) == (2, 1, 1.0)
+    assert (beta["n_trajectories"], beta["n_judged"], beta["pass_rate"]) == (2, 1, 1.0)
     assert queries.run_ids(known_store) == ["run-alpha", "run-beta"]
 
 
@@ -63,7 +63,7 @@ def test_distributions_by_cluster_mode_and_round(known_store: Store) -> None:
         "explore": 3,
         "recover": 2,
     }
-    assert modes["recover"]["pass_rate"] == 0.0 and modes["recover"]["n_verified"] == 1
+    assert modes["recover"]["pass_rate"] == 0.0 and modes["recover"]["n_judged"] == 1
     beta_modes = queries.by_mode(known_store, "run-beta")
     assert [(r["mode"], r["n_trajectories"]) for r in beta_modes] == [("(unscored)", 2)]
     rounds = queries.by_round(known_store, "run-alpha")
@@ -201,7 +201,7 @@ def test_the_page_agrees_with_synth_stats_and_the_run_summary(
     for key in ("n_trajectories", "n_tasks", "n_passed", "n_excluded"):
         assert page[key] == stats[key], key
     assert page["pass_rate"] == pytest.approx(stats["pass_rate"]) == summary.pass_rate
-    assert (page["n_passed"], page["n_verified"]) == (summary.passed, summary.counted)
+    assert (page["n_passed"], page["n_judged"]) == (summary.passed, summary.counted)
     clusters = {r["cluster_id"]: r for r in queries.by_cluster(known_store, run_id)}
     for c in stats["pass_rate_by_cluster"]:
         row = clusters[c["cluster_id"]]

@@ -154,7 +154,10 @@ def make_trajectory(
     )
 
 
-def make_verdict(tid: str, passed: bool, *, excluded: bool = False) -> Verdict:
+def make_verdict(
+    tid: str, passed: bool, *, excluded: bool = False, recovered: bool = False
+) -> Verdict:
+    """``recovered``: the verifier saw every failed call corrected by a later one."""
     return Verdict(
         verdict_id=f"v-{tid}",
         trajectory_id=tid,
@@ -162,8 +165,11 @@ def make_verdict(tid: str, passed: bool, *, excluded: bool = False) -> Verdict:
         passed=passed,
         score=1.0 if passed else 0.0,
         excluded=excluded,
+        recovered=recovered and passed,
     )
 
 
-def verdicts_for(outcomes: Mapping[str, bool]) -> dict[str, Verdict]:
-    return {tid: make_verdict(tid, ok) for tid, ok in outcomes.items()}
+def verdicts_for(
+    outcomes: Mapping[str, bool], *, recovered: Sequence[str] = ()
+) -> dict[str, Verdict]:
+    return {tid: make_verdict(tid, ok, recovered=tid in recovered) for tid, ok in outcomes.items()}

@@ -31,7 +31,9 @@ def methods_example():
         make_trajectory("r3", [[BAD], [GOOD]]),
         make_trajectory("r4", [[BAD]], final="Sorry, I could not find it."),
     ]
-    return trajectories, verdicts_for({"r1": True, "r2": True, "r3": True, "r4": False})
+    # r3 fails a call and corrects it: the verifier records that recovery
+    outcomes = {"r1": True, "r2": True, "r3": True, "r4": False}
+    return trajectories, verdicts_for(outcomes, recovered=["r3"])
 
 
 @pytest.fixture
@@ -177,12 +179,14 @@ def test_sft_selection_respects_budgets_and_never_picks_unverified(store: Store)
     for task in range(4):
         for i in range(4):
             tid = f"t{task}-r{i}"
-            turns = [[BAD]] * int(rng.integers(0, 2)) + [[GOOD]] * (1 + i)
+            failed_first = int(rng.integers(0, 2))
+            turns = [[BAD]] * failed_first + [[GOOD]] * (1 + i)
             trajectories.append(
                 make_trajectory(tid, turns, task_id=f"task{task}", final=f"Answer {tid} done.")
             )
             if i != 3:  # r3 of every task has no verdict at all
-                verdicts[tid] = make_verdict(tid, passed=i != 2)
+                # a failed call then corrected: the verifier records the recovery
+                verdicts[tid] = make_verdict(tid, passed=i != 2, recovered=bool(failed_first))
     write_round(store, trajectories, verdicts)
     cfg = CurationConfig(sft=SFTSelectConfig(k_sft=1, max_total=3), embeddings=False)
     report = curate_round(store, RUN, 0, cfg)

@@ -110,6 +110,7 @@ def _hash_without_distractors(config: RunConfig) -> str:
     del dump["policy"]
     del dump["llm"]["distractors"]
     dump["llm"]["timeout_s"] = dump["llm"]["timeout_s"] or 120.0  # the old default
+    del dump["judge"]  # likewise the model judge, off
     return stable_hash(dump, length=16)
 
 

@@ -72,7 +72,11 @@ __all__ = [
     "COMPUTED_MARK",
     "MAX_PARALLEL_CALLS",
     "CompactRAMCache",
+    "MaskCallStart",
+    "ResultStop",
+    "args_gbnf",
     "chatml_tools_handler",
+    "cut_made_up_result",
     "main",
     "own_options",
     "render_prompt",
@@ -399,12 +403,99 @@ class LogprobRecorder:
         return scores
 
 
+_RESULT_START = re.compile(r"(?m)^[ \t]*(?:functions\.[^\s:]*[ \t]+returned\b|<tool_response>)")
+"""A line where a text answer starts writing a tool result itself (``FUNCTIONS_FORMAT``'s
+``functions.<name> returned`` or ``TOOL_CALL_JSON_FORMAT``'s ``<tool_response>``)."""
+
+
+def cut_made_up_result(text: str) -> tuple[str, bool]:
+    """``text`` up to where it starts writing a tool result, and whether it did.
+
+    >>> cut_made_up_result('All done.\\nfunctions.delete_file returned:\\n{}')
+    ('All done.', True)
+    >>> cut_made_up_result("The call returned: 42.")
+    ('The call returned: 42.', False)
+    """
+    found = _RESULT_START.search(text)
+    if found is None:
+        return text, False
+    return text[: found.start()].rstrip(), True
+
+
+class ResultStop:
+    """A llama_cpp stopping criterion: ends a text answer as soon as the model starts
+    writing a tool result (``_RESULT_START``), which it imitates from the prompt's tool
+    turns. Without it the model answers with ``functions.<name> returned:`` and a made-up
+    result, which a parser would take for a call."""
+
+    def __init__(self, llama: Any) -> None:
+        self.llama = llama
+        self.prompt_len: int | None = None
+        self.fired = False
+
+    def __call__(self, input_ids: Any, logits: Any) -> bool:
+        if self.prompt_len is None:  # first call: the prompt and one generated token
+            self.prompt_len = len(input_ids) - 1
+        generated = [int(t) for t in input_ids[self.prompt_len :]]
+        text = self.llama.detokenize(generated).decode("utf-8", errors="replace")
+        self.fired = _RESULT_START.search(text) is not None
+        return self.fired
+
+
+_ANY_STRING_CHAR = '[^"\\\\]'
+_NO_CONTROL_CHAR = '[^"\\\\\\x7F\\x00-\\x1F]'
+_PATTERN_DOT = "dot ::= [^\\x0A\\x0D]"
+
+
+def args_gbnf(schema_json: str) -> str:
+    r"""The GBNF of a call's arguments under its JSON schema, in which a string holds no raw
+    control character (JSON forbids them; a newline must be written ``\n``).
+
+    llama-cpp-python's schema converter lets a string character be anything but ``"`` and
+    ``\``, so a model could write a raw newline inside a string and the arguments failed as
+    invalid JSON; its plain ``JSON_GBNF`` already excludes them.
+
+    >>> "x00-" in args_gbnf('{"type": "object", "properties": {"a": {"type": "string"}}}')
+    True
+    """
+    from llama_cpp import llama_grammar
+
+    gbnf = llama_grammar.json_schema_to_gbnf(schema_json)
+    # ``dot`` (a regex pattern's ``.``) excludes only CR and LF, and lets ``"`` end the string
+    gbnf = gbnf.replace(_ANY_STRING_CHAR, _NO_CONTROL_CHAR)
+    return gbnf.replace(_PATTERN_DOT, "dot ::= " + _NO_CONTROL_CHAR)
+
+
+class MaskCallStart:
+    """A llama_cpp logits processor for a text answer: the tokens that begin a call (or a
+    result: ``functions``) are masked where a line starts, so the answer begins with words
+    instead of imitating the prompt's tool turns (``ResultStop`` still ends one that gets
+    there later in a line)."""
+
+    def __init__(self, llama: Any, call_ids: Any) -> None:
+        self.llama = llama
+        self.call_ids = call_ids
+        self.prompt_len: int | None = None
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self.prompt_len is None:  # first call: nothing generated yet
+            self.prompt_len = len(input_ids)
+        generated = input_ids[self.prompt_len :]
+        if len(generated):
+            last = self.llama.detokenize([int(generated[-1])]).decode("utf-8", errors="replace")
+            if not last.endswith("\n"):
+                return scores
+        if len(self.call_ids):
+            scores[self.call_ids] = -float("inf")
+        return scores
+
+
 @functools.lru_cache(maxsize=256)
 def _args_grammar(schema_json: str) -> Any:
     from llama_cpp import llama_grammar
 
     try:
-        return llama_grammar.LlamaGrammar.from_json_schema(schema_json, verbose=False)
+        return llama_grammar.LlamaGrammar.from_string(args_gbnf(schema_json), verbose=False)
     except Exception:  # noqa: BLE001 - any schema the converter cannot take: plain JSON
         return llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
 
@@ -488,8 +579,8 @@ def chatml_tools_handler(
     recorded: list[dict[str, Any]] = []
     from llama_cpp import LogitsProcessorList
 
-    def complete(text: str, **kw: Any) -> dict[str, Any]:
-        processors = list(logits_processor or [])
+    def complete(text: str, *, extra: Sequence[Any] = (), **kw: Any) -> dict[str, Any]:
+        processors = [*(logits_processor or []), *extra]
         recorder = None
         if want_logprobs:
             recorder = LogprobRecorder(llama, top_logprobs or 1)
@@ -511,9 +602,26 @@ def chatml_tools_handler(
     content: str | None = None
     calls: list[tuple[str, str]] = []
     finish_reason = "stop"
+    from llama_cpp import StoppingCriteriaList
+
+    def answer() -> tuple[str, str]:
+        """A text answer, ended where the model starts writing a tool result itself (the
+        prompt's tool turns show it how), with that start cut off."""
+        tool_turns = bool(tools) or any(m.get("role") == "tool" for m in messages)
+        out = complete(
+            prompt,
+            temperature=temperature,
+            stop=stops,
+            max_tokens=max_tokens,
+            stopping_criteria=StoppingCriteriaList([ResultStop(llama)]),
+            extra=[MaskCallStart(llama, _call_token_ids(llama, fmt))] if tool_turns else (),
+        )
+        text = out["choices"][0]["text"].removeprefix("message:").lstrip("\n")
+        text, cut = cut_made_up_result(text)
+        return text, "stop" if cut else out["choices"][0]["finish_reason"]
+
     if not tools:
-        out = complete(prompt, temperature=temperature, stop=stops, max_tokens=max_tokens)
-        content, finish_reason = out["choices"][0]["text"], out["choices"][0]["finish_reason"]
+        content, finish_reason = answer()
     else:
         calling = tool_choice != "auto"
         if isinstance(tool_choice, dict):
@@ -531,10 +639,7 @@ def chatml_tools_handler(
             )
             calling = random.Random(seed).random() < p_call
         if not calling:
-            out = complete(prompt, temperature=temperature, stop=stops, max_tokens=max_tokens)
-            content = out["choices"][0]["text"]
-            content = content.removeprefix("message:").lstrip("\n")
-            finish_reason = out["choices"][0]["finish_reason"]
+            content, finish_reason = answer()
         elif not isinstance(tool_choice, dict):
             out = complete(
                 prompt,

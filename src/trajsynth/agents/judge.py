@@ -1,21 +1,24 @@
 """Judging what a rollout produced: verify every leaf, class its failure, value the nodes.
 
 Library code the flows call after growing a tree (or one linear sample): no store, no
-Prefect. Verification is ``curation.verify`` on the leaf's end state (DESIGN.md step 5);
-node values follow METHODS.md's tree values (``agents.tree.node_values``).
+Prefect. Verification is ``curation.verify`` on the leaf's end state (DESIGN.md step 5), the
+one place that decides ``passed`` (clean and correct); node values follow METHODS.md's tree
+values (``agents.tree.node_values``) over clean passes (1) and everything else (0).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trajsynth.agents.rollout import EpisodeResult
 from trajsynth.agents.tree import TreeResult, node_values
-from trajsynth.curation.verify import verify
+from trajsynth.curation.verify import apply_judgement, verify
 from trajsynth.schemas import (
     Blueprint,
     EnvState,
     FailureClass,
+    JudgeResult,
     Node,
     RolloutTree,
     Termination,
@@ -23,7 +26,15 @@ from trajsynth.schemas import (
     Verdict,
 )
 
-__all__ = ["JudgedTree", "classify", "judge", "judge_episode", "judge_tree", "leaf_outcome"]
+__all__ = [
+    "JudgedTree",
+    "Judgements",
+    "classify",
+    "judge",
+    "judge_episode",
+    "judge_tree",
+    "leaf_outcome",
+]
 
 
 @dataclass(frozen=True)
@@ -46,16 +57,28 @@ def classify(trajectory: Trajectory, verdict: Verdict) -> FailureClass | None:
     return failing[-1].failure_class if failing else FailureClass.MODEL
 
 
+Judgements = Mapping[str, JudgeResult]
+"""A model judge's results by trajectory id (``agents.model_judge``); empty: no judge."""
+
+
 def judge(
-    blueprint: Blueprint, trajectory: Trajectory, state: EnvState | None, attempt: int
+    blueprint: Blueprint,
+    trajectory: Trajectory,
+    state: EnvState | None,
+    attempt: int,
+    judgements: Judgements | None = None,
 ) -> tuple[Trajectory, Verdict]:
-    """Verify ``trajectory`` against the blueprint's constraints on its end state, and
-    record its failure class and the attempt that made it."""
+    """Verify ``trajectory`` against the blueprint's constraints on its end state (with the
+    model judge's result beside it, when there is one), and record its failure class and
+    the attempt that made it."""
     verdict = verify(
         trajectory,
         blueprint.constraints,
         state or EnvState(state_hash="unavailable", readable=False),
     )
+    judged = (judgements or {}).get(trajectory.trajectory_id)
+    if judged is not None:
+        verdict = apply_judgement(verdict, judged)
     trajectory = trajectory.model_copy(
         update={"failure_class": classify(trajectory, verdict), "attempts": attempt}
     )
@@ -73,16 +96,21 @@ def leaf_outcome(trajectory: Trajectory, verdict: Verdict) -> str:
 
 
 def _valued(nodes: list[Node], trajectories: list[Trajectory], verdicts: list[Verdict]) -> list:
-    scores = [None if v.excluded else v.score for v in verdicts]
+    # a node's value is the share of clean passes below it: the shaped score gives a leaf
+    # whose hard constraints failed 0.1 x its soft share, so every node of a tree of
+    # failures (or of passes) looked alike and no advantage showed where it went wrong
+    scores = [None if v.excluded else float(v.passed) for v in verdicts]
     values = node_values(nodes, [t.node_ids for t in trajectories], scores)
     return [n.model_copy(update=values[n.node_id]) for n in nodes]
 
 
-def judge_tree(blueprint: Blueprint, result: TreeResult, attempt: int) -> JudgedTree:
+def judge_tree(
+    blueprint: Blueprint, result: TreeResult, attempt: int, judgements: Judgements | None = None
+) -> JudgedTree:
     """Every leaf of a grown tree judged; the tree's pass rate counts only counted leaves."""
     trajectories, verdicts = [], []
     for leaf in result.leaves:
-        traj, verdict = judge(blueprint, leaf.trajectory, leaf.final_state, attempt)
+        traj, verdict = judge(blueprint, leaf.trajectory, leaf.final_state, attempt, judgements)
         trajectories.append(traj)
         verdicts.append(verdict)
     counted = [v for v in verdicts if not v.excluded]
@@ -103,9 +131,14 @@ def judge_tree(blueprint: Blueprint, result: TreeResult, attempt: int) -> Judged
     )
 
 
-def judge_episode(blueprint: Blueprint, result: EpisodeResult, attempt: int) -> JudgedTree:
+def judge_episode(
+    blueprint: Blueprint,
+    result: EpisodeResult,
+    attempt: int,
+    judgements: Judgements | None = None,
+) -> JudgedTree:
     """One linear rollout judged, as a one-leaf tree."""
-    traj, verdict = judge(blueprint, result.trajectory, result.final_state, attempt)
+    traj, verdict = judge(blueprint, result.trajectory, result.final_state, attempt, judgements)
     tree = result.tree.model_copy(
         update={
             "pass_rate": None if verdict.excluded else float(verdict.passed),

@@ -94,6 +94,7 @@ __all__ = [
     "estimate_tokens",
     "open_llm_client",
     "request_key",
+    "made_up_result_at",
     "split_text_calls",
 ]
 
@@ -734,28 +735,55 @@ def _content_text(content: Any) -> str | None:
     return _as_text(content)
 
 
-_TEXT_CALL = re.compile(r"(?m)^[ \t]*functions\.([^\s:]*)((?:[ \t]+returned)?)[ \t]*:[ \t]*\n?")
+_TEXT_CALL = re.compile(r"(?m)^[ \t]*functions\.([^\s:]*)[ \t]*:[ \t]*\n?")
+_MADE_UP_RESULT = re.compile(
+    r"(?m)^[ \t]*(?:functions\.[^\s:]*[ \t]+returned\b|<tool_response>)"
+    r"|<\|im_start\|>[ \t]*tool\b"
+)
+"""Where a model starts writing a tool result itself: the prompt's result syntax
+(``functions.<name> returned``, ``<tool_response>``) or a tool turn of its own."""
 _TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
+
+
+def made_up_result_at(text: str) -> int | None:
+    r"""Where ``text`` starts a tool result the model wrote itself, or None.
+
+    >>> made_up_result_at('Done.\nfunctions.delete_file returned:\n{"ok": true}')
+    6
+    >>> made_up_result_at("The tool returned: 42") is None
+    True
+    """
+    found = _MADE_UP_RESULT.search(text)
+    return found.start() if found else None
 
 
 def split_text_calls(text: str) -> tuple[str | None, list[tuple[str, str]]]:
     r"""Calls a model wrote as text, cut out of it: ``(the words left, [(name, arguments)])``.
 
     Two forms: the embedded server's own call syntax, a line ``functions.<name>:`` followed
-    by the arguments (up to the next such line; ``functions.<name> returned:``, a made-up
-    tool result, gives the name ``"<name> returned"``), and Hermes-style
+    by the arguments (up to the next such line), and Hermes-style
     ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``. Arguments are kept as the
     text the model wrote, so a broken one is judged (and recorded) like any other call.
+
+    A tool result the model wrote itself (``functions.<name> returned:``, the prompt's
+    result syntax, or ``<tool_response>``) is never a call: it and everything after it are
+    cut, since no tool produced them and what follows continues a conversation that did not
+    happen. A call written before it stays a call.
 
     >>> split_text_calls('Sure.\nfunctions.create_event:\n{"date": "2024-05-01"}')
     ('Sure.', [('create_event', '{"date": "2024-05-01"}')])
     >>> split_text_calls('functions.create_event returned:\n{"id": 1}')
-    (None, [('create_event returned', '{"id": 1}')])
+    (None, [])
+    >>> split_text_calls('functions.f:\n{"a": 1}\nfunctions.f returned:\n{"ok": 1}\nDone!')
+    (None, [('f', '{"a": 1}')])
     >>> split_text_calls("The functions.x: syntax is not at a line start.")
     ('The functions.x: syntax is not at a line start.', [])
     >>> split_text_calls('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>')
     (None, [('f', '{"a":1}')])
     """
+    cut = made_up_result_at(text)
+    if cut is not None:
+        text = text[:cut]
     calls: list[tuple[str, str]] = []
     words = text
     marks = list(_TEXT_CALL.finditer(text))
@@ -763,10 +791,7 @@ def split_text_calls(text: str) -> tuple[str | None, list[tuple[str, str]]]:
         words = text[: marks[0].start()]
         for i, mark in enumerate(marks):
             stop = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-            # "functions.<name> returned:" is the prompt's tool-result syntax: a result the
-            # model made up. Kept as a call to "<name> returned", which no tool is, so it is
-            # recorded as a `model` failure (unknown tool) with what the model wrote.
-            calls.append((mark.group(1) + mark.group(2), text[mark.end() : stop].strip()))
+            calls.append((mark.group(1), text[mark.end() : stop].strip()))
     tagged = list(_TAGGED_CALL.finditer(words))
     if tagged:
         for match in tagged:
@@ -792,14 +817,19 @@ def _parse_choices(completion: dict[str, Any], *, tools_sent: bool) -> list[Chat
     choices = []
     for choice in completion["choices"]:
         if isinstance(choice, dict):
-            choices.append(_parse_choice(choice, tools_sent=tools_sent))
+            # ids made up here (a server that sent none, calls written as text) carry a digest
+            # of the completion, so the calls of different turns never share an id
+            salt = stable_hash([_as_text(completion.get("id") or ""), choice], length=10)
+            choices.append(_parse_choice(choice, tools_sent=tools_sent, salt=salt))
         else:
             log.warning("skipping a choice that is not an object: %.80s", _as_text(choice))
     return choices
 
 
-def _parse_choice(choice: dict[str, Any], *, tools_sent: bool) -> ChatChoice:
-    """One choice of the server's JSON as a ``ChatChoice``; any shape gives one."""
+def _parse_choice(choice: dict[str, Any], *, tools_sent: bool, salt: str = "") -> ChatChoice:
+    """One choice of the server's JSON as a ``ChatChoice``; any shape gives one. ``salt``
+    goes into the ids of calls that came without one."""
+    prefix = f"call_{salt}_" if salt else "call_"
     msg = choice.get("message")
     if not isinstance(msg, dict):
         msg = {"content": msg}
@@ -814,14 +844,16 @@ def _parse_choice(choice: dict[str, Any], *, tools_sent: bool) -> ChatChoice:
             # not a function call: kept as one with no name, which the agent records as
             # a `model` failure (unknown tool) with this text as its raw arguments
             tool_calls.append(
-                ToolCall(id=f"call_{i}", function=FunctionCall(name="", arguments=_as_text(call)))
+                ToolCall(
+                    id=f"{prefix}{i}", function=FunctionCall(name="", arguments=_as_text(call))
+                )
             )
             continue
         call_id = call.get("id")
         name = function.get("name")
         tool_calls.append(
             ToolCall(
-                id=_as_text(call_id) if call_id else f"call_{i}",
+                id=_as_text(call_id) if call_id else f"{prefix}{i}",
                 function=FunctionCall(
                     name=_as_text(name) if name is not None else "",
                     arguments=_as_text(function.get("arguments", "{}")),
@@ -830,13 +862,19 @@ def _parse_choice(choice: dict[str, Any], *, tools_sent: bool) -> ChatChoice:
         )
     if tools_sent and content:
         words, text_calls = split_text_calls(content)
+        if made_up_result_at(content) is not None:
+            # what the model wrote as a tool result is no part of the turn (``raw`` keeps
+            # the server's text); an answer left empty is an empty answer, never a call
+            log.info("cut a tool result the model wrote itself out of its answer")
+            content = words
         if text_calls:
             log.info("%d call(s) written as text were parsed as calls", len(text_calls))
             content = words
             offset = len(tool_calls)
             tool_calls += [
                 ToolCall(
-                    id=f"call_text_{offset + j}", function=FunctionCall(name=_clean(n), arguments=a)
+                    id=f"{prefix}text_{offset + j}",
+                    function=FunctionCall(name=_clean(n), arguments=a),
                 )
                 for j, (n, a) in enumerate(text_calls)
             ]

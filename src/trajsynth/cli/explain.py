@@ -53,7 +53,7 @@ def produced_little(passed: int, counted: int, trajectories: int) -> bool:
 
 def _failed(store: Store, run_id: str) -> list[dict[str, Any]]:
     return store.query(
-        "SELECT t.failure_class, t.termination, v.results FROM trajectories t "
+        "SELECT t.failure_class, t.termination, v.results, v.hygiene FROM trajectories t "
         "JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ? AND NOT v.passed",
         [run_id],
     )
@@ -75,6 +75,15 @@ def little_reasons(store: Store, run_id: str) -> list[Reason]:
             if res.get("hard") and not res.get("passed"):
                 kinds[str(res.get("kind"))] += 1
                 example.setdefault(str(res.get("kind")), str(res.get("detail") or ""))
+    checks: Counter[str] = Counter()
+    for r in rows:
+        hygiene = r.get("hygiene")
+        if isinstance(hygiene, str):
+            hygiene = json.loads(hygiene)
+        for res in hygiene or []:
+            if not res.get("passed"):
+                checks[str(res.get("check"))] += 1
+                example.setdefault(f"hygiene {res.get('check')}", str(res.get("detail") or ""))
     out = [
         Reason(what=f"failure class {cls}", count=n, hint=_CLASS_HINT.get(cls, ""))
         for cls, n in classes.most_common(TOP)
@@ -87,6 +96,15 @@ def little_reasons(store: Store, run_id: str) -> list[Reason]:
             + "`synth show trajectory ID` shows each constraint's verdict",
         )
         for kind, n in kinds.most_common(TOP)
+    ]
+    out += [
+        Reason(
+            what=f"hygiene check {check} failed",
+            count=n,
+            hint=(f"e.g. {example[f'hygiene {check}']}; " if example[f"hygiene {check}"] else "")
+            + "not a clean example (docs/verification.md)",
+        )
+        for check, n in checks.most_common(TOP)
     ]
     out += [
         Reason(what=f"stopped by {stop}", count=n, hint=_STOP_HINT[stop])

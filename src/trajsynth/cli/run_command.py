@@ -193,7 +193,16 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
             ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items()),
         )
     table.add_row("trajectories", str(summary.trajectories))
-    table.add_row("passed / counted", f"{summary.passed} / {summary.counted} ({rate})")
+    table.add_row(
+        "passed / judged",
+        f"{summary.passed} / {summary.judged} ({rate}; passed: clean and correct)",
+    )
+    table.add_row("constraints held / judged", f"{summary.constraints_passed} / {summary.judged}")
+    if summary.hygiene_failed:
+        table.add_row(
+            "hygiene checks failed (trajectories)",
+            ", ".join(f"{k}: {v}" for k, v in sorted(summary.hygiene_failed.items())),
+        )
     table.add_row(
         "failures by class",
         ", ".join(f"{k}: {v}" for k, v in sorted(summary.failures_by_class.items())) or "none",
@@ -218,7 +227,7 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
         secs = summary.llm_seconds_by_role.get(role, 0.0)
         table.add_row(f"tokens ({role})", f"{tokens:,} in {secs:.1f} s")
     table.add_row(
-        "tokens per verified trajectory",
+        "tokens per passed trajectory",
         f"{summary.tokens_per_verified:,.0f}" if summary.tokens_per_verified else "n/a",
     )
     table.add_row(

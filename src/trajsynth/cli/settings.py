@@ -353,4 +353,12 @@ disk_mb = 256                # work directory size (a tmpfs; in Docker charged t
 tmp_mb = 64                  # /tmp size
 allow_unsafe_local_sandbox = false   # true: LocalSandbox runs model code even where it cannot
                                      # enforce every limit (`synth doctor` lists which)
+
+[run.judge]                  # an optional model judge (docs/verification.md); off by default
+enabled = false
+# base_url = "https://api.example.com/v1"   # unset: the run's own endpoint
+# model = "a-strong-model"                 # unset: the run's model
+# api_key_env = "JUDGE_API_KEY"            # the variable holding its key (never stored)
+threshold = 0.5              # the judge accepts at or above this score
+decides = false              # true: `passed` also needs the judge's accept; false: stored only
 """

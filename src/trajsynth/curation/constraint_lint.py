@@ -36,6 +36,7 @@ from trajsynth.schemas import (
 
 __all__ = [
     "DO_NOTHING_PASSES",
+    "HYGIENE_PASSES_NOTHING",
     "NO_OUTCOME",
     "OUTCOME_KINDS",
     "do_nothing_trajectory",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 DO_NOTHING_PASSES = "a do-nothing trajectory already passes"
+HYGIENE_PASSES_NOTHING = "the hygiene checks pass a do-nothing trajectory"
 NO_OUTCOME = "checks no outcome"
 # Kinds that check what the trajectory achieved; tool_not_called and max_calls only restrict.
 OUTCOME_KINDS = frozenset(
@@ -161,9 +163,11 @@ def lint_constraints(
 ) -> list[str]:
     """Reasons to reject a constraint set; an empty list means it is fit to verify with.
 
-    Runs ``verify`` on a do-nothing trajectory against ``initial_state``: if that passes, the
-    set is rejected with ``DO_NOTHING_PASSES``. A set with no hard outcome constraint
-    (only ``max_calls``, ``tool_not_called`` or soft ones) is rejected with ``NO_OUTCOME``.
+    Runs ``verify`` on a do-nothing trajectory against ``initial_state``: if its constraints
+    pass, the set is rejected with ``DO_NOTHING_PASSES``; if the hygiene checks pass it (they
+    never should: it does not answer), with ``HYGIENE_PASSES_NOTHING``. A set with no hard
+    outcome constraint (only ``max_calls``, ``tool_not_called`` or soft ones) is rejected
+    with ``NO_OUTCOME``.
     Sanity: tools and matcher fields exist, regexes compile and cannot match an empty answer,
     answer values are not blank, a final state differs from the initial one, required and
     forbidden calls do not contradict, ``max_calls`` leaves room for the required calls.
@@ -176,8 +180,12 @@ def lint_constraints(
     if any(c.hard for c in constraints):  # without a hard constraint nothing can pass anyway
         baseline = verify(do_nothing_trajectory(tools), constraints, initial_state)
         results = baseline.results
-        if baseline.passed:
+        # the constraints alone must fail it: hygiene fails every do-nothing trajectory (it
+        # never answers), which says nothing about whether the set checks an outcome
+        if baseline.constraints_passed:
             issues.append(DO_NOTHING_PASSES)
+        if baseline.clean:
+            issues.append(HYGIENE_PASSES_NOTHING)
     if not any(c.hard and c.kind in OUTCOME_KINDS for c in constraints):
         issues.append(NO_OUTCOME)
     issues += _sanity(constraints, by_name, initial_state)

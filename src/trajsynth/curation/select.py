@@ -7,9 +7,13 @@ decision, so a dataset can say why every row is in it and why every other is not
 Decisions (METHODS.md leaves them open):
 
 - SFT eligibility is checked in this order, and the first failing check is the reason: in the
-  topology (not infra/simulator), a verdict that passed and is not excluded, a signals row with
-  neither ``loop`` nor ``exhaustion``, not a near-duplicate (``duplicates[id]`` names another
-  trajectory). The verdict is the authority: a trajectory without one is never selected.
+  topology (not infra/simulator), a verdict that passed (clean and correct) and is not
+  excluded, a signals row with neither ``loop`` nor ``exhaustion``, no ``failure`` signal
+  unless the verdict records a recovery (every failed call corrected by a later one), not a
+  near-duplicate (``duplicates[id]`` names another trajectory). The verdict is the
+  authority: a trajectory without one is never selected.
+- RL counts a rollout a success only when its verdict passed, i.e. clean and correct: the
+  task topology's pass rate is read from the same verdicts.
 - Novelty compares (signature, reasoning mode) with the picks so far; with
   ``distinct_signatures`` (the default: "up to k_sft with distinct signatures") a repeated
   signature is never picked even when its mode differs. A candidate with novelty 0 is never
@@ -147,6 +151,10 @@ def sft_eligibility(
         return f"loop signal ({signals.repetition_instances} repetition instances)"
     if signals.exhaustion:
         return "budget exhausted"
+    if signals.failure and not verdict.recovered:
+        # failed calls the verifier did not see corrected: whatever made them, the example
+        # would teach them; a genuine recovery (curation.hygiene) is what SFT wants instead
+        return f"failure signal without a recovery (failure rate {signals.failure_rate:.2f})"
     if duplicate_of and duplicate_of != topo.trajectory_id:
         return f"near-duplicate of {duplicate_of}"
     return None

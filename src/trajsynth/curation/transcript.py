@@ -51,6 +51,9 @@ class Transcript(BaseModel):
     entries: list[Entry] = Field(default_factory=list)
     constraints: list[ConstraintLine] = Field(default_factory=list)
     signals_fired: list[str] = Field(default_factory=list)
+    constraints_passed: bool | None = None  # None: judged before hygiene, or not verified
+    failed_checks: list[str] = Field(default_factory=list)  # hygiene checks that failed
+    recovered: bool = False
 
 
 def fold(text: str, *, max_lines: int = FOLD_LINES, max_chars: int = FOLD_CHARS) -> tuple[str, int]:
@@ -131,6 +134,13 @@ def transcript(
         constraints=[
             ConstraintLine(kind=r.kind, hard=r.hard, passed=r.passed, why=r.detail)
             for r in (verdict.results if verdict else [])
+        ]
+        + [
+            ConstraintLine(kind=f"hygiene: {h.check}", hard=True, passed=h.passed, why=h.detail)
+            for h in (verdict.hygiene if verdict else [])
         ],
         signals_fired=_fired(signals),
+        constraints_passed=verdict.constraints_passed if verdict else None,
+        failed_checks=verdict.failed_checks if verdict else [],
+        recovered=verdict.recovered if verdict else False,
     )

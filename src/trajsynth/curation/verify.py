@@ -3,7 +3,10 @@
 ``verify(trajectory, constraints, final_state)`` is a pure function of the recorded run and the
 environment's final canonical state; the GRPO stage calls the same function for its rewards
 (``reward``). Each constraint kind has one small checker, registered with ``@checker(kind)``
-(STYLE.md §1), that returns ``(passed, detail)``.
+(STYLE.md §1), that returns ``(passed, detail)``. Every trajectory is also held to the hygiene
+checks of ``curation.hygiene`` (registered with ``@hygiene_check``): it *passes* only when its
+hard constraints hold and it is a clean example (docs/verification.md). This module is the one
+place that decides ``passed``; ``apply_judgement`` adds an optional model judge's say.
 
 Decisions (METHODS.md leaves them open):
 
@@ -44,6 +47,7 @@ from trajsynth.curation.canon import (
     resolve_schema,
     value_at,
 )
+from trajsynth.curation.hygiene import ASKED_VALUES, HygieneContext, check_hygiene
 from trajsynth.schemas import (
     AnswerContains,
     AnswerMatches,
@@ -55,6 +59,7 @@ from trajsynth.schemas import (
     FailureClass,
     FinalState,
     JsonValue,
+    JudgeResult,
     MaxCalls,
     MessageRole,
     ObsClass,
@@ -75,6 +80,8 @@ __all__ = [
     "VerifyContext",
     "answer_contains_value",
     "answer_text",
+    "apply_judgement",
+    "offered_tools",
     "call_matches",
     "checker",
     "extract_numbers",
@@ -107,6 +114,20 @@ def _tool_schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, 
         params = fn.get("parameters") or fn.get("input_schema") or fn.get("inputSchema")
         if isinstance(name, str) and isinstance(params, Mapping):
             out[name] = params
+    return out
+
+
+def offered_tools(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Input schema by name of every tool the episode offered (``{}`` when it has none)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for entry in tools:
+        if not isinstance(entry, Mapping):
+            continue
+        fn = entry.get("function") if isinstance(entry.get("function"), Mapping) else entry
+        name = fn.get("name")
+        params = fn.get("parameters") or fn.get("input_schema") or fn.get("inputSchema") or {}
+        if isinstance(name, str) and name:
+            out[name] = params if isinstance(params, Mapping) else {}
     return out
 
 
@@ -556,6 +577,10 @@ def verify(
     models or their JSON dicts (as the RL dataset carries them). ``passed`` = every hard
     constraint passes (and there is at least one); ``score = 0.9·passed + 0.1·soft fraction``,
     or ``1.0``/``0.0`` without soft constraints. Infra and simulator failures are ``excluded``.
+
+    ``passed`` is clean and correct: every hard constraint holds (``constraints_passed``) and
+    every hygiene check holds (``clean``, ``hygiene`` per check; ``curation.hygiene``).
+    ``recovered``: clean, with a failed call a later call corrected.
     """
     ctx = VerifyContext.build(trajectory, final_state)
     results: list[ConstraintResult] = []
@@ -576,7 +601,22 @@ def verify(
             diff = state_diff(constraint.gold_tables, final_state)
     hard = [r for r in results if r.hard]
     soft = [r for r in results if not r.hard]
-    passed = bool(hard) and all(r.passed for r in hard)
+    constraints_passed = bool(hard) and all(r.passed for r in hard)
+    asked = [
+        _check_answer_contains(c, ctx)
+        for c in parsed
+        if isinstance(c, AnswerContains) and c.derived_from == ASKED_VALUES
+    ]
+    hygiene, recovered = check_hygiene(
+        HygieneContext(
+            trajectory=trajectory,
+            schemas=offered_tools(trajectory.tools),
+            answer=ctx.answer,
+            asked=asked,
+        )
+    )
+    clean = all(h.passed for h in hygiene)
+    passed = constraints_passed and clean
     if not hard:
         log.warning(
             "trajectory %s: no hard constraint, so nothing is verified", trajectory.trajectory_id
@@ -593,6 +633,7 @@ def verify(
             "answer": ctx.answer,
             "constraints": [c.model_dump(mode="json") for c in parsed],
             "state": [final_state.state_hash, final_state.checks, final_state.readable],
+            "hygiene": [h.check for h in hygiene],
         },
     )
     return Verdict(
@@ -604,6 +645,23 @@ def verify(
         state_hash=final_state.state_hash if final_state.readable else None,
         state_diff=diff,
         excluded=trajectory.failure_class in _EXCLUDED,
+        constraints_passed=constraints_passed,
+        clean=clean,
+        hygiene=hygiene,
+        recovered=recovered,
+    )
+
+
+def apply_judgement(verdict: Verdict, judgement: JudgeResult) -> Verdict:
+    """``verdict`` with a model judge's result beside it. ``passed`` (and the score) change
+    only when ``judgement.decides``: then a trajectory passes only if the judge accepts it
+    too (no score read counts as not accepted)."""
+    if not judgement.decides:
+        return verdict.model_copy(update={"judge": judgement})
+    passed = verdict.passed and judgement.accept is True
+    score = verdict.score if passed == verdict.passed else verdict.score - 0.9 * verdict.passed
+    return verdict.model_copy(
+        update={"judge": judgement, "passed": passed, "score": round(max(0.0, score), 12)}
     )
 
 

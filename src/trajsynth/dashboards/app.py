@@ -135,7 +135,7 @@ def _runs_section(path: str) -> str | None:
             "updated_at": lambda v: "" if v is None else str(v)[:19],
             "n_tasks": _num,
             "n_trajectories": _num,
-            "n_verified": _num,
+            "n_judged": _num,
             "n_passed": _num,
             "pass_rate": _pct,
         },
@@ -166,15 +166,19 @@ def _overview_section(path: str, run_id: str | None) -> None:
     cols = st.columns(4)  # two rows of four: a label never cut short
     cols[0].metric("Trajectories", _num(o.get("n_trajectories")))
     cols[1].metric("Tasks", _num(o.get("n_tasks")))
-    cols[2].metric("Pass rate", _pct(o.get("pass_rate")), help="excluded verdicts left out")
+    cols[2].metric(
+        "Pass rate", _pct(o.get("pass_rate")),
+        help="passed (clean and correct) over judged (counted by the verifier: infra and "
+        "simulator failures left out)",
+    )  # fmt: skip
     cols[3].metric("Excluded", _num(o.get("n_excluded")))
     cols = st.columns(4)
     cols[0].metric(
-        "Tokens / verified", _num(tokens_pv, 0),
+        "Tokens / passed", _num(tokens_pv, 0),
         help="LLM tokens of every role (llm_calls) per passed trajectory, as in the run summary",
     )  # fmt: skip
     cols[1].metric(
-        "Seconds / verified", _num(seconds_pv, 2),
+        "Seconds / passed", _num(seconds_pv, 2),
         help="the run's wall time per passed trajectory, as in the run summary",
     )  # fmt: skip
     cols[2].metric(
@@ -275,14 +279,14 @@ def _distributions_section(path: str, run_id: str | None) -> None:
     _table(
         clusters,
         {
-            "cluster_id": str, "n_trajectories": _num, "n_verified": _num,
+            "cluster_id": str, "n_trajectories": _num, "n_judged": _num,
             "n_excluded": _num, "pass_rate": _pct, "mean_tokens": lambda v: _num(v, 0),
         },
     )  # fmt: skip
     st.caption("by reasoning mode")
     _table(
         modes,
-        {"mode": str, "n_trajectories": _num, "n_verified": _num, "pass_rate": _pct},
+        {"mode": str, "n_trajectories": _num, "n_judged": _num, "pass_rate": _pct},
     )
 
 

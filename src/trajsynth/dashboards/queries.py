@@ -58,7 +58,7 @@ _VERDICTS = """(
 # Aggregates over trajectories t left-joined with verdicts v.
 _PASS_COLUMNS = """
     count(*) AS n_trajectories,
-    count(v.trajectory_id) FILTER (WHERE NOT v.excluded) AS n_verified,
+    count(v.trajectory_id) FILTER (WHERE NOT v.excluded) AS n_judged,
     count(*) FILTER (WHERE v.excluded) AS n_excluded,
     count(*) FILTER (WHERE v.passed AND NOT v.excluded) AS n_passed,
     (count(*) FILTER (WHERE v.passed AND NOT v.excluded))::DOUBLE
@@ -99,7 +99,7 @@ def _runs_sql(_run_id: str | None) -> Statement:
         SELECT r.run_id, r.state, r.created_at, r.updated_at,
                coalesce(p.n_tasks, 0) AS n_tasks,
                coalesce(p.n_trajectories, 0) AS n_trajectories,
-               coalesce(p.n_verified, 0) AS n_verified,
+               coalesce(p.n_judged, 0) AS n_judged,
                coalesce(p.n_passed, 0) AS n_passed,
                p.pass_rate
         FROM runs r LEFT JOIN per_run p USING (run_id)
@@ -110,7 +110,7 @@ def _runs_sql(_run_id: str | None) -> Statement:
 
 
 def overview(store: Store, run_id: str | None) -> dict[str, Any]:
-    """Headline figures: counts, pass rate, tokens and time (per verified trajectory too)."""
+    """Headline figures: counts, pass rate, tokens and time (per passed trajectory too)."""
     return _overview_post(store.query(*_overview_sql(run_id)))
 
 
@@ -128,7 +128,7 @@ def _overview_sql(run_id: str | None) -> Statement:
 
 
 def _overview_post(rows: Rows) -> dict[str, Any]:
-    # per-verified costs and wall time are the run summary's (``run_summary``), not sums here
+    # per-passed costs and wall time are the run summary's (``run_summary``), not sums here
     return dict(rows[0]) if rows else {}
 
 
@@ -160,7 +160,7 @@ def run_wall_s(store: Store, run_id: str) -> tuple[float, bool]:
 def run_summary(store: Store, run_id: str) -> tuple[RunSummary, bool]:
     """The run's summary, computed by ``store.summary.summarize_run`` (the same function that
     ``synth run`` prints at its end) with the wall time of ``run_wall_s``; and whether that
-    wall time is final. The dashboard's per-verified costs and wall time are read from it."""
+    wall time is final. The dashboard's per-passed costs and wall time are read from it."""
     with store.session(read_only=True):
         wall_s, final = run_wall_s(store, run_id)
         return summarize_run(store, run_id, wall_s=wall_s), final

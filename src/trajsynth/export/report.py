@@ -42,3 +42,7 @@ class ExportReport(Record):
     n_assistant_tokens: int = Field(default=0, description="of which trained on (mask = 1)")
     files: list[str] = Field(default_factory=list)
     seconds: float = 0.0
+    refused: dict[str, int] = Field(
+        default_factory=dict,
+        description="selected SFT trajectories left out as not clean, counted by reason",
+    )

@@ -1,9 +1,14 @@
 """Selected items from the store as ``SFTRow`` / ``RLRow`` records (DESIGN.md step 11).
 
 SFT: one row per selected trajectory (``selections.kind = 'sft'``, ``item_id`` = trajectory
-id), its messages in the OpenAI layout with every tool call's arguments canonicalised to
-``json.dumps`` text, the trailing turns after the last assistant message cut (they carry no
-loss), its tools as OpenAI JSON schemas (the cluster's tools when the trajectory has none).
+id), its stored messages in the OpenAI layout with every tool call's arguments canonicalised
+to ``json.dumps`` text, its tools as OpenAI JSON schemas (the cluster's tools when the
+trajectory has none). Nothing is dropped but the user's closing words after the assistant's
+final answer (no loss is computed on them, and trainers refuse a conversation that ends on
+the user). A row is refused, never repaired, when it is not a clean example: the hygiene
+checks (``curation.hygiene``) run again on exactly what would be written, and a stored
+verdict that failed them, or signals of failure without a recorded recovery, refuse it too;
+``sft_rows`` counts the refusals by reason.
 RL: one row per selected task (``kind = 'rl'``, ``item_id`` = blueprint id): the prompt is
 the messages before the first assistant turn of the task's first rollout (by id), else the
 blueprint's goal as the user's turn; the environment spec and constraints come from the
@@ -19,6 +24,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from trajsynth.curation.hygiene import HygieneContext, check_hygiene
+from trajsynth.curation.verify import answer_text, offered_tools
 from trajsynth.export.report import EmptySelectionError, ExportError
 from trajsynth.export.seen import newest_run, selection_seen
 from trajsynth.schemas import (
@@ -29,10 +36,20 @@ from trajsynth.schemas import (
     RLRow,
     ServerSpec,
     SFTRow,
+    Termination,
+    ToolCallRecord,
+    Trajectory,
 )
 from trajsynth.store import Store
 
-__all__ = ["canonical_arguments", "openai_messages", "resolve_run", "rl_rows", "sft_rows"]
+__all__ = [
+    "canonical_arguments",
+    "openai_messages",
+    "refusal_reasons",
+    "resolve_run",
+    "rl_rows",
+    "sft_rows",
+]
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +112,10 @@ def canonical_arguments(raw: Any, where: str) -> str:
 
 
 def openai_messages(raw: Sequence[Mapping[str, Any]], item: str) -> list[Message]:
-    """Stored messages as ``Message`` records with canonical arguments, cut after the last
-    assistant turn. Raises ``ExportError`` naming ``item`` and the message."""
+    """Stored messages as ``Message`` records with canonical arguments, without the user's
+    closing words after the last assistant turn (anything else after it, a tool result
+    above all, is kept: such a row then fails hygiene and is refused, never cut to look
+    clean). Raises ``ExportError`` naming ``item`` and the message."""
     out: list[Message] = []
     for i, m in enumerate(raw):
         data = dict(m)
@@ -125,7 +144,9 @@ def openai_messages(raw: Sequence[Mapping[str, Any]], item: str) -> list[Message
     last = max((i for i, m in enumerate(out) if m.role is MessageRole.ASSISTANT), default=-1)
     if last < 0:
         raise ExportError(f"{item}: no assistant turn to train on")
-    return out[: last + 1]
+    if all(m.role is MessageRole.USER for m in out[last + 1 :]):
+        return out[: last + 1]
+    return out
 
 
 def _check_tools(tools: Any, item: str) -> list[dict[str, Any]]:
@@ -198,19 +219,70 @@ def _empty_selection(
     )
 
 
-def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow]:
-    """The run's selected trajectories (``round`` None: every round) as SFT rows."""
+def _termination(value: Any) -> Termination:
+    """A stored termination; one this release does not know reads as ``max_turns`` (the
+    user did not end it, so a user turn after the answer is not a closing one)."""
+    try:
+        return Termination(value)
+    except ValueError:
+        return Termination.MAX_TURNS
+
+
+def refusal_reasons(
+    row: Mapping[str, Any], messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Why a selected trajectory may not be an SFT row (empty: it may), from what would be
+    written: ``hygiene:<check>`` for each hygiene check that fails on the exported
+    conversation or failed in the stored verdict, ``not passed``, and
+    ``failure signal without a recovery``."""
+    calls = [ToolCallRecord.model_validate(c) for c in _json(row.get("calls")) or []]
+    trajectory = Trajectory(
+        trajectory_id=str(row["item_id"]),
+        run_id=str(row.get("run_id") or ""),
+        blueprint_id=str(row.get("task_id") or ""),
+        tree_id="",
+        leaf_node_id="",
+        cluster_id=str(row.get("cluster_id") or ""),
+        messages=list(messages),
+        tools=[dict(t) for t in tools],
+        calls=calls,
+        final_answer=row.get("final_answer"),
+        termination=_termination(row.get("termination")),
+    )
+    ctx = HygieneContext(
+        trajectory=trajectory, schemas=offered_tools(tools), answer=answer_text(trajectory)
+    )
+    results, _ = check_hygiene(ctx)
+    failed = {h.check for h in results if not h.passed}
+    stored = _json(row.get("hygiene")) or []
+    failed |= {h.get("check") for h in stored if isinstance(h, dict) and not h.get("passed")}
+    reasons = [f"hygiene:{name}" for name in sorted(n for n in failed if n)]
+    if not row.get("passed"):
+        reasons.append("not passed")
+    if row.get("sig_failure") and not row.get("v_recovered"):
+        reasons.append("failure signal without a recovery")
+    return reasons
+
+
+def sft_rows(
+    store: Store, run_id: str, round: int | None = None, refused: dict[str, int] | None = None
+) -> list[SFTRow]:
+    """The run's selected trajectories (``round`` None: every round) as SFT rows. A row that
+    is not a clean example is left out and counted in ``refused`` by reason (each reason of
+    a row once; ``refusal_reasons``)."""
     where, params = _round_filter(round)
     rows = store.query(
         "SELECT s.item_id, s.task_id, s.run_id, s.round AS sel_round, s.score AS sel_score, "
         "s.reason, t.trajectory_id, t.messages, t.tools, t.cluster_id, t.round, t.n_turns, "
-        "t.n_calls, t.termination, v.passed, v.score AS verdict_score, "
-        "sc.action_complexity AS cac, "
+        "t.n_calls, t.termination, t.calls, t.final_answer, v.passed, "
+        "v.score AS verdict_score, v.hygiene, v.recovered AS v_recovered, "
+        "sg.failure AS sig_failure, sc.action_complexity AS cac, "
         "coalesce(sc.mode_label, sc.rule_label, sc.mode, b.target_mode) AS mode, "
         "sc.recovered, sc.efficiency, coalesce(sc.domain, b.domain, c.domain) AS domain "
         "FROM selections s "
         "LEFT JOIN trajectories t ON t.trajectory_id = s.item_id "
         "LEFT JOIN verdicts v ON v.trajectory_id = s.item_id "
+        "LEFT JOIN signals sg ON sg.trajectory_id = s.item_id "
         "LEFT JOIN scores sc ON sc.trajectory_id = s.item_id "
         "LEFT JOIN blueprints b ON b.blueprint_id = t.blueprint_id "
         "LEFT JOIN clusters c ON c.cluster_id = t.cluster_id "
@@ -228,14 +300,25 @@ def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow
     out = []
     for r in rows:
         item = f"trajectory {r['item_id']}"
-        tools = _json(r["tools"]) or fallback.get(r["cluster_id"], [])
+        tools = _check_tools(_json(r["tools"]) or fallback.get(r["cluster_id"], []), item)
+        messages = openai_messages(_json(r["messages"]) or [], item)
+        reasons = refusal_reasons(r, messages, tools)
+        if reasons:
+            log.warning("%s refused: %s", item, ", ".join(reasons))
+            if refused is not None:
+                for reason in reasons:
+                    refused[reason] = refused.get(reason, 0) + 1
+            continue
+        # the recovery is the verifier's (a failed call a later call corrected); the
+        # efficiency is the topology's, which leaves corrected calls uncharged (METHODS §8)
+        recovered = bool(r["v_recovered"]) if r["v_recovered"] is not None else r["recovered"]
         metadata = {
             "run_id": r["run_id"],
             "round": r["round"],
             "domain": r["domain"],
             "mode": r["mode"],
             "cac": r["cac"],
-            "recovered": r["recovered"],
+            "recovered": recovered,
             "efficiency": r["efficiency"],
             "selection_score": r["sel_score"],
             "selection_reason": r["reason"],
@@ -246,14 +329,20 @@ def sft_rows(store: Store, run_id: str, round: int | None = None) -> list[SFTRow
         out.append(
             SFTRow(
                 id=r["item_id"],
-                messages=openai_messages(_json(r["messages"]) or [], item),
-                tools=_check_tools(tools, item),
+                messages=messages,
+                tools=tools,
                 task_id=r["task_id"],
                 cluster_id=r["cluster_id"],
                 score=float(r["verdict_score"] or 0.0),
                 verdict=bool(r["passed"]),
                 metadata=metadata,
             )
+        )
+    if not out:
+        counts = ", ".join(f"{k} {n}" for k, n in sorted((refused or {}).items()))
+        raise EmptySelectionError(
+            f"empty selection: every selected SFT trajectory of run {run_id!r} was refused as "
+            f"not a clean example ({counts or 'see the log'})"
         )
     return out
 

@@ -122,7 +122,8 @@ def export_sft(
     out_dir = Path(out_dir)
     _check_target(out_dir, overwrite, fmt)
     run = resolve_run(store, run_id)
-    rows = sft_rows(store, run, round)
+    refused: dict[str, int] = {}
+    rows = sft_rows(store, run, round, refused)
     n_tok, n_asst = render_rows(rows, tokenizer) if check_render else (0, 0)
     with _staged(out_dir) as tmp:
         files = EXPORT_FORMATS.get(fmt).write_sft(rows, tmp)
@@ -140,6 +141,7 @@ def export_sft(
         n_assistant_tokens=n_asst,
         files=names,
         seconds=time.perf_counter() - start,
+        refused=refused,
     )
 
 
@@ -207,7 +209,8 @@ def export_dataset(
     _check_target(out_dir, overwrite, fmt)
     with store.session(read_only=True):  # the rows on one connection, closed before rendering
         run = resolve_run(store, run_id)
-        sft = _optional(sft_rows, store, run, round, "SFT")
+        refused: dict[str, int] = {}
+        sft = _optional(lambda *a: sft_rows(*a, refused=refused), store, run, round, "SFT")
         rl = _optional(rl_rows, store, run, round, "RL")
         if not sft and not rl:
             at = "" if round is None else f" round {round}"
@@ -233,6 +236,7 @@ def export_dataset(
             n_rl=len(rl),
             n_tokens=n_tok,
             n_assistant_tokens=n_asst,
+            refused=refused,
         )
         if sft:
             files += _ship_tokenizer(tmp, tokenizer)  # issue 18: trainable without trajsynth

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,8 +19,16 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.context import shown_tools
-from trajsynth.agents.judge import JudgedTree, judge, judge_episode, judge_tree, leaf_outcome
+from trajsynth.agents.judge import (
+    JudgedTree,
+    Judgements,
+    judge,
+    judge_episode,
+    judge_tree,
+    leaf_outcome,
+)
 from trajsynth.agents.llm import LLMClient, open_llm_client
+from trajsynth.agents.model_judge import judge_trajectories
 from trajsynth.agents.planner import (
     Planner,
     accepted_attempt,
@@ -247,17 +256,67 @@ def _judged_rows(
 
 
 def _tree_rows(
-    run_id: str, blueprint: Blueprint, result: TreeResult, attempt: int
+    run_id: str,
+    blueprint: Blueprint,
+    result: TreeResult,
+    attempt: int,
+    judgements: Judgements | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    judged = judge_tree(blueprint, result, attempt)
+    judged = judge_tree(blueprint, result, attempt, judgements)
     return _judged_rows(run_id, judged, result.tree.tree_id, result.usage)
 
 
 def _linear_rows(
-    run_id: str, blueprint: Blueprint, result: EpisodeResult, attempt: int
+    run_id: str,
+    blueprint: Blueprint,
+    result: EpisodeResult,
+    attempt: int,
+    judgements: Judgements | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    judged = judge_episode(blueprint, result, attempt)
+    judged = judge_episode(blueprint, result, attempt, judgements)
     return _judged_rows(run_id, judged, judged.trajectories[0].trajectory_id, result.usage)
+
+
+async def model_judgements(
+    config: RunConfig,
+    llm: LLMConfig,
+    api_key: SecretStr | None,
+    trajectories: list[Trajectory],
+    cache_dir: str | None = None,
+) -> tuple[Judgements, list[LLMUsage]]:
+    """The model judge's results for ``trajectories`` (``[run.judge]``; empty when off).
+    The judge's endpoint is ``judge.base_url`` (its key from the variable ``api_key_env``
+    names; the run's key never leaves for another endpoint), else the run's own."""
+    judge_cfg = config.judge
+    if not judge_cfg.enabled or not trajectories:
+        return {}, []
+    if judge_cfg.base_url is None:
+        endpoint, key = llm, api_key
+    else:
+        endpoint = llm.model_copy(update={"base_url": judge_cfg.base_url, "logprobs": False})
+        value = os.environ.get(judge_cfg.api_key_env) if judge_cfg.api_key_env else None
+        key = SecretStr(value) if value else None
+    endpoint = endpoint.model_copy(
+        update={"model": judge_cfg.model or endpoint.model, "timeout_s": judge_cfg.timeout_s}
+    )
+    cache = Path(cache_dir) if cache_dir else None
+    async with open_llm_client(endpoint, api_key=key, cache_dir=cache) as client:
+        counting = _CountingLLM(client)
+        results = await judge_trajectories(counting, trajectories, judge_cfg, model=endpoint.model)
+    return results, counting.usage
+
+
+class _CountingLLM:
+    """The judge's client, keeping each call's usage (the verifier role's cost)."""
+
+    def __init__(self, inner: LLMClient) -> None:
+        self.inner = inner
+        self.usage: list[LLMUsage] = []
+
+    async def chat(self, *args: Any, **kwargs: Any) -> Any:
+        result = await self.inner.chat(*args, **kwargs)
+        self.usage.append(result.usage)
+        return result
 
 
 class UnitRef(BaseModel):
@@ -404,11 +463,16 @@ async def grow_unit(
             # a unit with no leaf but infra faults made nothing: it fails (recorded by the flow,
             # not done, so the next run grows it again) rather than storing a tree of nothing
             raise InfraError(f"{blueprint.blueprint_id}: {infra[0].failure_detail}")
-        rows = (
-            _tree_rows(run_id, blueprint, tree, attempt)
-            if mode is RolloutMode.TREE
-            else _linear_rows(run_id, blueprint, result, attempt)
+        judgements, judge_usage = await model_judgements(
+            config, llm, api_key, trajectories, cache_dir
         )
+        if mode is RolloutMode.TREE:
+            rows = _tree_rows(run_id, blueprint, tree, attempt, judgements)
+        else:
+            rows = _linear_rows(run_id, blueprint, result, attempt, judgements)
+        if judge_usage:
+            owner = f"judge:{rollout_unit_id(blueprint.blueprint_id, mode, sample)}"
+            rows["llm_calls"] += _usage_rows(run_id, owner, judge_usage)
         verdicts = rows["verdicts"]
         return UnitRows(
             unit_id=rollout_unit_id(blueprint.blueprint_id, mode, sample),

@@ -18,6 +18,7 @@ from trajsynth.schemas.blueprint import (
 )
 from trajsynth.schemas.config import (
     Budgets,
+    JudgeConfig,
     LLMConfig,
     PolicyRef,
     RolloutMode,
@@ -119,7 +120,7 @@ from trajsynth.schemas.tools import (
     ToolSpec,
 )
 from trajsynth.schemas.training import AdvantageKind, EarlyStopConfig, LoraSettings, TrainConfig
-from trajsynth.schemas.verdict import ConstraintResult, Verdict
+from trajsynth.schemas.verdict import ConstraintResult, HygieneResult, JudgeResult, Verdict
 
 __all__ = [
     "AgentRole", "AnswerContains", "AnswerMatches", "ArgBinding", "Blueprint",
@@ -154,4 +155,6 @@ __all__ = [
     "CurationConfig", "CurationReport", "MetricScope", "MetricValue",
     # GRPO stage (METHODS.md §13)
     "AdvantageKind", "EarlyStopConfig", "LoraSettings", "TrainConfig",
+    # hygiene and the optional model judge (docs/verification.md)
+    "HygieneResult", "JudgeConfig", "JudgeResult",
 ]  # fmt: skip

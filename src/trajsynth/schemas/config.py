@@ -11,7 +11,15 @@ from trajsynth.schemas._base import Record, stable_hash
 from trajsynth.schemas.curation import CurationConfig
 from trajsynth.schemas.sandbox import SandboxKind, SandboxLimits
 
-__all__ = ["Budgets", "LLMConfig", "PolicyRef", "RolloutMode", "RunConfig", "TreeConfig"]
+__all__ = [
+    "Budgets",
+    "JudgeConfig",
+    "LLMConfig",
+    "PolicyRef",
+    "RolloutMode",
+    "RunConfig",
+    "TreeConfig",
+]
 
 
 class RolloutMode(StrEnum):
@@ -115,6 +123,38 @@ class PolicyRef(Record):
     model_id: str | None = Field(default=None, description="its models row, when trained here")
 
 
+DEFAULT_RUBRIC = (
+    "You review one conversation between a user and a tool-using assistant, for use as a "
+    "training example. Accept it only if: the outcome the user asked for was reached; no "
+    "tool call is junk (unknown tools, broken arguments, made-up tool results, pointless "
+    "repeats); the user was answered in words; and the answer is faithful to the tool "
+    "results. Reply with one line: SCORE: <a number from 0 to 1>, then one short reason."
+)
+
+
+class JudgeConfig(Record):
+    """``[run.judge]``: an optional model judge (any OpenAI-compatible endpoint) that scores
+    every judged trajectory against a rubric. Its score is stored beside the verdict; it
+    changes ``passed`` only when ``decides`` is set (docs/verification.md)."""
+
+    enabled: bool = False
+    base_url: str | None = Field(
+        default=None, description="the judge's endpoint; None: the run's own LLM endpoint"
+    )
+    model: str | None = Field(default=None, description="None: the run's model")
+    api_key_env: str | None = Field(
+        default=None, description="the environment variable holding its API key (never stored)"
+    )
+    rubric: str = DEFAULT_RUBRIC
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0, description="accept at or above")
+    decides: bool = Field(
+        default=False,
+        description="a trajectory passes only if the judge also accepts it (off: stored only)",
+    )
+    max_tokens: int = Field(default=128, ge=8)
+    timeout_s: float = Field(default=120.0, gt=0)
+
+
 class RunConfig(Record):
     tasks: int = Field(default=20, ge=1, description="blueprints per round")
     clusters: list[str] = Field(default_factory=list, description="empty: every cluster")
@@ -165,6 +205,9 @@ class RunConfig(Record):
         description="a tuned policy for the assistant role on its own llama.cpp server; "
         "None: the assistant uses the run's model like the other roles",
     )
+    judge: JudgeConfig = Field(
+        default_factory=JudgeConfig, description="the optional model judge (off by default)"
+    )
 
     def config_hash(self) -> str:
         # how sandboxes are recycled and how large the embedded server's context is change
@@ -179,4 +222,6 @@ class RunConfig(Record):
             del dump["llm"]["distractors"]
         if dump["llm"]["timeout_s"] is None:  # unset hashes as the old default: ids stay
             dump["llm"]["timeout_s"] = 120.0
+        if not dump["judge"]["enabled"]:  # the judge off changes no verdict: ids as before
+            del dump["judge"]
         return stable_hash(dump, length=16)

@@ -282,11 +282,19 @@ class VerdictRow(Row):
     verdict_id: str = Field(description="content id of the verdict")
     trajectory_id: str | None = _c("the trajectory judged")
     results: Json = _c("one result per constraint")
-    passed: bool | None = _c("every constraint held")
-    score: float | None = _c("share of constraints that held")
+    passed: bool | None = _c(
+        "clean and correct: every hard constraint and every hygiene check held (and the model "
+        "judge accepted, when set to decide)"
+    )
+    score: float | None = _c("0.9 x passed + 0.1 x the share of soft constraints that held")
     state_hash: str | None = _c("hash of the end state checked")
     state_diff: Json = _c("end state against the gold run's")
     excluded: bool | None = _c("left out of pass rates (an infra or simulator failure)")
+    constraints_passed: bool | None = _c("every hard constraint held (NULL: before hygiene)")
+    clean: bool | None = _c("every hygiene check held (NULL: judged before hygiene)")
+    hygiene: Json = _c("one result per hygiene check: check, passed, detail")
+    recovered: bool | None = _c("clean, with a failed call that a later call corrected")
+    judge: Json = _c("the model judge's score and reason (NULL: no judge)")
 
 
 # --- curation --------------------------------------------------------------------------------

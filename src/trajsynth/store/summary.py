@@ -16,8 +16,8 @@ class RunSummary(BaseModel):
     tasks_planned: int
     blueprints_rejected: dict[str, int]
     trajectories: int
-    counted: int
-    passed: int
+    counted: int  # judged: counted by the verifier (not an infra or simulator failure)
+    passed: int  # clean and correct (hard constraints and hygiene)
     pass_rate: float | None
     failures_by_class: dict[str, int]
     terminations: dict[str, int]
@@ -35,10 +35,19 @@ class RunSummary(BaseModel):
     # units given up after their retries and not done since (the next run retries them)
     failed_units: dict[str, int] = {}
     failed_unit_errors: list[str] = []  # the most frequent error lines, with their counts
+    # judged trajectories whose hard constraints held (clean or not), and the judged
+    # trajectories each hygiene check failed (docs/verification.md)
+    constraints_passed: int = 0
+    hygiene_failed: dict[str, int] = {}
+
+    @property
+    def judged(self) -> int:
+        """Trajectories the verifier counted (infra and simulator failures are not)."""
+        return self.counted
 
     @property
     def seconds_per_verified(self) -> float | None:
-        """Wall time per passed trajectory (the dashboard's "Seconds / verified")."""
+        """Wall time per passed trajectory (the dashboard's "Seconds / passed")."""
         return self.wall_s / self.passed if self.passed else None
 
 
@@ -86,6 +95,20 @@ def _summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         "SELECT count(*) AS n, count(*) FILTER (WHERE NOT v.excluded) AS counted, "
         "count(*) FILTER (WHERE v.passed AND NOT v.excluded) AS passed "
         "FROM trajectories t JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ?",
+        [run_id],
+    )
+    hygiene = q(
+        "SELECT count(*) FILTER (WHERE v.constraints_passed) AS constraints_passed "
+        "FROM trajectories t JOIN verdicts v USING (trajectory_id) "
+        "WHERE t.run_id = ? AND NOT v.excluded",
+        [run_id],
+    )
+    checks = q(
+        "SELECT h->>'check' AS k, count(DISTINCT t.trajectory_id) AS n "
+        "FROM trajectories t JOIN verdicts v USING (trajectory_id), "
+        "unnest(CAST(coalesce(v.hygiene, '[]') AS JSON[])) AS u(h) "
+        "WHERE t.run_id = ? AND NOT v.excluded AND NOT CAST(h->>'passed' AS BOOLEAN) "
+        "GROUP BY 1 ORDER BY 1",
         [run_id],
     )
     failures = q(
@@ -139,4 +162,6 @@ def _summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         median_tool_ms=float(tools[0]["ms"]) if tools and tools[0]["ms"] is not None else None,
         failed_units=failed_units,
         failed_unit_errors=failed_errors,
+        constraints_passed=int(hygiene[0]["constraints_passed"] or 0) if hygiene else 0,
+        hygiene_failed={r["k"]: int(r["n"]) for r in checks},
     )

@@ -142,6 +142,8 @@ def export(
         ("seconds", f"{report.seconds:.1f}"),
     ):
         table.add_row(key, str(value))
+    for reason, n in sorted(report.refused.items()):
+        table.add_row(f"SFT refused: {reason}", str(n))
     console.print(table)
     for name in report.files:
         console.print(f"wrote {Path(report.out_dir) / name}")

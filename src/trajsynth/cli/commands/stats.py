@@ -91,7 +91,8 @@ def _collect_stats(store: Store, run_id: str | None) -> dict[str, Any]:
         "SELECT count(*) AS n_trajectories, count(DISTINCT t.blueprint_id) AS n_tasks, "
         "count(*) FILTER (WHERE v.passed AND NOT coalesce(v.excluded, false)) AS n_passed, "
         "count(*) FILTER (WHERE v.excluded) AS n_excluded, max(t.round) AS last_round, "
-        "count(v.verdict_id) AS n_verified "
+        "count(*) FILTER (WHERE v.constraints_passed AND NOT coalesce(v.excluded, false)) "
+        "AS n_constraints_passed, count(v.verdict_id) AS n_verified "
         "FROM trajectories t LEFT JOIN verdicts v USING (trajectory_id) WHERE t.run_id = ?",
         [run],
     )[0]
@@ -105,11 +106,11 @@ def _collect_stats(store: Store, run_id: str | None) -> dict[str, Any]:
         "GROUP BY t.cluster_id ORDER BY t.cluster_id",
         [run],
     )
-    # the pass rate is the run summary's: passed over verified and not excluded (an
-    # unverified trajectory is neither)
+    # the pass rate is the run summary's: passed (clean and correct) over judged (verified
+    # and not excluded; an unverified trajectory is neither)
     for c in clusters:
-        counted = c.pop("verified") - c["excluded"]
-        c["pass_rate"] = c["passed"] / counted if counted else None
+        c["judged"] = c.pop("verified") - c["excluded"]
+        c["pass_rate"] = c["passed"] / c["judged"] if c["judged"] else None
     selected = store.query(
         "SELECT kind, count(*) FILTER (WHERE selected) AS n FROM selections "
         "WHERE run_id = ? GROUP BY kind",
@@ -131,6 +132,8 @@ def _collect_stats(store: Store, run_id: str | None) -> dict[str, Any]:
         "n_rounds": (size["last_round"] or 0) + 1,
         "n_trajectories": size["n_trajectories"],
         "n_tasks": size["n_tasks"],
+        "n_judged": counted,
+        "n_constraints_passed": size["n_constraints_passed"],
         "n_passed": size["n_passed"],
         "n_excluded": size["n_excluded"],
         "pass_rate": size["n_passed"] / counted if counted else None,
@@ -225,7 +228,10 @@ def _print(data: dict[str, Any]) -> None:
     )
     head.add_column("key", overflow="fold")
     head.add_column("value", justify="right", overflow="fold")
-    for key in ("n_rounds", "n_trajectories", "n_tasks", "n_passed", "n_excluded", "pass_rate"):
+    # judged: counted by the verifier; passed: clean and correct (docs/verification.md)
+    keys = ("n_rounds", "n_trajectories", "n_tasks", "n_judged", "n_constraints_passed",
+            "n_passed", "n_excluded", "pass_rate")  # fmt: skip
+    for key in keys:
         head.add_row(key, _fmt(data[key]))
     for kind, n in sorted(data["selected"].items()):
         head.add_row(f"selected {kind}", str(n))
@@ -235,12 +241,12 @@ def _print(data: dict[str, Any]) -> None:
     console.print(head)
     clusters = Table(title="pass rate by cluster")
     id_column(clusters, "cluster", [str(c["cluster_id"]) for c in data["pass_rate_by_cluster"]])
-    for col in ("trajectories", "passed", "excluded", "pass rate"):
+    for col in ("trajectories", "judged", "passed", "excluded", "pass rate"):
         clusters.add_column(col, justify="right", overflow="fold")
     for c in data["pass_rate_by_cluster"]:
         clusters.add_row(
-            c["cluster_id"], str(c["n"]), str(c["passed"]), str(c["excluded"]),
-            _fmt(c["pass_rate"]),
+            c["cluster_id"], str(c["n"]), str(c["judged"]), str(c["passed"]),
+            str(c["excluded"]), _fmt(c["pass_rate"]),
         )  # fmt: skip
     console.print(clusters)
     console.print(_metrics_table(data["metrics"]))

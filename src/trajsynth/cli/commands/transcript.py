@@ -26,6 +26,11 @@ def _header(t: Transcript) -> Text:
     else:
         text.append("PASSED" if t.passed else "FAILED", style="green" if t.passed else "red")
         text.append(f"  score {t.score:.2f}")
+        if t.failed_checks:
+            held = "constraints held, " if t.constraints_passed else ""
+            text.append(f"  ({held}not clean: {', '.join(t.failed_checks)})", style="red")
+        elif t.recovered:
+            text.append("  (a recovery: every failed call corrected)")
     if t.failure_class:
         text.append(f"\nfailure: {t.failure_class}", style="red")
         if t.failure_detail:

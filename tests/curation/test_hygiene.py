@@ -1,0 +1,240 @@
+"""Hygiene (curation.hygiene): a trajectory passes only when it is also a clean example.
+
+Each check fails on a hand-built run that breaks it and holds on one that does not; the case
+that started it (a delete, then model-written "delete_file returned" pseudo-calls and no
+answer) passes its constraints and fails verification.
+"""
+
+from __future__ import annotations
+
+import json
+
+from trajsynth.curation.hygiene import registered_checks
+from trajsynth.curation.verify import verify
+from trajsynth.schemas import (
+    AnswerContains,
+    CallPattern,
+    EnvState,
+    FailureClass,
+    FinalState,
+    FunctionCall,
+    Message,
+    MessageRole,
+    ObsClass,
+    Termination,
+    ToolCall,
+    ToolCalled,
+    ToolCallRecord,
+    ToolSpec,
+    Trajectory,
+)
+
+TOOLS = [
+    ToolSpec(
+        name="delete_file",
+        input_schema={
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    ),
+    ToolSpec(
+        name="book_room",
+        input_schema={
+            "type": "object",
+            "properties": {"room": {"type": "string"}, "nights": {"type": "integer"}},
+            "required": ["room", "nights"],
+        },
+    ),
+]
+GOLD = EnvState(state_hash="gold", tables={"files": []})
+DELETE = [
+    FinalState(gold_hash="gold"),
+    ToolCalled(call=CallPattern(tool="delete_file", matchers={"path": "README.md"})),
+]
+
+
+def _call(i: int, tool: str, args: dict | str, obs: str = '{"ok": true}', *, error: bool = False):
+    raw = args if isinstance(args, str) else json.dumps(args)
+    parsed = None if isinstance(args, str) else args
+    return ToolCallRecord(
+        call_id=f"call_{i}",
+        tool=tool,
+        raw_arguments=raw,
+        arguments=parsed,
+        observation=obs,
+        obs_class=ObsClass.ERROR if error else ObsClass.OK,
+        failure_class=FailureClass.MODEL if error else None,
+    )
+
+
+def run(
+    calls: list[ToolCallRecord],
+    answer: str | None = "Done: README.md is deleted.",
+    *,
+    closing: str | None = None,
+    termination: Termination = Termination.ASSISTANT_DONE,
+    ids: list[str] | None = None,
+    drop_result: bool = False,
+) -> Trajectory:
+    """A conversation: the user's goal, each call and its result, then the answer."""
+    messages = [Message(role=MessageRole.USER, content="Please delete README.md.")]
+    for k, c in enumerate(calls):
+        cid = ids[k] if ids else c.call_id
+        fn = FunctionCall(name=c.tool, arguments=c.raw_arguments)
+        messages.append(
+            Message(role=MessageRole.ASSISTANT, tool_calls=[ToolCall(id=cid, function=fn)])
+        )
+        if not (drop_result and k == len(calls) - 1):
+            messages.append(
+                Message(role=MessageRole.TOOL, content=c.observation, tool_call_id=cid, name=c.tool)
+            )
+    if answer is not None:
+        messages.append(Message(role=MessageRole.ASSISTANT, content=answer))
+    if closing is not None:
+        messages.append(Message(role=MessageRole.USER, content=closing))
+    return Trajectory(
+        trajectory_id="t",
+        run_id="r",
+        blueprint_id="b",
+        tree_id="tr",
+        leaf_node_id="n",
+        cluster_id="code",
+        messages=messages,
+        tools=[t.to_openai() for t in TOOLS],
+        calls=calls,
+        final_answer=answer,
+        termination=termination,
+    )
+
+
+def failed(trajectory: Trajectory, constraints=DELETE) -> list[str]:
+    return verify(trajectory, constraints, GOLD).failed_checks
+
+
+DEL = {"path": "README.md"}
+
+
+def test_the_delete_file_returned_case_passes_its_constraints_and_fails_verification() -> None:
+    """The run that started this: one real delete, then two calls the parser made of the
+    model's own "functions.delete_file returned:" text, both unknown, no word to the user,
+    and the text call ids repeated."""
+    echo = '{"deleted": "README.md"}'
+    calls = [
+        _call(0, "delete_file", DEL),
+        _call(1, "delete_file returned", echo, "Error: unknown tool", error=True),
+        _call(2, "delete_file returned", echo, "Error: unknown tool", error=True),
+    ]
+    trajectory = run(calls, answer=None, ids=["call_0", "call_text_0", "call_text_0"])
+    verdict = verify(trajectory, DELETE, GOLD)
+    assert verdict.constraints_passed is True
+    assert verdict.passed is False and verdict.clean is False and not verdict.recovered
+    assert set(verdict.failed_checks) == {
+        "known_tools",
+        "unique_call_ids",
+        "no_repeated_failure",
+        "answered",
+    }
+    detail = {h.check: h.detail for h in verdict.hygiene}
+    assert "delete_file returned" in detail["known_tools"]
+    assert verdict.score < 0.9  # the shaped score drops with it
+
+
+def test_a_clean_run_passes_every_check() -> None:
+    verdict = verify(run([_call(0, "delete_file", DEL)]), DELETE, GOLD)
+    assert verdict.passed and verdict.clean and not verdict.recovered
+    assert [h.check for h in verdict.hygiene] == registered_checks()
+    assert len(registered_checks()) == 8
+
+
+def test_a_corrected_failure_is_a_recovery() -> None:
+    calls = [
+        _call(0, "delete_file", {"path": "READ.md"}, "Error: no such file", error=True),
+        _call(1, "delete_file", DEL),
+    ]
+    verdict = verify(run(calls), DELETE, GOLD)
+    assert verdict.passed and verdict.recovered
+    assert "#0->#1" in {h.check: h.detail for h in verdict.hygiene}["failures_corrected"]
+
+
+def test_a_failure_left_standing_fails() -> None:
+    calls = [
+        _call(0, "delete_file", DEL),
+        _call(1, "book_room", {"room": "x", "nights": 1}, "Error: full", error=True),
+    ]
+    assert failed(run(calls)) == ["failures_corrected"]
+
+
+def test_arguments_that_break_the_schema_fail_unless_corrected() -> None:
+    # the server accepted it (an outside server may): the verifier validates for itself
+    bad = _call(0, "delete_file", {"file": "README.md"})
+    assert failed(run([bad, _call(1, "book_room", {"room": "a", "nights": 1})])) == [
+        "valid_arguments"
+    ]
+    unparsed = _call(0, "delete_file", '{"path": "README.md', "Error: invalid JSON", error=True)
+    assert failed(run([unparsed, _call(1, "delete_file", DEL)])) == []
+
+
+def test_an_identical_failing_call_repeated_fails_even_when_corrected_later() -> None:
+    calls = [
+        _call(0, "delete_file", {"path": "x"}, "Error: no such file", error=True),
+        _call(1, "delete_file", {"path": "x"}, "Error: no such file", error=True),
+        _call(2, "delete_file", DEL),
+    ]
+    assert failed(run(calls)) == ["no_repeated_failure"]
+
+
+def test_a_call_without_its_result_fails() -> None:
+    calls = [_call(0, "delete_file", DEL)]
+    assert "results_paired" in failed(run(calls, answer=None, drop_result=True))
+
+
+def test_the_conversation_must_end_with_the_assistants_words() -> None:
+    calls = [_call(0, "delete_file", DEL)]
+    assert failed(run(calls, answer=None)) == ["answered"]
+    assert failed(run(calls, answer="  ")) == ["answered"]
+    echo = 'functions.delete_file returned:\n{"ok": true}'
+    assert failed(run(calls, answer=echo)) == ["answered"]
+    # a closing word from the user is fine when the user ended the conversation
+    stop = Termination.USER_STOP
+    assert failed(run(calls, closing="Thanks!", termination=stop)) == []
+    # but a user turn left unanswered is not
+    assert failed(run(calls, closing="And the other file?", termination=Termination.MAX_TURNS))
+
+
+def test_a_write_must_state_the_values_the_user_asked_for() -> None:
+    """The booking id the write returned is what the user asked to know: the answer must
+    state it, even though the answer constraint is soft on a writing path."""
+    booked = _call(0, "book_room", {"room": "sea", "nights": 2}, '{"booking_id": "BK-42"}')
+    asked = [
+        ToolCalled(call=CallPattern(tool="book_room", matchers={"room": "sea"})),
+        AnswerContains(values=["BK-42"], hard=False, derived_from="blueprint.answer_values"),
+    ]
+    vague = verify(run([booked], answer="Your room is booked."), asked, GOLD)
+    assert vague.constraints_passed and not vague.passed
+    assert vague.failed_checks == ["outcome_stated"]
+    told = verify(run([booked], answer="Booked: your booking id is BK-42."), asked, GOLD)
+    assert told.passed
+    # a value the verifier guessed (not asked by the task's words) stays a soft check only
+    guessed = [asked[0], asked[1].model_copy(update={"derived_from": "gold_run.last_observation"})]
+    assert verify(run([booked], answer="Your room is booked."), guessed, GOLD).passed
+
+
+def test_a_do_nothing_trajectory_fails_hygiene() -> None:
+    from trajsynth.curation.constraint_lint import do_nothing_trajectory
+
+    verdict = verify(do_nothing_trajectory(TOOLS), DELETE, EnvState(state_hash="init"))
+    assert verdict.clean is False and "answered" in verdict.failed_checks
+
+
+def test_the_transcript_names_the_failed_hygiene_checks() -> None:
+    """``synth show trajectory`` reads ``curation.transcript``: the hygiene results sit under
+    the verdict beside the constraints, and the header can say which failed."""
+    from trajsynth.curation.transcript import transcript
+
+    calls = [_call(0, "delete_file", DEL)]
+    trajectory = run(calls, answer=None)
+    t = transcript(trajectory, verify(trajectory, DELETE, GOLD))
+    lines = {c.kind: c for c in t.constraints}
+    assert not lines["hygiene: answered"].passed and lines["hygiene: known_tools"].passed
+    assert t.failed_checks == ["answered"] and t.constraints_passed is True and not t.passed
