@@ -142,7 +142,8 @@ class FaultyPolicy(GoldPolicy):
             tool, args = self.script[self.step]
             self.step += 1
             call = ToolCall(
-                id=f"call_v_{self.step}", function=FunctionCall(name=tool, arguments=json.dumps(args))
+                id=f"call_v_{self.step}",
+                function=FunctionCall(name=tool, arguments=json.dumps(args)),
             )
             msg = Message(role=MessageRole.ASSISTANT, content=None, tool_calls=[call])
             return _chat(msg, AgentRole.ASSISTANT, "variant")
@@ -240,14 +241,12 @@ def rollout_items(store: Store, blueprints: dict[str, Blueprint]) -> list[dict[s
         if raw is not None:
             state = EnvState.model_validate(json.loads(raw) if isinstance(raw, str) else raw)
         bp = blueprints[traj.blueprint_id]
-        out.append(
-            make_item(traj, bp, state, traj.source, _write_tools(store, traj.cluster_id))
-        )
+        out.append(make_item(traj, bp, state, traj.source, _write_tools(store, traj.cluster_id)))
     return out
 
 
 async def gold_and_variants(
-    store: Store, blueprints: dict[str, Blueprint], clusters_dir: Path | None, per_task: int
+    blueprints: dict[str, Blueprint], clusters_dir: Path | None, per_task: int
 ) -> list[dict[str, Any]]:
     """Each blueprint's gold demonstration and ``per_task`` variants (kinds in turn)."""
     from trajsynth.agents.assistant import Assistant
@@ -261,7 +260,7 @@ async def gold_and_variants(
     turn = 0
     for bp in sorted(blueprints.values(), key=lambda b: (b.cluster_id, b.blueprint_id)):
         cluster = get_cluster(bp.cluster_id, clusters_dir=clusters_dir)
-        writes = _write_tools(store, bp.cluster_id) or set()
+        writes = {t.name for t in cluster.tools if t.access.value == "write"}
         schemas = {t.name: t.input_schema for t in cluster.tools}
         kinds = [VARIANTS[(turn + k) % len(VARIANTS)] for k in range(per_task)]
         turn += per_task
@@ -296,6 +295,16 @@ async def gold_and_variants(
     return out
 
 
+async def _plan(names: Sequence[str], n: int, clusters_dir: Path | None) -> dict[str, Blueprint]:
+    from trajsynth.agents.heldout import plan_eval_tasks
+    from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.schemas import SandboxKind
+
+    clusters = [get_cluster(name, clusters_dir=clusters_dir) for name in names]
+    tasks = await plan_eval_tasks(clusters, n, sandbox_kind=SandboxKind.LOCAL, seed_base=5_000)
+    return {t.blueprint_id: t for t in tasks}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--store", type=Path, required=True)
@@ -303,9 +312,22 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--variants", type=int, default=3, help="variants per blueprint")
     parser.add_argument("--no-rollouts", action="store_true")
-    parser.add_argument("--pack", nargs="+", type=Path, default=None,
-                        help="merge these item files into the fixture folder --out and stop")
+    parser.add_argument("--rollouts-only", action="store_true")
+    parser.add_argument(
+        "--pack",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="merge these item files into the fixture folder --out and stop",
+    )
     parser.add_argument("--only-clusters", default="", help="comma-separated cluster ids")
+    parser.add_argument(
+        "--plan",
+        default="",
+        help="name,...: plan --plan-tasks blueprints per cluster here (no LLM, as `synth eval` "
+        "plans held-out tasks) instead of reading the store's",
+    )
+    parser.add_argument("--plan-tasks", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.pack:
@@ -318,6 +340,14 @@ def main() -> None:
         print(f"{len(merged)} items packed into {args.out}")
         return
     os.environ.setdefault("MEMORY_FILE_PATH", "/tmp/audit-memory.jsonl")
+    if args.plan:
+        blueprints = asyncio.run(_plan(args.plan.split(","), args.plan_tasks, args.clusters_dir))
+        items = asyncio.run(gold_and_variants(blueprints, args.clusters_dir, args.variants))
+        with args.out.open("w") as fh:
+            for item in items:
+                fh.write(_line(item))
+        print(f"{len(items)} items -> {args.out}")
+        return
     store = Store(args.store)
     blueprints = {
         r["blueprint_id"]: model_from_row(Blueprint, r)
@@ -327,7 +357,8 @@ def main() -> None:
         keep = set(args.only_clusters.split(","))
         blueprints = {k: b for k, b in blueprints.items() if b.cluster_id in keep}
     items = [] if args.no_rollouts else rollout_items(store, blueprints)
-    items += asyncio.run(gold_and_variants(store, blueprints, args.clusters_dir, args.variants))
+    if not args.rollouts_only:
+        items += asyncio.run(gold_and_variants(blueprints, args.clusters_dir, args.variants))
     with args.out.open("w") as fh:
         for item in items:
             fh.write(_line(item))
@@ -356,7 +387,9 @@ def pack(items: Sequence[dict[str, Any]], folder: Path) -> None:
             traj["tools"] = key
             item["trajectory"] = traj
             fh.write(_line(item))
-    (folder / "blueprints.jsonl").write_text("".join(_line(b) for _, b in sorted(blueprints.items())))
+    (folder / "blueprints.jsonl").write_text(
+        "".join(_line(b) for _, b in sorted(blueprints.items()))
+    )
     (folder / "tools.jsonl").write_text(
         "".join(_line({"id": k, "tools": v}) for k, v in sorted(tools.items()))
     )

@@ -37,7 +37,6 @@ from trajsynth.curation.verify import verify
 from trajsynth.export.report import ExportError
 from trajsynth.export.rows import _check_tools, openai_messages
 from trajsynth.schemas import (
-    Blueprint,
     Constraint,
     EnvState,
     FailureClass,
@@ -242,7 +241,9 @@ def render(item: Mapping[str, Any], width: int = 260) -> str:
         f"goal: {bp['goal']}",
         f"hidden: {json.dumps(bp.get('hidden_info') or {})}",
         "answer values asked: "
-        + json.dumps([c.get("values") for c in bp["constraints"] if c["kind"] == "answer_contains"]),
+        + json.dumps(
+            [c.get("values") for c in bp["constraints"] if c["kind"] == "answer_contains"]
+        ),
         "gold calls: "
         + "; ".join(f"{c['tool']}({json.dumps(c['arguments'])})" for c in bp["gold_run"]["calls"])[
             :width
