@@ -281,6 +281,22 @@ def main() -> None:
     scored = score_items(items)
     print(f"audit set {args.fixture}: verifier `passed` and exported SFT rows against labels")
     print(table(figures(scored)))
+    print("\nby origin: origin | labelled | accepted | passed | false passes | false fails")
+    for origin in sorted({s.origin for s in scored}):
+        group = [s for s in scored if s.origin == origin]
+        print(
+            " | ".join(
+                str(x)
+                for x in (
+                    origin,
+                    len(group),
+                    sum(s.accept for s in group),
+                    sum(s.passed for s in group),
+                    sum(s.passed and not s.accept for s in group),
+                    sum(s.accept and not s.passed for s in group),
+                )
+            )
+        )
     if args.wrong:
         for s in scored:
             if s.passed != s.accept:
