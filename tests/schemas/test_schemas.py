@@ -109,7 +109,16 @@ def _hash_without_distractors(config: RunConfig) -> str:
     dump = config.model_dump(mode="json", exclude=_NOT_IN_ID)
     del dump["policy"]
     del dump["llm"]["distractors"]
+    del dump["plan_attempts"]  # nor a planning budget
     return stable_hash(dump, length=16)
+
+
+def test_a_planning_budget_changes_the_run_id_only_when_set() -> None:
+    plain = RunConfig()
+    assert plain.plan_budget() == 60  # three attempts per task asked
+    assert RunConfig(plan_attempts=10).plan_budget() == 20  # never fewer than the tasks
+    assert plain.config_hash() == _hash_without_distractors(plain)
+    assert RunConfig(plan_attempts=30).config_hash() != plain.config_hash()
 
 
 def test_only_tool_and_model_failures_count_against_the_policy() -> None:

@@ -200,6 +200,30 @@ def _fit(value: JsonValue, schema: Mapping[str, Any]) -> JsonValue:
     return value
 
 
+# later items of a referenced list tried when a tool refuses the first
+OTHER_ITEMS = 4
+
+
+def _other_items(
+    observations: Sequence[JsonValue], bindings: Mapping[str, Any]
+) -> list[tuple[str, RefArg]]:
+    """(param, reference) for each reference through a list's first item: the same field
+    of the list's next items (up to ``OTHER_ITEMS`` each) that hold a value."""
+    out: list[tuple[str, RefArg]] = []
+    for name, arg in bindings.items():
+        if not isinstance(arg, RefArg) or "[0]" not in arg.field:
+            continue
+        head, _, tail = arg.field.partition("[0]")
+        for k in range(1, OTHER_ITEMS + 1):
+            path = f"{head}[{k}]{tail}"
+            value = _get(observations[arg.step], _segments(path))
+            if value is _MISSING:
+                break
+            if value not in (None, "", [], {}):
+                out.append((name, RefArg(step=arg.step, field=path)))
+    return out
+
+
 async def run_gold_path(
     env: GoldEnvironment,
     cluster: ToolCluster,
@@ -245,8 +269,24 @@ async def run_gold_path(
                 arguments[name] = _fit(value, schema if isinstance(schema, Mapping) else {})
                 bindings[name] = RefArg(step=arg.step, field=path)
         result = await env.call_tool(step.tool, arguments)
-        observation = observation_value(result)
         is_error = bool(getattr(result, "is_error", False))
+        if is_error:
+            # the tool refused the first item of a list it was handed (run_tests on the data
+            # file list_files named first): the same reference to a later item, the first
+            # the tool accepts (a refused call changes nothing)
+            for name, ref in _other_items(observations, bindings):
+                schema = props.get(name) if isinstance(props, Mapping) else None
+                value = resolve_field(observations[ref.step], ref.field)
+                retry = {
+                    **arguments,
+                    name: _fit(value, schema if isinstance(schema, Mapping) else {}),
+                }
+                again = await env.call_tool(step.tool, retry)
+                if not getattr(again, "is_error", False):
+                    result, arguments, is_error = again, retry, False
+                    bindings[name] = ref
+                    break
+        observation = observation_value(result)
         calls.append(
             GoldCall(
                 tool=step.tool, arguments=arguments, observation=observation, is_error=is_error

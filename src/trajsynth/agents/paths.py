@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -376,6 +377,9 @@ class _Binder:
     slots: dict[str, JsonValue] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     rows: dict[str, dict[str, JsonValue]] = field(default_factory=dict)  # chosen row per table
+    # values the current step's references will carry, predicted from the rows chosen so far
+    expected: dict[str, JsonValue] = field(default_factory=dict)
+    done_states: frozenset[str] = frozenset()  # what the current tool's verb leaves a row as
 
     def bind(self, tools: list[str], links: list[tuple[int, int]]) -> list[PlannedCall]:
         steps: list[PlannedCall] = []
@@ -391,15 +395,41 @@ class _Binder:
                     if param not in args and (param in props or param in _required(spec)):
                         args[param] = RefArg(step=j, field=_ref_path(out_field))
                         break
+            self.expected = self._expected(args)
+            self.done_states = (
+                _done_states(tool) if spec.access is ToolAccess.WRITE else frozenset()
+            )
             for param in _required(spec):
                 if param in args:
                     continue
                 ref = self._ref_from_path(tools, i, param)
                 args[param] = ref or self._slot_or_literal(tool, param, props.get(param, {}))
+                self.expected = self._expected(args)
             if not args and props:
                 self._bind_one_optional(tools, i, props, args)
             steps.append(PlannedCall(tool=tool, args=args))
         return steps
+
+    def _expected(self, args: Mapping[str, LiteralArg | RefArg | SlotArg]) -> dict[str, JsonValue]:
+        """What each reference of a step will carry, where a chosen row predicts it: a
+        reference to ``airports[0].code`` carries the ``code`` of the airport row the path
+        already chose (its upstream call was bound from that row). A row drawn for the
+        step's other slots must agree with these (a flight whose destination is that airport),
+        or the call would ask for something the state does not hold."""
+        out: dict[str, JsonValue] = {}
+        for param, arg in args.items():
+            if not isinstance(arg, RefArg):
+                continue
+            names = [n for n in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", arg.field)]
+            if not names:
+                continue
+            leaf = names[-1]
+            for table, row in self.rows.items():
+                holders = {table.lower(), singular(table.lower())}
+                if (len(names) == 1 or names[-2].lower() in holders) and row.get(leaf) is not None:
+                    out[param] = row[leaf]
+                    break
+        return out
 
     def _bind_one_optional(
         self,
@@ -522,6 +552,12 @@ class _Binder:
         rows = [r for r in self.tables.rows.get(table, []) if fits(r)]
         if not rows:
             return None
+        # the step's references agree with the row (a flight to the airport just looked up)
+        agreeing = [r for r in rows if all(r[p] == v for p, v in self.expected.items() if p in r)]
+        rows = agreeing or rows
+        # a write does not act on a row it already acted on (cancel_event on a cancelled one)
+        undone = [r for r in rows if not any(_said(v) in self.done_states for v in r.values())]
+        rows = undone or rows
         linked = [r for r in rows if self._linked(table, r)]
         pool = linked or rows
         row = pool[self.rng.randrange(len(pool))]
@@ -529,12 +565,14 @@ class _Binder:
         return row
 
     def _linked(self, table: str, row: Mapping[str, JsonValue]) -> bool:
-        """Whether ``row`` belongs with the rows already chosen (an order of the chosen user)."""
+        """Whether ``row`` belongs with the rows already chosen (an order of the chosen user;
+        an event the chosen user organizes: a key of one row holds a key of the other)."""
         checks = 0
         for other, chosen in self.rows.items():
             if other == table:
                 continue
             noun = singular(other.lower())
+            keys = {v for c, v in chosen.items() if _is_key_column(c) and isinstance(v, str)}
             for column, value in row.items():
                 if value is None:
                     continue
@@ -546,7 +584,24 @@ class _Binder:
                     checks += 1
                     if value != chosen[column]:
                         return False
+                elif _is_key_column(column) and value in keys:
+                    checks += 1  # organizer_id of an event = user_id of the chosen user
         return checks > 0
+
+
+def _said(value: JsonValue) -> str:
+    return value.strip().lower() if isinstance(value, str) else ""
+
+
+def _done_states(tool: str) -> frozenset[str]:
+    """What a row reads after the tool's verb acted on it: cancel_event -> cancelled, close_x
+    -> closed, archive_x -> archived."""
+    words = name_tokens(tool)
+    if not words:
+        return frozenset()
+    verb = words[0].lower()
+    stem = verb[:-1] if verb.endswith("e") else verb
+    return frozenset({f"{stem}ed", f"{verb}led", f"{verb}d", f"{verb}ed"})
 
 
 def _is_key_column(column: str) -> bool:
