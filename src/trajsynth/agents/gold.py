@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from pydantic import Field
+
 from trajsynth.agents.llm import ChatResult, LLMClient
 from trajsynth.curation.verify import observed_reading
 from trajsynth.schemas import (
@@ -82,10 +84,12 @@ class GoldFailure(Record):
 
 
 class GoldResult(Record):
-    """A successful gold run and the path with every reference pointing at a real field."""
+    """A successful gold run and the path with every reference pointing at a real field,
+    and the slot values it ran with (another row's, where a tool refused the first)."""
 
     run: GoldRun
     steps: list[PlannedCall]
+    slots: dict[str, JsonValue] = Field(default_factory=dict)
 
 
 def observation_value(result: Any) -> JsonValue:
@@ -230,6 +234,7 @@ async def run_gold_path(
     steps: list[PlannedCall],
     slots: Mapping[str, JsonValue],
     initial_state: EnvState,
+    alternatives: Mapping[int, Sequence[Mapping[str, JsonValue]]] | None = None,
 ) -> GoldResult | GoldFailure:
     """Run ``steps`` in order in ``env`` (already in its initial state) (METHODS.md §3 step 7).
 
@@ -240,6 +245,7 @@ async def run_gold_path(
     calls: list[GoldCall] = []
     observations: list[JsonValue] = []
     resolved: list[PlannedCall] = []
+    slots = dict(slots)
     for i, step in enumerate(steps):
         props = cluster.tool(step.tool).input_schema.get("properties") or {}
         arguments: dict[str, JsonValue] = {}
@@ -286,6 +292,22 @@ async def run_gold_path(
                     result, arguments, is_error = again, retry, False
                     bindings[name] = ref
                     break
+        if is_error:
+            # the tool refused a value drawn from the state (the user does not organize that
+            # event, that booking's fare allows no seat change): the step's own slots from
+            # the table's other rows, as the binder ranked them
+            for override in (alternatives or {}).get(i, []):
+                retry = {**arguments}
+                for name, arg in step.args.items():
+                    if isinstance(arg, SlotArg) and arg.name in override:
+                        retry[name] = override[arg.name]
+                if retry == arguments:
+                    continue
+                again = await env.call_tool(step.tool, retry)
+                if not getattr(again, "is_error", False):
+                    result, arguments, is_error = again, retry, False
+                    slots.update(override)
+                    break
         observation = observation_value(result)
         calls.append(
             GoldCall(
@@ -299,7 +321,7 @@ async def run_gold_path(
         resolved.append(PlannedCall(tool=step.tool, args=bindings))
     final = await env.state()
     run = GoldRun(calls=calls, final_state=final, initial_state_hash=initial_state.state_hash)
-    return GoldResult(run=run, steps=resolved)
+    return GoldResult(run=run, steps=resolved, slots=slots)
 
 
 # --------------------------------------------------------------------------- demonstrations

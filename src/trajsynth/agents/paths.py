@@ -101,6 +101,9 @@ class PlannedPath(Record):
     slot_sources: dict[str, str] = Field(default_factory=dict)
     n_writes: int = 0
     reads_before_write: list[int] = Field(default_factory=list)  # WRIT's read evidence (§14)
+    # per step, other values for the slots it binds first from a row it chose first (other
+    # rows of that table, best first): what the gold run tries when the tool refuses a value
+    alternatives: dict[int, list[dict[str, JsonValue]]] = Field(default_factory=dict)
     uses_code_tool: bool = False
 
     @property
@@ -380,10 +383,17 @@ class _Binder:
     # values the current step's references will carry, predicted from the rows chosen so far
     expected: dict[str, JsonValue] = field(default_factory=dict)
     done_states: frozenset[str] = frozenset()  # what the current tool's verb leaves a row as
+    step: int = 0
+    # rows drawn from per table, best first, and the step that chose the table's row
+    pools: dict[str, list[dict[str, JsonValue]]] = field(default_factory=dict)
+    chosen_at: dict[str, int] = field(default_factory=dict)
+    # step -> table -> (slot, column, as a list) first bound there from that table's row
+    fresh: dict[int, dict[str, list[tuple[str, str, bool]]]] = field(default_factory=dict)
 
     def bind(self, tools: list[str], links: list[tuple[int, int]]) -> list[PlannedCall]:
         steps: list[PlannedCall] = []
         for i, tool in enumerate(tools):
+            self.step = i
             spec = self.cluster.tool(tool)
             props = _properties(spec)
             args: dict[str, LiteralArg | RefArg | SlotArg] = {}
@@ -499,9 +509,15 @@ class _Binder:
             if row is None:
                 continue
             value = row[column]
-            if "array" in schema_kinds(schema):
+            array = "array" in schema_kinds(schema)
+            if array:
                 value = [value]
-            return self._slot(param, value, f"{table}.{column}")
+            before = set(self.slots)
+            arg = self._slot(param, value, f"{table}.{column}")
+            if arg.name not in before and self.chosen_at.get(table) == self.step:
+                self.fresh.setdefault(self.step, {}).setdefault(table, [])
+                self.fresh[self.step][table].append((arg.name, column, array))
+            return arg
         known = _known_values(self.cluster, tool, param)
         if known and (known[0][1] == "spec" or not enum):
             value, source = (
@@ -561,8 +577,33 @@ class _Binder:
         linked = [r for r in rows if self._linked(table, r)]
         pool = linked or rows
         row = pool[self.rng.randrange(len(pool))]
-        self.rows.setdefault(table, row)
+        if table not in self.rows:
+            self.rows[table] = row
+            self.chosen_at[table] = self.step
+            # the alternatives the gold run may try: a few, best first (the pool, then the rest)
+            in_pool = {id(r) for r in pool}
+            rest = [r for r in rows if id(r) not in in_pool]
+            self.pools[table] = [r for r in pool if r is not row][:8] + rest[:8]
         return row
+
+    def alternatives(self, per_step: int = 4) -> dict[int, list[dict[str, JsonValue]]]:
+        """Per step, other values for the slots it bound first from a row it chose: the same
+        columns of the table's other rows, best first (``PlannedPath.alternatives``)."""
+        out: dict[int, list[dict[str, JsonValue]]] = {}
+        for step, tables in self.fresh.items():
+            options: list[dict[str, JsonValue]] = []
+            for table, bound in tables.items():
+                for row in self.pools.get(table, []):
+                    if len(options) >= per_step * len(tables):
+                        break
+                    if any(row.get(column) is None for _, column, _ in bound):
+                        continue
+                    options.append(
+                        {name: [row[c]] if array else row[c] for name, c, array in bound}
+                    )
+            if options:
+                out[step] = options[: per_step * len(tables)]
+        return out
 
     def _linked(self, table: str, row: Mapping[str, JsonValue]) -> bool:
         """Whether ``row`` belongs with the rows already chosen (an order of the chosen user;
@@ -859,6 +900,7 @@ def sample_path(
             links=draft.links,
             slots=binder.slots,
             slot_sources=binder.sources,
+            alternatives=binder.alternatives(),
             n_writes=sum(flags),
             reads_before_write=_reads_before_writes(flags),
         )

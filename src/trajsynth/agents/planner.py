@@ -331,11 +331,15 @@ async def _ground_truth(
     env: PlannerEnvironment, cluster: ToolCluster, path: PlannedPath, initial: EnvState
 ) -> _Truth | _Failure:
     """Run the path (§3 step 7), derive its constraints (§4) and lint them; or why not."""
-    outcome = await run_gold_path(env, cluster, path.steps, path.slots, initial)
+    outcome = await run_gold_path(
+        env, cluster, path.steps, path.slots, initial, alternatives=path.alternatives
+    )
     route = " -> ".join(path.tools)
     if isinstance(outcome, GoldFailure):
         detail = f"{route}: step {outcome.step} ({outcome.tool}): {outcome.detail}"
         return _Failure("gold_run_error", detail, outcome.tool)
+    if outcome.slots != path.slots:  # a tool refused a value; the run used another row's
+        path = path.model_copy(update={"slots": outcome.slots})
     answer = None
     observed = None
     if path.n_writes == 0:

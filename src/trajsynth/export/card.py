@@ -354,7 +354,7 @@ def card_text(
     else:
         out += ["The run is not recorded in the store's `runs` table."]
     config = runs[0]["config"] if runs else {}
-    model = ((config or {}).get("llm") or {}).get("model")
+    model = ((config or {}).get("llm") or {}).get("model") or (config or {}).get("model")
     out += ["", *_license_section(license, model)]
     tokenizer = folder is not None and (folder / "tokenizer").is_dir()
     out += ["", *_loading_section(tokenizer)]
