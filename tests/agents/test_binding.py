@@ -91,3 +91,37 @@ async def test_run_tests_gets_a_test_file_of_the_listing(tmp_path: Path) -> None
         assert run.arguments["path"].endswith(".py") and run.observation["tests_run"] >= 1
         # the blueprint keeps the reference to the item the tool accepted
         assert outcome.steps[1].args["path"].field != "files[0].path"
+
+
+async def test_a_refused_value_is_tried_again_from_the_tables_other_rows(tmp_path: Path) -> None:
+    """Hard travel chains (a seat change on a basic fare, a booking on a landed flight): the
+    gold run tries the step's slots from other rows of the table the binder drew them from,
+    and the blueprint keeps the values that ran. Without the alternatives half as many run."""
+    cluster = get_cluster("travel")
+    graph = dependency_graph(cluster)
+    cell = Cell(
+        cluster_id="travel",
+        path_shape=PathShape.CHAIN,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty.HARD,
+    )
+    runs = {True: 0, False: 0}
+    swapped = 0
+    for use in (True, False):
+        for seed in range(20):
+            env = InProcessEnvironment("travel", tmp_path, seed=seed)
+            initial = await env.start()
+            path = sample_path(cluster, graph, cell, initial, random.Random(seed))
+            assert isinstance(path, PlannedPath)
+            outcome = await run_gold_path(
+                env, cluster, path.steps, path.slots, initial,
+                alternatives=path.alternatives if use else None,
+            )  # fmt: skip
+            if isinstance(outcome, GoldResult):
+                runs[use] += 1
+                swapped += outcome.slots != path.slots
+                for call, step in zip(outcome.run.calls, outcome.steps, strict=True):
+                    for name, arg in step.args.items():
+                        if arg.kind == "slot":
+                            assert call.arguments[name] == outcome.slots[arg.name]
+    assert runs[True] > runs[False] and swapped >= 1, runs
