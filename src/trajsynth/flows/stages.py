@@ -270,7 +270,7 @@ async def plan_round(
                     unit_id=a.unit_id,
                     round=round_index,
                     cluster_id=a.cell.cluster_id,
-                ),  # fmt: skip
+                ),
                 plan_task.submit(
                     config=config,
                     llm=llm,
