@@ -74,7 +74,7 @@ async def main(tasks: int, seed: int, use_llm: bool, redraws: bool) -> None:
                     planned_by[a.cell.cluster_id] += 1
                     continue
                 outcomes[out.reason] += 1
-                inner.update(re.findall(r"\[(\w+)\]", out.detail))
+                inner.update(re.findall(r"\[([a-z_]+)\] ", out.detail))
     print(
         f"tasks asked {tasks}, planned {filled} in {spent} attempts (budget {plan_budget(config)})"
     )
