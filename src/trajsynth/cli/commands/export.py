@@ -97,9 +97,10 @@ def export(
     license: Annotated[
         str | None,
         typer.Option(
-            "--license", help="the card's license, a Hub id such as cc-by-4.0 (default: "
-            "dataset_license in synth.toml)",
-        ),  # fmt: skip
+            "--license",
+            help="the card's license, a Hub id such as cc-by-4.0 (default: dataset_license "
+            "in synth.toml)",
+        ),
     ] = None,
 ) -> None:
     """Write SFT (messages + tools) and RL (prompt + env + constraints) datasets, a
