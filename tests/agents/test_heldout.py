@@ -1,8 +1,9 @@
 """Planning held-out eval tasks (METHODS.md §15): every task an exercise of its own.
 
 The planner and the bundled code server's tools and state run for real, in-process
-(``fakes.inprocess_env``); only the sandbox is left out. The code cluster is small: its
-seeds 6 and 7 at the eval seed base draw the tool path and constraints of earlier ones.
+(``fakes.inprocess_env``); only the sandbox is left out. The code cluster is small: eight
+tasks from it at the eval seed base draw some seeds whose tool path and constraints repeat
+earlier ones'.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ async def test_a_seed_that_repeats_a_planned_exercise_is_skipped(
 
     monkeypatch.setattr(heldout, "environment_factory", in_process)
     with caplog.at_level(logging.DEBUG, logger=heldout.__name__):
-        tasks = await plan_eval_tasks([get_cluster("code")], 6)
+        tasks = await plan_eval_tasks([get_cluster("code")], 8)
     skipped = [r.getMessage() for r in caplog.records if "repeats a planned task" in r.getMessage()]
     assert skipped, "no seed drew a repeat: the test no longer exercises the skip"
-    assert len(tasks) == 6
-    assert len({t.signature() for t in tasks}) == 6
+    assert len(tasks) == 8
+    assert len({t.signature() for t in tasks}) == 8
     assert all(t.seed >= heldout.EVAL_SEED_BASE for t in tasks)

@@ -125,6 +125,7 @@ _SET: dict[str, tuple[str, dict[str, str], Any]] = {
     ),
     "sandbox_pool": ("sandbox_pool = 0", {"SYNTH_RUN__SANDBOX_POOL": "0"}, 0),
     "planner_retries": ("planner_retries = 3", {"SYNTH_RUN__PLANNER_RETRIES": "3"}, 3),
+    "plan_attempts": ("plan_attempts = 45", {"SYNTH_RUN__PLAN_ATTEMPTS": "45"}, 45),
     "user_resamples": ("user_resamples = 1", {"SYNTH_RUN__USER_RESAMPLES": "1"}, 1),
     "assistant_tool_choice": (
         'assistant_tool_choice = "auto"',

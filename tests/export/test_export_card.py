@@ -92,3 +92,42 @@ def test_card_of_a_jsonl_export_declares_no_parquet_features(tmp_path: Path) -> 
     assert data.license == "other"
     assert data.configs[0]["data_files"] == [{"split": "train", "path": "sft/train.jsonl"}]
     assert data.get("dataset_info") is None
+
+
+def test_card_sizes_license_and_how_to_train(tmp_path: Path) -> None:
+    """num_bytes is the rows' Arrow size (as ``datasets`` counts it), the license is the one
+    asked for and the generating model's is named, the tokenizer folder and the base model
+    command are on the card."""
+    import datasets
+    import pyarrow.parquet as pq
+    from huggingface_hub import DatasetCard
+
+    store = export_store(tmp_path / "s.duckdb")
+    export_dataset(store, tmp_path / "ds", check_render=False, plots=False, license="cc-by-4.0")
+    card = DatasetCard.load(tmp_path / "ds" / "README.md")
+    infos = datasets.info.DatasetInfosDict.from_dataset_card_data(card.data)
+    for name in ("sft", "rl"):
+        files = sorted((tmp_path / "ds" / name).glob("*.parquet"))
+        arrow = pq.read_table([str(f) for f in files]).nbytes
+        assert infos[name].splits["train"].num_bytes == arrow > 0
+        assert infos[name].dataset_size == arrow
+        assert infos[name].download_size == sum(f.stat().st_size for f in files)
+    # what `datasets` holds once loaded (it reads in batches: a few offset bytes differ)
+    loaded = datasets.load_dataset(str(tmp_path / "ds"), "sft", split="train")
+    assert loaded.data.nbytes == pytest.approx(infos["sft"].splits["train"].num_bytes, rel=0.01)
+    text = card.text
+    assert "This dataset's license: `cc-by-4.0`" in text
+    assert "generated with `smollm2`, licensed `apache-2.0`" in text
+    assert "`tokenizer/`" in text and 'AutoTokenizer.from_pretrained("path/to/this/folder/' in text
+    assert "synth model export --out base/" in text
+    assert (tmp_path / "ds" / "tokenizer" / "tokenizer_config.json").is_file()
+
+
+def test_an_unset_license_names_itself_and_says_how_to_set_it(tmp_path: Path) -> None:
+    from huggingface_hub import DatasetCard
+
+    store = export_store(tmp_path / "s.duckdb")
+    export_dataset(store, tmp_path / "ds", check_render=False, plots=False)
+    card = DatasetCard.load(tmp_path / "ds" / "README.md")
+    assert card.data.license == "other" and card.data.license_name == "unspecified"
+    assert "synth export --license ID" in card.text

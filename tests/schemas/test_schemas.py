@@ -111,7 +111,16 @@ def _hash_without_distractors(config: RunConfig) -> str:
     del dump["llm"]["distractors"]
     dump["llm"]["timeout_s"] = dump["llm"]["timeout_s"] or 120.0  # the old default
     del dump["judge"]  # likewise the model judge, off
+    del dump["plan_attempts"]  # nor a planning budget
     return stable_hash(dump, length=16)
+
+
+def test_a_planning_budget_changes_the_run_id_only_when_set() -> None:
+    plain = RunConfig()
+    assert plain.plan_budget() == 60  # three attempts per task asked
+    assert RunConfig(plan_attempts=10).plan_budget() == 20  # never fewer than the tasks
+    assert plain.config_hash() == _hash_without_distractors(plain)
+    assert RunConfig(plan_attempts=30).config_hash() != plain.config_hash()
 
 
 def test_an_unset_llm_timeout_keeps_the_ids_of_runs_made_with_the_old_default() -> None:

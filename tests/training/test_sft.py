@@ -73,24 +73,40 @@ def test_synth_sft_smoke_trains_writes_a_gguf_and_records_the_model(tmp_path: Pa
 
 @pytest.mark.slow
 def test_a_strangers_sft_script_trains_on_the_export_without_trajsynth(tmp_path: Path) -> None:
+    """The whole path a stranger takes: `synth export` of a tiny dataset, `synth model export`
+    for the base model (transformers refuses to fine-tune the GGUF it loads itself), then a
+    plain TRL script that imports nothing of trajsynth trains two steps on them."""
     from trajsynth.export import export_sft
-    from trajsynth.training.models_io import load_base_model
 
     export_sft(export_store(tmp_path / "s.duckdb"), tmp_path / "sft")
     model_dir = tmp_path / "base"
-    load_base_model("embedded").save_pretrained(str(model_dir))  # a plain HF model folder
+    made = subprocess.run(
+        [sys.executable, "-m", "trajsynth.cli", "model", "export", "--out", str(model_dir)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert (model_dir / "model.safetensors").is_file() and (model_dir / "config.json").is_file()
+    assert (model_dir / "tokenizer_config.json").is_file()
+    assert "quantization_config" not in (model_dir / "config.json").read_text()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path / "sft"), str(model_dir), str(tmp_path / "o")],
+        [sys.executable, str(SCRIPT), str(tmp_path / "sft"), str(model_dir), str(tmp_path / "o"),
+         "2"],
         capture_output=True,
         text=True,
         env=env,
         timeout=900,
-    )
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    found = re.search(r"steps=1 loss=([\d.]+) trajsynth_modules=\[\]", proc.stdout)
+    found = re.search(
+        r"steps=2 loss=([\d.]+) finite=True changed=(\d+)/(\d+) trajsynth_modules=\[\]",
+        proc.stdout,
+    )
     assert found, proc.stdout[-2000:]
     assert float(found.group(1)) > 0
+    assert int(found.group(2)) > 0  # the steps moved the weights
 
 
 def test_bundled_sft_configs_parse() -> None:

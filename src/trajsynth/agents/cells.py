@@ -24,6 +24,7 @@ __all__ = [
     "SHAPE_MIX",
     "allowed_difficulties",
     "allowed_modes",
+    "cluster_shares",
     "has_code_tool",
     "sample_cells",
     "supported_shapes",
@@ -130,6 +131,53 @@ def _draw(
     return weighted_draw(rng, options, ws)
 
 
+def _shares(
+    options: Sequence[str], level: str, weights: Mapping[str, Mapping[str, float]] | None
+) -> list[float]:
+    """Each option's probability at ``level``, as ``_draw`` would draw it."""
+    given = (weights or {}).get(level)
+    ws = [max(0.0, float(given.get(o, 0.0))) if given is not None else 1.0 for o in options]
+    total = sum(ws)
+    return [w / total for w in ws] if total > 0 else [1.0 / len(options)] * len(options)
+
+
+def cluster_shares(
+    clusters: Sequence[ToolCluster], weights: Mapping[str, Mapping[str, float]] | None = None
+) -> dict[str, float]:
+    """Each cluster's share of the draws: its domain's weight times its weight within the
+    domain (uniform where ``weights`` says nothing)."""
+    by_domain: dict[str, list[str]] = {}
+    for cluster in sorted(clusters, key=lambda c: c.cluster_id):
+        if cluster.tools:
+            by_domain.setdefault(str(cluster.domain), []).append(cluster.cluster_id)
+    domains = sorted(by_domain)
+    shares: dict[str, float] = {}
+    for domain, d_share in zip(domains, _shares(domains, "domain", weights), strict=True):
+        members = by_domain[domain]
+        for cid, c_share in zip(members, _shares(members, "cluster", weights), strict=True):
+            shares[cid] = d_share * c_share
+    return shares
+
+
+def _allot(shares: Mapping[str, float], n: int, rng: random.Random) -> list[str]:
+    """``n`` cluster ids, each cluster ``floor`` or ``ceil`` of ``n`` times its share
+    (systematic sampling: one uniform offset, then every 1/n; unbiased), in random order."""
+    ids = [c for c in sorted(shares) if shares[c] > 0]
+    if not ids:
+        return []
+    offset = rng.random()
+    out: list[str] = []
+    cumulative, k = 0.0, 0
+    for cid in ids:
+        cumulative += shares[cid] * n
+        while k < n and k + offset < cumulative:
+            out.append(cid)
+            k += 1
+    out += [ids[-1]] * (n - len(out))  # rounding at the top end
+    rng.shuffle(out)
+    return out
+
+
 def sample_cells(
     clusters: Sequence[ToolCluster],
     n: int,
@@ -137,6 +185,10 @@ def sample_cells(
     weights: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[Cell]:
     """Draw ``n`` cells level by level: domain → cluster → shape → mode → difficulty (§6).
+
+    Domain and cluster are allotted rather than drawn one cell at a time: each cluster gets
+    ``floor`` or ``ceil`` of ``n`` times its share (``cluster_shares``), so twenty cells
+    over four clusters give each five, where independent draws left one with none.
 
     ``weights`` maps a level name (``LEVELS``) to option → weight; a level without weights
     is uniform over its feasible options, except shape (``SHAPE_MIX``) and difficulty
@@ -155,13 +207,11 @@ def sample_cells(
         return []
     shapes = {c.cluster_id: supported_shapes(c) for cs in by_domain.values() for c in cs}
     cells: list[Cell] = []
-    domains = sorted(by_domain)
     default_mix = {str(k): v for k, v in DIFFICULTY_MIX.items()}
     shape_mix = {str(k): v for k, v in SHAPE_MIX.items()}
-    for _ in range(n):
-        domain = _draw(rng, domains, "domain", weights)
-        members = {c.cluster_id: c for c in by_domain[domain]}
-        cluster = members[_draw(rng, sorted(members), "cluster", weights)]
+    by_id = {c.cluster_id: c for cs in by_domain.values() for c in cs}
+    for cluster_id in _allot(cluster_shares(list(by_id.values()), weights), n, rng):
+        cluster = by_id[cluster_id]
         shape = PathShape(
             _draw(
                 rng, [s.value for s in shapes[cluster.cluster_id]], "path_shape", weights, shape_mix

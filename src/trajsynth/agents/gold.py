@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from pydantic import Field
+
 from trajsynth.agents.llm import ChatResult, LLMClient
 from trajsynth.curation.verify import observed_reading
 from trajsynth.schemas import (
@@ -82,10 +84,12 @@ class GoldFailure(Record):
 
 
 class GoldResult(Record):
-    """A successful gold run and the path with every reference pointing at a real field."""
+    """A successful gold run and the path with every reference pointing at a real field,
+    and the slot values it ran with (another row's, where a tool refused the first)."""
 
     run: GoldRun
     steps: list[PlannedCall]
+    slots: dict[str, JsonValue] = Field(default_factory=dict)
 
 
 def observation_value(result: Any) -> JsonValue:
@@ -200,12 +204,37 @@ def _fit(value: JsonValue, schema: Mapping[str, Any]) -> JsonValue:
     return value
 
 
+# later items of a referenced list tried when a tool refuses the first
+OTHER_ITEMS = 4
+
+
+def _other_items(
+    observations: Sequence[JsonValue], bindings: Mapping[str, Any]
+) -> list[tuple[str, RefArg]]:
+    """(param, reference) for each reference through a list's first item: the same field
+    of the list's next items (up to ``OTHER_ITEMS`` each) that hold a value."""
+    out: list[tuple[str, RefArg]] = []
+    for name, arg in bindings.items():
+        if not isinstance(arg, RefArg) or "[0]" not in arg.field:
+            continue
+        head, _, tail = arg.field.partition("[0]")
+        for k in range(1, OTHER_ITEMS + 1):
+            path = f"{head}[{k}]{tail}"
+            value = _get(observations[arg.step], _segments(path))
+            if value is _MISSING:
+                break
+            if value not in (None, "", [], {}):
+                out.append((name, RefArg(step=arg.step, field=path)))
+    return out
+
+
 async def run_gold_path(
     env: GoldEnvironment,
     cluster: ToolCluster,
     steps: list[PlannedCall],
     slots: Mapping[str, JsonValue],
     initial_state: EnvState,
+    alternatives: Mapping[int, Sequence[Mapping[str, JsonValue]]] | None = None,
 ) -> GoldResult | GoldFailure:
     """Run ``steps`` in order in ``env`` (already in its initial state) (METHODS.md §3 step 7).
 
@@ -216,6 +245,7 @@ async def run_gold_path(
     calls: list[GoldCall] = []
     observations: list[JsonValue] = []
     resolved: list[PlannedCall] = []
+    slots = dict(slots)
     for i, step in enumerate(steps):
         props = cluster.tool(step.tool).input_schema.get("properties") or {}
         arguments: dict[str, JsonValue] = {}
@@ -245,8 +275,40 @@ async def run_gold_path(
                 arguments[name] = _fit(value, schema if isinstance(schema, Mapping) else {})
                 bindings[name] = RefArg(step=arg.step, field=path)
         result = await env.call_tool(step.tool, arguments)
-        observation = observation_value(result)
         is_error = bool(getattr(result, "is_error", False))
+        if is_error:
+            # the tool refused the first item of a list it was handed (run_tests on the data
+            # file list_files named first): the same reference to a later item, the first
+            # the tool accepts (a refused call changes nothing)
+            for name, ref in _other_items(observations, bindings):
+                schema = props.get(name) if isinstance(props, Mapping) else None
+                value = resolve_field(observations[ref.step], ref.field)
+                retry = {
+                    **arguments,
+                    name: _fit(value, schema if isinstance(schema, Mapping) else {}),
+                }
+                again = await env.call_tool(step.tool, retry)
+                if not getattr(again, "is_error", False):
+                    result, arguments, is_error = again, retry, False
+                    bindings[name] = ref
+                    break
+        if is_error:
+            # the tool refused a value drawn from the state (the user does not organize that
+            # event, that booking's fare allows no seat change): the step's own slots from
+            # the table's other rows, as the binder ranked them
+            for override in (alternatives or {}).get(i, []):
+                retry = {**arguments}
+                for name, arg in step.args.items():
+                    if isinstance(arg, SlotArg) and arg.name in override:
+                        retry[name] = override[arg.name]
+                if retry == arguments:
+                    continue
+                again = await env.call_tool(step.tool, retry)
+                if not getattr(again, "is_error", False):
+                    result, arguments, is_error = again, retry, False
+                    slots.update(override)
+                    break
+        observation = observation_value(result)
         calls.append(
             GoldCall(
                 tool=step.tool, arguments=arguments, observation=observation, is_error=is_error
@@ -259,7 +321,7 @@ async def run_gold_path(
         resolved.append(PlannedCall(tool=step.tool, args=bindings))
     final = await env.state()
     run = GoldRun(calls=calls, final_state=final, initial_state_hash=initial_state.state_hash)
-    return GoldResult(run=run, steps=resolved)
+    return GoldResult(run=run, steps=resolved, slots=slots)
 
 
 # --------------------------------------------------------------------------- demonstrations

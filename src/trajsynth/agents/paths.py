@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +101,9 @@ class PlannedPath(Record):
     slot_sources: dict[str, str] = Field(default_factory=dict)
     n_writes: int = 0
     reads_before_write: list[int] = Field(default_factory=list)  # WRIT's read evidence (§14)
+    # per step, other values for the slots it binds first from a row it chose first (other
+    # rows of that table, best first): what the gold run tries when the tool refuses a value
+    alternatives: dict[int, list[dict[str, JsonValue]]] = Field(default_factory=dict)
     uses_code_tool: bool = False
 
     @property
@@ -376,10 +380,20 @@ class _Binder:
     slots: dict[str, JsonValue] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     rows: dict[str, dict[str, JsonValue]] = field(default_factory=dict)  # chosen row per table
+    # values the current step's references will carry, predicted from the rows chosen so far
+    expected: dict[str, JsonValue] = field(default_factory=dict)
+    done_states: frozenset[str] = frozenset()  # what the current tool's verb leaves a row as
+    step: int = 0
+    # rows drawn from per table, best first, and the step that chose the table's row
+    pools: dict[str, list[dict[str, JsonValue]]] = field(default_factory=dict)
+    chosen_at: dict[str, int] = field(default_factory=dict)
+    # step -> table -> (slot, column, as a list) first bound there from that table's row
+    fresh: dict[int, dict[str, list[tuple[str, str, bool]]]] = field(default_factory=dict)
 
     def bind(self, tools: list[str], links: list[tuple[int, int]]) -> list[PlannedCall]:
         steps: list[PlannedCall] = []
         for i, tool in enumerate(tools):
+            self.step = i
             spec = self.cluster.tool(tool)
             props = _properties(spec)
             args: dict[str, LiteralArg | RefArg | SlotArg] = {}
@@ -391,15 +405,41 @@ class _Binder:
                     if param not in args and (param in props or param in _required(spec)):
                         args[param] = RefArg(step=j, field=_ref_path(out_field))
                         break
+            self.expected = self._expected(args)
+            self.done_states = (
+                _done_states(tool) if spec.access is ToolAccess.WRITE else frozenset()
+            )
             for param in _required(spec):
                 if param in args:
                     continue
                 ref = self._ref_from_path(tools, i, param)
                 args[param] = ref or self._slot_or_literal(tool, param, props.get(param, {}))
+                self.expected = self._expected(args)
             if not args and props:
                 self._bind_one_optional(tools, i, props, args)
             steps.append(PlannedCall(tool=tool, args=args))
         return steps
+
+    def _expected(self, args: Mapping[str, LiteralArg | RefArg | SlotArg]) -> dict[str, JsonValue]:
+        """What each reference of a step will carry, where a chosen row predicts it: a
+        reference to ``airports[0].code`` carries the ``code`` of the airport row the path
+        already chose (its upstream call was bound from that row). A row drawn for the
+        step's other slots must agree with these (a flight whose destination is that airport),
+        or the call would ask for something the state does not hold."""
+        out: dict[str, JsonValue] = {}
+        for param, arg in args.items():
+            if not isinstance(arg, RefArg):
+                continue
+            names = [n for n in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", arg.field)]
+            if not names:
+                continue
+            leaf = names[-1]
+            for table, row in self.rows.items():
+                holders = {table.lower(), singular(table.lower())}
+                if (len(names) == 1 or names[-2].lower() in holders) and row.get(leaf) is not None:
+                    out[param] = row[leaf]
+                    break
+        return out
 
     def _bind_one_optional(
         self,
@@ -469,9 +509,15 @@ class _Binder:
             if row is None:
                 continue
             value = row[column]
-            if "array" in schema_kinds(schema):
+            array = "array" in schema_kinds(schema)
+            if array:
                 value = [value]
-            return self._slot(param, value, f"{table}.{column}")
+            before = set(self.slots)
+            arg = self._slot(param, value, f"{table}.{column}")
+            if arg.name not in before and self.chosen_at.get(table) == self.step:
+                self.fresh.setdefault(self.step, {}).setdefault(table, [])
+                self.fresh[self.step][table].append((arg.name, column, array))
+            return arg
         known = _known_values(self.cluster, tool, param)
         if known and (known[0][1] == "spec" or not enum):
             value, source = (
@@ -522,19 +568,52 @@ class _Binder:
         rows = [r for r in self.tables.rows.get(table, []) if fits(r)]
         if not rows:
             return None
+        # the step's references agree with the row (a flight to the airport just looked up)
+        agreeing = [r for r in rows if all(r[p] == v for p, v in self.expected.items() if p in r)]
+        rows = agreeing or rows
+        # a write does not act on a row it already acted on (cancel_event on a cancelled one)
+        undone = [r for r in rows if not any(_said(v) in self.done_states for v in r.values())]
+        rows = undone or rows
         linked = [r for r in rows if self._linked(table, r)]
         pool = linked or rows
         row = pool[self.rng.randrange(len(pool))]
-        self.rows.setdefault(table, row)
+        if table not in self.rows:
+            self.rows[table] = row
+            self.chosen_at[table] = self.step
+            # the alternatives the gold run may try: a few, best first (the pool, then the rest)
+            in_pool = {id(r) for r in pool}
+            rest = [r for r in rows if id(r) not in in_pool]
+            self.pools[table] = [r for r in pool if r is not row][:8] + rest[:8]
         return row
 
+    def alternatives(self, per_step: int = 4) -> dict[int, list[dict[str, JsonValue]]]:
+        """Per step, other values for the slots it bound first from a row it chose: the same
+        columns of the table's other rows, best first (``PlannedPath.alternatives``)."""
+        out: dict[int, list[dict[str, JsonValue]]] = {}
+        for step, tables in self.fresh.items():
+            options: list[dict[str, JsonValue]] = []
+            for table, bound in tables.items():
+                for row in self.pools.get(table, []):
+                    if len(options) >= per_step * len(tables):
+                        break
+                    if any(row.get(column) is None for _, column, _ in bound):
+                        continue
+                    options.append(
+                        {name: [row[c]] if array else row[c] for name, c, array in bound}
+                    )
+            if options:
+                out[step] = options[: per_step * len(tables)]
+        return out
+
     def _linked(self, table: str, row: Mapping[str, JsonValue]) -> bool:
-        """Whether ``row`` belongs with the rows already chosen (an order of the chosen user)."""
+        """Whether ``row`` belongs with the rows already chosen (an order of the chosen user;
+        an event the chosen user organizes: a key of one row holds a key of the other)."""
         checks = 0
         for other, chosen in self.rows.items():
             if other == table:
                 continue
             noun = singular(other.lower())
+            keys = {v for c, v in chosen.items() if _is_key_column(c) and isinstance(v, str)}
             for column, value in row.items():
                 if value is None:
                     continue
@@ -546,7 +625,24 @@ class _Binder:
                     checks += 1
                     if value != chosen[column]:
                         return False
+                elif _is_key_column(column) and value in keys:
+                    checks += 1  # organizer_id of an event = user_id of the chosen user
         return checks > 0
+
+
+def _said(value: JsonValue) -> str:
+    return value.strip().lower() if isinstance(value, str) else ""
+
+
+def _done_states(tool: str) -> frozenset[str]:
+    """What a row reads after the tool's verb acted on it: cancel_event -> cancelled, close_x
+    -> closed, archive_x -> archived."""
+    words = name_tokens(tool)
+    if not words:
+        return frozenset()
+    verb = words[0].lower()
+    stem = verb[:-1] if verb.endswith("e") else verb
+    return frozenset({f"{stem}ed", f"{verb}led", f"{verb}d", f"{verb}ed"})
 
 
 def _is_key_column(column: str) -> bool:
@@ -804,6 +900,7 @@ def sample_path(
             links=draft.links,
             slots=binder.slots,
             slot_sources=binder.sources,
+            alternatives=binder.alternatives(),
             n_writes=sum(flags),
             reads_before_write=_reads_before_writes(flags),
         )

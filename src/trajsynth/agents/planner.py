@@ -19,7 +19,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,6 +64,7 @@ from trajsynth.schemas import (
     SandboxKind,
     SandboxLimits,
     SnapshotHandle,
+    ToolAccess,
     ToolCluster,
     content_id,
     stable_hash,
@@ -130,8 +131,11 @@ class Planner(BaseModel):
     retries: int = Field(default=2, ge=0, description="LLM drafts after the first, then template")
     use_llm: bool = Field(default=True, description="False: template words only, no LLM call")
     path_tries: int = Field(default=8, ge=1, description="drafts of the path per sampling")
+    # 14: on the bundled clusters (60 attempts, template words, in-process) attempts rejected
+    # for their gold run fell from 14 with 6 retries to 9 with 14 and 7 with 24; a retry
+    # restores a snapshot in the open sandbox, cheaper than a redraw's new unit
     gold_retries: int = Field(
-        default=6, ge=0, description="new paths after a failed gold run (environment restored)"
+        default=14, ge=0, description="new paths after a failed gold run (environment restored)"
     )
     min_turns: int = Field(default=4, ge=1)
 
@@ -264,6 +268,30 @@ async def _write_words(
     return template_words(spec), "template", drafts, usage, problems
 
 
+class _Failure(NamedTuple):
+    """Why a path's gold run or lint failed, and the tool that failed (None: no one tool)."""
+
+    reason: str
+    detail: str
+    tool: str | None = None
+
+
+# How much a tool whose call failed in this environment counts against being drawn again in
+# the same unit (as if it had been used this many more times: its walk weight / (1 + this)).
+# A tool refused in one path (a cart that is empty, a user who does not organize the event)
+# is usually refused again by the same initial state, so the next paths go elsewhere.
+FAILED_TOOL_PENALTY = 8
+
+
+def _avoiding(uses: Mapping[str, int] | None, failures: list[_Failure]) -> dict[str, int]:
+    """``uses`` with each failed tool counted ``FAILED_TOOL_PENALTY`` times more."""
+    out = dict(uses or {})
+    for failure in failures:
+        if failure.tool is not None:
+            out[failure.tool] = out.get(failure.tool, 0) + FAILED_TOOL_PENALTY
+    return out
+
+
 class _Truth(Record):
     """A path whose gold run succeeded and whose derived constraints lint clean."""
 
@@ -304,12 +332,17 @@ async def _volatile_answer(
 
 async def _ground_truth(
     env: PlannerEnvironment, cluster: ToolCluster, path: PlannedPath, initial: EnvState
-) -> _Truth | tuple[str, str]:
+) -> _Truth | _Failure:
     """Run the path (§3 step 7), derive its constraints (§4) and lint them; or why not."""
-    outcome = await run_gold_path(env, cluster, path.steps, path.slots, initial)
+    outcome = await run_gold_path(
+        env, cluster, path.steps, path.slots, initial, alternatives=path.alternatives
+    )
     route = " -> ".join(path.tools)
     if isinstance(outcome, GoldFailure):
-        return "gold_run_error", f"{route}: step {outcome.step} ({outcome.tool}): {outcome.detail}"
+        detail = f"{route}: step {outcome.step} ({outcome.tool}): {outcome.detail}"
+        return _Failure("gold_run_error", detail, outcome.tool)
+    if outcome.slots != path.slots:  # a tool refused a value; the run used another row's
+        path = path.model_copy(update={"slots": outcome.slots})
     answer = None
     observed = None
     if path.n_writes == 0:
@@ -327,7 +360,10 @@ async def _ground_truth(
     )
     issues = lint_constraints(constraints, initial, cluster.tools)
     if issues:
-        return "constraint_lint", f"{route}: " + "; ".join(issues)
+        writes = [
+            c.tool for c in outcome.run.calls if cluster.tool(c.tool).access is ToolAccess.WRITE
+        ]
+        return _Failure("constraint_lint", f"{route}: " + "; ".join(issues), (writes or [None])[-1])
     return _Truth(path=path, gold=outcome, answer=answer, constraints=constraints)
 
 
@@ -359,13 +395,14 @@ async def plan_blueprint(
     async with env_factory() as env:
         initial = await env.state()
         handle = await env.snapshot() if planner.gold_retries else None
-        failures: list[tuple[str, str]] = []
+        failures: list[_Failure] = []
         fill_usage: list[LLMUsage] = []
         truth: _Truth | None = None
         for attempt in range(planner.gold_retries + 1):
             sampled = sample_path(
-                cluster, graph, cell, initial, rng, uses, tries=planner.path_tries
-            )
+                cluster, graph, cell, initial, rng, _avoiding(uses, failures),
+                tries=planner.path_tries,
+            )  # fmt: skip
             if isinstance(sampled, Rejection):
                 if failures:  # earlier paths failed their gold run or lint; report those
                     break
@@ -395,8 +432,8 @@ async def plan_blueprint(
                 break
             await env.restore(handle)
         if truth is None:
-            reason = failures[-1][0]
-            detail = " | ".join(f"[{r}] {d}" for r, d in failures)
+            reason = failures[-1].reason
+            detail = " | ".join(f"[{f.reason}] {f.detail}" for f in failures)
             return _attempt(cluster, cell, seed, round, reason, detail, fill_usage)
     path, gold, answer, constraints = truth.path, truth.gold, truth.answer, truth.constraints
 

@@ -25,6 +25,7 @@ from trajsynth.cli.commands import deploy as deploy_cmd
 from trajsynth.cli.commands import eval as eval_cmd
 from trajsynth.cli.commands import export as export_cmd
 from trajsynth.cli.commands import improve as improve_cmd
+from trajsynth.cli.commands import model as model_cmd
 from trajsynth.cli.commands import runs as runs_cmd
 from trajsynth.cli.commands import sandbox as sandbox_cmd
 from trajsynth.cli.commands import sft as sft_cmd
@@ -51,6 +52,7 @@ app.add_typer(
     clusters_cmd.app, name="clusters", help="Tool clusters (bundled and outside MCP servers)."
 )
 app.add_typer(sandbox_cmd.app, name="sandbox", help="The Docker sandbox image.")
+app.add_typer(model_cmd.app, name="model", help="The base model as a transformers folder.")
 app.command("topo")(topo_cmd.topo)
 app.command("train")(train_cmd.train)
 app.command("stats")(stats_cmd.stats)

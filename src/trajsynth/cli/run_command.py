@@ -181,12 +181,27 @@ def llm_silent_line(summary: RunSummary, config: RunConfig) -> str | None:
     )
 
 
+def planned_line(summary: RunSummary) -> str:
+    """Tasks planned of those asked, with the planning attempts and their budget."""
+    if summary.tasks_asked is None:
+        return str(summary.tasks_planned)
+    line = f"{summary.tasks_planned} of {summary.tasks_asked} asked"
+    if summary.plan_budget is not None:
+        line += f" ({summary.plan_attempts} attempts of {summary.plan_budget} allowed)"
+    if summary.tasks_planned < summary.tasks_asked:
+        top = ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items())
+        line += f"; short by {summary.tasks_asked - summary.tasks_planned}" + (
+            f" (rejected: {top})" if top else ""
+        )
+    return line
+
+
 def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> None:
     table = Table(title=f"synth run {summary.run_id}", show_header=False)
     table.add_column("figure")
     table.add_column("value")
     rate = f"{summary.pass_rate:.0%}" if summary.pass_rate is not None else "n/a"
-    table.add_row("tasks planned", str(summary.tasks_planned))
+    table.add_row("tasks planned", planned_line(summary))
     if summary.blueprints_rejected:
         table.add_row(
             "blueprints rejected",

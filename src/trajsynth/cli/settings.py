@@ -259,6 +259,7 @@ samples = 4                  # rollouts per task: the leaves of its tree (or lin
 rollout_mode = "tree"        # tree: shared prefixes, branches where the policy is uncertain;
                              # linear: independent samples (the baseline)
 planner_retries = 1          # LLM drafts of the words after the first; then a template
+# plan_attempts = 60         # planning attempts per round, redraws included; unset: 3 per task
 user_resamples = 3           # draws of a user turn that failed the simulator checks (echo,
                              # role break, leak); then it is written from the blueprint
 # assistant_tool_choice = "auto"   # after a user message: auto | required; unset: required for

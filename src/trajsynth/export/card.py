@@ -33,6 +33,8 @@ __all__ = [
     "DEFAULT_LICENSE",
     "card_data",
     "card_text",
+    "is_secret_key",
+    "model_license",
     "pass_rates",
     "write_card",
     "write_plots",
@@ -41,7 +43,20 @@ __all__ = [
 DEFAULT_LICENSE = "other"
 DEFAULT_LANGUAGE = ("en",)
 
-_SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
+# A config key is a secret when one of its words is one of these ("api_key", "hf_token",
+# "client_secret"); counts and budgets of tokens are not ("max_tokens", "tokens_per_minute").
+_SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
+)
+# values that are keys whatever their field is called (OpenAI, Anthropic, Hugging Face,
+# GitHub, AWS, Slack, a bearer header)
+_SECRET_VALUE = re.compile(
+    r"\b(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}"
+    r"|xox[abpr]-[A-Za-z0-9\-]{10,}|Bearer\s+[A-Za-z0-9._\-]{16,})"
+)
+# licenses of the models trajsynth ships or names, by a word of the model's name
+MODEL_LICENSES = {"smollm2": "apache-2.0", "smollm": "apache-2.0"}
+TOKENIZER_MODEL = "SmolLM2-135M-Instruct"
 _FIGURES = (
     ("n_trajectories", "rollouts"),
     ("n_verified", "verified rollouts"),
@@ -64,12 +79,33 @@ _FIGURES = (
 )
 
 
+def is_secret_key(name: str) -> bool:
+    """Whether a config key names a secret: one of its words (snake, kebab or camel case) is
+    a secret's word ("llm_api_key", "hfToken"); "max_tokens" is a budget, shown.
+
+    >>> [is_secret_key(k) for k in ("api_key", "max_tokens", "hfToken", "tokenizer")]
+    [True, False, True, False]
+    """
+    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower().replace("-", "_").split("_")
+    return any(w in _SECRET_WORDS for w in words)
+
+
 def _mask(value: Any) -> Any:
+    """The run config with every secret masked: values of secret keys, and values that are
+    keys whatever their field is called."""
     if isinstance(value, dict):
-        return {k: "***" if _SECRET.search(str(k)) else _mask(v) for k, v in value.items()}
+        return {k: "***" if is_secret_key(str(k)) else _mask(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_mask(v) for v in value]
+    if isinstance(value, str):
+        return _SECRET_VALUE.sub("***", value)
     return value
+
+
+def model_license(model: str | None) -> str | None:
+    """The license of a model trajsynth knows by name (SmolLM2: apache-2.0), else None."""
+    name = (model or "").lower().replace("-", "").replace("_", "")
+    return next((lic for word, lic in MODEL_LICENSES.items() if word in name), None)
 
 
 def _size_category(n: int) -> str:
@@ -152,8 +188,19 @@ def write_plots(sft: Sequence[SFTRow], rl: Sequence[RLRow], folder: Path) -> lis
     return paths
 
 
-def _dataset_infos(report: ExportReport) -> Any:
-    """``datasets``' infos per Parquet config: declared features and the train split size."""
+def _arrow_bytes(files: Sequence[Path]) -> tuple[int, int]:
+    """(bytes of the rows in Arrow, as ``datasets`` counts a split's ``num_bytes``; bytes of
+    the files on disk)."""
+    import pyarrow.parquet as pq
+
+    if not files:
+        return 0, 0
+    return pq.read_table([str(f) for f in files]).nbytes, sum(f.stat().st_size for f in files)
+
+
+def _dataset_infos(report: ExportReport, folder: Path | None = None) -> Any:
+    """``datasets``' infos per Parquet config: declared features, the train split's rows and
+    bytes (read back from the files written in ``folder``)."""
     from datasets import DatasetInfo
     from datasets.info import DatasetInfosDict
     from datasets.splits import SplitDict, SplitInfo
@@ -168,9 +215,17 @@ def _dataset_infos(report: ExportReport) -> Any:
         ("rl", report.n_rl, rl_features),
     ):
         if n:
+            files = sorted((folder / name).glob("*.parquet")) if folder is not None else []
+            num_bytes, on_disk = _arrow_bytes(files)
             splits = SplitDict()
-            splits.add(SplitInfo(name="train", num_examples=n))
-            infos[name] = DatasetInfo(features=features(), splits=splits, config_name=name)
+            splits.add(SplitInfo(name="train", num_examples=n, num_bytes=num_bytes))
+            infos[name] = DatasetInfo(
+                features=features(),
+                splits=splits,
+                config_name=name,
+                download_size=on_disk,
+                dataset_size=num_bytes,
+            )
     return infos
 
 
@@ -179,9 +234,12 @@ def card_data(
     *,
     license: str = DEFAULT_LICENSE,
     language: Sequence[str] = DEFAULT_LANGUAGE,
+    folder: Path | None = None,
 ) -> Any:
     """The card's front matter as ``huggingface_hub.DatasetCardData``: configs (data files
-    per kind), ``dataset_info`` features, license, language, task categories, size."""
+    per kind), ``dataset_info`` features and sizes (of the files in ``folder``), license
+    (``other`` names itself: the Hub asks for a ``license_name``), language, task
+    categories, size."""
     from huggingface_hub import DatasetCardData
 
     ext = "parquet" if report.fmt == "parquet" else "jsonl"
@@ -201,8 +259,9 @@ def card_data(
         size_categories=[_size_category(max(report.n_sft, report.n_rl))],
         tags=["trajsynth", "synthetic", "tool-use", "agents", "function-calling"],
         configs=configs,
+        **({"license_name": "unspecified"} if license == "other" else {}),
     )
-    _dataset_infos(report).to_dataset_card_data(data)
+    _dataset_infos(report, folder).to_dataset_card_data(data)
     return data
 
 
@@ -220,9 +279,11 @@ def card_text(
     *,
     license: str = DEFAULT_LICENSE,
     language: Sequence[str] = DEFAULT_LANGUAGE,
+    folder: Path | None = None,
 ) -> str:
-    """The README.md text (front matter, sizes, figures, pass rates, config, plots),
-    rendered by ``huggingface_hub.DatasetCard``."""
+    """The README.md text (front matter, sizes, figures, pass rates, config, plots, license,
+    how to train on it), rendered by ``huggingface_hub.DatasetCard``. ``folder``: where the
+    export's files are (their sizes and the shipped tokenizer)."""
     from huggingface_hub import DatasetCard
 
     run, rnd = report.run_id, report.round
@@ -292,18 +353,73 @@ def card_text(
         out += ["```json", json.dumps(config, indent=2, sort_keys=True, default=str), "```"]
     else:
         out += ["The run is not recorded in the store's `runs` table."]
-    out += [
+    config = runs[0]["config"] if runs else {}
+    model = ((config or {}).get("llm") or {}).get("model") or (config or {}).get("model")
+    out += ["", *_license_section(license, model)]
+    tokenizer = folder is not None and (folder / "tokenizer").is_dir()
+    out += ["", *_loading_section(tokenizer)]
+    data = card_data(report, license=license, language=language, folder=folder)
+    return str(DatasetCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out)))
+
+
+def _license_section(license: str, model: str | None) -> list[str]:
+    own = (
+        "not set (`license: other`); set it with `synth export --license ID` or "
+        "`dataset_license` in synth.toml"
+        if license == "other"
+        else f"`{license}`"
+    )
+    model_lic = model_license(model)
+    generated = (
+        f"The trajectories were generated with `{model}`, licensed `{model_lic}`; "
+        "outputs of a model may carry its license's terms."
+        if model and model_lic
+        else f"The trajectories were generated with `{model}`: see its license for what "
+        "its outputs may be used for."
+        if model
+        else "The model that generated the trajectories is not recorded."
+    )
+    return [
+        "## License",
         "",
-        "## Loading",
+        f"This dataset's license: {own}.",
+        "",
+        generated,
+        f"The shipped `tokenizer/` is {TOKENIZER_MODEL}'s (`{MODEL_LICENSES['smollm2']}`).",
+    ]
+
+
+def _loading_section(tokenizer: bool) -> list[str]:
+    lines = [
+        "## Loading and training",
         "",
         "```python",
         "from datasets import load_dataset",
         'sft = load_dataset("path/to/this/folder", "sft", split="train")',
         "```",
-        "",
     ]
-    data = card_data(report, license=license, language=language)
-    return str(DatasetCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out)))
+    if not tokenizer:
+        return lines
+    return lines + [
+        "",
+        f"`tokenizer/` holds {TOKENIZER_MODEL}'s tokenizer with the tool-aware chat template "
+        "the rows were rendered with (`chat_template.jinja`: it marks the assistant turns, so "
+        "TRL's `assistant_only_loss=True` trains on them alone). A base model to train, "
+        "with the same tokenizer: `synth model export --out base/` writes "
+        f"{TOKENIZER_MODEL} dequantized to float32 as a transformers folder (safetensors, "
+        "config, tokenizer).",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "from trl import SFTConfig, SFTTrainer",
+        "",
+        'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder/tokenizer")',
+        'model = AutoModelForCausalLM.from_pretrained("base")',
+        "trainer = SFTTrainer(model=model, train_dataset=sft, processing_class=tokenizer,",
+        '                     args=SFTConfig(output_dir="out", assistant_only_loss=True))',
+        "trainer.train()",
+        "```",
+    ]
 
 
 def write_card(
@@ -323,6 +439,6 @@ def write_card(
     paths = write_plots(sft, rl, folder / "plots") if plots else []
     card = folder / "README.md"
     with store.session(read_only=True):
-        text = card_text(store, report, sft, rl, license=license, language=language)
+        text = card_text(store, report, sft, rl, license=license, language=language, folder=folder)
     DatasetCard(text).save(card)
     return [card, *paths]

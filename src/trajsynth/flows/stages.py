@@ -35,10 +35,12 @@ from pydantic import SecretStr, TypeAdapter
 
 from trajsynth.agents.cells import sample_cells
 from trajsynth.flows.progress import expect_leaves, report
+from trajsynth.flows.redraw import next_attempts, plan_budget
 from trajsynth.flows.units import (
     UnitRef,
     UnitRows,
     grow_unit,
+    plan_seed,
     plan_unit,
     rollout_unit_id,
     run_id_for,
@@ -242,40 +244,71 @@ async def plan_round(
     api_key: SecretStr | None = None,
     cache_dir: str | None = None,
 ) -> int:
-    """Plan ``config.tasks`` blueprints for one round; returns the number planned now."""
+    """Plan ``config.tasks`` blueprints for one round, redrawing rejected ones while the
+    round's attempt budget lasts (``flows.redraw``); returns the attempts run now."""
     by_id = {c.cluster_id: c for c in clusters}
     rng = random.Random(config.seed * 7_919 + round_index)
     cells = sample_cells(list(clusters), config.tasks, rng, weights)
-    done = store.done_units(run_id, "plan")
-    todo = [(i, c) for i, c in enumerate(cells) if f"plan:{round_index}:{i}" not in done]
-    progress = {"done": len(cells) - len(todo), "failed": 0}
-    report("plan", progress["done"], len(cells))
-    submitted = [
-        (
-            UnitRef(
-                kind="plan",
-                unit_id=f"plan:{round_index}:{i}",
-                round=round_index,
-                cluster_id=cell.cluster_id,
-            ),
-            plan_task.submit(
-                config=config,
-                llm=llm,
-                run_id=run_id,
-                round_index=round_index,
-                task_index=i,
-                cell=cell,
-                cluster=by_id[cell.cluster_id],
-                api_key=api_key,
-                cache_dir=cache_dir,
-            ),
-        )
-        for i, cell in todo
-    ]
+    seeds = [plan_seed(config, round_index, i) for i in range(len(cells))]
+    budget = plan_budget(config)
+    given_up: set[str] = set()
+    ran = 0
+    while True:
+        attempts, filled, spent = next_attempts(
+            cells, seeds, clusters=list(clusters), round_index=round_index,
+            config_seed=config.seed, budget=budget, done=store.done_units(run_id, "plan"),
+            accepted_seeds=_accepted_seeds(store, run_id, round_index), given_up=given_up,
+            weights=weights,
+        )  # fmt: skip
+        report("plan", filled, len(cells), f"{spent} attempts of {budget}")
+        if not attempts:
+            break
+        submitted = [
+            (
+                UnitRef(
+                    kind="plan",
+                    unit_id=a.unit_id,
+                    round=round_index,
+                    cluster_id=a.cell.cluster_id,
+                ),
+                plan_task.submit(
+                    config=config,
+                    llm=llm,
+                    run_id=run_id,
+                    round_index=round_index,
+                    task_index=a.slot,
+                    cell=a.cell,
+                    cluster=by_id[a.cell.cluster_id],
+                    api_key=api_key,
+                    cache_dir=cache_dir,
+                    redraw=a.redraw,
+                ),
+            )
+            for a in attempts
+        ]
+        wave = {"filled": filled, "spent": spent}
 
-    on_done = _unit_writer("plan", store, run_id, len(cells), progress)
-    await _drain(submitted, plan_task, store, run_id, on_done)
-    return len(todo)
+        def on_done(unit: UnitRows | None, wave: dict[str, int] = wave) -> None:
+            if unit is not None:
+                _write(store, run_id, unit)
+                wave["filled"] += int(unit.summary.get("blueprint_id") is not None)
+            wave["spent"] += 1
+            report("plan", wave["filled"], len(cells), f"{wave['spent']} attempts of {budget}")
+
+        await _drain(submitted, plan_task, store, run_id, on_done)
+        ran += len(attempts)
+        done = store.done_units(run_id, "plan")
+        given_up |= {a.unit_id for a in attempts if a.unit_id not in done}
+    return ran
+
+
+def _accepted_seeds(store: Store, run_id: str, round_index: int) -> set[int]:
+    if not store.path.exists():
+        return set()
+    rows = store.query(
+        "SELECT seed FROM blueprints WHERE run_id = ? AND round = ?", [run_id, round_index]
+    )
+    return {int(r["seed"]) for r in rows}
 
 
 def round_blueprints(store: Store, run_id: str, round_index: int) -> list[Blueprint]:

@@ -40,6 +40,7 @@ from trajsynth.agents.rollout import Episode, EpisodeResult, run_episode
 from trajsynth.agents.tree import TreeResult, grow_tree
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.flows.progress import TurnReporter, leaf, unit_leaves
+from trajsynth.flows.redraw import attempt_seed, attempt_unit_id
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.sandboxes.pool import SandboxPool, shared_pool
 from trajsynth.schemas import (
@@ -182,9 +183,11 @@ async def plan_unit(
     cluster: ToolCluster,
     api_key: SecretStr | None = None,
     cache_dir: str | None = None,
+    redraw: int = 0,
 ) -> UnitRows:
-    """Plan one blueprint (or record why it was rejected)."""
-    seed = plan_seed(config, round_index, task_index)
+    """Plan one blueprint (or record why it was rejected); ``redraw`` > 0: a redraw of the
+    task's slot after its earlier attempts were rejected (``flows.redraw``)."""
+    seed = attempt_seed(plan_seed(config, round_index, task_index), redraw)
     env_factory = environment_factory(
         cluster,
         sandbox_kind=config.sandbox,
@@ -205,16 +208,21 @@ async def plan_unit(
         )
     blueprints = [outcome] if isinstance(outcome, Blueprint) else []
     attempt = accepted_attempt(outcome) if isinstance(outcome, Blueprint) else outcome
-    owner = f"plan:{run_id}:{round_index}:{task_index}"
+    unit_id = attempt_unit_id(round_index, task_index, redraw)
+    owner = f"plan:{run_id}:{unit_id.removeprefix('plan:')}"
     return UnitRows(
-        unit_id=f"plan:{round_index}:{task_index}",
+        unit_id=unit_id,
         kind="plan",
         rows={
             "blueprints": [_blueprint_row(b, run_id) for b in blueprints],
             "blueprint_attempts": [_attempt_row(attempt, run_id)],
             "llm_calls": _usage_rows(run_id, owner, list(outcome.usage)),
         },
-        summary={"blueprint_id": blueprints[0].blueprint_id if blueprints else None},
+        summary={
+            "blueprint_id": blueprints[0].blueprint_id if blueprints else None,
+            "seed": seed,
+            "reason": None if blueprints else attempt.reason,
+        },
     )
 
 

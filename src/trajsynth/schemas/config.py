@@ -155,6 +155,11 @@ class JudgeConfig(Record):
     timeout_s: float = Field(default=120.0, gt=0)
 
 
+# About half the first draws on the bundled clusters were rejected before the path binder
+# learnt which values a tool accepts; three attempts per task asked leave room for that.
+PLAN_ATTEMPTS_PER_TASK = 3
+
+
 class RunConfig(Record):
     tasks: int = Field(default=20, ge=1, description="blueprints per round")
     clusters: list[str] = Field(default_factory=list, description="empty: every cluster")
@@ -177,6 +182,14 @@ class RunConfig(Record):
         "episodes (0: a new sandbox per episode); not part of the run id",
     )
     planner_retries: int = Field(default=1, ge=0)
+    plan_attempts: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "planning attempts per round, redraws of rejected blueprints included (at least "
+            "tasks); None: three per task"
+        ),
+    )
     user_resamples: int = Field(
         default=3,
         ge=0,
@@ -209,6 +222,13 @@ class RunConfig(Record):
         default_factory=JudgeConfig, description="the optional model judge (off by default)"
     )
 
+    def plan_budget(self) -> int:
+        """Planning attempts one round may make, redraws included (at least one per task):
+        ``plan_attempts``, else ``PLAN_ATTEMPTS_PER_TASK`` per task."""
+        if self.plan_attempts is not None:
+            return max(self.plan_attempts, self.tasks)
+        return PLAN_ATTEMPTS_PER_TASK * self.tasks
+
     def config_hash(self) -> str:
         # how sandboxes are recycled and how large the embedded server's context is change
         # no result (a prompt too long for it is refused, an infra fault), so a run resumes
@@ -224,4 +244,6 @@ class RunConfig(Record):
             dump["llm"]["timeout_s"] = 120.0
         if not dump["judge"]["enabled"]:  # the judge off changes no verdict: ids as before
             del dump["judge"]
+        if dump["plan_attempts"] is None:  # and before redraws had a configurable budget
+            del dump["plan_attempts"]
         return stable_hash(dump, length=16)

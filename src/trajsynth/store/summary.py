@@ -15,6 +15,11 @@ class RunSummary(BaseModel):
     run_id: str
     tasks_planned: int
     blueprints_rejected: dict[str, int]
+    # tasks the run asked for (tasks x rounds), planning attempts made (redraws included) and
+    # the attempts its budget allowed (None: a run recorded without its config)
+    tasks_asked: int | None = None
+    plan_attempts: int = 0
+    plan_budget: int | None = None
     trajectories: int
     counted: int  # judged: counted by the verifier (not an infra or simulator failure)
     passed: int  # clean and correct (hard constraints and hygiene)
@@ -77,6 +82,20 @@ def _failed_units(store: Store, run_id: str, top: int = 3) -> tuple[dict[str, in
     return {r["k"]: int(r["n"]) for r in by_class}, [f"{r['n']} x {r['error']}" for r in errors]
 
 
+def _asked(store: Store, run_id: str) -> tuple[int | None, int | None]:
+    """Tasks asked and the planning budget, from the run's stored config."""
+    from trajsynth.schemas import RunConfig
+
+    rows = store.query("SELECT config FROM runs WHERE run_id = ?", [run_id])
+    if not rows or not rows[0]["config"]:
+        return None, None
+    try:
+        config = RunConfig.model_validate(rows[0]["config"])
+    except ValueError:
+        return None, None
+    return config.tasks * config.rounds, config.plan_budget() * config.rounds
+
+
 def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
     """The figures ``synth run`` prints at its end, read on one connection."""
     with store.session(read_only=True):
@@ -136,6 +155,8 @@ def _summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         [run_id],
     )
     failed_units, failed_errors = _failed_units(store, run_id)
+    asked, budget = _asked(store, run_id)
+    attempts = q("SELECT count(*) AS n FROM blueprint_attempts WHERE run_id = ?", [run_id])
     v = verdicts[0] if verdicts else {"n": 0, "counted": 0, "passed": 0}
     tokens = {r["role"]: int(r["tokens"] or 0) for r in usage}
     secs = {r["role"]: float(r["secs"] or 0.0) for r in usage}
@@ -145,6 +166,9 @@ def _summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         run_id=run_id,
         tasks_planned=int(planned[0]["n"]) if planned else 0,
         blueprints_rejected={r["reason"]: int(r["n"]) for r in rejected},
+        tasks_asked=asked,
+        plan_attempts=int(attempts[0]["n"]) if attempts else 0,
+        plan_budget=budget,
         trajectories=int(v["n"] or 0),
         counted=counted,
         passed=passed,

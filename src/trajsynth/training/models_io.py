@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_MODEL_CACHE",
     "ModelLocation",
     "detach_gguf_quantizer",
+    "export_model",
     "load_base_model",
     "load_gguf_model",
     "load_base_tokenizer",
@@ -236,3 +237,28 @@ def peft_config(lora: LoraSettings) -> Any:
         target_modules=list(lora.target_modules),
         task_type="CAUSAL_LM",
     )
+
+
+def export_model(model: str | Path, out: Path, *, overwrite: bool = False) -> list[Path]:
+    """Write ``model`` (``embedded``: the GGUF the runs use) as a plain transformers folder:
+    float32 safetensors, ``config.json`` with no quantization marks, and the tokenizer with
+    its tool-aware chat template, so a script that imports nothing of trajsynth loads it
+    with ``AutoModelForCausalLM.from_pretrained(out)`` and trains it (transformers refuses
+    to fine-tune a model it loaded from a GGUF itself). Returns the files written."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise InputError(f"{out} exists and is not empty; pass --overwrite to replace it")
+    loaded = load_base_model(model)
+    tokenizer = load_base_tokenizer(model)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        loaded.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(p for p in out.rglob("*") if p.is_file())

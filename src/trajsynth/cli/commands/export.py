@@ -94,6 +94,14 @@ def export(
         ),
     ] = None,
     store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
+    license: Annotated[
+        str | None,
+        typer.Option(
+            "--license",
+            help="the card's license, a Hub id such as cc-by-4.0 (default: dataset_license "
+            "in synth.toml)",
+        ),
+    ] = None,
 ) -> None:
     """Write SFT (messages + tools) and RL (prompt + env + constraints) datasets, a
     README.md dataset card and its plots; every SFT row is checked to render through the
@@ -110,7 +118,7 @@ def export(
             round=round,
             fmt=fmt,
             overwrite=overwrite,
-            license=settings.dataset_license,
+            license=license or settings.dataset_license,
         )
     except EmptySelectionError as exc:
         if exc.seen is None:

@@ -1,0 +1,127 @@
+"""The path binder binds values the tool accepts: three paths the bundled clusters refused.
+
+Each test samples a path over a cut-down bundled cluster for many seeds and runs it for its
+ground truth against the server's real tools and state (``fakes.inprocess_env``): every
+gold run must succeed. Before the binder linked rows by their keys, predicted what a
+reference carries, and tried a list's later items, each of these failed:
+
+- calendar ``find_user -> cancel_event``: "only the organizer (grace_liu) can cancel EV1006"
+  (a user drawn apart from the event);
+- code ``list_files -> run_tests``: "no tests found in 'data/stock.csv'" (the first file);
+- travel ``find_airports -> search_flights -> get_flight``: "no field 'flights[0].flight_id'
+  in the output of step 1" (a route and date drawn apart from the airport looked up).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from fakes.inprocess_env import InProcessEnvironment
+
+from trajsynth.agents.gold import GoldFailure, GoldResult, run_gold_path
+from trajsynth.agents.paths import PlannedPath, sample_path
+from trajsynth.mcp_servers.graph import dependency_graph
+from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.schemas import Cell, Difficulty, PathShape, ReasoningMode, ToolCluster
+
+SEEDS = range(12)
+
+
+def _only(name: str, *tools: str) -> ToolCluster:
+    cluster = get_cluster(name)
+    kept = [t for t in cluster.tools if t.name in tools]
+    edges = [e for e in cluster.edges if e.source in tools and e.target in tools]
+    return cluster.model_copy(update={"tools": kept, "edges": edges})
+
+
+def _chain(cluster: ToolCluster, difficulty: str) -> Cell:
+    return Cell(
+        cluster_id=cluster.cluster_id,
+        path_shape=PathShape.CHAIN,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty(difficulty),
+    )
+
+
+async def _gold(
+    cluster: ToolCluster, tools: list[str], difficulty: str, seeds: range, tmp_path: Path
+) -> list[GoldResult | GoldFailure]:
+    """The gold runs of the seeds whose sampled path is ``tools`` (at least three)."""
+    graph = dependency_graph(cluster)
+    outcomes = []
+    for seed in seeds:
+        env = InProcessEnvironment(cluster.cluster_id, tmp_path, seed=seed)
+        initial = await env.start()
+        cell = _chain(cluster, difficulty)
+        path = sample_path(cluster, graph, cell, initial, random.Random(seed))
+        assert isinstance(path, PlannedPath), path
+        if path.tools == tools:
+            outcomes.append(await run_gold_path(env, cluster, path.steps, path.slots, initial))
+    assert len(outcomes) >= 3, f"{tools} drawn for {len(outcomes)} seeds only"
+    return outcomes
+
+
+async def test_an_event_is_cancelled_by_its_organizer(tmp_path: Path) -> None:
+    cluster = _only("calendar", "find_user", "cancel_event")
+    for outcome in await _gold(cluster, ["find_user", "cancel_event"], "easy", SEEDS, tmp_path):
+        assert isinstance(outcome, GoldResult), outcome.detail
+        cancelled = outcome.run.calls[1]
+        assert cancelled.observation["organizer_id"] == cancelled.arguments["user_id"]
+
+
+async def test_a_flight_search_asks_for_a_route_and_date_that_exist(tmp_path: Path) -> None:
+    cluster = _only("travel", "find_airports", "search_flights", "get_flight")
+    tools = ["find_airports", "search_flights", "get_flight"]
+    for outcome in await _gold(cluster, tools, "medium", SEEDS, tmp_path):
+        assert isinstance(outcome, GoldResult), outcome.detail
+        searched = outcome.run.calls[1]
+        looked_up = {a["code"] for a in outcome.run.calls[0].observation["airports"]}
+        assert searched.observation["flights"], searched.arguments
+        assert looked_up & {searched.arguments["origin"], searched.arguments["destination"]}
+
+
+@pytest.mark.slow  # run_tests starts an interpreter for unittest
+async def test_run_tests_gets_a_test_file_of_the_listing(tmp_path: Path) -> None:
+    cluster = _only("code", "list_files", "run_tests")
+    for outcome in await _gold(cluster, ["list_files", "run_tests"], "easy", range(4), tmp_path):
+        assert isinstance(outcome, GoldResult), outcome.detail
+        run = outcome.run.calls[1]
+        assert run.arguments["path"].endswith(".py") and run.observation["tests_run"] >= 1
+        # the blueprint keeps the reference to the item the tool accepted
+        assert outcome.steps[1].args["path"].field != "files[0].path"
+
+
+async def test_a_refused_value_is_tried_again_from_the_tables_other_rows(tmp_path: Path) -> None:
+    """Hard travel chains (a seat change on a basic fare, a booking on a landed flight): the
+    gold run tries the step's slots from other rows of the table the binder drew them from,
+    and the blueprint keeps the values that ran. Without the alternatives half as many run."""
+    cluster = get_cluster("travel")
+    graph = dependency_graph(cluster)
+    cell = Cell(
+        cluster_id="travel",
+        path_shape=PathShape.CHAIN,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty.HARD,
+    )
+    runs = {True: 0, False: 0}
+    swapped = 0
+    for use in (True, False):
+        for seed in range(20):
+            env = InProcessEnvironment("travel", tmp_path, seed=seed)
+            initial = await env.start()
+            path = sample_path(cluster, graph, cell, initial, random.Random(seed))
+            assert isinstance(path, PlannedPath)
+            outcome = await run_gold_path(
+                env, cluster, path.steps, path.slots, initial,
+                alternatives=path.alternatives if use else None,
+            )  # fmt: skip
+            if isinstance(outcome, GoldResult):
+                runs[use] += 1
+                swapped += outcome.slots != path.slots
+                for call, step in zip(outcome.run.calls, outcome.steps, strict=True):
+                    for name, arg in step.args.items():
+                        if arg.kind == "slot":
+                            assert call.arguments[name] == outcome.slots[arg.name]
+    assert runs[True] > runs[False] and swapped >= 1, runs
