@@ -318,3 +318,13 @@ def test_an_answer_that_only_echoes_the_request_fails() -> None:
     assert failed(run(read, answer="Who owns this folder? Here you are.", user=asked)) == [
         "answer_informs"
     ]
+
+
+def test_grounding_reads_values_as_a_reviewer_would() -> None:
+    """Prose that only looks like a value, list numbering, clock times told in 12 hours and a
+    rounded amount are not made up."""
+    read = [_call(0, "list_files", {}, '{"at": "2025-06-11T14:30:00", "total": 54.199}')]
+    user = "When and how much?"
+    told = "Two things, i.e. time and/or amount:\n1. At 2:30 pm\n2. A total of $54.20"
+    assert failed(run(read, answer=told, user=user)) == []
+    assert "grounded_answer" in failed(run(read, answer="A total of $54.30", user=user))

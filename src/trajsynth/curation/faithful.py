@@ -51,6 +51,12 @@ _TOKEN = re.compile(r"[\w$€£@%+:./\\#-]+")
 _QUOTED = re.compile(r"\"([^\"\n]{1,120})\"|“([^”\n]{1,120})”|`([^`\n]{1,120})`")
 _JOINED = re.compile(r"\w[._/@\\]\w")
 _EDGE = ".,;:!?)(\"'`$€£#"
+# prose that looks joined but states no value: e.g, i.e, a.m, U.S; and/or, read/write
+_PROSE = re.compile(r"^(?:[A-Za-z]{1,2}\.)+[A-Za-z]{0,2}$|^[A-Za-z]+/[A-Za-z]+$")
+# a numbered list's markers ("1. ", "2) ") count items of the answer itself, not values
+_LIST_MARKER = re.compile(r"(?m)^[ \t]*\d{1,2}[.)][ \t]")
+_CLOCK = re.compile(r"(?<!\d)([01]?\d|2[0-3]):[0-5]\d(?!\d)")
+_ALWAYS = frozenset({Decimal(0), Decimal(1)})  # "1 passenger", "0 results": no claim of a tool
 _WORD = re.compile(r"[a-z][a-z'-]{2,}")
 _STOP = frozenset(
     """the and for you your that this with have has had was were are here what found there
@@ -66,7 +72,7 @@ _OUTCOME = re.compile(
     r"rescheduled|written|wrote|stored|inserted|recorded|renamed|replied|responded|accepted|"
     r"declined|refunded|paid|ordered|purchased|reserved|registered|finished|went through|"
     r"taken care|is now|are now|has been|have been|"
-    r"fail(ed|s|ure)?|error|unable|could ?n[o']t|can ?n[o']t|did ?n[o']t|not possible|"
+    r"yes|fail(ed|s|ure)?|error|unable|could ?n[o']t|can ?n[o']t|did ?n[o']t|not possible|"
     r"no (such|matching|results?)|nothing|none|empty)\b",
     re.IGNORECASE,
 )
@@ -126,6 +132,8 @@ def corpus_numbers(texts: Sequence[str], results: Sequence[str]) -> set[Decimal]
     [2, 3]
     """
     found = {n for text in texts for n in numbers_in(text)}
+    for text in texts:  # 14:30 may be told as 2:30 pm
+        found |= {Decimal(int(m.group(1)) % 12 or 12) for m in _CLOCK.finditer(text)}
     for text in results:
         found |= {Decimal(n) for n in _list_lengths(_parsed(text))}
     return found
@@ -142,6 +150,7 @@ class Corpus:
         self.results = [c.observation for c in ctx.calls] + tool_messages
         arguments = [c.raw_arguments for c in ctx.calls if succeeded(c)]
         schemas = [json.dumps(dict(s), default=str) for s in ctx.schemas.values()]
+        schemas.append(" ".join(ctx.schemas))  # the tools' names
         self.given = self.user + system + arguments + schemas
         self.text = "\n".join(self.results + self.given).casefold()
         self.numbers = corpus_numbers(self.results + self.given, self.results)
@@ -158,7 +167,18 @@ class Corpus:
         if token.casefold() in text:
             return True
         values = numbers_in(token)
-        return bool(values) and all(v in numbers for v in values)
+        return bool(values) and all(_has_number(numbers, v) for v in values)
+
+
+def _has_number(numbers: set[Decimal], value: Decimal) -> bool:
+    """``value`` is in ``numbers``, or some number rounds to it (54.199 told as 54.20)."""
+    if value in numbers or value in _ALWAYS:
+        return True
+    exponent = value.as_tuple().exponent
+    if not isinstance(exponent, int) or exponent >= 0:
+        return False
+    step = Decimal(1).scaleb(exponent)
+    return any(abs(n - value) < step and n.quantize(step) == value for n in numbers)
 
 
 # --- the answer's values ---------------------------------------------------------------------
@@ -169,12 +189,14 @@ def answer_values(answer: str, asked: Sequence[str | int | float] = ()) -> list[
     (ids, paths, file names, emails, dates, times, amounts), and the asked values it holds.
 
     >>> answer_values('Booked BK1007 for $276.12 on 2025-06-11; see "notes.txt" ok.')
-    ['notes.txt', 'BK1007', '$276.12', '2025-06-11', 'notes.txt']
+    ['notes.txt', 'BK1007', '276.12', '2025-06-11', 'notes.txt']
     """
     values = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(answer)]
-    for match in _TOKEN.finditer(answer):
+    for match in _TOKEN.finditer(_LIST_MARKER.sub(" ", answer)):
         token = match.group().strip(_EDGE)
-        if token and (any(ch.isdigit() for ch in token) or _JOINED.search(token)):
+        if not token or _PROSE.match(token):
+            continue
+        if any(ch.isdigit() for ch in token) or _JOINED.search(token):
             values.append(token)
     low = answer.casefold()
     values += [str(v) for v in asked if str(v).strip() and str(v).casefold() in low]
