@@ -291,7 +291,11 @@ def test_an_answer_that_says_nothing_happened_when_the_write_succeeded_fails() -
 
 def test_a_successful_call_repeated_with_nothing_written_between_fails() -> None:
     ls = '{"files": ["README.md"]}'
-    twice = [_call(0, "list_files", {}, ls), _call(1, "list_files", {}, ls), _call(2, "delete_file", DEL)]
+    twice = [
+        _call(0, "list_files", {}, ls),
+        _call(1, "list_files", {}, ls),
+        _call(2, "delete_file", DEL),
+    ]
     assert failed(run(twice)) == ["no_redundant_call"]
     # reading again after a write is checking its effect, not redundant
     after = [_call(0, "list_files", {}, ls), _call(1, "delete_file", DEL),

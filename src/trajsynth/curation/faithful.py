@@ -64,8 +64,8 @@ _STOP = frozenset(
     should can may might all any some our out not now new one two its it's let know please
     thanks thank sure okay yes need needs needed did does done about more most other such
     when where who whom why how very much many each both few those these their there's i'm
-    i've i'll we're you're that's what's sorry help anything else""".split()
-)
+    i've i'll we're you're that's what's sorry help anything else""".split()  # noqa: SIM905
+)  # words any answer says: no evidence that it reports a tool result
 _OUTCOME = re.compile(
     r"\b(done|complete[ds]?|completed|success(ful(ly)?)?|succeeded|confirm(ed|s)?|booked|"
     r"deleted|removed|created|added|updated|changed|moved|sent|cancell?ed|saved|scheduled|"
@@ -204,7 +204,9 @@ def answer_values(answer: str, asked: Sequence[str | int | float] = ()) -> list[
 
 
 def _writes(ctx: HygieneContext) -> list[int]:
-    return [i for i, c in enumerate(ctx.calls) if tool_access(c.tool, ctx.access) is ToolAccess.WRITE]
+    return [
+        i for i, c in enumerate(ctx.calls) if tool_access(c.tool, ctx.access) is ToolAccess.WRITE
+    ]
 
 
 # --- the checks ------------------------------------------------------------------------------
@@ -228,7 +230,9 @@ def _outcome_consistent(ctx: HygieneContext) -> tuple[bool, str]:
     if claim is None:
         return True, "the answer claims no failure"
     calls = ctx.calls
-    standing = [i for i, c in enumerate(calls) if not succeeded(c) and corrected_by(calls, i) is None]
+    standing = [
+        i for i, c in enumerate(calls) if not succeeded(c) and corrected_by(calls, i) is None
+    ]
     done = [i for i in _writes(ctx) if succeeded(calls[i])]
     if done and not standing:
         names = sorted({calls[i].tool for i in done})
