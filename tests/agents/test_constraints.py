@@ -141,9 +141,14 @@ def test_return_task_constraints() -> None:
     assert lint_constraints(cs, INITIAL, SHOP.tools) == []
 
 
-def record(tool: str, args: dict, cls: ObsClass = ObsClass.OK) -> ToolCallRecord:
+def record(tool: str, args: dict, cls: ObsClass = ObsClass.OK, obs: str = "") -> ToolCallRecord:
     return ToolCallRecord(
-        call_id=tool, tool=tool, raw_arguments=json.dumps(args), arguments=args, obs_class=cls
+        call_id=tool,
+        tool=tool,
+        raw_arguments=json.dumps(args),
+        arguments=args,
+        obs_class=cls,
+        observation=obs,
     )
 
 
@@ -175,9 +180,9 @@ def trajectory(calls: list[ToolCallRecord], answer: str) -> Trajectory:
 def test_derived_constraints_judge_rollouts() -> None:
     cs = derive_constraints(GOLD_PATH, GOLD_FINAL, SHOP, ["54.20"], initial_state=INITIAL)
     reads = [record(c.tool, dict(c.arguments)) for c in GOLD_PATH[:3]]
-    good = trajectory(
-        [*reads, record("return_items", {**RETURN_ARGS, "reason": "Cracked!"})], "Refund: $54.20"
-    )
+    # the refund the answer states is the one the return reported (an answer must be grounded)
+    refund = record("return_items", {**RETURN_ARGS, "reason": "Cracked!"}, obs='{"amount": 54.2}')
+    good = trajectory([*reads, refund], "Refund: $54.20")
     v = verify(good, cs, GOLD_FINAL)
     assert v.passed and reward(v) == 1.0
     # a rollout that cancels instead: wrong state, no return, forbidden call

@@ -46,6 +46,7 @@ TOOLS = [
             "required": ["room", "nights"],
         },
     ),
+    ToolSpec(name="list_files", input_schema={"type": "object", "properties": {}}),
 ]
 GOLD = EnvState(state_hash="gold", tables={"files": []})
 DELETE = [
@@ -72,13 +73,14 @@ def run(
     calls: list[ToolCallRecord],
     answer: str | None = "Done: README.md is deleted.",
     *,
+    user: str = "Please delete README.md.",
     closing: str | None = None,
     termination: Termination = Termination.ASSISTANT_DONE,
     ids: list[str] | None = None,
     drop_result: bool = False,
 ) -> Trajectory:
     """A conversation: the user's goal, each call and its result, then the answer."""
-    messages = [Message(role=MessageRole.USER, content="Please delete README.md.")]
+    messages = [Message(role=MessageRole.USER, content=user)]
     for k, c in enumerate(calls):
         cid = ids[k] if ids else c.call_id
         fn = FunctionCall(name=c.tool, arguments=c.raw_arguments)
@@ -144,7 +146,7 @@ def test_a_clean_run_passes_every_check() -> None:
     verdict = verify(run([_call(0, "delete_file", DEL)]), DELETE, GOLD)
     assert verdict.passed and verdict.clean and not verdict.recovered
     assert [h.check for h in verdict.hygiene] == registered_checks()
-    assert len(registered_checks()) == 8
+    assert len(registered_checks()) == 12
 
 
 def test_a_corrected_failure_is_a_recovery() -> None:
@@ -194,7 +196,7 @@ def test_the_conversation_must_end_with_the_assistants_words() -> None:
     assert failed(run(calls, answer=None)) == ["answered"]
     assert failed(run(calls, answer="  ")) == ["answered"]
     echo = 'functions.delete_file returned:\n{"ok": true}'
-    assert failed(run(calls, answer=echo)) == ["answered"]
+    assert "answered" in failed(run(calls, answer=echo))
     # a closing word from the user is fine when the user ended the conversation
     stop = Termination.USER_STOP
     assert failed(run(calls, closing="Thanks!", termination=stop)) == []
@@ -238,3 +240,95 @@ def test_the_transcript_names_the_failed_hygiene_checks() -> None:
     lines = {c.kind: c for c in t.constraints}
     assert not lines["hygiene: answered"].passed and lines["hygiene: known_tools"].passed
     assert t.failed_checks == ["answered"] and t.constraints_passed is True and not t.passed
+
+
+# --- faithful answers (curation.faithful) ---------------------------------------------------
+
+BOOKED = '{"booking_id": "BK-42", "price": 120.0, "date": "2025-06-11", "status": "confirmed"}'
+ROOM = {"room": "sea", "nights": 2}
+
+
+def test_every_value_the_answer_states_must_come_from_the_episode() -> None:
+    booked = [_call(0, "book_room", ROOM, BOOKED)]
+    assert failed(run(booked, answer="Booked BK-42 for $120.00 on June 11, 2025.")) == []
+    # a figure no tool returned (a refund, a price, an id) is made up
+    assert failed(run(booked, answer="Booked BK-42 for $125.00.")) == ["grounded_answer"]
+    assert failed(run(booked, answer="Booked BK-43 for 120.")) == ["grounded_answer"]
+    # the number formats a model writes are one value: 1,200.5 is 1200.50
+    big = [_call(0, "book_room", ROOM, '{"booking_id": "BK-42", "price": 1200.50}')]
+    assert failed(run(big, answer="Booked BK-42, 1,200.5 in all.")) == []
+    # a count of what a tool listed is a value the tool returned
+    listed = [_call(0, "list_files", {}, '{"files": ["a.py", "b.py", "README.md"]}')]
+    assert failed(run(listed, answer="There are 3 files.", user="How many files?")) == []
+    assert "grounded_answer" in failed(run(listed, answer="There are 4 files.", user="How many?"))
+    # the user's own words ground a value too
+    assert failed(run(booked, answer="Booked 2 nights: BK-42.", user="Book sea for 2 nights")) == []
+
+
+def test_a_value_the_task_asked_for_must_have_been_read() -> None:
+    """The read was dropped: the answer states the job title the task asked for, yet no tool
+    returned it (a words-only value carries no digit, so only the asked values catch it)."""
+    asked = [AnswerContains(values=["Staff Engineer"], derived_from="blueprint.answer_values")]
+    read = _call(0, "list_files", {}, '{"title": "Staff Engineer"}')
+    user = "What is Yuki's job title?"
+    title = "Her title: Staff Engineer."
+    assert verify(run([read], answer=title, user=user), asked, GOLD).failed_checks == []
+    dropped = verify(run([], answer=title, user=user), asked, GOLD)
+    assert dropped.failed_checks == ["grounded_answer"]
+
+
+def test_an_answer_that_says_nothing_happened_when_the_write_succeeded_fails() -> None:
+    done = [_call(0, "delete_file", DEL, '{"path": "README.md", "deleted": true}')]
+    sorry = "I'm sorry, that did not go through: nothing was changed."
+    assert failed(run(done, answer=sorry)) == ["outcome_consistent"]
+    # the same words are honest when the write failed and stayed failed
+    refused = [_call(0, "delete_file", DEL, "Error: permission denied", error=True)]
+    assert "outcome_consistent" not in failed(run(refused, answer=sorry))
+    # and a read that found nothing is no write: saying so is the outcome
+    empty = [_call(0, "list_files", {}, '{"files": []}')]
+    assert failed(run(empty, answer="I could not find any files: the folder is empty.")) == []
+
+
+def test_a_successful_call_repeated_with_nothing_written_between_fails() -> None:
+    ls = '{"files": ["README.md"]}'
+    twice = [
+        _call(0, "list_files", {}, ls),
+        _call(1, "list_files", {}, ls),
+        _call(2, "delete_file", DEL),
+    ]
+    assert failed(run(twice)) == ["no_redundant_call"]
+    # reading again after a write is checking its effect, not redundant
+    after = [_call(0, "list_files", {}, ls), _call(1, "delete_file", DEL),
+             _call(2, "list_files", {}, '{"files": []}')]  # fmt: skip
+    assert failed(run(after)) == []
+    same_after_write = [_call(0, "list_files", {}, ls), _call(1, "delete_file", DEL),
+                        _call(2, "list_files", {}, ls)]  # fmt: skip
+    assert "no_redundant_call" not in failed(run(same_after_write))
+    # polling: the same call whose result changed learned something
+    polled = [_call(0, "list_files", {}, '{"files": []}'), _call(1, "list_files", {}, ls),
+              _call(2, "delete_file", DEL)]  # fmt: skip
+    assert failed(run(polled)) == []
+
+
+def test_an_answer_that_only_echoes_the_request_fails() -> None:
+    done = [_call(0, "delete_file", DEL, '{"path": "README.md", "deleted": true}')]
+    assert failed(run(done, answer="Here is what I found: README.md.")) == ["answer_informs"]
+    assert failed(run(done, answer="README.md is deleted.")) == []
+    assert failed(run(done, answer="All done: I have taken care of that for you.")) == []
+    # a read's answer informs with a word the tool returned and the user never said
+    read = [_call(0, "list_files", {}, '{"owner": "Hannah Weber"}')]
+    asked = "Who owns this folder?"
+    assert failed(run(read, answer="The owner is Hannah Weber.", user=asked)) == []
+    assert failed(run(read, answer="Who owns this folder? Here you are.", user=asked)) == [
+        "answer_informs"
+    ]
+
+
+def test_grounding_reads_values_as_a_reviewer_would() -> None:
+    """Prose that only looks like a value, list numbering, clock times told in 12 hours and a
+    rounded amount are not made up."""
+    read = [_call(0, "list_files", {}, '{"at": "2025-06-11T14:30:00", "total": 54.199}')]
+    user = "When and how much?"
+    told = "Two things, i.e. time and/or amount:\n1. At 2:30 pm\n2. A total of $54.20"
+    assert failed(run(read, answer=told, user=user)) == []
+    assert "grounded_answer" in failed(run(read, answer="A total of $54.30", user=user))

@@ -21,14 +21,14 @@ FIXTURE = ROOT / "tests" / "fixtures" / "audit"
 # overall and per cluster: (precision of passed, recall of passed, precision of exported rows),
 # measured on this fixture with this branch's verifier; None where nothing passed
 FLOORS: dict[str, tuple[float | None, float | None, float | None]] = {
-    "calendar": (0.277, 1.0, 0.277),  # passed 10/36, exported 10/36, accepted 10
-    "code": (0.166, 1.0, 0.166),  # passed 4/24, exported 4/24, accepted 4
-    "memory": (0.285, 1.0, 0.285),  # passed 6/21, exported 6/21, accepted 6
-    "shop": (0.333, 1.0, 0.333),  # passed 6/18, exported 6/18, accepted 6
-    "sqlite": (0.1, 1.0, 0.1),  # passed 2/20, exported 2/20, accepted 2
-    "time": (0.0, None, 0.0),  # passed 0/13, exported 0/12, accepted 0
-    "travel": (0.25, 1.0, 0.25),  # passed 12/48, exported 12/48, accepted 12
-    "overall": (0.222, 1.0, 0.223),  # passed 40/180, exported 40/179, accepted 40
+    "calendar": (0.833, 1.0, 0.833),  # passed 12/52, true 10, exported 12, accepted 10
+    "code": (1.0, 1.0, 1.0),  # passed 4/32, true 4, exported 4, accepted 4
+    "memory": (0.666, 1.0, 0.666),  # passed 9/24, true 6, exported 9, accepted 6
+    "shop": (1.0, 1.0, 1.0),  # passed 6/24, true 6, exported 6, accepted 6
+    "sqlite": (0.25, 1.0, 0.25),  # passed 8/26, true 2, exported 8, accepted 2
+    "time": (0.0, None, 0.0),  # passed 6/28, true 0, exported 6, accepted 0
+    "travel": (0.75, 1.0, 0.75),  # passed 16/68, true 12, exported 16, accepted 12
+    "overall": (0.655, 1.0, 0.655),  # passed 61/254, true 40, exported 61, accepted 40
 }
 
 

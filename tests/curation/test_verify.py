@@ -149,7 +149,11 @@ C3 = ToolNotCalled(call=CallPattern(tool="cancel_order", matchers={"order_id": "
 C4 = AnswerContains(values=["54.20"], hard=False)
 EXAMPLE = [C1, C2, C3, C4]
 READS = [
-    call("find_user", {"email": "mia.k@example.com"}, '{"user_id": "u1"}'),
+    call(
+        "find_user",
+        {"email": "mia.k@example.com"},
+        '{"user_id": "u1", "payment_methods": [{"id": "card_1", "last_four": "1111"}]}',
+    ),
     call("get_order", {"order_id": "#W1"}, '{"status": "delivered", "total": 54.2}'),
 ]
 
@@ -486,7 +490,7 @@ def test_excluded_failures_get_no_reward() -> None:
 
 
 def test_score_without_soft_and_without_hard() -> None:
-    t = traj([RET], "ok")
+    t = traj([RET], "Done: the items are returned.")
     assert verify(t, [C3], GOLD).score == 1.0
     assert verify(t, [C2], GOLD).score == 0.0
     soft_only = verify(t, [MaxCalls(n=5, hard=False)], GOLD)

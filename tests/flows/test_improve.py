@@ -30,8 +30,9 @@ def curated(tmp_path: Path) -> Store:
     """One curated round: a1 and a2 pass, a3 fails."""
     store = Store(tmp_path / "s.duckdb")
     trajectories = [
-        make_trajectory("a1", [[GOOD]]),
-        make_trajectory("a2", [[BAD], [GOOD]], final="Found it after a retry."),
+        # the answers state what the read returned (a clean pass must tell the user something)
+        make_trajectory("a1", [[GOOD]], final="Order W1 is delivered."),
+        make_trajectory("a2", [[BAD], [GOOD]], final="Found it after a retry: W1 is delivered."),
         make_trajectory("a3", [[BAD]], final="Sorry, no luck."),
     ]
     write_round(store, trajectories, verdicts_for({"a1": True, "a2": True, "a3": False}))

@@ -14,13 +14,16 @@ from trajsynth.store.summary import summarize_run
 
 CHECK = [ToolCalled(call=CallPattern(tool="get_order", matchers={"order_id": "W1"}))]
 GOOD = call("get_order", {"order_id": "W1"}, {"status": "ok"})
+SAID = "Done: order W1 is checked."  # an answer that states the outcome
 
 
 def test_judged_passed_and_the_hygiene_checks_that_failed(tmp_path: Path) -> None:
-    clean = make_trajectory("clean", [[GOOD]])
+    clean = make_trajectory("clean", [[GOOD]], final=SAID)
     mute = make_trajectory("mute", [[GOOD]], final=None)  # held its constraint, never answered
     ghost = make_trajectory(
-        "ghost", [[GOOD], [call("get_order returned", '{"status": "ok"}', error="unknown_tool")]]
+        "ghost",
+        [[GOOD], [call("get_order returned", '{"status": "ok"}', error="unknown_tool")]],
+        final=SAID,
     )
     infra = make_trajectory("infra", [[GOOD]], failure_class=FailureClass.INFRA)
     state = EnvState(state_hash="s")

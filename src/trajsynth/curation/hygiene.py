@@ -8,7 +8,9 @@ a failed call left standing, a conversation that never answers the user). A traj
 
 Each check is registered with ``@hygiene_check(name)`` (the same ``Registry`` mechanism as the
 constraint checkers, STYLE.md §1) and returns ``(passed, detail)`` from a ``HygieneContext``.
-They run on every trajectory of every cluster, with no model and no environment.
+They run on every trajectory of every cluster, with no model and no environment. The checks
+that hold the answer to the tool results (grounded, consistent, informative; no redundant
+call) live in ``curation.faithful``, registered the same way.
 
 Decisions:
 
@@ -42,6 +44,7 @@ from trajsynth.schemas import (
     ObsClass,
     Registry,
     Termination,
+    ToolAccess,
     ToolCallRecord,
     Trajectory,
     canonical_json,
@@ -66,12 +69,16 @@ class HygieneContext:
 
     ``schemas``: input schema by offered tool name (the tools the episode showed the model);
     ``answer``: the final answer; ``asked``: ``(held, detail)`` of each answer constraint that
-    holds values the user asked to be told (the verifier checks them with its own checker)."""
+    holds values the user asked to be told (the verifier checks them with its own checker);
+    ``asked_values``: those values; ``access``: read or write by tool name where the cluster
+    tagged it (else the tool's name decides, ``curation.digests.tool_access``)."""
 
     trajectory: Trajectory
     schemas: Mapping[str, Mapping[str, Any]]
     answer: str
     asked: Sequence[tuple[bool, str]] = field(default_factory=tuple)
+    asked_values: Sequence[str | int | float] = field(default_factory=tuple)
+    access: Mapping[str, ToolAccess] | None = None
 
     @property
     def calls(self) -> list[ToolCallRecord]:
@@ -285,3 +292,8 @@ def check_hygiene(ctx: HygieneContext) -> tuple[list[HygieneResult], bool]:
     calls = ctx.calls
     recovered = all(r.passed for r in results) and any(not succeeded(c) for c in calls)
     return results, recovered
+
+
+# The answer's checks (grounded, consistent, informative) and the redundant-call check live in
+# their own module; importing it registers them, so every caller of check_hygiene runs them.
+from trajsynth.curation import faithful as _faithful  # noqa: E402, F401

@@ -613,6 +613,12 @@ def verify(
             schemas=offered_tools(trajectory.tools),
             answer=ctx.answer,
             asked=asked,
+            asked_values=[
+                v
+                for c in parsed
+                if isinstance(c, AnswerContains) and c.derived_from == ASKED_VALUES
+                for v in c.values
+            ],
         )
     )
     clean = all(h.passed for h in hygiene)
