@@ -41,6 +41,7 @@ from trajsynth.mcp_servers.client import (
 )
 from trajsynth.mcp_servers.discovery import Discovery, Proposer, discover
 from trajsynth.mcp_servers.graph import Embedder, infer_edges, split_cluster
+from trajsynth.mcp_servers.hidden import visible_tools
 from trajsynth.mcp_servers.launch import copied_file, server_mounts, state_outside_warnings
 from trajsynth.mcp_servers.tags import tag_tool
 from trajsynth.schemas import (
@@ -406,6 +407,8 @@ def add_outside_cluster(
     sandbox_kind: SandboxKind = SandboxKind.AUTO,
     probe: bool = True,
     propose: Proposer | None = None,
+    hide: Sequence[str] = (),
+    hide_params: Sequence[str] = (),
 ) -> list[ToolCluster]:
     """Import an outside MCP server as a cluster and save it under ``clusters_dir``.
 
@@ -451,6 +454,8 @@ def add_outside_cluster(
         reset=reset,
         copies=[copied_file(*_copy_parts(c)) for c in copies],
         args=dict(args or {}),
+        hidden_tools=sorted(hide),
+        hidden_params=sorted(hide_params),
     )
     found_mounts = server_mounts(server.command or [], server.mounts) if command else []
     warnings = state_outside_warnings(server, found_mounts)
@@ -475,7 +480,11 @@ def add_outside_cluster(
         raise InputError(f"cluster {name!r}: {exc}") from exc
     if not raw_tools:
         raise InputError(f"cluster {name!r}: `{what}` lists no tools")
-    tools = found.tools if found is not None else [tool_spec(t) for t in raw_tools]
+    shown, hidden = _shown(server, [tool_spec(t) for t in raw_tools])
+    tools = found.tools if found is not None else shown
+    if hidden:
+        server = server.model_copy(update={"hidden_tools": sorted(set(hidden))})
+        log.info("cluster %s: hidden from the model and the planner: %s", name, ", ".join(hidden))
     flow = found.edges if found is not None else []
     # An edge guessed from names and schemas is kept only when nothing could be probed: after
     # probing, the value-flow edges are the confirmed ones, and a guess no probe confirmed
@@ -512,6 +521,12 @@ def add_outside_cluster(
     return parts
 
 
+def _shown(server: ServerSpec, specs: list[ToolSpec]) -> tuple[list[ToolSpec], list[str]]:
+    return visible_tools(
+        specs, hide=server.hidden_tools, hide_params=server.hidden_params, fixed=server.args
+    )
+
+
 def _copy_parts(spec: str) -> tuple[str, str | None]:
     """``SRC`` or ``SRC:DEST`` (DEST relative to the sandbox work dir)."""
     src, sep, dest = spec.partition(":")
@@ -545,7 +560,7 @@ async def _start_and_discover(
             description = f"MCP server {info.name} {info.version}".strip()
         if not probe or not tools:
             return tools, description, None
-        specs = [tool_spec(t) for t in tools]
+        specs = _shown(cluster.server, [tool_spec(t) for t in tools])[0]
         # the tools' tags decide which calls the environment records as writes
         env.cluster = env.cluster.model_copy(update={"tools": specs})
         found = await discover(env, specs, fixed=cluster.server.args, propose=propose)

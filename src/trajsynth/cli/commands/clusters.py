@@ -6,7 +6,7 @@ import json
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -172,8 +172,15 @@ def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
         )
         for probe in c.probes:
             _console().print(f"end-state probe: {probe.tool}({json.dumps(probe.arguments)})")
+        if s.hidden_tools or s.hidden_params:
+            _console().print(
+                f"hidden from the model: tools {', '.join(s.hidden_tools) or 'none'}; "
+                f"params {', '.join(s.hidden_params) or 'none'}"
+            )
         for warning in c.warnings:
             _console().print(f"[yellow]warning:[/] {warning}")
+        for line in _lint_lines(c.cluster_id):
+            _console().print(line)
 
 
 @app.command()
@@ -225,6 +232,17 @@ def add(
     sandbox: Annotated[
         SandboxKind, typer.Option("--sandbox", help="auto | local | docker")
     ] = SandboxKind.AUTO,
+    hide: Annotated[
+        list[str] | None,
+        typer.Option("--hide", help="TOOL never shown to the model nor planned (a harness tool)"),
+    ] = None,
+    hide_param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--hide-param",
+            help="NAME left out of what the model sees (its --arg value, if any, is injected)",
+        ),
+    ] = None,
     llm_edges: Annotated[
         bool,
         typer.Option(
@@ -277,6 +295,8 @@ def add(
         args=fixed,
         sandbox_kind=sandbox,
         propose=_llm_proposer() if llm_edges else None,
+        hide=hide or (),
+        hide_params=hide_param or (),
     )
     table = _table(
         f"added {name}",
@@ -297,6 +317,72 @@ def add(
     _console().print(table)
     for warning in parts[0].warnings if parts else []:
         _console().print(f"[yellow]warning:[/] {warning}")
+    for line in _setup_hints(parts):
+        _console().print(f"[yellow]warning:[/] {line}")
+
+
+def _setup_hints(parts: Sequence[Any]) -> list[str]:
+    """What to do when discovery could probe nothing: no end-state probe and no edge means
+    no task can be checked by its end state; required ids are the usual cause."""
+    if not parts or any(p.probes or p.edges for p in parts):
+        return []
+    tools = [t for p in parts for t in p.tools]
+    needed = sorted(
+        {
+            r
+            for t in tools
+            for r in (t.input_schema.get("required") or [])
+            if isinstance(r, str) and (r.endswith("_id") or r.endswith("id") or "path" in r)
+        }
+    )
+    out = [
+        f"discovery could probe nothing: {len(tools)} tools, 0 edges, 0 end-state probes; "
+        "every probe call failed (see the tags' evidence in `synth clusters show`)"
+    ]
+    if needed:
+        out.append(
+            "the tools require "
+            + ", ".join(needed[:6])
+            + ": give real values with "
+            + " ".join(f"--arg {n}=VALUE" for n in needed[:3])
+        )
+    out.append(
+        "a server over a host folder or repository needs its own copy: --copy SRC:DEST "
+        "--reset snapshot --arg PARAM=DEST (the server's arguments rewritten to DEST)"
+    )
+    return out
+
+
+def _lint_lines(cluster_id: str) -> list[str]:
+    """The mutation lint's figures for the cluster's stored blueprints (``synth run``)."""
+    from trajsynth.cli import main as cli
+
+    path = cli.settings().store_path
+    if not path.exists():
+        return []
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+        rows = con.execute(
+            "SELECT mutation_lint FROM blueprints WHERE cluster_id = ? "
+            "AND mutation_lint IS NOT NULL",
+            [cluster_id],
+        ).fetchall()
+        con.close()
+    except duckdb.Error:
+        return []
+    lints = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in rows]
+    if not lints:
+        return []
+    variants = sum(x.get("variants", 0) for x in lints)
+    caught = sum(x.get("caught_first", 0) for x in lints)
+    clean = sum(1 for x in lints if not x.get("survived") and x.get("gold_passes", True))
+    added = sum(len(x.get("strengthened", [])) for x in lints)
+    return [
+        f"mutation lint: {len(lints)} blueprints, {clean} with no wrong variant passing; "
+        f"{variants} variants, {caught} caught by the planned checks, {added} checks added"
+    ]
 
 
 def _llm_proposer() -> Proposer:
