@@ -10,6 +10,7 @@ another city and then reset.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +19,21 @@ from fakes.strangers import StrangerEnvironment, gorilla, repo, retail, stranger
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import GoldFailure, run_gold_path
 from trajsynth.agents.mutants import lint_by_mutation
+from trajsynth.agents.planner import Planner, plan_blueprint
 from trajsynth.curation.verify import verify
+from trajsynth.flows.units import _blueprint_row
 from trajsynth.schemas import (
+    Blueprint,
+    Cell,
     Constraint,
+    Difficulty,
     EnvState,
     LiteralArg,
     Message,
     MessageRole,
+    PathShape,
     PlannedCall,
+    ReasoningMode,
     ToolAccess,
     ToolCallRecord,
     ToolCluster,
@@ -33,6 +41,8 @@ from trajsynth.schemas import (
     canonical_json,
 )
 from trajsynth.schemas.rollout import ObsClass, Termination
+from trajsynth.store import Store
+from trajsynth.store.summary import summarize_run
 
 
 def _steps(*calls: tuple[str, dict[str, Any]]) -> list[PlannedCall]:
@@ -237,3 +247,35 @@ def test_result_error_reads_the_top_level_only(text: str, error: bool) -> None:
     from trajsynth.schemas.results import result_error
 
     assert (result_error(text) is not None) is error
+
+
+async def test_the_planner_lints_outside_blueprints_and_the_summary_shows_it(
+    tmp_path: Path,
+) -> None:
+    """``plan_blueprint`` on an outside cluster: the blueprint carries the lint's figures, no
+    harness tool is on its path, and the stored figures reach the run summary."""
+    cluster = await stranger_cluster("repo", repo, hide_params=[], args={})
+    planned = []
+    for seed in range(6):
+        cell = Cell(
+            cluster_id="repo",
+            path_shape=PathShape.SINGLE,
+            target_mode=ReasoningMode.DIRECT_EXECUTE,
+            difficulty=Difficulty.EASY,
+        )
+        bp = await plan_blueprint(
+            Planner(use_llm=False), None, lambda: StrangerEnvironment(repo, cluster), cluster,
+            cell, seed,
+        )  # fmt: skip
+        planned.append(bp)
+    blueprints = [b for b in planned if isinstance(b, Blueprint)]
+    assert blueprints, [getattr(b, "detail", "") for b in planned]
+    for bp in blueprints:
+        assert bp.mutation_lint is not None and bp.mutation_lint.clean, bp.mutation_lint
+    store = Store(tmp_path / "s.duckdb")
+    with store.session():
+        store.insert("blueprints", [_blueprint_row(b, "run_a") for b in blueprints])
+    summary = summarize_run(store, "run_a", wall_s=1.0)
+    assert summary.mutation_lint["blueprints"] == len(blueprints)
+    assert summary.mutation_lint["clean"] == len(blueprints)
+    assert summary.mutation_lint["variants"] == sum(b.mutation_lint.variants for b in blueprints)
