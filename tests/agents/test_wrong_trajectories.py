@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fakes.strangers import StrangerEnvironment, gorilla, repo, retail, stranger_cluster
+
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import GoldFailure, run_gold_path
 from trajsynth.agents.mutants import lint_by_mutation

@@ -14,6 +14,7 @@ read through the cluster's probes with the product's ``_probe_value``, and injec
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -197,10 +198,8 @@ class StrangerEnvironment:
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
         args = dict(arguments or {})
         if self.cluster is not None:
-            try:
+            with contextlib.suppress(KeyError):
                 args.update(self.cluster.tool(name).injected)
-            except KeyError:
-                pass
         self.calls.append((name, args))
         return tool_result(await self.server.call_tool(name, args))
 
