@@ -323,6 +323,10 @@ class Environment:
             raise MCPServerError(f"{self.cluster.cluster_id}: environment not started")
         return await self._conn.list_tools()
 
+    def stderr_tail(self) -> str:
+        """What the server last wrote to its stderr ("" over HTTP or when not started)."""
+        return self._conn.stderr_tail() if self._conn is not None else ""
+
     @property
     def server_info(self) -> tuple[Any, str | None]:
         """The server's ``Implementation`` and instructions from ``initialize``."""

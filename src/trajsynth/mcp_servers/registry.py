@@ -42,7 +42,12 @@ from trajsynth.mcp_servers.client import (
 from trajsynth.mcp_servers.discovery import Discovery, Proposer, discover
 from trajsynth.mcp_servers.graph import Embedder, infer_edges, split_cluster
 from trajsynth.mcp_servers.hidden import visible_tools
-from trajsynth.mcp_servers.launch import copied_file, server_mounts, state_outside_warnings
+from trajsynth.mcp_servers.launch import (
+    copied_file,
+    host_folder_copies,
+    server_mounts,
+    state_outside_warnings,
+)
 from trajsynth.mcp_servers.tags import tag_tool
 from trajsynth.schemas import (
     BundledCluster,
@@ -409,6 +414,7 @@ def add_outside_cluster(
     propose: Proposer | None = None,
     hide: Sequence[str] = (),
     hide_params: Sequence[str] = (),
+    copy_folders: bool = True,
 ) -> list[ToolCluster]:
     """Import an outside MCP server as a cluster and save it under ``clusters_dir``.
 
@@ -440,6 +446,16 @@ def add_outside_cluster(
     bad = [k for k in (env or {}) if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
     if bad:
         raise InputError(f"--env {bad[0]!r}: not an environment variable name")
+    if command is not None and copy_folders and not on_host:
+        command, found_copies, repo_args = host_folder_copies(list(command), mounts)
+        copies = [*copies, *found_copies]
+        args = {**repo_args, **dict(args or {})}
+        for item in found_copies:
+            log.warning(
+                "cluster %s: host folder %s is copied into the sandbox work dir (the server "
+                "sees %s; your files are never touched; --no-copy-folders to turn it off)",
+                name, *item.split(":", 1),
+            )  # fmt: skip
     if copies and reset is ResetMode.FRESH:
         reset = ResetMode.SNAPSHOT  # copied files are the state: restore them between branches
 
@@ -491,6 +507,10 @@ def add_outside_cluster(
     # (server-memory: read_graph's `entities[]` fed to create_entities) sent every gold run
     # that followed it into an empty list (issue 17, item 3).
     inferred = [] if found is not None else infer_edges(tools, embed=embed)
+    if found is not None:
+        warnings = [*warnings, *probe_warnings(found, tools)]
+        for warning in warnings[len(state_outside_warnings(server, found_mounts)) :]:
+            log.warning("cluster %s: %s", name, warning)
     whole = ToolCluster(
         cluster_id=name,
         domain=domain,
@@ -519,6 +539,37 @@ def add_outside_cluster(
         clusters_dir,
     )
     return parts
+
+
+def probe_warnings(found: Discovery, tools: Sequence[ToolSpec]) -> list[str]:
+    """What to do when discovery could probe nothing: without an end-state probe or an edge
+    no task can be checked by its end state. Says why (the server's own stderr) and which
+    flags fix the usual causes (required ids, a host folder the server cannot write)."""
+    if found.probes or found.edges:
+        return []
+    needed = sorted(
+        {
+            r
+            for t in tools
+            for r in (t.input_schema.get("required") or [])
+            if isinstance(r, str) and re.search(r"(^|_)(id|ids|key|path|repo\w*)$|Id$", r)
+        }
+    )
+    out = [
+        f"discovery could probe nothing: {len(tools)} tools, 0 edges, 0 end-state probes; "
+        "every probe call failed (the tags' evidence in `synth clusters show` quotes them)"
+    ]
+    stderr = [
+        n.removeprefix("server stderr: ") for n in found.notes if n.startswith("server stderr: ")
+    ]
+    if stderr and stderr[-1].strip():
+        out.append("the server said: " + " ".join(stderr[-1].split())[-400:])
+    if needed:
+        out.append(
+            "the tools require " + ", ".join(needed[:6]) + ": give values from the server's "
+            "own data with " + " ".join(f"--arg {n}=VALUE" for n in needed[:3])
+        )
+    return out
 
 
 def _shown(server: ServerSpec, specs: list[ToolSpec]) -> tuple[list[ToolSpec], list[str]]:
@@ -564,6 +615,8 @@ async def _start_and_discover(
         # the tools' tags decide which calls the environment records as writes
         env.cluster = env.cluster.model_copy(update={"tools": specs})
         found = await discover(env, specs, fixed=cluster.server.args, propose=propose)
+        if not found.probes and not found.edges:
+            found.notes.append(f"server stderr: {env.stderr_tail().strip()[-600:]}")
     for note in found.notes:
         log.info("cluster %s: %s", cluster.cluster_id, note)
     if found.probes:

@@ -68,15 +68,18 @@ def _object_error(value: Any) -> str | None:
     return None
 
 
-def result_error(text: str | None, structured: Any = None) -> str | None:
+def result_error(text: Any, structured: Any = None) -> str | None:
     """The failure a tool result reports, or None when it reads as a success.
 
-    ``structured`` (MCP ``structuredContent``) is read first; else the text, as JSON (or a
+    ``structured`` (MCP ``structuredContent``, or ``text`` when that is parsed JSON) is read
+    first; else the text, as JSON (or a
     printed Python dict) whose top level is an error object (``error``, ``errors``,
     ``status: "error"``, ``success: false``), or plain text that starts with the usual error
     wording (``Error:``, ``Failed``, a traceback). Only the top level counts: a list of log
     entries with an ``error`` field each is data, not a failure.
     """
+    if text is not None and not isinstance(text, str):  # an observation already parsed
+        text, structured = "", text if structured is None else structured
     found = _object_error(structured)
     if found is not None:
         return found

@@ -6,7 +6,7 @@ import json
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -243,6 +243,13 @@ def add(
             help="NAME left out of what the model sees (its --arg value, if any, is injected)",
         ),
     ] = None,
+    copy_folders: Annotated[
+        bool,
+        typer.Option(
+            "--copy-folders/--no-copy-folders",
+            help="copy host folders named in the command into the sandbox work dir (default)",
+        ),
+    ] = True,
     llm_edges: Annotated[
         bool,
         typer.Option(
@@ -297,6 +304,7 @@ def add(
         propose=_llm_proposer() if llm_edges else None,
         hide=hide or (),
         hide_params=hide_param or (),
+        copy_folders=copy_folders,
     )
     table = _table(
         f"added {name}",
@@ -317,40 +325,6 @@ def add(
     _console().print(table)
     for warning in parts[0].warnings if parts else []:
         _console().print(f"[yellow]warning:[/] {warning}")
-    for line in _setup_hints(parts):
-        _console().print(f"[yellow]warning:[/] {line}")
-
-
-def _setup_hints(parts: Sequence[Any]) -> list[str]:
-    """What to do when discovery could probe nothing: no end-state probe and no edge means
-    no task can be checked by its end state; required ids are the usual cause."""
-    if not parts or any(p.probes or p.edges for p in parts):
-        return []
-    tools = [t for p in parts for t in p.tools]
-    needed = sorted(
-        {
-            r
-            for t in tools
-            for r in (t.input_schema.get("required") or [])
-            if isinstance(r, str) and (r.endswith("_id") or r.endswith("id") or "path" in r)
-        }
-    )
-    out = [
-        f"discovery could probe nothing: {len(tools)} tools, 0 edges, 0 end-state probes; "
-        "every probe call failed (see the tags' evidence in `synth clusters show`)"
-    ]
-    if needed:
-        out.append(
-            "the tools require "
-            + ", ".join(needed[:6])
-            + ": give real values with "
-            + " ".join(f"--arg {n}=VALUE" for n in needed[:3])
-        )
-    out.append(
-        "a server over a host folder or repository needs its own copy: --copy SRC:DEST "
-        "--reset snapshot --arg PARAM=DEST (the server's arguments rewritten to DEST)"
-    )
-    return out
 
 
 def _lint_lines(cluster_id: str) -> list[str]:
