@@ -279,3 +279,16 @@ async def test_the_planner_lints_outside_blueprints_and_the_summary_shows_it(
     assert summary.mutation_lint["blueprints"] == len(blueprints)
     assert summary.mutation_lint["clean"] == len(blueprints)
     assert summary.mutation_lint["variants"] == sum(b.mutation_lint.variants for b in blueprints)
+
+
+async def test_values_come_from_the_servers_world() -> None:
+    """The ids the planner may bind are those the server knows: a guessed id that the
+    server refused with an error result is not an accepted value, and values its reads
+    returned come first."""
+    cluster = await stranger_cluster("retail", retail, hide_params=["state_key"])
+    for tool in ("get_user_details", "update_address"):
+        values = cluster.arg_values.get(tool, {}).get("user_id", [])
+        assert values and set(values) <= {"u_alice", "u_bob"}, (tool, values)
+    gorilla_cluster = await stranger_cluster("gorilla", gorilla)
+    sources = gorilla_cluster.arg_values.get("cat", {}).get("file_name", [])
+    assert sources and sources[0] in {"notes.txt", "budget.csv"}, sources
