@@ -49,6 +49,7 @@ from trajsynth.schemas import (
     Trajectory,
     canonical_json,
 )
+from trajsynth.schemas.results import result_error
 from trajsynth.schemas.rollout import ObsClass, Termination
 
 __all__ = ["Variant", "lint_by_mutation", "variants"]
@@ -215,6 +216,10 @@ async def _replay(
     return records, await env.state()
 
 
+def _refused(record: ToolCallRecord) -> bool:
+    return record.obs_class is ObsClass.ERROR or result_error(record.observation) is not None
+
+
 def _strengthen(
     constraints: list[Constraint], variant: Variant, gold: Sequence[GoldCall]
 ) -> tuple[list[Constraint], str | None]:
@@ -258,6 +263,9 @@ async def lint_by_mutation(
     answer = _answer(constraints)
     built = variants(cluster, gold)
     replayed = [(v, *(await _replay(env, handle, v))) for v in built]
+    # a stray write the server refused changed nothing: no wrong run to catch
+    replayed = [r for r in replayed if not (r[0].kind == "stray" and _refused(r[1][-1]))]
+    built = [r[0] for r in replayed]
 
     def passes(records: list[ToolCallRecord], state: EnvState, checks: list[Constraint]) -> bool:
         trajectory = _trajectory(cluster, records, answer, blueprint_id)
