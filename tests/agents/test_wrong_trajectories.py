@@ -292,3 +292,19 @@ async def test_values_come_from_the_servers_world() -> None:
     gorilla_cluster = await stranger_cluster("gorilla", gorilla)
     sources = gorilla_cluster.arg_values.get("cat", {}).get("file_name", [])
     assert sources and sources[0] in {"notes.txt", "budget.csv"}, sources
+
+
+async def test_a_read_only_path_is_not_rejected_by_the_lint() -> None:
+    """No write, no wrong variant: the lint leaves the checks as they are (a read whose
+    answer changes between reads once failed its own gold run here and was rejected)."""
+    cluster = await stranger_cluster("gorilla", gorilla)
+    env = StrangerEnvironment(gorilla, cluster)
+    initial = await env.state()
+    handle = await env.snapshot()
+    outcome = await run_gold_path(env, cluster, _steps(("ls", {})), {}, initial)
+    assert not isinstance(outcome, GoldFailure)
+    constraints = derive_constraints(
+        outcome.run.calls, outcome.run.final_state, cluster, ["notes.txt"], initial_state=initial
+    )
+    linted, figures = await lint_by_mutation(env, handle, cluster, outcome.run.calls, constraints)
+    assert figures.variants == 0 and figures.clean and linted == constraints

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from trajsynth.agents.gold import observation_value
-from trajsynth.curation.verify import verify
+from trajsynth.curation.verify import observed_reading, verify
 from trajsynth.mcp_servers.arguments import generate_arguments
 from trajsynth.schemas import (
     AnswerContains,
@@ -162,8 +162,20 @@ def variants(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[Variant]:
     return out
 
 
-def _answer(constraints: Sequence[Constraint]) -> str:
-    values = [str(v) for c in constraints if isinstance(c, AnswerContains) for v in c.values]
+def _answer(constraints: Sequence[Constraint], records: Sequence[ToolCallRecord]) -> str:
+    """An answer stating every value the constraints check; a value that changes between
+    reads (``observed``) is this run's own reading, as an episode's would be."""
+    values: list[str] = []
+    for c in constraints:
+        if not isinstance(c, AnswerContains):
+            continue
+        if c.observed is not None:
+            try:
+                values.append(str(observed_reading(records, c.observed)))
+                continue
+            except LookupError:
+                pass
+        values += [str(v) for v in c.values]
     return "Done. " + ", ".join(values) if values else "Done."
 
 
@@ -260,15 +272,16 @@ async def lint_by_mutation(
     """Score the wrong variants of ``gold`` (module doc); the constraints, strengthened where
     a variant passed them, and the figures. ``MutationLint.rejected`` says whether a variant
     still passes (or the gold run fails the stronger checks). Leaves ``env`` restored."""
-    answer = _answer(constraints)
     built = variants(cluster, gold)
+    if not built:  # a read-only path: its answer is what the checks hold it to
+        return constraints, MutationLint()
     replayed = [(v, *(await _replay(env, handle, v))) for v in built]
     # a stray write the server refused changed nothing: no wrong run to catch
     replayed = [r for r in replayed if not (r[0].kind == "stray" and _refused(r[1][-1]))]
     built = [r[0] for r in replayed]
 
     def passes(records: list[ToolCallRecord], state: EnvState, checks: list[Constraint]) -> bool:
-        trajectory = _trajectory(cluster, records, answer, blueprint_id)
+        trajectory = _trajectory(cluster, records, _answer(checks, records), blueprint_id)
         return verify(trajectory, checks, state).passed
 
     passed_first = [v for v, records, state in replayed if passes(records, state, constraints)]
