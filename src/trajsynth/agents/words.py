@@ -707,6 +707,9 @@ def check_words(words: Words, spec: WordsSpec) -> list[str]:
 
 _MIN_GOAL_WORDS = 5
 _RESTATED_RUN = 7  # consecutive words of a tool's description
+_SELF_WORDS = frozenset(
+    {"tool", "tools", "function", "belongs", "returns", "api", "endpoint", "mcp", "server"}
+)
 
 
 def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
@@ -720,6 +723,9 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
     ['too_short: 1 words (a request needs at least 5)']
     >>> _not_a_request("Please this tool belongs to the Gorilla file system: notes", s)[0][:20]
     'restates_description'
+    >>> t = s.model_copy(update={"steps": ["Create a new table in the SQLite database"]})
+    >>> _not_a_request("Please create a new table in the SQLite database: notes", t)
+    []
     """
     issues: list[str] = []
     words = re.findall(r"[\w'-]+", goal)
@@ -730,8 +736,11 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
     for step in spec.steps if spec.outside else []:
         tokens = [w.casefold() for w in re.findall(r"[\w'-]+", step)]
         for i in range(len(tokens) - _RESTATED_RUN + 1):
-            run = " ".join(tokens[i : i + _RESTATED_RUN])
-            if f" {run} " in said:
+            window = tokens[i : i + _RESTATED_RUN]
+            run = " ".join(window)
+            # a description in the imperative ("create a new table in the database") reads
+            # as a request; one about the tool itself ("this tool belongs to ...") does not
+            if f" {run} " in said and _SELF_WORDS & set(window):
                 issues.append(f"restates_description: {run!r}")
                 break
     return issues
