@@ -203,7 +203,7 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
                 "SELECT mutation_lint FROM blueprints ORDER BY blueprint_id"
             ).fetchall()
         ]
-    write_tasks = state_ok = accepted_error = 0
+    write_tasks = state_ok = accepted_error = state_present = 0
     for i, (constraints, n_writes, gold_run, _) in enumerate(writes):
         cs = json.loads(constraints) if isinstance(constraints, str) else constraints
         gr = json.loads(gold_run) if isinstance(gold_run, str) else gold_run
@@ -214,6 +214,7 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
         write_tasks += 1
         lint = lint_by[i] if i < len(lint_by) else None
         has_state = any(c.get("kind") == "final_state" for c in cs)
+        state_present += has_state
         if has_state and lint and lint.get("final_state_catches", 0) > 0:
             state_ok += 1
     calls = [
@@ -227,6 +228,7 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
             len(lints),
         ),
         "state_checks": (state_ok, write_tasks),
+        "state_present": (state_present, write_tasks),
         "gold_error_rejected": con.execute(
             "SELECT count(*) FROM blueprint_attempts WHERE reason = 'gold_run_error'"
         ).fetchone()[0],
