@@ -6,7 +6,10 @@ under ``--npm``): ``synth clusters add`` (the server started as a run starts it)
 
     joined, tools, tags agreeing with the server's own annotations (probing with the
     annotations ignored), edges with evidence, blueprints planned / accepted (>= 2 calls),
-    trajectories stored, verified passes, minutes
+    trajectories stored, verified passes, blueprints the mutation lint leaves with no wrong
+    variant passing, write tasks whose final-state check a wrong variant fails, gold runs
+    rejected for a failing step and accepted with an error result, pseudo-calls per 100
+    calls (``_checks``), minutes; and three planned goals per server, to read
 
 with the targets beside the figures. Install the servers first, e.g.::
 
@@ -158,11 +161,88 @@ def one(
         row["words_llm"] = con.execute(
             "SELECT count(*) FROM blueprints WHERE words_source = 'llm'"
         ).fetchone()[0]
+        row.update(_checks(con, {t.name for t in cluster.tools}))
         con.close()
     else:
         row["error"] = (ran.stderr or ran.stdout).strip().splitlines()[-3:]
     row["minutes"] = (time.perf_counter() - started) / 60
     return row
+
+
+def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
+    """What the constraints can tell apart, read from the store:
+
+    - lint: blueprints the mutation lint ran on, and those no wrong variant passes;
+    - state_checks: write tasks whose final-state check a wrong variant (drop, change, error)
+      fails, over write tasks;
+    - gold_error_rejected: gold runs rejected for a failing step (``gold_run_error``), and
+      gold_error_accepted: accepted gold runs with a step whose result reads as an error;
+    - pseudo_per_100: calls of the stored trajectories to a tool the cluster does not offer
+      (a harness control, a made-up name) or with arguments that did not parse, per 100;
+    - goals: three planned goals, to read.
+    """
+    from trajsynth.schemas.results import result_error
+
+    cols = {r[0] for r in con.execute("DESCRIBE blueprints").fetchall()}
+    lints = []
+    if "mutation_lint" in cols:
+        lints = [
+            json.loads(x) if isinstance(x, str) else x
+            for (x,) in con.execute(
+                "SELECT mutation_lint FROM blueprints WHERE mutation_lint IS NOT NULL"
+            ).fetchall()
+        ]
+    writes = con.execute(
+        "SELECT constraints, n_writes, gold_run, goal FROM blueprints ORDER BY blueprint_id"
+    ).fetchall()
+    lint_by = []
+    if "mutation_lint" in cols:
+        lint_by = [
+            json.loads(x) if isinstance(x, str) else x
+            for (x,) in con.execute(
+                "SELECT mutation_lint FROM blueprints ORDER BY blueprint_id"
+            ).fetchall()
+        ]
+    write_tasks = state_ok = accepted_error = state_present = 0
+    for i, (constraints, n_writes, gold_run, _) in enumerate(writes):
+        cs = json.loads(constraints) if isinstance(constraints, str) else constraints
+        gr = json.loads(gold_run) if isinstance(gold_run, str) else gold_run
+        if any(result_error(c.get("observation")) is not None for c in gr.get("calls", [])):
+            accepted_error += 1
+        if not n_writes:
+            continue
+        write_tasks += 1
+        lint = lint_by[i] if i < len(lint_by) else None
+        has_state = any(c.get("kind") == "final_state" for c in cs)
+        state_present += has_state
+        if has_state and lint and lint.get("final_state_catches", 0) > 0:
+            state_ok += 1
+    calls = [
+        json.loads(c) if isinstance(c, str) else c
+        for (c,) in con.execute("SELECT unnest(CAST(calls AS JSON[])) FROM trajectories").fetchall()
+    ]
+    pseudo = sum(1 for c in calls if c.get("tool") not in tools or c.get("arguments") is None)
+    return {
+        "lint": (
+            sum(1 for x in lints if not x.get("survived") and x.get("gold_passes")),
+            len(lints),
+        ),
+        "state_checks": (state_ok, write_tasks),
+        "state_present": (state_present, write_tasks),
+        "gold_error_rejected": con.execute(
+            "SELECT count(*) FROM blueprint_attempts WHERE reason = 'gold_run_error'"
+        ).fetchone()[0],
+        "gold_error_accepted": accepted_error,
+        "pseudo_per_100": 100 * pseudo / len(calls) if calls else 0.0,
+        "goals": [g for (_, _, _, g) in writes[:3]],
+    }
+
+
+def _frac(pair: object) -> str:
+    if not isinstance(pair, tuple):
+        return "-"
+    a, b = pair
+    return f"{a}/{b}" + (f" ({a / b:.0%})" if b else "")
 
 
 def main() -> None:
@@ -192,7 +272,9 @@ def main() -> None:
     )
     header = (
         "server", "joined[all]", "tools", "tags=annot", "edges+evid (llm)", "planned",
-        "accepted[>=80%]", ">=2 calls", "stored[>0]", "passes[>0 on 4/5]", "min",
+        "accepted[>=80%]", ">=2 calls", "stored[>0]", "passes[>0 on 4/5]",
+        "lint clean[100%]", "state check fails wrong[>=80%]", "gold err rejected",
+        "gold err accepted[0]", "pseudo/100", "min",
     )  # fmt: skip
     print(" | ".join(header))
     for r in rows:
@@ -207,12 +289,18 @@ def main() -> None:
                     r["server"], r["joined"], r.get("tools", "-"), agree_s,
                     f"{r.get('edges_evidence', '-')} ({r.get('edges_llm', '-')})", planned, rate,
                     r.get("accepted_2calls", "-"),
-                    r.get("trajectories", "-"), r.get("passes", "-"), f"{r['minutes']:.1f}",
+                    r.get("trajectories", "-"), r.get("passes", "-"), _frac(r.get("lint")),
+                    _frac(r.get("state_checks")), r.get("gold_error_rejected", "-"),
+                    r.get("gold_error_accepted", "-"), f"{r.get('pseudo_per_100', 0):.1f}",
+                    f"{r['minutes']:.1f}",
                 )
             )
         )  # fmt: skip
         if r.get("error"):
             print(f"    {r['server']}: {r['error']}")
+    for r in rows:
+        for goal in r.get("goals", []):
+            print(f"    {r['server']} goal: {goal}")
     with_passes = sum(1 for r in rows if r.get("passes"))
     print(
         f"servers joined {sum(r['joined'] for r in rows)}/{len(rows)} [all]; "

@@ -59,3 +59,30 @@ def test_add_reports_a_bad_command(tmp_path: Path) -> None:
     )
     assert result.exit_code != 0
     assert "no-such-server-cmd-42" in str(result.exception)
+
+
+def test_show_prints_the_mutation_lint_of_stored_blueprints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trajsynth.schemas import ServerKind, ServerSpec, ToolCluster, ToolSpec
+    from trajsynth.store import Store
+
+    monkeypatch.chdir(tmp_path)
+    clusters = tmp_path / "clusters"
+    clusters.mkdir()
+    cluster = ToolCluster(
+        cluster_id="notes", domain="other", source="outside", tools=[ToolSpec(name="put")],
+        server=ServerSpec(kind=ServerKind.STDIO, command=["srv"], hidden_tools=["reset_state"],
+                          hidden_params=["state_key"]),
+    )  # fmt: skip
+    (clusters / "notes.json").write_text(cluster.model_dump_json())
+    store = Store(tmp_path / "data" / "synth.duckdb")
+    lint = {"variants": 4, "caught_first": 3, "survived": [], "strengthened": ["matcher put.title"],
+            "final_state_catches": 2, "gold_passes": True, "kinds": ["change", "drop"]}  # fmt: skip
+    with store.session():
+        store.insert("blueprints", [{"blueprint_id": "bp1", "cluster_id": "notes",
+                                     "mutation_lint": lint}])  # fmt: skip
+    shown = _run("show", "notes", "--clusters-dir", str(clusters))
+    assert "hidden from the model: tools reset_state; params state_key" in shown
+    assert "mutation lint: 1 blueprints, 1 with no wrong variant passing" in shown
+    assert "4 variants, 3 caught by the planned checks, 1 checks added" in shown

@@ -465,3 +465,43 @@ def test_a_node_server_joins_in_docker_by_default(tmp_path: Path) -> None:
         return sandbox
 
     assert asyncio.run(episodes()) is MountedDockerSandbox
+
+
+def test_host_folders_in_the_command_are_copied_and_the_command_rewritten(tmp_path: Path) -> None:
+    from trajsynth.mcp_servers.launch import host_folder_copies
+
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    command = [str(venv / "srv"), "--repository", str(repo), f"--root={docs}", str(venv), "."]
+    rewritten, copies, fixed = host_folder_copies(command)
+    assert rewritten == [str(venv / "srv"), "--repository", "repo", "--root=docs", str(venv), "."]
+    assert copies == [f"{repo}:repo", f"{docs}:docs"]  # the executable's own folder stays
+    assert fixed == {"repo_path": "repo"}  # a git repository: its tools take the copy
+    mounted, none, _ = host_folder_copies([str(venv / "srv"), str(docs)], mounts=[str(docs)])
+    assert none == [] and mounted[-1] == str(docs)  # --mount keeps it mounted
+
+
+def test_discovery_that_probes_nothing_says_why_and_what_fixes_it() -> None:
+    from trajsynth.mcp_servers.discovery import Discovery
+    from trajsynth.mcp_servers.registry import probe_warnings
+    from trajsynth.schemas import ProbeCall, ToolSpec
+
+    tools = [
+        ToolSpec(
+            name="get_user",
+            input_schema={"type": "object", "properties": {"user_id": {"type": "string"}},
+                          "required": ["user_id"]},
+        )
+    ]  # fmt: skip
+    stderr = "server stderr: fatal: detected dubious ownership in repository at '/r'"
+    found = Discovery(tools=tools, edges=[], probes=[], arg_values={}, notes=[stderr])
+    warnings = probe_warnings(found, tools)
+    assert "could probe nothing" in warnings[0]
+    assert any("dubious ownership" in w for w in warnings)
+    assert any("--arg user_id=VALUE" in w for w in warnings)
+    found.probes = [ProbeCall(tool="get_user", arguments={"user_id": "u1"})]
+    assert probe_warnings(found, tools) == []

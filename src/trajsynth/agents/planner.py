@@ -19,7 +19,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +33,7 @@ from trajsynth.agents.gold import (
     run_gold_path,
 )
 from trajsynth.agents.llm import LLMClient
+from trajsynth.agents.mutants import lint_by_mutation
 from trajsynth.agents.paths import PlannedPath, Rejection, sample_path
 from trajsynth.agents.words import (
     Answer,
@@ -59,6 +60,7 @@ from trajsynth.schemas import (
     EnvState,
     GoldCall,
     LLMUsage,
+    MutationLint,
     ObservedField,
     Record,
     SandboxKind,
@@ -138,6 +140,10 @@ class Planner(BaseModel):
         default=14, ge=0, description="new paths after a failed gold run (environment restored)"
     )
     min_turns: int = Field(default=4, ge=1)
+    mutation_lint: Literal["outside", "all", "off"] = Field(
+        default="outside",
+        description="which clusters' blueprints face the mutation lint (agents.mutants)",
+    )
 
 
 def _rng(cluster: ToolCluster, cell: Cell, seed: int, round_: int) -> random.Random:
@@ -435,6 +441,10 @@ async def plan_blueprint(
             reason = failures[-1].reason
             detail = " | ".join(f"[{f.reason}] {f.detail}" for f in failures)
             return _attempt(cluster, cell, seed, round, reason, detail, fill_usage)
+        linted = await _mutation_checked(planner, env, handle, cluster, truth)
+        if isinstance(linted, str):
+            return _attempt(cluster, cell, seed, round, "mutation_lint", linted, fill_usage)
+        truth, mutation = linted
     path, gold, answer, constraints = truth.path, truth.gold, truth.answer, truth.constraints
 
     spec = words_spec(
@@ -488,7 +498,43 @@ async def plan_blueprint(
         words_attempts=drafts,
         reads_before_write=path.reads_before_write,
         usage=usage,
+        mutation_lint=mutation,
     )
+
+
+async def _mutation_checked(
+    planner: Planner,
+    env: PlannerEnvironment,
+    handle: SnapshotHandle | None,
+    cluster: ToolCluster,
+    truth: _Truth,
+) -> tuple[_Truth, MutationLint | None] | str:
+    """The truth with constraints the mutation lint strengthened and its figures, or why the
+    blueprint is rejected (a wrong variant of its gold run still passes). Needs the initial
+    snapshot; without one (``gold_retries=0``) the lint does not run."""
+    wanted = planner.mutation_lint == "all" or (
+        planner.mutation_lint == "outside" and cluster.source == "outside"
+    )
+    if not wanted or handle is None:
+        return truth, None
+    constraints, lint = await lint_by_mutation(
+        env, handle, cluster, truth.gold.run.calls, list(truth.constraints)
+    )
+    route = " -> ".join(truth.path.tools)
+    if not lint.gold_passes:
+        return f"{route}: the gold run fails the strengthened checks"
+    if lint.survived:
+        return f"{route}: wrong variants pass: " + "; ".join(lint.survived)
+    if constraints != truth.constraints:
+        issues = lint_constraints(constraints, await _initial_state(env, handle), cluster.tools)
+        if issues:
+            return f"{route}: strengthened checks do not lint: " + "; ".join(issues)
+    return truth.model_copy(update={"constraints": constraints}), lint
+
+
+async def _initial_state(env: PlannerEnvironment, handle: SnapshotHandle) -> EnvState:
+    await env.restore(handle)
+    return await env.state()
 
 
 def environment_factory(

@@ -131,6 +131,8 @@ class WordsSpec(Record):
     tool_names: list[str]
     noun: str | None = None  # what the last call is about ("cart"), for "the total of my cart"
     known_ids: list[str] = Field(default_factory=list)  # ids the user does not hold
+    # an outside server's descriptions are written for a model, not as a user's requests
+    outside: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,6 +399,7 @@ def words_spec(
         tool_names=cluster.tool_names,
         noun=_owned_noun(steps[-1].tool) if steps else None,
         known_ids=sorted(ids),
+        outside=cluster.source == "outside",
     )
 
 
@@ -699,6 +702,47 @@ def check_words(words: Words, spec: WordsSpec) -> list[str]:
             issues.append(f"mode: recover_after_error, but the goal lacks the stale {name}")
         if name not in words.hidden_info:
             issues.append(f"unsolvable: the correct {name} is not in hidden_info")
+    return issues + _not_a_request(words.goal, spec)
+
+
+_MIN_GOAL_WORDS = 5
+_RESTATED_RUN = 7  # consecutive words of a tool's description
+_SELF_WORDS = frozenset(
+    {"tool", "tools", "function", "belongs", "returns", "api", "endpoint", "mcp", "server"}
+)
+
+
+def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
+    """A goal no person would write: a few words ("mcp-eval"), or a tool's description
+    restated ("Please this tool belongs to the Gorilla file system: ...").
+
+    >>> s = WordsSpec(domain="other", mode="direct_execute", slots={}, tool_names=["mv"],
+    ...     steps=["This tool belongs to the Gorilla file system. It moves a file."],
+    ...     outside=True)
+    >>> _not_a_request("mcp-eval", s)
+    ['too_short: 1 words (a request needs at least 5)']
+    >>> _not_a_request("Please this tool belongs to the Gorilla file system: notes", s)[0][:20]
+    'restates_description'
+    >>> t = s.model_copy(update={"steps": ["Create a new table in the SQLite database"]})
+    >>> _not_a_request("Please create a new table in the SQLite database: notes", t)
+    []
+    """
+    issues: list[str] = []
+    words = re.findall(r"[\w'-]+", goal)
+    least = _MIN_GOAL_WORDS if spec.outside else 3
+    if len(words) < least:
+        issues.append(f"too_short: {len(words)} words (a request needs at least {least})")
+    said = f" {' '.join(w.casefold() for w in words)} "
+    for step in spec.steps if spec.outside else []:
+        tokens = [w.casefold() for w in re.findall(r"[\w'-]+", step)]
+        for i in range(len(tokens) - _RESTATED_RUN + 1):
+            window = tokens[i : i + _RESTATED_RUN]
+            run = " ".join(window)
+            # a description in the imperative ("create a new table in the database") reads
+            # as a request; one about the tool itself ("this tool belongs to ...") does not
+            if f" {run} " in said and _SELF_WORDS & set(window):
+                issues.append(f"restates_description: {run!r}")
+                break
     return issues
 
 

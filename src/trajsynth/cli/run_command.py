@@ -207,6 +207,14 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
             "blueprints rejected",
             ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items()),
         )
+    if summary.mutation_lint:
+        m = summary.mutation_lint
+        table.add_row(
+            "mutation lint",
+            f"{m.get('clean', 0)} / {m.get('blueprints', 0)} blueprints with no wrong variant "
+            f"passing; {m.get('variants', 0)} variants, {m.get('caught_first', 0)} caught by the "
+            f"planned checks, {m.get('strengthened', 0)} checks added",
+        )
     table.add_row("trajectories", str(summary.trajectories))
     table.add_row(
         "passed / judged",

@@ -74,6 +74,7 @@ from trajsynth.schemas import (
     canonical_json,
     content_id,
 )
+from trajsynth.schemas.results import result_error
 
 __all__ = [
     "Checker",
@@ -87,6 +88,7 @@ __all__ = [
     "extract_numbers",
     "match_value",
     "observed_reading",
+    "reads_as_error",
     "registered_kinds",
     "reward",
     "state_diff",
@@ -165,10 +167,21 @@ class VerifyContext:
 
     def succeeded(self, call: ToolCallRecord) -> bool:
         """A call happened: its arguments parsed and its observation is not an error."""
-        return isinstance(call.arguments, Mapping) and call.obs_class != ObsClass.ERROR
+        return (
+            isinstance(call.arguments, Mapping)
+            and call.obs_class != ObsClass.ERROR
+            and not reads_as_error(call)
+        )
 
     def matches(self, pattern: CallPattern, call: ToolCallRecord) -> bool:
         return call_matches(pattern, call, self.schemas.get(pattern.tool))
+
+
+def reads_as_error(call: ToolCallRecord) -> bool:
+    """A recorded result that says it failed (``{"error": ...}``, ``Error: ...``) although
+    nothing flagged it: a trajectory stored before errors were read from results, or from a
+    server that never sets ``isError`` (``schemas.results.result_error``)."""
+    return result_error(call.observation) is not None
 
 
 Checker = Callable[[Any, VerifyContext], tuple[bool, str]]
@@ -378,7 +391,8 @@ def _closest(pattern: CallPattern, calls: Sequence[ToolCallRecord], ctx: VerifyC
             got.append(f"{path}={canonical_json(None if value is _MISSING else value)}")
         why = "differs on " + ", ".join(got)
     else:
-        why = f"matches but its observation was {call.obs_class.value}"
+        shown = "an error result" if reads_as_error(call) else call.obs_class.value
+        why = f"matches but its observation was {shown}"
     return f"closest: call #{i} {call.tool} {why}"
 
 

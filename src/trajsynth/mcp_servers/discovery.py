@@ -439,10 +439,24 @@ async def discover(
         tools=tagged,
         edges=edges,
         probes=probes,
-        arg_values=p.accepted,
+        arg_values=_world_first(p),
         calls=p.calls,
         notes=notes,
     )
+
+
+def _world_first(p: _Prober) -> dict[str, dict[str, list[JsonValue]]]:
+    """Accepted values per parameter, those the server itself returned (an id a list
+    answered, a file its listing named) before those that only a generated guess found
+    (``notes.txt``, ``example``): the planner takes the first ones it can bind."""
+    returned = {canonical_json(v.value) for v in p.values}
+    out: dict[str, dict[str, list[JsonValue]]] = {}
+    for tool, params in p.accepted.items():
+        out[tool] = {
+            param: sorted(values, key=lambda v: canonical_json(v) not in returned)
+            for param, values in params.items()
+        }
+    return out
 
 
 def _returned_fields(p: _Prober) -> dict[str, list[str]]:

@@ -81,12 +81,20 @@ from trajsynth.schemas import (
     stable_hash,
 )
 from trajsynth.schemas.clock import mask_clock_readings
+from trajsynth.schemas.results import result_error
 
 if TYPE_CHECKING:
     from trajsynth.sandboxes import Sandbox
     from trajsynth.sandboxes.pool import SandboxPool
 
-__all__ = ["STATE_MODULE", "Environment", "OpenEnvironment", "ToolResult", "open_environment"]
+__all__ = [
+    "STATE_MODULE",
+    "Environment",
+    "OpenEnvironment",
+    "ToolResult",
+    "open_environment",
+    "tool_result",
+]
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +157,27 @@ def _content_text(result: CallToolResult) -> str:
     if not parts and result.structured_content is not None:
         parts.append(canonical_json(result.structured_content))
     return "\n".join(parts)
+
+
+def tool_result(raw: CallToolResult, *, read_errors: bool = True) -> ToolResult:
+    """An MCP result as the policy sees it: a failure when the server flags it (``isError``)
+    or, with ``read_errors``, when the result itself says so (``{"error": ...}``,
+    ``Error: ...``; ``result_error``), so discovery, the gold run and a rollout all read a
+    refused call as a failure. A bundled server raises its errors (``ToolError``), so its
+    results are taken as flagged."""
+    structured = raw.structured_content
+    try:
+        json.dumps(structured)
+    except (TypeError, ValueError):
+        structured = None
+    text = _content_text(raw)
+    if raw.is_error:
+        return ToolResult(text=text, structured=structured, is_error=True, error_type="tool_error")
+    if read_errors and result_error(text, structured) is not None:
+        return ToolResult(
+            text=text, structured=structured, is_error=True, error_type="error_result"
+        )
+    return ToolResult(text=text, structured=structured)
 
 
 def _probe_value(result: ToolResult, workdir: str = "") -> JsonValue:
@@ -295,6 +324,10 @@ class Environment:
         if self._conn is None:
             raise MCPServerError(f"{self.cluster.cluster_id}: environment not started")
         return await self._conn.list_tools()
+
+    def stderr_tail(self) -> str:
+        """What the server last wrote to its stderr ("" over HTTP or when not started)."""
+        return self._conn.stderr_tail() if self._conn is not None else ""
 
     @property
     def server_info(self) -> tuple[Any, str | None]:
@@ -488,7 +521,7 @@ class Environment:
         """Call one tool. A tool error is an ``is_error`` result; a hung, dead or broken server
         is restarted, the call sent again when that is safe (module doc), and after the last
         try it raises MCPServerError (``infra``)."""
-        args = dict(arguments or {})
+        args = {**dict(arguments or {}), **self._injected(name)}
         write = self._is_write(name)
 
         def resend(exc: BaseException) -> bool:
@@ -551,6 +584,13 @@ class Environment:
                 return await asyncio.to_thread(fn, *args, **kwargs)
         raise AssertionError("unreachable: tenacity reraises the last fault")
 
+    def _injected(self, name: str) -> dict[str, Any]:
+        """The fixed values of parameters hidden from the model (``mcp_servers.hidden``)."""
+        try:
+            return dict(self.cluster.tool(name).injected)
+        except KeyError:
+            return {}
+
     def _is_write(self, name: str) -> bool:
         try:
             return self.cluster.tool(name).access == ToolAccess.WRITE
@@ -606,17 +646,7 @@ class Environment:
             raise MCPServerError(f"{what}: invalid result: {exc}") from exc
         if not isinstance(raw, CallToolResult):
             raise MCPServerError(f"{what}: unexpected result type {type(raw).__name__}")
-        structured = raw.structured_content
-        try:
-            json.dumps(structured)
-        except (TypeError, ValueError):
-            structured = None
-        return ToolResult(
-            text=_content_text(raw),
-            structured=structured,
-            is_error=bool(raw.is_error),
-            error_type="tool_error" if raw.is_error else None,
-        )
+        return tool_result(raw, read_errors=not self.bundled)
 
     def _runs_code(self, name: str) -> bool:
         """Whether tool ``name`` runs a program the model wrote (the code cluster's write

@@ -206,6 +206,43 @@ def copy_files(sandbox: Sandbox, copies: Sequence[CopiedFile]) -> None:
             sandbox.put_file(rel, f.read_bytes())
 
 
+_REPO_PARAMS = ("repo_path",)
+
+
+def host_folder_copies(
+    command: list[str], mounts: Sequence[str] = ()
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """The command with each host folder among its arguments (``/abs/repo`` or
+    ``--repository=/abs/repo``) replaced by a copy in the sandbox work dir: the rewritten
+    command, the ``--copy SRC:DEST`` entries, and ``repo_path`` fixed to the copy when the
+    folder is a git repository (mcp-server-git's tools take it on every call). The folder
+    that holds the executable (a venv, an npm prefix) and ``--mount`` folders stay mounted.
+    A repository mounted read-only and owned by another user is refused by git ("detected
+    dubious ownership"); a copy is the sandbox user's own and writable."""
+    out = [command[0]] if command else []
+    copies: list[str] = []
+    fixed: dict[str, str] = {}
+    exe = Path(command[0]).expanduser().absolute() if command else None
+    taken: set[str] = set()
+    for arg in command[1:]:
+        flag, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+        path = Path(value)
+        own = exe is not None and (exe == path or path in exe.parents)
+        mounted = any(value == m or value.startswith(m.rstrip("/") + "/") for m in mounts)
+        if not (value.startswith("/") and path.is_dir()) or own or mounted or value == "/":
+            out.append(arg)
+            continue
+        dest = path.name or "folder"
+        while dest in taken:
+            dest += "_"
+        taken.add(dest)
+        copies.append(f"{path}:{dest}")
+        out.append(f"{flag}={dest}" if eq else dest)
+        if (path / ".git").exists():
+            fixed.update({p: dest for p in _REPO_PARAMS})
+    return out, copies, fixed
+
+
 def state_outside_warnings(spec: ServerSpec, mounts: Sequence[str] = ()) -> list[str]:
     """Why episodes of this server may change things outside the sandbox (issue 17, item 5)."""
     out: list[str] = []

@@ -41,7 +41,13 @@ from trajsynth.mcp_servers.client import (
 )
 from trajsynth.mcp_servers.discovery import Discovery, Proposer, discover
 from trajsynth.mcp_servers.graph import Embedder, infer_edges, split_cluster
-from trajsynth.mcp_servers.launch import copied_file, server_mounts, state_outside_warnings
+from trajsynth.mcp_servers.hidden import visible_tools
+from trajsynth.mcp_servers.launch import (
+    copied_file,
+    host_folder_copies,
+    server_mounts,
+    state_outside_warnings,
+)
 from trajsynth.mcp_servers.tags import tag_tool
 from trajsynth.schemas import (
     BundledCluster,
@@ -406,6 +412,9 @@ def add_outside_cluster(
     sandbox_kind: SandboxKind = SandboxKind.AUTO,
     probe: bool = True,
     propose: Proposer | None = None,
+    hide: Sequence[str] = (),
+    hide_params: Sequence[str] = (),
+    copy_folders: bool = True,
 ) -> list[ToolCluster]:
     """Import an outside MCP server as a cluster and save it under ``clusters_dir``.
 
@@ -437,6 +446,16 @@ def add_outside_cluster(
     bad = [k for k in (env or {}) if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
     if bad:
         raise InputError(f"--env {bad[0]!r}: not an environment variable name")
+    if command is not None and copy_folders and not on_host:
+        command, found_copies, repo_args = host_folder_copies(list(command), mounts)
+        copies = [*copies, *found_copies]
+        args = {**repo_args, **dict(args or {})}
+        for item in found_copies:
+            log.warning(
+                "cluster %s: host folder %s is copied into the sandbox work dir (the server "
+                "sees %s; your files are never touched; --no-copy-folders to turn it off)",
+                name, *item.split(":", 1),
+            )  # fmt: skip
     if copies and reset is ResetMode.FRESH:
         reset = ResetMode.SNAPSHOT  # copied files are the state: restore them between branches
 
@@ -451,6 +470,8 @@ def add_outside_cluster(
         reset=reset,
         copies=[copied_file(*_copy_parts(c)) for c in copies],
         args=dict(args or {}),
+        hidden_tools=sorted(hide),
+        hidden_params=sorted(hide_params),
     )
     found_mounts = server_mounts(server.command or [], server.mounts) if command else []
     warnings = state_outside_warnings(server, found_mounts)
@@ -475,13 +496,21 @@ def add_outside_cluster(
         raise InputError(f"cluster {name!r}: {exc}") from exc
     if not raw_tools:
         raise InputError(f"cluster {name!r}: `{what}` lists no tools")
-    tools = found.tools if found is not None else [tool_spec(t) for t in raw_tools]
+    shown, hidden = _shown(server, [tool_spec(t) for t in raw_tools])
+    tools = found.tools if found is not None else shown
+    if hidden:
+        server = server.model_copy(update={"hidden_tools": sorted(set(hidden))})
+        log.info("cluster %s: hidden from the model and the planner: %s", name, ", ".join(hidden))
     flow = found.edges if found is not None else []
     # An edge guessed from names and schemas is kept only when nothing could be probed: after
     # probing, the value-flow edges are the confirmed ones, and a guess no probe confirmed
     # (server-memory: read_graph's `entities[]` fed to create_entities) sent every gold run
     # that followed it into an empty list (issue 17, item 3).
     inferred = [] if found is not None else infer_edges(tools, embed=embed)
+    if found is not None:
+        warnings = [*warnings, *probe_warnings(found, tools)]
+        for warning in warnings[len(state_outside_warnings(server, found_mounts)) :]:
+            log.warning("cluster %s: %s", name, warning)
     whole = ToolCluster(
         cluster_id=name,
         domain=domain,
@@ -510,6 +539,43 @@ def add_outside_cluster(
         clusters_dir,
     )
     return parts
+
+
+def probe_warnings(found: Discovery, tools: Sequence[ToolSpec]) -> list[str]:
+    """What to do when discovery could probe nothing: without an end-state probe or an edge
+    no task can be checked by its end state. Says why (the server's own stderr) and which
+    flags fix the usual causes (required ids, a host folder the server cannot write)."""
+    if found.probes or found.edges:
+        return []
+    needed = sorted(
+        {
+            r
+            for t in tools
+            for r in (t.input_schema.get("required") or [])
+            if isinstance(r, str) and re.search(r"(^|_)(id|ids|key|path|repo\w*)$|Id$", r)
+        }
+    )
+    out = [
+        f"discovery could probe nothing: {len(tools)} tools, 0 edges, 0 end-state probes; "
+        "every probe call failed (the tags' evidence in `synth clusters show` quotes them)"
+    ]
+    stderr = [
+        n.removeprefix("server stderr: ") for n in found.notes if n.startswith("server stderr: ")
+    ]
+    if stderr and stderr[-1].strip():
+        out.append("the server said: " + " ".join(stderr[-1].split())[-400:])
+    if needed:
+        out.append(
+            "the tools require " + ", ".join(needed[:6]) + ": give values from the server's "
+            "own data with " + " ".join(f"--arg {n}=VALUE" for n in needed[:3])
+        )
+    return out
+
+
+def _shown(server: ServerSpec, specs: list[ToolSpec]) -> tuple[list[ToolSpec], list[str]]:
+    return visible_tools(
+        specs, hide=server.hidden_tools, hide_params=server.hidden_params, fixed=server.args
+    )
 
 
 def _copy_parts(spec: str) -> tuple[str, str | None]:
@@ -545,10 +611,12 @@ async def _start_and_discover(
             description = f"MCP server {info.name} {info.version}".strip()
         if not probe or not tools:
             return tools, description, None
-        specs = [tool_spec(t) for t in tools]
+        specs = _shown(cluster.server, [tool_spec(t) for t in tools])[0]
         # the tools' tags decide which calls the environment records as writes
         env.cluster = env.cluster.model_copy(update={"tools": specs})
         found = await discover(env, specs, fixed=cluster.server.args, propose=propose)
+        if not found.probes and not found.edges:
+            found.notes.append(f"server stderr: {env.stderr_tail().strip()[-600:]}")
     for note in found.notes:
         log.info("cluster %s: %s", cluster.cluster_id, note)
     if found.probes:

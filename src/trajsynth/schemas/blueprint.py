@@ -21,6 +21,7 @@ __all__ = [
     "GoldCall",
     "GoldRun",
     "LiteralArg",
+    "MutationLint",
     "PathShape",
     "PlannedCall",
     "ReasoningMode",
@@ -105,6 +106,28 @@ class GoldRun(Record):
     initial_state_hash: str
 
 
+class MutationLint(Record):
+    """What the mutation lint found (``agents.mutants``): wrong variants of the gold run
+    replayed and scored against the constraints."""
+
+    variants: int = Field(default=0, ge=0, description="wrong variants built and replayed")
+    caught_first: int = Field(default=0, ge=0, description="variants the planned checks failed")
+    survived: list[str] = Field(
+        default_factory=list, description="variants the final checks still pass (kind: what)"
+    )
+    strengthened: list[str] = Field(default_factory=list, description="checks the lint added")
+    final_state_catches: int = Field(
+        default=0, ge=0, description="drop/change/error variants whose end state differs"
+    )
+    gold_passes: bool = True
+    kinds: list[str] = Field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        """No wrong variant passes and the gold run does."""
+        return not self.survived and self.gold_passes
+
+
 class Blueprint(Record):
     blueprint_id: str
     cluster_id: str
@@ -130,6 +153,8 @@ class Blueprint(Record):
     words_attempts: int = Field(default=0, ge=0)
     reads_before_write: list[int] = Field(default_factory=list)
     usage: list[LLMUsage] = Field(default_factory=list)
+    # the mutation lint's figures (agents.mutants); None where it did not run
+    mutation_lint: MutationLint | None = None
 
     def signature(self) -> str:
         """The task as an exercise: its cluster, its tool path (the tools in order) and its

@@ -58,6 +58,9 @@ class ToolSpec(Record):
     access_source: Literal["annotation", "probe", "name", "default"] | None = None
     access_evidence: str | None = Field(default=None, description="why the tag is what it is")
     idempotent: bool | None = Field(default=None, description="MCP idempotentHint, if given")
+    # outside servers: parameters left out of the schema the model sees, with the value the
+    # environment adds to every call (--arg, --hide-param; mcp_servers.hidden)
+    injected: dict[str, JsonValue] = Field(default_factory=dict)
 
     def to_openai(self) -> dict[str, JsonValue]:
         """The tool as an OpenAI ``tools`` entry (what chat templates take as ``tools=``)."""
@@ -149,6 +152,12 @@ class ServerSpec(Record):
     reset: ResetMode = ResetMode.FRESH
     copies: list[CopiedFile] = Field(default_factory=list, description="--copy, by hash")
     args: dict[str, JsonValue] = Field(default_factory=dict, description="--arg name=value")
+    hidden_tools: list[str] = Field(
+        default_factory=list, description="--hide and harness controls: never shown or planned"
+    )
+    hidden_params: list[str] = Field(
+        default_factory=list, description="--hide-param: left out of what the model sees"
+    )
 
 
 class DomainFacts(Record):

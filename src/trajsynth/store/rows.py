@@ -181,6 +181,10 @@ class BlueprintRow(Row):
     max_turns: int | None = _c("turn budget of a rollout")
     seed: BigInt | None = _c("the planning seed")
     words_source: str | None = _c("llm or template (who wrote the goal)")
+    mutation_lint: Json = _c(
+        "the mutation lint: wrong variants of the gold run replayed, caught, survived, and the "
+        "checks it added (null: not run)"
+    )
 
 
 @_table("blueprint_attempts")

@@ -44,6 +44,9 @@ class RunSummary(BaseModel):
     # trajectories each hygiene check failed (docs/verification.md)
     constraints_passed: int = 0
     hygiene_failed: dict[str, int] = {}
+    # the mutation lint over the run's blueprints (agents.mutants): blueprints linted, those
+    # no wrong variant passes, variants replayed, caught by the planned checks, checks added
+    mutation_lint: dict[str, int] = {}
 
     @property
     def judged(self) -> int:
@@ -94,6 +97,30 @@ def _asked(store: Store, run_id: str) -> tuple[int | None, int | None]:
     except ValueError:
         return None, None
     return config.tasks * config.rounds, config.plan_budget() * config.rounds
+
+
+def _mutation_lint(store: Store, run_id: str) -> dict[str, int]:
+    """The mutation lint's figures summed over the run's blueprints; empty when none ran (or
+    the store predates the column)."""
+    has = store.query(
+        "SELECT count(*) AS n FROM information_schema.columns "
+        "WHERE table_name = 'blueprints' AND column_name = 'mutation_lint'"
+    )
+    if not has or not has[0]["n"]:
+        return {}
+    rows = store.query(
+        "SELECT count(*) AS blueprints, "
+        "count(*) FILTER (WHERE json_array_length(mutation_lint->'survived') = 0 "
+        "AND CAST(mutation_lint->>'gold_passes' AS BOOLEAN)) AS clean, "
+        "sum(CAST(mutation_lint->>'variants' AS INTEGER)) AS variants, "
+        "sum(CAST(mutation_lint->>'caught_first' AS INTEGER)) AS caught_first, "
+        "sum(json_array_length(mutation_lint->'strengthened')) AS strengthened "
+        "FROM blueprints WHERE run_id = ? AND mutation_lint IS NOT NULL",
+        [run_id],
+    )
+    if not rows or not rows[0]["blueprints"]:
+        return {}
+    return {k: int(v or 0) for k, v in rows[0].items()}
 
 
 def summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
@@ -157,6 +184,7 @@ def _summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
     failed_units, failed_errors = _failed_units(store, run_id)
     asked, budget = _asked(store, run_id)
     attempts = q("SELECT count(*) AS n FROM blueprint_attempts WHERE run_id = ?", [run_id])
+    lint = _mutation_lint(store, run_id)
     v = verdicts[0] if verdicts else {"n": 0, "counted": 0, "passed": 0}
     tokens = {r["role"]: int(r["tokens"] or 0) for r in usage}
     secs = {r["role"]: float(r["secs"] or 0.0) for r in usage}
@@ -184,6 +212,7 @@ def _summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         llm_s=sum(secs.values()),
         tool_calls=int(tools[0]["n"]) if tools else 0,
         median_tool_ms=float(tools[0]["ms"]) if tools and tools[0]["ms"] is not None else None,
+        mutation_lint=lint,
         failed_units=failed_units,
         failed_unit_errors=failed_errors,
         constraints_passed=int(hygiene[0]["constraints_passed"] or 0) if hygiene else 0,

@@ -172,8 +172,15 @@ def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
         )
         for probe in c.probes:
             _console().print(f"end-state probe: {probe.tool}({json.dumps(probe.arguments)})")
+        if s.hidden_tools or s.hidden_params:
+            _console().print(
+                f"hidden from the model: tools {', '.join(s.hidden_tools) or 'none'}; "
+                f"params {', '.join(s.hidden_params) or 'none'}"
+            )
         for warning in c.warnings:
             _console().print(f"[yellow]warning:[/] {warning}")
+        for line in _lint_lines(c.cluster_id):
+            _console().print(line)
 
 
 @app.command()
@@ -225,6 +232,24 @@ def add(
     sandbox: Annotated[
         SandboxKind, typer.Option("--sandbox", help="auto | local | docker")
     ] = SandboxKind.AUTO,
+    hide: Annotated[
+        list[str] | None,
+        typer.Option("--hide", help="TOOL never shown to the model nor planned (a harness tool)"),
+    ] = None,
+    hide_param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--hide-param",
+            help="NAME left out of what the model sees (its --arg value, if any, is injected)",
+        ),
+    ] = None,
+    copy_folders: Annotated[
+        bool,
+        typer.Option(
+            "--copy-folders/--no-copy-folders",
+            help="copy host folders named in the command into the sandbox work dir (default)",
+        ),
+    ] = True,
     llm_edges: Annotated[
         bool,
         typer.Option(
@@ -277,6 +302,9 @@ def add(
         args=fixed,
         sandbox_kind=sandbox,
         propose=_llm_proposer() if llm_edges else None,
+        hide=hide or (),
+        hide_params=hide_param or (),
+        copy_folders=copy_folders,
     )
     table = _table(
         f"added {name}",
@@ -297,6 +325,38 @@ def add(
     _console().print(table)
     for warning in parts[0].warnings if parts else []:
         _console().print(f"[yellow]warning:[/] {warning}")
+
+
+def _lint_lines(cluster_id: str) -> list[str]:
+    """The mutation lint's figures for the cluster's stored blueprints (``synth run``)."""
+    from trajsynth.cli import main as cli
+
+    path = cli.settings().store_path
+    if not path.exists():
+        return []
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+        rows = con.execute(
+            "SELECT mutation_lint FROM blueprints WHERE cluster_id = ? "
+            "AND mutation_lint IS NOT NULL",
+            [cluster_id],
+        ).fetchall()
+        con.close()
+    except duckdb.Error:
+        return []
+    lints = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in rows]
+    if not lints:
+        return []
+    variants = sum(x.get("variants", 0) for x in lints)
+    caught = sum(x.get("caught_first", 0) for x in lints)
+    clean = sum(1 for x in lints if not x.get("survived") and x.get("gold_passes", True))
+    added = sum(len(x.get("strengthened", [])) for x in lints)
+    return [
+        f"mutation lint: {len(lints)} blueprints, {clean} with no wrong variant passing; "
+        f"{variants} variants, {caught} caught by the planned checks, {added} checks added"
+    ]
 
 
 def _llm_proposer() -> Proposer:

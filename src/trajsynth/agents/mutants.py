@@ -1,0 +1,320 @@
+"""The mutation lint: constraints that a wrong trajectory cannot pass.
+
+A blueprint's constraints come from its gold run; nothing yet shows they would fail a wrong
+run. So, for an accepted blueprint, wrong variants of the gold run are built and replayed in
+the task's initial state (the environment restored from its snapshot, the same as a fresh
+one), and each is scored with the product's own ``verify`` while its answer states every value
+the constraints check (the worst case for the lint):
+
+- ``drop``: one write left out;
+- ``change``: one argument of a write set to another value the server accepted for it
+  (``ToolCluster.arg_values``, from discovery) or that its reads returned;
+- ``error``: one write's result replaced with an error result (the call refused, nothing
+  changed);
+- ``stray``: one more write of another tool of the cluster, with values from its world.
+
+A variant that passes is a hole. The lint then strengthens the checks: an argument matcher on
+the changed field, or a ``tool_not_called`` for the stray tool, and scores every variant again.
+A blueprint that a variant still passes, or whose own gold run fails the stronger checks, is
+rejected (reason ``mutation_lint``). The figures go on the blueprint (``MutationLint``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from trajsynth.agents.gold import observation_value
+from trajsynth.curation.verify import observed_reading, verify
+from trajsynth.mcp_servers.arguments import generate_arguments
+from trajsynth.schemas import (
+    AnswerContains,
+    CallPattern,
+    Constraint,
+    EnvState,
+    FinalState,
+    GoldCall,
+    JsonValue,
+    Message,
+    MessageRole,
+    MutationLint,
+    SnapshotHandle,
+    ToolAccess,
+    ToolCalled,
+    ToolCallRecord,
+    ToolCluster,
+    ToolNotCalled,
+    Trajectory,
+    canonical_json,
+)
+from trajsynth.schemas.results import result_error
+from trajsynth.schemas.rollout import ObsClass, Termination
+
+__all__ = ["Variant", "lint_by_mutation", "variants"]
+
+log = logging.getLogger(__name__)
+
+_MAX_PER_KIND = 3
+_ERROR_TEXT = '{"error": "the request was refused"}'
+
+
+class LintEnvironment(Protocol):
+    async def call_tool(self, name: str, arguments: dict) -> Any: ...
+
+    async def state(self) -> EnvState: ...
+
+    async def restore(self, handle: SnapshotHandle) -> None: ...
+
+
+class Variant:
+    """A wrong run: its calls (``refused`` ones answer with an error and are not sent)."""
+
+    def __init__(
+        self, kind: str, calls: list[GoldCall], detail: str, field: tuple[int, str] | None = None
+    ) -> None:
+        self.kind = kind
+        self.calls = calls
+        self.detail = detail
+        self.field = field  # (index of the changed call, parameter) for ``change``
+        self.refused: set[int] = set()
+
+
+def _writes(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[int]:
+    specs = {t.name: t for t in cluster.tools}
+    return [
+        i
+        for i, c in enumerate(calls)
+        if c.tool in specs and specs[c.tool].access is ToolAccess.WRITE and not c.is_error
+    ]
+
+
+def _world_values(cluster: ToolCluster, calls: Sequence[GoldCall], tool: str, param: str) -> list:
+    """Other values the server's world holds for ``param``: those discovery saw accepted,
+    then those its reads returned under the same key in the gold run."""
+    out: list[JsonValue] = list(cluster.arg_values.get(tool, {}).get(param, []))
+    for values in cluster.arg_values.values():
+        out += values.get(param, [])
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                if k == param and isinstance(v, str | int | float) and not isinstance(v, bool):
+                    out.append(v)
+                walk(v)
+        elif isinstance(value, list):
+            for v in value[:20]:
+                walk(v)
+
+    for c in calls:
+        obs = c.observation
+        if isinstance(obs, str):
+            try:
+                obs = json.loads(obs)
+            except ValueError:
+                continue
+        walk(obs)
+    return out
+
+
+def variants(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[Variant]:
+    """The wrong variants of a gold run (module doc)."""
+    writes = _writes(cluster, calls)
+    out: list[Variant] = []
+    for i in writes[:_MAX_PER_KIND]:
+        out.append(
+            Variant("drop", [c for j, c in enumerate(calls) if j != i], f"drop {calls[i].tool}")
+        )
+    changes = 0
+    for i in writes:
+        call = calls[i]
+        for param, gold in call.arguments.items():
+            if changes >= _MAX_PER_KIND or not isinstance(gold, str | int | float):
+                continue
+            other = next(
+                (v for v in _world_values(cluster, calls, call.tool, param) if v != gold
+                 and type(v) is type(gold)),
+                None,
+            )  # fmt: skip
+            if other is None:
+                continue
+            changed = [*calls]
+            changed[i] = call.model_copy(update={"arguments": {**call.arguments, param: other}})
+            was, now = canonical_json(gold)[:40], canonical_json(other)[:40]
+            detail = f"{call.tool}({param}={now}, not {was})"
+            out.append(Variant("change", changed, detail, field=(i, param)))
+            changes += 1
+    for i in writes[:_MAX_PER_KIND]:
+        v = Variant("error", list(calls), f"{calls[i].tool} refused")
+        v.refused.add(i)
+        out.append(v)
+    used = {c.tool for c in calls}
+    strays = [t for t in cluster.tools if t.access is ToolAccess.WRITE and t.name not in used]
+    if writes:
+        for spec in strays[:_MAX_PER_KIND]:
+            known = {p: list(vs) for p, vs in cluster.arg_values.get(spec.name, {}).items() if vs}
+            args = generate_arguments(
+                spec.input_schema, spec.name, known=known, fixed=cluster.server.args
+            )
+            stray = GoldCall(tool=spec.name, arguments=args)
+            out.append(Variant("stray", [*calls, stray], f"also {spec.name}"))
+    return out
+
+
+def _answer(constraints: Sequence[Constraint], records: Sequence[ToolCallRecord]) -> str:
+    """An answer stating every value the constraints check; a value that changes between
+    reads (``observed``) is this run's own reading, as an episode's would be."""
+    values: list[str] = []
+    for c in constraints:
+        if not isinstance(c, AnswerContains):
+            continue
+        if c.observed is not None:
+            try:
+                values.append(str(observed_reading(records, c.observed)))
+                continue
+            except LookupError:
+                pass
+        values += [str(v) for v in c.values]
+    return "Done. " + ", ".join(values) if values else "Done."
+
+
+def _trajectory(
+    cluster: ToolCluster, records: list[ToolCallRecord], answer: str, blueprint_id: str
+) -> Trajectory:
+    return Trajectory(
+        trajectory_id=f"mutant-{blueprint_id}",
+        run_id="mutation-lint",
+        blueprint_id=blueprint_id,
+        tree_id="mutant",
+        leaf_node_id="mutant",
+        cluster_id=cluster.cluster_id,
+        messages=[Message(role=MessageRole.ASSISTANT, content=answer)],
+        tools=[t.to_openai() for t in cluster.tools],
+        calls=records,
+        final_answer=answer,
+        termination=Termination.ASSISTANT_DONE,
+    )
+
+
+def _text(observation: Any) -> str:
+    return observation if isinstance(observation, str) else canonical_json(observation)
+
+
+async def _replay(
+    env: LintEnvironment, handle: SnapshotHandle, variant: Variant
+) -> tuple[list[ToolCallRecord], EnvState]:
+    """The variant acted out from the initial state: its call records and its end state.
+    A refused call is recorded with an error result the server never flagged."""
+    await env.restore(handle)
+    records: list[ToolCallRecord] = []
+    for i, call in enumerate(variant.calls):
+        if i in variant.refused:
+            text, obs_class = _ERROR_TEXT, ObsClass.OK
+        else:
+            result = await env.call_tool(call.tool, dict(call.arguments))
+            text = _text(observation_value(result))
+            obs_class = ObsClass.ERROR if getattr(result, "is_error", False) else ObsClass.OK
+        records.append(
+            ToolCallRecord(
+                call_id=f"m{i}",
+                tool=call.tool,
+                raw_arguments=canonical_json(call.arguments),
+                arguments=dict(call.arguments),
+                observation=text,
+                obs_class=obs_class,
+            )
+        )
+    return records, await env.state()
+
+
+def _refused(record: ToolCallRecord) -> bool:
+    return record.obs_class is ObsClass.ERROR or result_error(record.observation) is not None
+
+
+def _strengthen(
+    constraints: list[Constraint], variant: Variant, gold: Sequence[GoldCall]
+) -> tuple[list[Constraint], str | None]:
+    """Stronger checks that fail ``variant``, and what was added (None: nothing to add)."""
+    if variant.kind == "change" and variant.field is not None:
+        i, param = variant.field
+        call = gold[i]
+        out: list[Constraint] = []
+        added = None
+        for c in constraints:
+            mine = isinstance(c, ToolCalled) and c.call.tool == call.tool and added is None
+            same = mine and all(call.arguments.get(k) == v for k, v in c.call.matchers.items())
+            if same and param not in c.call.matchers:
+                matchers = {**c.call.matchers, param: call.arguments[param]}
+                c = c.model_copy(update={"call": CallPattern(tool=c.call.tool, matchers=matchers)})
+                added = f"matcher {call.tool}.{param}"
+            out.append(c)
+        return out, added
+    if variant.kind == "stray":
+        tool = variant.calls[-1].tool
+        if any(isinstance(c, ToolNotCalled) and c.call.tool == tool and not c.call.matchers
+               for c in constraints):  # fmt: skip
+            return constraints, None
+        extra = ToolNotCalled(call=CallPattern(tool=tool), derived_from="mutation_lint.stray")
+        return [*constraints, extra], f"tool_not_called {tool}"
+    return constraints, None
+
+
+async def lint_by_mutation(
+    env: LintEnvironment,
+    handle: SnapshotHandle,
+    cluster: ToolCluster,
+    gold: Sequence[GoldCall],
+    constraints: list[Constraint],
+    *,
+    blueprint_id: str = "draft",
+) -> tuple[list[Constraint], MutationLint]:
+    """Score the wrong variants of ``gold`` (module doc); the constraints, strengthened where
+    a variant passed them, and the figures. ``MutationLint.rejected`` says whether a variant
+    still passes (or the gold run fails the stronger checks). Leaves ``env`` restored."""
+    built = variants(cluster, gold)
+    if not built:  # a read-only path: its answer is what the checks hold it to
+        return constraints, MutationLint()
+    replayed = [(v, *(await _replay(env, handle, v))) for v in built]
+    # a stray write the server refused changed nothing: no wrong run to catch
+    replayed = [r for r in replayed if not (r[0].kind == "stray" and _refused(r[1][-1]))]
+    built = [r[0] for r in replayed]
+
+    def passes(records: list[ToolCallRecord], state: EnvState, checks: list[Constraint]) -> bool:
+        trajectory = _trajectory(cluster, records, _answer(checks, records), blueprint_id)
+        return verify(trajectory, checks, state).passed
+
+    passed_first = [v for v, records, state in replayed if passes(records, state, constraints)]
+    strengthened: list[str] = []
+    for v in passed_first:
+        constraints, added = _strengthen(constraints, v, gold)
+        if added:
+            strengthened.append(added)
+    survivors = [
+        f"{v.kind}: {v.detail}"
+        for v, records, state in replayed
+        if passes(records, state, constraints)
+    ]
+    gold_variant = Variant("gold", list(gold), "the gold run")
+    records, state = await _replay(env, handle, gold_variant)
+    gold_ok = passes(records, state, constraints)
+    await env.restore(handle)
+    final_check = any(isinstance(c, FinalState) for c in constraints)
+    state_catches = sum(
+        1
+        for v, _, state in replayed
+        if final_check
+        and v.kind in ("drop", "change", "error")
+        and any(isinstance(c, FinalState) and c.gold_hash != state.state_hash for c in constraints)
+    )
+    lint = MutationLint(
+        variants=len(built),
+        caught_first=len(built) - len(passed_first),
+        survived=survivors,
+        strengthened=strengthened,
+        final_state_catches=state_catches,
+        gold_passes=gold_ok,
+        kinds=sorted({v.kind for v in built}),
+    )
+    log.debug("mutation lint: %s", lint)
+    return constraints, lint

@@ -1,0 +1,310 @@
+"""Wrong trajectories that used to pass: each is scored with the product's own ``verify``
+against constraints the product planned (gold run, derived constraints, mutation lint) on a
+server like the one that let it through, and must fail.
+
+The five, as written by hand against the stores of three outside servers:
+an ``mv`` of a missing file whose result is the error; a post while not authenticated; a
+branch with the wrong name; the harness's ``reset_state`` alone; the address changed to
+another city and then reset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.strangers import StrangerEnvironment, gorilla, repo, retail, stranger_cluster
+
+from trajsynth.agents.constraints import derive_constraints
+from trajsynth.agents.gold import GoldFailure, run_gold_path
+from trajsynth.agents.mutants import lint_by_mutation
+from trajsynth.agents.planner import Planner, plan_blueprint
+from trajsynth.curation.verify import verify
+from trajsynth.flows.units import _blueprint_row
+from trajsynth.schemas import (
+    Blueprint,
+    Cell,
+    Constraint,
+    Difficulty,
+    EnvState,
+    LiteralArg,
+    Message,
+    MessageRole,
+    PathShape,
+    PlannedCall,
+    ReasoningMode,
+    ToolAccess,
+    ToolCallRecord,
+    ToolCluster,
+    Trajectory,
+    canonical_json,
+)
+from trajsynth.schemas.rollout import ObsClass, Termination
+from trajsynth.store import Store
+from trajsynth.store.summary import summarize_run
+
+
+def _steps(*calls: tuple[str, dict[str, Any]]) -> list[PlannedCall]:
+    return [
+        PlannedCall(tool=t, args={k: LiteralArg(value=v) for k, v in a.items()}) for t, a in calls
+    ]
+
+
+async def _planned(
+    cluster: ToolCluster, make: Any, *calls: tuple[str, dict[str, Any]], lint: bool = True
+) -> list[Constraint]:
+    """The gold run of ``calls`` in a fresh environment, its derived constraints, then the
+    mutation lint (which must leave no wrong variant passing)."""
+    env = StrangerEnvironment(make, cluster)
+    initial = await env.state()
+    handle = await env.snapshot()
+    outcome = await run_gold_path(env, cluster, _steps(*calls), {}, initial)
+    assert not isinstance(outcome, GoldFailure), outcome
+    constraints = derive_constraints(
+        outcome.run.calls, outcome.run.final_state, cluster, [], initial_state=initial
+    )
+    if not lint:
+        return constraints
+    constraints, figures = await lint_by_mutation(
+        env, handle, cluster, outcome.run.calls, constraints
+    )
+    assert figures.variants > 0 and figures.clean, figures
+    return constraints
+
+
+async def _score(
+    cluster: ToolCluster,
+    make: Any,
+    constraints: list[Constraint],
+    *calls: tuple[str, dict[str, Any], str | None],
+) -> tuple[bool, list[str]]:
+    """A hand-made trajectory acted out in a fresh environment: each call's result as the
+    server answered it, or (a text given) as recorded then, with ``obs_class`` ok, the way the
+    stores held error results before they were read as failures."""
+    env = StrangerEnvironment(make, cluster)
+    records = []
+    for i, (tool, arguments, recorded) in enumerate(calls):
+        result = await env.call_tool(tool, arguments)
+        records.append(
+            ToolCallRecord(
+                call_id=f"c{i}",
+                tool=tool,
+                raw_arguments=canonical_json(arguments),
+                arguments=arguments,
+                observation=recorded if recorded is not None else result.text,
+                obs_class=ObsClass.OK,
+            )
+        )
+    state: EnvState = await env.state()
+    trajectory = Trajectory(
+        trajectory_id="wrong",
+        run_id="r",
+        blueprint_id="bp",
+        tree_id="t",
+        leaf_node_id="l",
+        cluster_id=cluster.cluster_id,
+        messages=[Message(role=MessageRole.ASSISTANT, content="All done.")],
+        tools=[t.to_openai() for t in cluster.tools],
+        calls=records,
+        final_answer="All done.",
+        termination=Termination.ASSISTANT_DONE,
+    )
+    verdict = verify(trajectory, constraints, state)
+    return verdict.passed, [r.detail for r in verdict.results if not r.passed]
+
+
+async def test_error_results_are_failures_for_discovery() -> None:
+    """The tools that answered "not authenticated" were tagged read on the strength of that
+    answer; now a refused probe evidences nothing, and no edge cites one."""
+    cluster = await stranger_cluster("gorilla", gorilla)
+    tags = {t.name: t for t in cluster.tools}
+    for name in ("post_tweet", "comment"):
+        assert not (tags[name].access is ToolAccess.READ and tags[name].access_source == "probe")
+        assert "succeeded" not in (tags[name].access_evidence or ""), tags[name].access_evidence
+    assert tags["mv"].access is ToolAccess.WRITE
+    for edge in cluster.edges:
+        assert "not authenticated" not in (edge.evidence or "").lower(), edge
+
+
+async def test_a_gold_run_ending_in_an_error_result_is_rejected() -> None:
+    cluster = await stranger_cluster("gorilla", gorilla)
+    env = StrangerEnvironment(gorilla, cluster)
+    initial = await env.state()
+    outcome = await run_gold_path(
+        env, cluster, _steps(("post_tweet", {"content": "hello"})), {}, initial
+    )
+    assert isinstance(outcome, GoldFailure) and "not authenticated" in outcome.detail
+
+
+async def test_mv_of_a_missing_file_fails() -> None:
+    cluster = await stranger_cluster("gorilla", gorilla)
+    constraints = await _planned(
+        cluster, gorilla, ("mv", {"source": "notes.txt", "destination": "archive.txt"})
+    )
+    passed, why = await _score(
+        cluster,
+        gorilla,
+        constraints,
+        ("mv", {"source": "missing.txt", "destination": "archive.txt"}, None),
+    )
+    assert not passed, why
+
+
+async def test_a_post_while_not_authenticated_fails() -> None:
+    cluster = await stranger_cluster("gorilla", gorilla)
+    constraints = await _planned(
+        cluster,
+        gorilla,
+        ("authenticate_twitter", {"username": "sam", "password": "hunter2"}),
+        ("post_tweet", {"content": "Budget meeting moved to 3pm"}),
+    )
+    passed, why = await _score(
+        cluster,
+        gorilla,
+        constraints,
+        ("post_tweet", {"content": "Budget meeting moved to 3pm"}, None),
+    )
+    assert not passed, why
+    assert any("error result" in w or "never called" in w or "closest" in w for w in why), why
+
+
+async def test_a_branch_with_the_wrong_name_fails() -> None:
+    cluster = await stranger_cluster("repo", repo)
+    # the hole the lint closes: the derived checks alone let the wrong name through
+    derived = await _planned(
+        cluster, repo, ("git_create_branch", {"branch_name": "feature-x"}), lint=False
+    )
+    passed, _ = await _score(
+        cluster, repo, derived, ("git_create_branch", {"branch_name": "wrong-name"}, None)
+    )
+    assert passed
+    constraints = await _planned(cluster, repo, ("git_create_branch", {"branch_name": "feature-x"}))
+    passed, why = await _score(
+        cluster, repo, constraints, ("git_create_branch", {"branch_name": "wrong-name"}, None)
+    )
+    assert not passed, why
+
+
+async def test_harness_controls_are_hidden_and_reset_alone_fails() -> None:
+    cluster = await stranger_cluster(
+        "retail", retail, hide_params=["state_key"], args={"user_id": "u_alice"}
+    )
+    names = {t.name for t in cluster.tools}
+    assert "reset_state" not in names and "get_call_log" not in names
+    assert set(cluster.server.hidden_tools) == {"reset_state", "get_call_log"}
+    for t in cluster.tools:  # neither the routing key nor the fixed id reaches the model
+        props = t.input_schema.get("properties") or {}
+        assert "state_key" not in props and "user_id" not in props, t.name
+    # reads are no longer writes: the call log is not a view
+    assert {t.name: t.access for t in cluster.tools}["list_users"] is ToolAccess.READ
+    assert all(p.tool != "get_call_log" for p in cluster.probes)
+    constraints = await _planned(cluster, retail, ("update_address", {"city": "Denver"}))
+    passed, why = await _score(cluster, retail, constraints, ("reset_state", {}, None))
+    assert not passed, why
+
+
+async def test_a_write_changed_then_reset_fails() -> None:
+    cluster = await stranger_cluster(
+        "retail", retail, hide_params=["state_key"], args={"user_id": "u_alice"}
+    )
+    constraints = await _planned(cluster, retail, ("update_address", {"city": "Denver"}))
+    passed, why = await _score(
+        cluster,
+        retail,
+        constraints,
+        ("update_address", {"city": "Chicago"}, None),
+        ("reset_state", {}, None),
+    )
+    assert not passed, why
+
+
+async def test_the_injected_value_replaces_what_the_model_sends() -> None:
+    """A junk ``state_key`` from the model never reaches the server: hidden, so dropped."""
+    cluster = await stranger_cluster(
+        "retail", retail, hide_params=["state_key"], args={"user_id": "u_alice"}
+    )
+    env = StrangerEnvironment(retail, cluster)
+    result = await env.call_tool("update_address", {"city": "Reno"})
+    assert not result.is_error and "u_alice" in result.text
+    assert env.data["users"]["u_alice"]["city"] == "Reno"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('{"error": "User not authenticated"}', True),
+        ('{"status": "error", "message": "bad id"}', True),
+        ('{"success": false}', True),
+        ("Error: pathspec 'x' did not match", True),
+        ('{"status": "failed", "order_id": "#1"}', False),  # an order's status is data
+        ('[{"error": "disk full", "ts": 1}]', False),  # log entries are data
+        ('{"errors": []}', False),
+        ("Created branch 'x'", False),
+    ],
+)
+def test_result_error_reads_the_top_level_only(text: str, error: bool) -> None:
+    from trajsynth.schemas.results import result_error
+
+    assert (result_error(text) is not None) is error
+
+
+async def test_the_planner_lints_outside_blueprints_and_the_summary_shows_it(
+    tmp_path: Path,
+) -> None:
+    """``plan_blueprint`` on an outside cluster: the blueprint carries the lint's figures, no
+    harness tool is on its path, and the stored figures reach the run summary."""
+    cluster = await stranger_cluster("repo", repo, hide_params=[], args={})
+    planned = []
+    for seed in range(6):
+        cell = Cell(
+            cluster_id="repo",
+            path_shape=PathShape.SINGLE,
+            target_mode=ReasoningMode.DIRECT_EXECUTE,
+            difficulty=Difficulty.EASY,
+        )
+        bp = await plan_blueprint(
+            Planner(use_llm=False), None, lambda: StrangerEnvironment(repo, cluster), cluster,
+            cell, seed,
+        )  # fmt: skip
+        planned.append(bp)
+    blueprints = [b for b in planned if isinstance(b, Blueprint)]
+    assert blueprints, [getattr(b, "detail", "") for b in planned]
+    for bp in blueprints:
+        assert bp.mutation_lint is not None and bp.mutation_lint.clean, bp.mutation_lint
+    store = Store(tmp_path / "s.duckdb")
+    with store.session():
+        store.insert("blueprints", [_blueprint_row(b, "run_a") for b in blueprints])
+    summary = summarize_run(store, "run_a", wall_s=1.0)
+    assert summary.mutation_lint["blueprints"] == len(blueprints)
+    assert summary.mutation_lint["clean"] == len(blueprints)
+    assert summary.mutation_lint["variants"] == sum(b.mutation_lint.variants for b in blueprints)
+
+
+async def test_values_come_from_the_servers_world() -> None:
+    """The ids the planner may bind are those the server knows: a guessed id that the
+    server refused with an error result is not an accepted value, and values its reads
+    returned come first."""
+    cluster = await stranger_cluster("retail", retail, hide_params=["state_key"])
+    for tool in ("get_user_details", "update_address"):
+        values = cluster.arg_values.get(tool, {}).get("user_id", [])
+        assert values and set(values) <= {"u_alice", "u_bob"}, (tool, values)
+    gorilla_cluster = await stranger_cluster("gorilla", gorilla)
+    sources = gorilla_cluster.arg_values.get("cat", {}).get("file_name", [])
+    assert sources and sources[0] in {"notes.txt", "budget.csv"}, sources
+
+
+async def test_a_read_only_path_is_not_rejected_by_the_lint() -> None:
+    """No write, no wrong variant: the lint leaves the checks as they are (a read whose
+    answer changes between reads once failed its own gold run here and was rejected)."""
+    cluster = await stranger_cluster("gorilla", gorilla)
+    env = StrangerEnvironment(gorilla, cluster)
+    initial = await env.state()
+    handle = await env.snapshot()
+    outcome = await run_gold_path(env, cluster, _steps(("ls", {})), {}, initial)
+    assert not isinstance(outcome, GoldFailure)
+    constraints = derive_constraints(
+        outcome.run.calls, outcome.run.final_state, cluster, ["notes.txt"], initial_state=initial
+    )
+    linted, figures = await lint_by_mutation(env, handle, cluster, outcome.run.calls, constraints)
+    assert figures.variants == 0 and figures.clean and linted == constraints
