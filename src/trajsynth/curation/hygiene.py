@@ -49,6 +49,7 @@ from trajsynth.schemas import (
     Trajectory,
     canonical_json,
 )
+from trajsynth.schemas.results import result_error
 
 __all__ = [
     "HygieneCheck",
@@ -100,7 +101,13 @@ def registered_checks() -> list[str]:
 
 
 def succeeded(call: ToolCallRecord) -> bool:
-    return isinstance(call.arguments, Mapping) and call.obs_class != ObsClass.ERROR
+    """A call happened: its arguments parsed and its result is no error, flagged or not (a
+    server that answers ``Error: ...`` without ``isError``: ``schemas.results``)."""
+    return (
+        isinstance(call.arguments, Mapping)
+        and call.obs_class != ObsClass.ERROR
+        and result_error(call.observation) is None
+    )
 
 
 def corrected_by(calls: Sequence[ToolCallRecord], index: int) -> int | None:

@@ -48,6 +48,7 @@ from trajsynth.curation.canon import (
     value_at,
 )
 from trajsynth.curation.hygiene import ASKED_VALUES, HygieneContext, check_hygiene
+from trajsynth.curation.hygiene import succeeded as call_succeeded
 from trajsynth.schemas import (
     AnswerContains,
     AnswerMatches,
@@ -167,11 +168,7 @@ class VerifyContext:
 
     def succeeded(self, call: ToolCallRecord) -> bool:
         """A call happened: its arguments parsed and its observation is not an error."""
-        return (
-            isinstance(call.arguments, Mapping)
-            and call.obs_class != ObsClass.ERROR
-            and not reads_as_error(call)
-        )
+        return call_succeeded(call)
 
     def matches(self, pattern: CallPattern, call: ToolCallRecord) -> bool:
         return call_matches(pattern, call, self.schemas.get(pattern.tool))

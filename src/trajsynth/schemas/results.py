@@ -10,6 +10,8 @@ below every layer that needs it.
 'No such file: a.txt'
 >>> result_error("Error: repository not found"), result_error('{"name": "error.log"}')
 ('Error: repository not found', None)
+>>> result_error("Database error: no such table: notes"), result_error("no error: all fine")
+('Database error: no such table: notes', None)
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ __all__ = ["result_error"]
 # what a failing call's text starts with, in the wording servers use for their own errors
 _ERROR_TEXT = re.compile(
     r"^\s*(?:error\b|failed\b|failure\b|exception\b|traceback \(most recent call last\)|"
-    r"error executing tool)",
+    r"error executing tool|"
+    # a qualified error with its colon: "Database error: no such table", "Validation error:"
+    r"(?!no\b|not\b|without\b)(?:[\w-]+\s+){1,2}error\s*:)",
     re.IGNORECASE,
 )
 # only the word for the call itself failing: an order whose status is "failed" is data
