@@ -123,8 +123,15 @@ def test_the_request_body_is_schema_valid_with_every_option() -> None:
     client = OpenAILLMClient(
         LLMConfig(base_url="http://fake/v1", logprobs=True, top_logprobs=5, model="m")
     )
-    tools = [{"type": "function", "function": {"name": "get_order", "parameters": {"type": "object"}}}]
-    for choice in (None, "required", "none", {"type": "function", "function": {"name": "get_order"}}):
+    tools = [
+        {"type": "function", "function": {"name": "get_order", "parameters": {"type": "object"}}}
+    ]
+    for choice in (
+        None,
+        "required",
+        "none",
+        {"type": "function", "function": {"name": "get_order"}},
+    ):
         body = client.request_body(
             _tool_call_history(), tools=tools, seed=3, n=2, tool_choice=choice
         )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -17,16 +18,22 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
 from trajsynth.cli.explain import little_reasons, produced_little
+from trajsynth.cli.logs import logs_to, quiet_libraries
 from trajsynth.cli.reaper import guard_descendants
 from trajsynth.cli.settings import Settings
+from trajsynth.cli.status_lines import StatusLines
+from trajsynth.cli.tables import Table
 from trajsynth.flows.interrupt import Stop, exit_on_signals
+from trajsynth.flows.progress import progress_sink
 from trajsynth.schemas import InputError, RunConfig
 from trajsynth.store.summary import RunSummary
 
-__all__ = ["prefect_environment", "print_summary", "run_and_report"]
+__all__ = ["STATUS_EVERY_S", "prefect_environment", "print_summary", "run_and_report"]
+
+STATUS_EVERY_S = 10.0
+"""Seconds between two status lines when stdout is not a terminal."""
 
 
 def prefect_environment() -> None:
@@ -37,6 +44,54 @@ def prefect_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _with_bars(build: Callable[[], RunSummary], console: Console) -> RunSummary:
+    """``build()`` under rich's bars, one per stage; log lines print above the bars."""
+    columns = (
+        TextColumn("{task.description:<9}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),  # from the rate of finished units so far
+        TextColumn("{task.fields[note]}"),
+    )
+    with Progress(*columns, console=console, transient=False) as progress, logs_to(console):
+        bars: dict[str, int] = {}
+        tokens = [0]
+
+        def on_event(event: tuple[str, int, int, str]) -> None:
+            stage, done, total, note = event
+            if stage == "tokens":  # a figure, not a bar: shown on the turns bar
+                tokens[0] = done
+                if "turns" in bars:
+                    progress.update(bars["turns"], note=f"{done:,} tokens")
+                return
+            if stage == "turns":
+                note = f"{tokens[0]:,} tokens" if tokens[0] else ""
+            # total 0: open-ended (the `turns` ticks, one per assistant reply of any rollout)
+            if stage not in bars:
+                bars[stage] = progress.add_task(stage, total=total or None, note="")
+            progress.update(bars[stage], completed=done, total=total or None, note=note)
+
+        with progress_sink(on_event):
+            return build()
+
+
+def _with_status_lines(
+    build: Callable[[], RunSummary], console: Console, every_s: float
+) -> RunSummary:
+    """``build()`` with one plain status line every ``every_s`` seconds, flushed at once."""
+    lock = threading.Lock()
+
+    def write(line: str) -> None:
+        with lock:
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
+            console.file.flush()
+
+    with StatusLines(write, interval_s=every_s) as status, progress_sink(status.on_event):
+        return build()
 
 
 def check_reachable(base_url: str, timeout_s: float = 10.0) -> None:
@@ -54,19 +109,40 @@ def check_reachable(base_url: str, timeout_s: float = 10.0) -> None:
 
 
 def run_and_report(
-    settings: Settings, config: RunConfig, *, console: Console, concurrency: int
+    settings: Settings,
+    config: RunConfig,
+    *,
+    console: Console,
+    concurrency: int,
+    status_every: float = STATUS_EVERY_S,
 ) -> bool:
+    """Run ``config`` under a progress display and print its summary; False when it produced
+    nothing. In a terminal the display is rich's bars; otherwise one plain status line every
+    ``status_every`` seconds (``cli.status_lines``)."""
     if config.llm.base_url:
         check_reachable(config.llm.base_url)
     guard_descendants()  # a `kill -9` of this command must not orphan its servers
     prefect_environment()
     # SIGTERM or Ctrl-C end the command at once (the watchdog reaps what it started)
     with exit_on_signals("nothing was run yet") as stop:
-        return _run(settings, config, console=console, concurrency=concurrency, stop=stop)
+        return _run(
+            settings,
+            config,
+            console=console,
+            concurrency=concurrency,
+            stop=stop,
+            status_every=status_every,
+        )
 
 
 def _run(
-    settings: Settings, config: RunConfig, *, console: Console, concurrency: int, stop: Stop
+    settings: Settings,
+    config: RunConfig,
+    *,
+    console: Console,
+    concurrency: int,
+    stop: Stop,
+    status_every: float,
 ) -> bool:
     from trajsynth.flows.api import start_api, wait_api
 
@@ -81,12 +157,9 @@ def _run(
         "units in flight are dropped, what was stored is kept; run the same command again to "
         f"resume run {run_id_for(config)}"
     )
-    from trajsynth.flows.progress import progress_sink
     from trajsynth.flows.runners import task_runner_for
 
-    # importing prefect configures logging anew; HTTP request lines would flood the progress
-    for noisy in ("httpx", "httpcore", "openai", "docker", "urllib3", "mcp"):
-        logging.getLogger(noisy).setLevel(max(logging.getLogger().level, logging.WARNING))
+    quiet_libraries()  # importing prefect configured logging anew
 
     runner = task_runner_for(settings.runner.kind, settings.runner.address, workers=concurrency)
 
@@ -97,37 +170,24 @@ def _run(
     if config.policy is not None:
         model = f" (model {config.policy.model_id})" if config.policy.model_id else ""
         console.print(f"assistant: policy {config.policy.gguf}{model} on its own llama.cpp server")
-    columns = (
-        TextColumn("{task.description:<9}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),  # from the rate of finished units so far
-        TextColumn("{task.fields[note]}"),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
-        bars: dict[str, int] = {}
 
-        def on_event(event: tuple[str, int, int, str]) -> None:
-            stage, done, total, note = event
-            # total 0: open-ended (the `turns` ticks, one per assistant reply of any rollout)
-            if stage not in bars:
-                bars[stage] = progress.add_task(stage, total=total or None, note="")
-            progress.update(bars[stage], completed=done, total=total or None, note=note)
-
-        with progress_sink(on_event):
-            wait_api()
-            summary = asyncio.run(
-                build_dataset.with_options(task_runner=runner)(
-                    config,
-                    store_path=str(settings.store_path),
-                    cache_dir=str(settings.cache_dir / "llm") if settings.llm.cache else None,
-                    clusters_dir=str(settings.clusters_dir),
-                    api_key=settings.llm.api_key,
-                    concurrency=concurrency,
-                )
+    def build() -> RunSummary:
+        wait_api()
+        return asyncio.run(
+            build_dataset.with_options(task_runner=runner)(
+                config,
+                store_path=str(settings.store_path),
+                cache_dir=str(settings.cache_dir / "llm") if settings.llm.cache else None,
+                clusters_dir=str(settings.clusters_dir),
+                api_key=settings.llm.api_key,
+                concurrency=concurrency,
             )
+        )
+
+    if console.is_terminal:
+        summary = _with_bars(build, console)
+    else:
+        summary = _with_status_lines(build, console, status_every)
     print_summary(summary, console=console, store_path=str(settings.store_path))
     for warning in empty_cluster_warnings(str(settings.store_path), summary.run_id, config):
         console.print(f"[yellow]warning:[/] {warning}")
