@@ -1,8 +1,8 @@
 """Tables that stay readable in a narrow terminal: whole words, or one block per row.
 
-``Table`` is rich's table with one change: when the terminal is narrower than the table's
-minimum width (every column as wide as its longest word, plus padding and borders), rich
-would cut words across lines (``compl│eted``); this table prints each row as a block of
+``Table`` is rich's table with one change: where rich would lay a column out narrower than
+its longest word (a table wider than the terminal), it cuts words across lines
+(``compl│eted``) or ends them with an ellipsis; this table prints each row as a block of
 ``header: value`` lines instead, every value wrapped on word boundaries. A table with no
 header and two columns (a summary of figures) prints ``figure: value`` lines.
 
@@ -25,11 +25,15 @@ _INDENT = 4  # a value too long for its header's line goes below it, indented th
 
 
 def fits(table: rich_table.Table, console: Console, width: int) -> bool:
-    """Whether ``table`` renders in ``width`` columns with no word split across lines."""
-    measured = rich_table.Table.__rich_measure__(
-        table, console, console.options.update_width(width)
-    )
-    return measured.minimum <= width
+    """Whether ``table`` renders in ``width`` columns with no word split across lines: the
+    widths rich would give the columns (its own layout) hold each column's longest word."""
+    options = console.options.update_width(width)
+    widths = table._calculate_column_widths(console, options)
+    for column, given in zip(table.columns, widths, strict=True):
+        needed = table._measure_column(console, options, column).minimum
+        if given < needed:
+            return False
+    return True
 
 
 class Table(rich_table.Table):
@@ -37,7 +41,7 @@ class Table(rich_table.Table):
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = options.max_width
-        if not self.columns or not self.rows or fits(self, console, width):
+        if not self.columns or not self.rows or width < 20 or fits(self, console, width):
             yield from super().__rich_console__(console, options)
             return
         yield from self._blocks(console, width)
