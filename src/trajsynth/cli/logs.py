@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 
 from rich.console import Console
@@ -17,7 +18,19 @@ from rich.logging import RichHandler
 
 __all__ = ["configure", "logs_to", "quiet_libraries"]
 
-_NOISY = ("httpx", "httpcore", "openai", "docker", "urllib3", "mcp", "prefect", "asyncio")
+_NOISY = (
+    "httpx",
+    "httpcore",
+    "openai",
+    "docker",
+    "urllib3",
+    "mcp",
+    "prefect",
+    "asyncio",
+    "sentence_transformers",
+    "transformers",
+    "huggingface_hub",
+)
 _verbose = 0
 
 
@@ -41,6 +54,8 @@ def quiet_libraries() -> None:
     level = min(root, logging.INFO) if _verbose else max(root, logging.WARNING)
     for noisy in _NOISY:
         logging.getLogger(noisy).setLevel(level)
+    if not _verbose:  # the embedder's "Loading weights" bars, once per load
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 @contextlib.contextmanager

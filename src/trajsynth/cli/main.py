@@ -191,11 +191,24 @@ _SCHEMA_MODELS: dict[str, type[BaseModel]] = {
 @app.command()
 def schema(
     name: Annotated[str, typer.Argument(help="a table (e.g. task_topology) or a model name")],
+    as_json: JsonOpt = False,
 ) -> None:
     """A store table's columns, each with its type and one line of meaning; or a data
     contract's JSON Schema."""
     if name in ROW_MODELS:
         model = ROW_MODELS[name]
+        if as_json:
+            print_json(
+                {
+                    "table": name,
+                    "key": model.key(),
+                    "columns": [
+                        {"column": c, "type": t, "meaning": model.model_fields[c].description}
+                        for c, t in column_types(model).items()
+                    ],
+                }
+            )
+            return
         table = Table(title=f"{name} (key: {model.key()})")
         for col in ("column", "type", "meaning"):
             table.add_column(col, overflow="fold")
@@ -210,6 +223,9 @@ def schema(
             f"unknown table or schema {name!r}; tables: {', '.join(ROW_MODELS)}; "
             f"schemas: {', '.join(sorted(_SCHEMA_MODELS))}"
         )
+    if as_json:
+        print_json(model_cls.model_json_schema())
+        return
     console.print_json(json.dumps(model_cls.model_json_schema()))
 
 
@@ -388,9 +404,16 @@ def run(
         raise typer.Exit(1)
 
 
+def command() -> Any:
+    """The `synth` click command as typer builds it, its help texts tidied (``help_text``)."""
+    from trajsynth.cli.help_text import tidy
+
+    return tidy(typer.main.get_command(app))
+
+
 def main() -> None:
     try:
-        app()
+        command()()
     except TrajsynthError as exc:
         err_console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         sys.exit(2)

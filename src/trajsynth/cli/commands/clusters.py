@@ -217,7 +217,14 @@ def add(
     ctx: typer.Context,
     name: str,
     url: Annotated[str | None, typer.Option("--url", help="streamable HTTP endpoint")] = None,
-    domain: Annotated[Domain, typer.Option("--domain", help="domain label")] = Domain.OTHER,
+    domain: Annotated[
+        Domain,
+        typer.Option(
+            "--domain",
+            metavar="<domain>",
+            help=f"domain label: {', '.join(d.value for d in Domain)}",
+        ),
+    ] = Domain.OTHER,
     description: Annotated[str | None, typer.Option("--description")] = None,
     env: Annotated[
         list[str] | None, typer.Option("--env", help="KEY=VALUE for the server (repeatable)")
