@@ -20,7 +20,9 @@ __all__ = ["configure", "logs_to", "quiet_libraries"]
 
 _NOISY = (
     "httpx",
+    "httpx2",  # the openai SDK's own fork of httpx logs under this name
     "httpcore",
+    "httpcore2",
     "openai",
     "docker",
     "urllib3",

@@ -68,7 +68,9 @@ class Table(rich_table.Table):
                 continue
             yield Text(f"row {n + 1}", style="bold")
             for i, (header, value) in enumerate(zip(headers, row, strict=True)):
-                yield from _field(header if header.plain else Text(f"column {i + 1}"), value, width)
+                if value.plain.strip():  # an empty cell says nothing in a block
+                    name = header if header.plain else Text(f"column {i + 1}")
+                    yield from _field(name, value, width)
         if self.caption:
             yield (
                 Text.from_markup(self.caption, style="dim")
