@@ -9,6 +9,7 @@ without logprobs (a gap, with what the run does instead).
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from fakes.cli import SynthRunner
 from fakes.llm_server import FakeLLMServer
 
 from trajsynth.agents.embedded import free_port
-from trajsynth.cli.endpoint_check import check_endpoint
+from trajsynth.cli.endpoint_check import _reachable, check_endpoint
 
 ORDER = ["reachable", "chat", "tool calls", "tool_choice", "logprobs", "n"]
 
@@ -66,3 +67,12 @@ def test_the_cli_prints_json_and_fails_when_nothing_answers(
     )
     table = synth("doctor", "--base-url", fake.base_url, "--model", "fake", cwd=tmp_path)
     assert table.returncode == 0 and "tool_choice" in table.stdout
+
+
+def test_a_busy_server_is_reachable_not_missing() -> None:
+    """A server that accepts the connection but does not answer yet (llama.cpp computing
+    another request) is there: the run must not refuse to start."""
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        url = f"http://127.0.0.1:{busy.getsockname()[1]}/v1"
+        check = _reachable(url, "m", None, timeout_s=0.5)
+    assert check.ok and "busy" in check.detail

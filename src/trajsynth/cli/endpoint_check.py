@@ -89,10 +89,22 @@ def _structured_calls(result: ChatResult) -> list[str]:
     return names
 
 
-def _reachable(base_url: str, model: str, api_key: SecretStr | None) -> EndpointCheck:
+def _reachable(
+    base_url: str, model: str, api_key: SecretStr | None, timeout_s: float = 30.0
+) -> EndpointCheck:
     headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
     try:
-        resp = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=10)
+        resp = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=timeout_s)
+    except (httpx.ReadTimeout, httpx.WriteTimeout):
+        # connected, no answer yet: a server that computes one request at a time (llama.cpp)
+        # does not answer while it is busy
+        return EndpointCheck(
+            "reachable",
+            True,
+            f"connected, but GET /models got no answer in {timeout_s:.0f} s (busy computing?)",
+            "uses it; every request waits its turn (timeouts are retried as infra faults)",
+            True,
+        )
     except httpx.HTTPError as exc:
         return EndpointCheck(
             "reachable",

@@ -101,6 +101,8 @@ def check_reachable(base_url: str, timeout_s: float = 10.0) -> None:
 
     try:
         httpx.get(f"{base_url.rstrip('/')}/models", timeout=timeout_s)
+    except (httpx.ReadTimeout, httpx.WriteTimeout):
+        return  # connected: a busy server (llama.cpp computes one request at a time)
     except httpx.HTTPError as exc:
         raise InputError(
             f"nothing answers at --base-url {base_url} ({type(exc).__name__}): start the "
