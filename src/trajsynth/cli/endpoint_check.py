@@ -165,54 +165,11 @@ async def _probe(client: OpenAILLMClient) -> list[EndpointCheck]:
     )
 
     required = await ask(tools=_TOOLS, tool_choice="required", seed=2)
-    if isinstance(required, str):
-        checks.append(
-            EndpointCheck(
-                "tool calls",
-                False,
-                f"a request with tools was refused: {required[:160]}",
-                "cannot act: every rollout fails; use a server with tool calling "
-                "(vLLM --enable-auto-tool-choice, llama.cpp --jinja, llama-cpp-python "
-                "--chat_format chatml-function-calling)",
-                True,
-            )
-        )
-    else:
-        structured = _structured_calls(required)
-        parsed = [c.function.name for c in required.message.tool_calls or []]
-        if structured:
-            checks.append(
-                EndpointCheck(
-                    "tool calls",
-                    True,
-                    f"returned through tools: {', '.join(structured)}",
-                    "uses them",
-                    True,
-                )
-            )
-        elif parsed:
-            checks.append(
-                EndpointCheck(
-                    "tool calls",
-                    True,
-                    f"written as text in content, not in tool_calls: {', '.join(parsed)}",
-                    "parses calls out of the text (functions.<name>: or <tool_call>); a call "
-                    "that does not parse is the model's failure",
-                    True,
-                )
-            )
-        else:
-            checks.append(
-                EndpointCheck(
-                    "tool calls",
-                    False,
-                    "no tool call under tool_choice=required: "
-                    + json.dumps((required.message.content or "")[:80]),
-                    "cannot act: rollouts end without calls (model failures); enable the "
-                    "server's tool calling",
-                    True,
-                )
-            )
+    # a run against an endpoint sends "auto" unless [run] assistant_tool_choice says otherwise;
+    # some servers refuse "required" (llama-cpp-python's chatml-function-calling answers 500)
+    answer = required if not isinstance(required, str) else await ask(tools=_TOOLS, seed=2)
+    asked = "required" if not isinstance(required, str) else "auto"
+    checks.append(_tool_calls_check(answer, asked))
 
     named = await ask(
         tools=_TOOLS, tool_choice={"type": "function", "function": {"name": "cancel_order"}}, seed=3
@@ -223,17 +180,22 @@ async def _probe(client: OpenAILLMClient) -> list[EndpointCheck]:
     ][:1] == ["cancel_order"]
     words = not isinstance(none, str) and not none.message.tool_calls
     seen = (
-        f"named function {'called' if honoured else 'not called'}"
+        ("'required' refused; " if isinstance(required, str) else "")
+        + f"named function {'called' if honoured else 'not called'}"
         f"{'' if not isinstance(named, str) else ' (refused: ' + named[:80] + ')'}; "
         f"'none' {'gave words' if words else 'still called a tool'}"
         f"{'' if not isinstance(none, str) else ' (refused: ' + none[:80] + ')'}"
     )
+    full = honoured and words and not isinstance(required, str)
     checks.append(
         EndpointCheck(
             "tool_choice",
-            honoured and words,
+            full,
             seen,
             "uses it"
+            if full
+            else "leave [run] assistant_tool_choice unset ('auto' with --base-url): 'required' "
+            "fails every turn here"
             if honoured and words
             else "turns that must act (or must answer) may not: such rollouts end early and "
             "count as model failures, never as infra",
@@ -275,6 +237,48 @@ async def _probe(client: OpenAILLMClient) -> list[EndpointCheck]:
         )
     )
     return checks
+
+
+def _tool_calls_check(answer: ChatResult | str, asked: str) -> EndpointCheck:
+    """Whether calls come back in ``tool_calls`` (``answer`` to a request with tools)."""
+    if isinstance(answer, str):
+        return EndpointCheck(
+            "tool calls",
+            False,
+            f"a request with tools was refused: {answer[:160]}",
+            "cannot act: every rollout fails; use a server with tool calling (vLLM "
+            "--enable-auto-tool-choice, llama.cpp --jinja, llama-cpp-python --chat_format "
+            "chatml-function-calling)",
+            True,
+        )
+    structured = _structured_calls(answer)
+    parsed = [c.function.name for c in answer.message.tool_calls or []]
+    if structured:
+        return EndpointCheck(
+            "tool calls",
+            True,
+            f"returned through tools (tool_choice={asked}): {', '.join(structured)}",
+            "uses them",
+            True,
+        )
+    if parsed:
+        return EndpointCheck(
+            "tool calls",
+            True,
+            f"written as text in content, not in tool_calls: {', '.join(parsed)}",
+            "parses calls out of the text (functions.<name>: or <tool_call>); a call that "
+            "does not parse is the model's failure",
+            True,
+        )
+    words = json.dumps((answer.message.content or "")[:80])
+    return EndpointCheck(
+        "tool calls",
+        False,
+        f"no tool call under tool_choice={asked}: {words}",
+        "rollouts whose model never calls end without calls (model failures); if the "
+        "server has tool calling, the model chose words",
+        asked == "required",  # under "auto" the model may choose words: not proof of a gap
+    )
 
 
 def _raw_choices(result: ChatResult) -> list[Any]:
