@@ -1,4 +1,5 @@
-"""`synth run`: the flow under a rich progress bar, then the summary table."""
+"""`synth run`: the flow under rich's bars (a terminal) or plain status lines (a pipe), then the
+summary table."""
 
 from __future__ import annotations
 
