@@ -28,8 +28,10 @@ pytestmark = [pytest.mark.llm, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def stock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """llama-cpp-python's server as a user starts it (4,096 tokens of context: the tool list
-    and a few turns do not fit its default 2,048)."""
+    """llama-cpp-python's server as a user starts it, with SmolLM2's full 8,192 tokens of
+    context: its template renders the tool list at length, so a tree's longer paths passed
+    4,096 (a 400, recorded as an infra failure of the unit) and the default 2,048 fits no
+    first turn."""
     port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     with log.open("w") as out:
