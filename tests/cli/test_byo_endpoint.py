@@ -47,7 +47,7 @@ def stock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "--model_alias",
                 "smol",
                 "--n_ctx",
-                "4096",
+                "8192",
                 "--host",
                 "127.0.0.1",
                 "--port",
