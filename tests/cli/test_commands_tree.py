@@ -140,7 +140,7 @@ def test_show_tree_draws_values_branches_and_outcomes(tmp_path: Path) -> None:
     text = console.export_text()
     assert "4 nodes, 2 leaves, pass rate 50%, 321 generated tokens" in text
     assert "task: Find product p1" in text
-    assert 'get_product({"product_id": "p1"})  V=0.50 A=+0.00  branch×2 (tool, P=0.70)' in text
+    assert 'get_product(product_id="p1")  V=0.50 A=+0.00  branch×2 (tool, P=0.70)' in text
     assert "says: 'It costs 12 dollars.'  V=1.00 A=+0.50  ✓ passed" in text
     assert "✗  V=0.00 A=-0.50  pruned: repeated_failing_call: get_product  ✗ failed (tool)" in text
     lines = text.splitlines()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ def test_doctor_names_the_broken_part_and_its_fix(tmp_path: Path) -> None:
         "SYNTH_SANDBOX__KIND": "local",
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "trajsynth.cli", "doctor"],
+        [sys.executable, "-m", "trajsynth.cli", "doctor", "--json"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -29,11 +30,11 @@ def test_doctor_names_the_broken_part_and_its_fix(tmp_path: Path) -> None:
         timeout=300,
         check=False,
     )
-    out = proc.stdout
-    assert proc.returncode == 1, out
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checks = {c["part"]: c for c in json.loads(proc.stdout)}
     for part in ("Docker engine", "sandbox image", "LLM endpoint", "store writable", "Prefect"):
-        assert part in out
-    llm_line = next(line for line in out.splitlines() if "LLM endpoint" in line)
-    assert "missing" in llm_line
-    assert "SYNTH_LLM__BASE_URL" in out or "base_url" in out  # the fix is named
+        assert part in checks
+    llm = checks["LLM endpoint"]
+    assert not llm["ok"] and llm["required"]
+    assert "SYNTH_LLM__BASE_URL" in llm["fix"] or "base_url" in llm["fix"]  # the fix is named
     assert (tmp_path / "data" / "synth.duckdb").exists()  # the store check really wrote

@@ -679,8 +679,33 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def _wire_message(message: Message) -> dict[str, Any]:
-    # No null fields: llama.cpp's server refuses `"content": null` beside tool calls.
-    return message.to_openai()
+    """``message`` as the OpenAI chat schema defines it, in the form strict servers read.
+
+    Only the fields the spec gives each role go out: a tool message is ``role``, ``content``
+    and ``tool_call_id`` (its stored ``name`` is not part of the schema, and servers that
+    validate the request refuse unknown fields). An assistant message always carries
+    ``content``: the spec lets a tool-call message leave it out, but llama-cpp-python's
+    templates read ``message.content`` and answer 500 without it, and llama.cpp refuses
+    ``null`` beside tool calls, so a tool-call message with no words sends ``""``.
+    """
+    role = message.role
+    if role is MessageRole.TOOL:
+        return {
+            "role": role.value,
+            "content": message.content or "",
+            "tool_call_id": message.tool_call_id or "",
+        }
+    wire: dict[str, Any] = {"role": role.value, "content": message.content or ""}
+    if role is MessageRole.ASSISTANT and message.tool_calls:
+        wire["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in message.tool_calls
+        ]
+    return wire
 
 
 _MAX_INT_DIGITS = 4000  # below Python's int <-> str limit (4300)

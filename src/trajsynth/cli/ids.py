@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from rich.table import Table
-
+from trajsynth.cli.tables import Table
 from trajsynth.schemas import InputError
 from trajsynth.store import Store
 

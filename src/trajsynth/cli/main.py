@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 import os
 import sys
 from enum import StrEnum
@@ -15,8 +14,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
-from rich.logging import RichHandler
-from rich.table import Table
+from rich.markup import escape
 
 from trajsynth import schemas
 from trajsynth.cli.commands import clusters as clusters_cmd
@@ -32,7 +30,10 @@ from trajsynth.cli.commands import sft as sft_cmd
 from trajsynth.cli.commands import stats as stats_cmd
 from trajsynth.cli.commands import topo as topo_cmd
 from trajsynth.cli.commands import train as train_cmd
+from trajsynth.cli.logs import configure as configure_logs
+from trajsynth.cli.options import JsonOpt, StoreOpt, print_json, store_path_or_default
 from trajsynth.cli.settings import DEFAULT_CONFIG_FILE, Settings, default_toml, load_settings
+from trajsynth.cli.tables import Table
 from trajsynth.schemas import InputError, RolloutMode, TrajsynthError
 from trajsynth.store import TABLES, Store
 from trajsynth.store.rows import ROW_MODELS, column_types
@@ -81,15 +82,7 @@ def _main(
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True)] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
-    level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
-    logging.basicConfig(
-        level=level,
-        format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False, rich_tracebacks=False)],
-        force=True,
-    )
-    for noisy in ("httpx", "httpcore", "docker", "urllib3", "mcp", "prefect"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    configure_logs(err_console, verbose=verbose, quiet=quiet)
     # Prefect logs every failed unit's traceback; a run records failures and sums them up
     # itself, so Prefect speaks only when asked (-v)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING" if verbose else "CRITICAL")
@@ -117,20 +110,75 @@ def doctor(
     quick: Annotated[
         bool, typer.Option("--quick", help="do not start the embedded LLM to check it")
     ] = False,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            help="check only this OpenAI-compatible endpoint: tool calls, tool_choice, "
+            "logprobs, n, and what a run does about each gap"
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="the model name to ask for at --base-url")
+    ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Check every real part; exit 0 only when all that this configuration needs are OK."""
+    """Check every real part; exit 0 only when all that this configuration needs are OK.
+
+    With --base-url, check that one endpoint instead (docs/endpoints.md)."""
+    loaded = settings()
+    if base_url is not None:
+        from trajsynth.cli.endpoint_check import check_endpoint
+
+        endpoint_checks = check_endpoint(
+            base_url,
+            model or loaded.run.llm.model,
+            api_key=loaded.llm.api_key,
+            logprobs=loaded.run.llm.logprobs,
+        )
+        if as_json:
+            print_json([c.as_dict() for c in endpoint_checks])
+        else:
+            table = Table(title=f"synth doctor: {base_url}")
+            for col in ("check", "status", "seen", "the run"):
+                table.add_column(col, overflow="fold")
+            for e in endpoint_checks:
+                status = "OK" if e.ok else ("missing" if e.required else "gap")
+                color = "green" if e.ok else ("red" if e.required else "yellow")
+                table.add_row(
+                    e.check, f"[{color}]{status}[/]", escape(e.detail), escape(e.run_does)
+                )
+            console.print(table)
+        if any(e.required and not e.ok for e in endpoint_checks):
+            raise typer.Exit(1)
+        return
     from trajsynth.cli.doctor import run_checks
 
-    checks = run_checks(settings(), start_embedded=not quick)
-    table = Table(title="synth doctor")
-    for col in ("part", "status", "detail", "fix"):
-        table.add_column(col)
-    for c in checks:
-        status = (
-            "[green]OK[/]" if c.ok else ("[red]missing[/]" if c.required else "[yellow]missing[/]")
+    checks = run_checks(loaded, start_embedded=not quick)
+    if as_json:
+        print_json(
+            [
+                {
+                    "part": c.part,
+                    "ok": c.ok,
+                    "required": c.required,
+                    "detail": c.detail,
+                    "fix": c.fix,
+                }
+                for c in checks
+            ]
         )
-        table.add_row(c.part, status, c.detail, "" if c.ok else c.fix)
-    console.print(table)
+    else:
+        table = Table(title="synth doctor")
+        for col in ("part", "status", "detail", "fix"):
+            table.add_column(col, overflow="fold")
+        for c in checks:
+            status = (
+                "[green]OK[/]"
+                if c.ok
+                else ("[red]missing[/]" if c.required else "[yellow]missing[/]")
+            )
+            table.add_row(c.part, status, escape(c.detail), "" if c.ok else escape(c.fix))
+        console.print(table)
     if any(c.required and not c.ok for c in checks):
         raise typer.Exit(1)
 
@@ -145,11 +193,24 @@ _SCHEMA_MODELS: dict[str, type[BaseModel]] = {
 @app.command()
 def schema(
     name: Annotated[str, typer.Argument(help="a table (e.g. task_topology) or a model name")],
+    as_json: JsonOpt = False,
 ) -> None:
     """A store table's columns, each with its type and one line of meaning; or a data
     contract's JSON Schema."""
     if name in ROW_MODELS:
         model = ROW_MODELS[name]
+        if as_json:
+            print_json(
+                {
+                    "table": name,
+                    "key": model.key(),
+                    "columns": [
+                        {"column": c, "type": t, "meaning": model.model_fields[c].description}
+                        for c, t in column_types(model).items()
+                    ],
+                }
+            )
+            return
         table = Table(title=f"{name} (key: {model.key()})")
         for col in ("column", "type", "meaning"):
             table.add_column(col, overflow="fold")
@@ -164,6 +225,9 @@ def schema(
             f"unknown table or schema {name!r}; tables: {', '.join(ROW_MODELS)}; "
             f"schemas: {', '.join(sorted(_SCHEMA_MODELS))}"
         )
+    if as_json:
+        print_json(model_cls.model_json_schema())
+        return
     console.print_json(json.dumps(model_cls.model_json_schema()))
 
 
@@ -181,13 +245,17 @@ def _cell(value: Any) -> str:
 @app.command()
 def query(
     sql: Annotated[str, typer.Argument(help="SQL over the store (read-only)")],
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.TABLE,
+    as_json: JsonOpt = False,
+    fmt: Annotated[
+        OutputFormat,
+        typer.Option("--format", "-f", help="table or csv (json: use --json; kept as an alias)"),
+    ] = OutputFormat.TABLE,
+    store_path: StoreOpt = None,
 ) -> None:
     """Ask the store anything in SQL (works while a run is writing)."""
-    cols, rows = Store(settings().store_path).query_table(sql)
-    if fmt is OutputFormat.JSON:
-        out = [dict(zip(cols, r, strict=True)) for r in rows]
-        sys.stdout.write(json.dumps(out, default=str, indent=2) + "\n")
+    cols, rows = Store(store_path_or_default(store_path)).query_table(sql)
+    if as_json or fmt is OutputFormat.JSON:
+        print_json([dict(zip(cols, r, strict=True)) for r in rows])
     elif fmt is OutputFormat.CSV:
         buf = io.StringIO()
         writer = csv.writer(buf)
@@ -206,17 +274,6 @@ def query(
                 table.add_column(c, overflow="fold")
         for row in cells:
             table.add_row(*row)
-        # every id on one line, every other column at least 6 wide (a word of folded
-        # text), plus the borders: wider than the terminal, and rich would squeeze some
-        # columns to nothing
-        need = sum(col.min_width or 6 for col in table.columns) + 3 * len(cols) + 1
-        if need > console.width:
-            # too many ids for one line each: one block per row, every value whole
-            for n, row in enumerate(cells, 1):
-                console.print(f"[bold]row {n}[/]")
-                for c, v in zip(cols, row, strict=True):
-                    console.print(f"  {c}: {v}", soft_wrap=True, highlight=False)
-            return
         console.print(table)
 
 
@@ -237,29 +294,34 @@ def show(
     kind: Annotated[str, typer.Argument(help=f"one of: {', '.join(_KINDS)}")],
     record_id: Annotated[str, typer.Argument(metavar="ID", help="the id (or a unique prefix)")],
     as_json: Annotated[bool, typer.Option("--json", help="the raw stored record")] = False,
+    store_path: StoreOpt = None,
 ) -> None:
     """Show one stored record: a trajectory as its transcript (turns, calls, results, the
-    verdict per constraint, signals), a tree drawn; ``--json`` prints the raw record."""
+    verdict per constraint, signals), a tree drawn; --json prints the raw record."""
+    store = Store(store_path_or_default(store_path))
     if kind.rstrip("s") == "trajectory" and not as_json:
         from trajsynth.cli.commands.transcript import render_transcript
         from trajsynth.curation.transcript import transcript
         from trajsynth.store.tasks import load_trajectory
 
-        loaded = load_trajectory(Store(settings().store_path), record_id)
+        loaded = load_trajectory(store, record_id)
         console.print(render_transcript(transcript(*loaded)))
         return
     if kind.rstrip("s") == "tree" and not as_json:
         from trajsynth.cli.commands.tree import render_tree
 
-        console.print(render_tree(Store(settings().store_path), record_id))
+        console.print(render_tree(store, record_id))
         return
     table = _KINDS.get(kind.rstrip("s"), kind if kind in TABLES else None)
     if table is None:
         raise InputError(f"unknown kind {kind!r}; one of: {', '.join(_KINDS)}")
-    row = Store(settings().store_path).get(table, record_id)
+    row = store.get(table, record_id)
     if row is None:
         raise InputError(f"no {kind} with id {record_id!r}")
     decoded = {k: _maybe_json(v) for k, v in row.items()}
+    if as_json and not console.is_terminal:
+        print_json(decoded)  # piped: plain JSON, no colour codes
+        return
     console.print_json(json.dumps(decoded, default=str))
 
 
@@ -302,11 +364,18 @@ def run(
             "assistant role on its own llama.cpp server; planner and user keep --model"
         ),
     ] = None,
+    status_every: Annotated[
+        float,
+        typer.Option(help="seconds between status lines when stdout is not a terminal", min=0.1),
+    ] = 10.0,
+    store_path: StoreOpt = None,
 ) -> None:
     """Synthesise, verify and store trajectories (a Prefect flow, ephemeral mode)."""
     from trajsynth.cli.run_command import run_and_report
 
     loaded = settings()
+    if store_path is not None:
+        loaded = loaded.model_copy(update={"store_path": store_path})
     config = loaded.run_config(
         llm={"base_url": base_url, "model": model},
         tasks=tasks,
@@ -330,14 +399,23 @@ def run(
             "(add an outside server with `synth clusters add`)"
         )
     workers = concurrency or loaded.runner.workers
-    ok = run_and_report(loaded, config, console=console, concurrency=workers)
+    ok = run_and_report(
+        loaded, config, console=console, concurrency=workers, status_every=status_every
+    )
     if not ok:
         raise typer.Exit(1)
 
 
+def command() -> Any:
+    """The `synth` click command as typer builds it, its help texts tidied (``help_text``)."""
+    from trajsynth.cli.help_text import tidy
+
+    return tidy(typer.main.get_command(app))
+
+
 def main() -> None:
     try:
-        app()
+        command()()
     except TrajsynthError as exc:
         err_console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         sys.exit(2)

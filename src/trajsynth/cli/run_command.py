@@ -1,10 +1,12 @@
-"""`synth run`: the flow under a rich progress bar, then the summary table."""
+"""`synth run`: the flow under rich's bars (a terminal) or plain status lines (a pipe), then the
+summary table."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -18,16 +20,22 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
 from trajsynth.cli.explain import little_reasons, produced_little
+from trajsynth.cli.logs import logs_to, quiet_libraries
 from trajsynth.cli.reaper import guard_descendants
 from trajsynth.cli.settings import Settings
+from trajsynth.cli.status_lines import StatusLines
+from trajsynth.cli.tables import Table
 from trajsynth.flows.interrupt import Stop, exit_on_signals
+from trajsynth.flows.progress import progress_sink
 from trajsynth.schemas import InputError, RunConfig
 from trajsynth.store.summary import RunSummary
 
-__all__ = ["prefect_environment", "print_summary", "run_and_report"]
+__all__ = ["STATUS_EVERY_S", "prefect_environment", "print_summary", "run_and_report"]
+
+STATUS_EVERY_S = 10.0
+"""Seconds between two status lines when stdout is not a terminal."""
 
 
 def prefect_environment() -> None:
@@ -40,18 +48,70 @@ def prefect_environment() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def _with_bars(build: Callable[[], RunSummary], console: Console) -> RunSummary:
+    """``build()`` under rich's bars, one per stage; log lines print above the bars."""
+    columns = (
+        TextColumn("{task.description:<9}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),  # from the rate of finished units so far
+        TextColumn("{task.fields[note]}"),
+    )
+    with Progress(*columns, console=console, transient=False) as progress, logs_to(console):
+        bars: dict[str, int] = {}
+        tokens = [0]
+
+        def on_event(event: tuple[str, int, int, str]) -> None:
+            stage, done, total, note = event
+            if stage == "tokens":  # a figure, not a bar: shown on the turns bar
+                tokens[0] = done
+                if "turns" in bars:
+                    progress.update(bars["turns"], note=f"{done:,} tokens")
+                return
+            if stage == "turns":
+                note = f"{tokens[0]:,} tokens" if tokens[0] else ""
+            # total 0: open-ended (the `turns` ticks, one per assistant reply of any rollout)
+            if stage not in bars:
+                bars[stage] = progress.add_task(stage, total=total or None, note="")
+            progress.update(bars[stage], completed=done, total=total or None, note=note)
+
+        with progress_sink(on_event):
+            return build()
+
+
+def _with_status_lines(
+    build: Callable[[], RunSummary], console: Console, every_s: float
+) -> RunSummary:
+    """``build()`` with one plain status line every ``every_s`` seconds, flushed at once."""
+    lock = threading.Lock()
+
+    def write(line: str) -> None:
+        with lock:
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
+            console.file.flush()
+
+    with StatusLines(write, interval_s=every_s) as status, progress_sink(status.on_event):
+        return build()
+
+
 def check_reachable(
     base_url: str, api_key: SecretStr | None = None, timeout_s: float = 10.0
 ) -> None:
     """One line, before any work starts, when nothing answers at ``base_url``, or when the
     server refuses ``api_key`` (sent as the run's requests send it: ``Authorization: Bearer``,
     so an endpoint that requires a key does not fail here first). Any other HTTP answer,
-    even 404, means a server is there: its own errors are reported later."""
+    even 404, means a server is there, and so does a connection that is accepted but not
+    answered in ``timeout_s`` (a busy server: llama.cpp computes one request at a time); its
+    own errors are reported later, and a server that never answers ends the run as infra."""
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
     try:
         resp = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=timeout_s)
+    except (httpx.ReadTimeout, httpx.WriteTimeout):
+        return  # connected: a busy server (llama.cpp computes one request at a time)
     except httpx.HTTPError as exc:
         raise InputError(
             f"nothing answers at --base-url {base_url} ({type(exc).__name__}): start the "
@@ -66,19 +126,40 @@ def check_reachable(
 
 
 def run_and_report(
-    settings: Settings, config: RunConfig, *, console: Console, concurrency: int
+    settings: Settings,
+    config: RunConfig,
+    *,
+    console: Console,
+    concurrency: int,
+    status_every: float = STATUS_EVERY_S,
 ) -> bool:
+    """Run ``config`` under a progress display and print its summary; False when it produced
+    nothing. In a terminal the display is rich's bars; otherwise one plain status line every
+    ``status_every`` seconds (``cli.status_lines``)."""
     if config.llm.base_url:
         check_reachable(config.llm.base_url, settings.llm.api_key)
     guard_descendants()  # a `kill -9` of this command must not orphan its servers
     prefect_environment()
     # SIGTERM or Ctrl-C end the command at once (the watchdog reaps what it started)
     with exit_on_signals("nothing was run yet") as stop:
-        return _run(settings, config, console=console, concurrency=concurrency, stop=stop)
+        return _run(
+            settings,
+            config,
+            console=console,
+            concurrency=concurrency,
+            stop=stop,
+            status_every=status_every,
+        )
 
 
 def _run(
-    settings: Settings, config: RunConfig, *, console: Console, concurrency: int, stop: Stop
+    settings: Settings,
+    config: RunConfig,
+    *,
+    console: Console,
+    concurrency: int,
+    stop: Stop,
+    status_every: float,
 ) -> bool:
     from trajsynth.flows.api import start_api, wait_api
 
@@ -93,12 +174,9 @@ def _run(
         "units in flight are dropped, what was stored is kept; run the same command again to "
         f"resume run {run_id_for(config)}"
     )
-    from trajsynth.flows.progress import progress_sink
     from trajsynth.flows.runners import task_runner_for
 
-    # importing prefect configures logging anew; HTTP request lines would flood the progress
-    for noisy in ("httpx", "httpcore", "openai", "docker", "urllib3", "mcp"):
-        logging.getLogger(noisy).setLevel(max(logging.getLogger().level, logging.WARNING))
+    quiet_libraries()  # importing prefect configured logging anew
 
     runner = task_runner_for(settings.runner.kind, settings.runner.address, workers=concurrency)
 
@@ -109,37 +187,24 @@ def _run(
     if config.policy is not None:
         model = f" (model {config.policy.model_id})" if config.policy.model_id else ""
         console.print(f"assistant: policy {config.policy.gguf}{model} on its own llama.cpp server")
-    columns = (
-        TextColumn("{task.description:<9}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),  # from the rate of finished units so far
-        TextColumn("{task.fields[note]}"),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
-        bars: dict[str, int] = {}
 
-        def on_event(event: tuple[str, int, int, str]) -> None:
-            stage, done, total, note = event
-            # total 0: open-ended (the `turns` ticks, one per assistant reply of any rollout)
-            if stage not in bars:
-                bars[stage] = progress.add_task(stage, total=total or None, note="")
-            progress.update(bars[stage], completed=done, total=total or None, note=note)
-
-        with progress_sink(on_event):
-            wait_api()
-            summary = asyncio.run(
-                build_dataset.with_options(task_runner=runner)(
-                    config,
-                    store_path=str(settings.store_path),
-                    cache_dir=str(settings.cache_dir / "llm") if settings.llm.cache else None,
-                    clusters_dir=str(settings.clusters_dir),
-                    api_key=settings.llm.api_key,
-                    concurrency=concurrency,
-                )
+    def build() -> RunSummary:
+        wait_api()
+        return asyncio.run(
+            build_dataset.with_options(task_runner=runner)(
+                config,
+                store_path=str(settings.store_path),
+                cache_dir=str(settings.cache_dir / "llm") if settings.llm.cache else None,
+                clusters_dir=str(settings.clusters_dir),
+                api_key=settings.llm.api_key,
+                concurrency=concurrency,
             )
+        )
+
+    if console.is_terminal:
+        summary = _with_bars(build, console)
+    else:
+        summary = _with_status_lines(build, console, status_every)
     print_summary(summary, console=console, store_path=str(settings.store_path))
     for warning in empty_cluster_warnings(str(settings.store_path), summary.run_id, config):
         console.print(f"[yellow]warning:[/] {warning}")

@@ -11,6 +11,9 @@ Every finished leaf (one trajectory of a tree, or one linear sample) is a ``leav
 it can grow (``expect_leaves``) and, when it ends, gives back those it did not grow
 (``close_leaves``), so the total shrinks as trees stop early and the bar's ETA stays honest.
 A retried unit announces its leaves again, so its earlier attempt's leaves stay counted.
+
+Every LLM reply a rollout receives adds its tokens (prompt and completion, not those answered
+from the cache) to a ``tokens`` event (``add_tokens``): a running total, total 0.
 The sink is a context variable: Prefect's thread task runner copies the context into each
 task, so ticks from task threads reach the same sink (a lock guards the shared count).
 
@@ -39,6 +42,7 @@ __all__ = [
     "LEAF_OUTCOMES",
     "ProgressEvent",
     "TurnReporter",
+    "add_tokens",
     "close_leaves",
     "expect_leaves",
     "leaf",
@@ -119,6 +123,17 @@ def tick(stage: str, message: str = "") -> int:
     return n
 
 
+def add_tokens(n: int) -> int:
+    """``n`` more tokens spent; returns the running total (0 with no sink: nothing counted)."""
+    counts = _counts.get()
+    if counts is None or n <= 0:
+        return 0
+    with _lock:
+        counts["tokens"] = total = counts.get("tokens", 0) + n
+    report("tokens", total, 0)
+    return total
+
+
 def expect_leaves(units: dict[str, int]) -> None:
     """Units (by label) that will grow at most this many leaves each; announcing a unit
     again (a retry) resets what it may still grow."""
@@ -181,6 +196,9 @@ class TurnReporter:
 
     async def chat(self, messages: Sequence[Message], *, role: AgentRole, **kwargs: Any) -> Any:
         result = await self._client.chat(messages, role=role, **kwargs)
+        usage = getattr(result, "usage", None)
+        if usage is not None and not usage.cached:
+            add_tokens(usage.prompt_tokens + usage.completion_tokens)
         if role is AgentRole.ASSISTANT:
             turn = 1 + sum(m.role.value == "assistant" for m in messages)
             tick("turns", f"{self._label} turn {turn}")

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from trajsynth.cli.ids import id_column
+from trajsynth.cli.options import JsonOpt, print_json
+from trajsynth.cli.tables import Table
 from trajsynth.schemas import Domain, ResetMode, SandboxKind, ToolAccess, ToolCluster
 
 if TYPE_CHECKING:
@@ -96,9 +97,25 @@ def _copy_label(item: object) -> str:
 
 
 @app.command("list")
-def list_(clusters_dir: ClustersDirOpt = None) -> None:
+def list_(clusters_dir: ClustersDirOpt = None, as_json: JsonOpt = False) -> None:
     """Every cluster: where it comes from, its domain, tools (read/write) and edges."""
     clusters = _registry().list_clusters(clusters_dir=_clusters_dir(clusters_dir))
+    if as_json:
+        print_json(
+            [
+                {
+                    "cluster": c.cluster_id,
+                    "source": c.source,
+                    "domain": str(c.domain),
+                    "server": _server_label(c),
+                    "tools": len(c.tools),
+                    "write": sum(t.access == ToolAccess.WRITE for t in c.tools),
+                    "edges": len(c.edges),
+                }
+                for c in clusters
+            ]
+        )
+        return
     table = _table(
         "tool clusters",
         *("cluster", "source", "domain", "server", "tools", "read", "write", "edges"),
@@ -122,9 +139,16 @@ def list_(clusters_dir: ClustersDirOpt = None) -> None:
 
 
 @app.command()
-def show(name: str, clusters_dir: ClustersDirOpt = None) -> None:
+def show(
+    name: Annotated[str, typer.Argument(help="the cluster id")],
+    clusters_dir: ClustersDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the cluster record as JSON")] = False,
+) -> None:
     """One cluster: its tools (tag, where the tag came from, parameters) and its edges."""
     c = _registry().get_cluster(name, clusters_dir=_clusters_dir(clusters_dir))
+    if as_json:
+        print_json(c.model_dump(mode="json"))
+        return
     _console().print(f"[bold]{c.cluster_id}[/] ({c.domain}, {c.source}, state {_state_label(c)})")
     if c.description:
         _console().print(c.description)
@@ -200,7 +224,14 @@ def add(
     ctx: typer.Context,
     name: str,
     url: Annotated[str | None, typer.Option("--url", help="streamable HTTP endpoint")] = None,
-    domain: Annotated[Domain, typer.Option("--domain", help="domain label")] = Domain.OTHER,
+    domain: Annotated[
+        Domain,
+        typer.Option(
+            "--domain",
+            metavar="<domain>",
+            help=f"domain label: {', '.join(d.value for d in Domain)}",
+        ),
+    ] = Domain.OTHER,
     description: Annotated[str | None, typer.Option("--description")] = None,
     env: Annotated[
         list[str] | None, typer.Option("--env", help="KEY=VALUE for the server (repeatable)")

@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from trajsynth.cli.ids import id_column
+from trajsynth.cli.tables import Table
 from trajsynth.schemas import InputError
 
 __all__ = ["deploy", "serve"]

@@ -17,8 +17,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from trajsynth.cli.options import JsonOpt, print_json
+from trajsynth.cli.tables import Table
 from trajsynth.schemas import Blueprint, Budgets, InputError, LLMConfig, SandboxKind
 from trajsynth.store import Store
 
@@ -281,6 +282,7 @@ def compare_evals(
     a: Annotated[str, typer.Argument(help="eval id (or a unique prefix) of policy A")],
     b: Annotated[str, typer.Argument(help="eval id (or a unique prefix) of policy B")],
     store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Does policy A pass more often than policy B? Two stored evals, paired by task."""
     from trajsynth.cli import main as cli
@@ -297,6 +299,22 @@ def compare_evals(
             f"evals {row_a['eval_id']} ({row_a['split']}) and {row_b['eval_id']} "
             f"({row_b['split']}) share no task: compare two evals of the same split and tasks"
         ) from None
+    d = c.difference
+    if as_json:
+        print_json(
+            {
+                "a": {"eval_id": row_a["eval_id"], "policy": row_a["policy"], "pass1": c.pass1_a},
+                "b": {"eval_id": row_b["eval_id"], "policy": row_b["policy"], "pass1": c.pass1_b},
+                "split": row_a["split"],
+                "n_tasks": c.n_tasks,
+                "difference": {"estimate": d.estimate, "low": d.low, "high": d.high},
+                "a_better": c.a_better,
+                "b_better": c.b_better,
+                "ties": c.ties,
+                "p_value": c.p_value,
+            }
+        )
+        return
     table = Table(title=f"A against B on the {c.n_tasks} tasks both tried")
     for col in ("", "policy", "eval", "split", "tasks", "pass@1 (mean over shared tasks)"):
         table.add_column(col)
@@ -310,7 +328,6 @@ def compare_evals(
             f"{rate:.3f}",
         )
     console.print(table)
-    d = c.difference
     console.print(
         f"A - B: {d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}] (95%, paired bootstrap over tasks)"
     )

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from trajsynth.cli.ids import resolve
+from trajsynth.cli.tables import Table
 from trajsynth.export import (
     FORMATS,
     EmptySelectionError,

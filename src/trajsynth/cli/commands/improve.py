@@ -13,9 +13,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from trajsynth.cli.options import StoreOpt
 from trajsynth.cli.settings import Settings
+from trajsynth.cli.tables import Table
 from trajsynth.schemas import Budgets, RolloutMode, RunConfig
 from trajsynth.store import Store
 
@@ -97,6 +98,7 @@ def improve(
         bool,
         typer.Option("--smoke", help="2 rounds of 2 linear tasks, 2 SFT steps: the tiny path"),
     ] = False,
+    store_path: StoreOpt = None,
 ) -> None:
     """Expert iteration: synthesize, select, fine-tune, serve the tuned policy, again."""
     from trajsynth.cli import main as cli
@@ -105,6 +107,8 @@ def improve(
     from trajsynth.training.sft import SFTConfig, load_sft_config, smoke_sft
 
     loaded = cli.settings()
+    if store_path is not None:
+        loaded = loaded.model_copy(update={"store_path": store_path})
     overrides: dict[str, Any] = {
         "tasks": tasks,
         "clusters": [c.strip() for c in clusters.split(",") if c.strip()] if clusters else None,

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
-from rich.table import Table
 
 from trajsynth.cli.ids import id_column
+from trajsynth.cli.tables import Table
 from trajsynth.store import Store
 
 __all__ = ["RunRow", "list_runs", "runs"]

@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from trajsynth.cli.options import JsonOpt, print_json
+from trajsynth.cli.tables import Table
 from trajsynth.sandboxes import (
     bwrap_usable,
     docker_unusable,
@@ -65,9 +66,25 @@ def build(
 
 
 @app.command()
-def info() -> None:
+def info(as_json: JsonOpt = False) -> None:
     """Which sandbox `auto` picks here, and why."""
     reason = docker_unusable()
+    missing = unenforced_limits()
+    if reason is None:
+        auto = "docker"
+    else:
+        auto = "local (bubblewrap)" if bwrap_usable() else "local (plain subprocess)"
+    if as_json:
+        print_json(
+            {
+                "image_tag": image_tag(),
+                "docker_unusable": reason,
+                "bubblewrap_usable": bwrap_usable(),
+                "local_limits_not_enforced": missing,
+                "auto_picks": auto,
+            }
+        )
+        return
     table = Table(title="synth sandbox info")
     table.add_column("part")
     table.add_column("status")
@@ -76,17 +93,12 @@ def info() -> None:
         "Docker sandbox", "[green]usable[/]" if reason is None else f"[yellow]{reason}[/]"
     )
     table.add_row("bubblewrap", "[green]usable[/]" if bwrap_usable() else "[yellow]not usable[/]")
-    missing = unenforced_limits()
     table.add_row(
         "local sandbox limits",
         "[green]all enforced[/]"
         if not missing
         else "[yellow]not enforced: " + ", ".join(missing) + " (it refuses to run)[/]",
     )
-    if reason is None:
-        auto = "docker"
-    else:
-        auto = "local (bubblewrap)" if bwrap_usable() else "local (plain subprocess)"
     table.add_row("auto picks", auto)
     console.print(table)
 

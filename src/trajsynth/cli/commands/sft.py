@@ -18,8 +18,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from trajsynth.cli.tables import Table
 from trajsynth.schemas import InputError, SandboxKind, SFTRow, Trajectory, Verdict
 from trajsynth.store import Store
 

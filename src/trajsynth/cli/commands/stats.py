@@ -19,9 +19,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from trajsynth.cli.ids import id_column, resolve
+from trajsynth.cli.tables import Table
 from trajsynth.curation.entropy import entropy
 from trajsynth.curation.metrics import registered_metrics
 from trajsynth.schemas import InputError

@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from trajsynth.cli.ids import resolve
+from trajsynth.cli.options import JsonOpt, print_json
+from trajsynth.cli.tables import Table
 from trajsynth.curation.topology import build_quotient_graph, draw_quotient_graph, task_metrics
 from trajsynth.store import Store
 from trajsynth.store.tasks import load_task
@@ -29,6 +30,7 @@ def topo(
         Path | None, typer.Option("--out", "-o", help=".png, .svg or .html (default: PNG)")
     ] = None,
     store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Write the task's quotient graph as a picture and print its topology metrics."""
     if store_path is None:
@@ -43,6 +45,9 @@ def topo(
     )
     path = draw_quotient_graph(graph, out or Path(f"topo-{task_id}.png"))
     metrics = task_metrics(graph)
+    if as_json:
+        print_json({"task_id": task_id, "picture": str(path), **metrics.model_dump(mode="json")})
+        return
     table = Table(title=f"topology of {task_id}")
     table.add_column("metric", overflow="fold")
     table.add_column("value", justify="right", overflow="fold")

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from trajsynth.cli.tables import Table
 from trajsynth.schemas import InputError
 from trajsynth.training.grpo import load_train_config, run_grpo
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
+from trajsynth.cli.tables import Table
 from trajsynth.curation.transcript import Transcript
 
 __all__ = ["render_transcript"]

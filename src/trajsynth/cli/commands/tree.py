@@ -4,10 +4,15 @@ One line per node: what the assistant did (its tool calls, or the start of its r
 calls came back, the node's value V (mean verified score of the leaves below) and advantage A
 over its parent, the branch decision that gave it its children, and for a leaf its verdict or
 why it was pruned.
+
+Text is shortened on word boundaries (never mid-word) and kept on one logical line: arguments
+are shown as ``name=value`` pairs with JSON values, so a newline inside a value stays ``\n``
+and rich wraps the label between pairs when the terminal is narrow.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.text import Text
@@ -19,11 +24,49 @@ from trajsynth.store import Store
 __all__ = ["render_tree"]
 
 
+def _short(text: str, limit: int) -> str:
+    r"""``text`` on one line (whitespace collapsed), cut at a word boundary past ``limit``.
+
+    >>> _short("find the  red\nmug", 40), _short("alpha beta gamma delta", 12)
+    ('find the red mug', 'alpha beta …')
+    """
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[:limit]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut) + " …"
+
+
+def _arguments(raw: str, limit: int = 120) -> str:
+    r"""A call's arguments as ``key=value`` pairs (values as compact JSON), shortened on a pair
+    boundary; arguments that are not a JSON object are shown as written, newlines escaped.
+
+    >>> print(_arguments('{"name": "Ann Lee", "note": "a\\nb"}'))
+    name="Ann Lee", note="a\nb"
+    >>> print(_arguments('{"q": "x\ny'))
+    {"q": "x\ny
+    """
+    try:
+        parsed = json.loads(raw or "{}")
+    except (ValueError, RecursionError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        return _short(raw.replace("\n", "\\n"), limit)
+    pairs = [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in parsed.items()]
+    shown: list[str] = []
+    for pair in pairs:
+        if shown and len(", ".join([*shown, pair])) > limit:
+            return ", ".join(shown) + ", …"
+        shown.append(pair if len(pair) <= limit else _short(pair, limit))
+    return ", ".join(shown)
+
+
 def _action(node: dict[str, Any]) -> Text:
     messages = node.get("messages") or []
     if node.get("parent_id") is None:
         goal = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
-        return Text(f"task: {goal[:90]}", style="bold")
+        return Text(f"task: {_short(goal, 90)}", style="bold")
     calls = node.get("calls") or []
     if calls:
         text = Text()
@@ -32,7 +75,7 @@ def _action(node: dict[str, Any]) -> Text:
                 text.append(", ")
             ok = call.get("obs_class") != "error"
             text.append(
-                f"{call['tool']}({(call.get('raw_arguments') or '')[:50]})",
+                f"{call['tool']}({_arguments(call.get('raw_arguments') or '')})",
                 style="cyan" if ok else "red",
             )
             if not ok:
@@ -40,9 +83,9 @@ def _action(node: dict[str, Any]) -> Text:
         return text
     reply = next((m.get("content") or "" for m in messages if m.get("role") == "assistant"), "")
     user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
-    out = Text(f"says: {' '.join(reply.split())[:60]!r}")
+    out = Text(f"says: {_short(reply, 60)!r}")
     if user:
-        out.append(f"  user: {' '.join(user.split())[:40]!r}", style="dim")
+        out.append(f"  user: {_short(user, 40)!r}", style="dim")
     return out
 
 
@@ -60,7 +103,7 @@ def _figures(node: dict[str, Any], leaf: dict[str, Any] | None) -> Text:
             style="magenta",
         )
     if node.get("prune_reason"):
-        out.append(f"  pruned: {node['prune_reason'][:60]}", style="yellow")
+        out.append(f"  pruned: {_short(node['prune_reason'], 60)}", style="yellow")
     if leaf is not None:
         if leaf["excluded"]:
             out.append(f"  – excluded ({leaf['failure_class']})", style="dim")

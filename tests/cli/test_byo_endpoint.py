@@ -1,0 +1,162 @@
+"""Bring your own endpoint: `synth run` against llama-cpp-python's own OpenAI-compatible
+server (not ours: the stock ``chatml-function-calling`` chat format), started by the test.
+
+That server renders the conversation with a Jinja template that reads ``message.content`` of
+every message, so an assistant tool-call message without ``content`` got a 500 and the run
+stored nothing. Here the run must store trajectories and count no infrastructure failure,
+and `synth doctor --base-url` must say what the endpoint does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from trajsynth.agents.embedded import free_port, gguf_path
+from trajsynth.store import Store
+
+pytestmark = [pytest.mark.llm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def stock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama-cpp-python's server as a user starts it, with SmolLM2's full 8,192 tokens of
+    context: its template renders the tool list at length, so a tree's longer paths passed
+    4,096 (a 400, recorded as an infra failure of the unit) and the default 2,048 fits no
+    first turn."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(gguf_path()),
+                "--chat_format",
+                "chatml-function-calling",
+                "--model_alias",
+                "smol",
+                "--n_ctx",
+                "8192",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],  # fmt: skip
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{base_url}/models", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "llama_cpp.server did not start in 180 s"
+            time.sleep(1)
+        yield base_url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "SYNTH_SANDBOX__KIND": "local",
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    }
+
+
+def test_a_run_against_llama_cpp_python_s_own_server_stores_trajectories(
+    stock_server: str, tmp_path: Path
+) -> None:
+    store_path = tmp_path / "s.duckdb"
+    began = time.monotonic()
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trajsynth.cli",
+            "run",
+            "--base-url",
+            stock_server,
+            "--model",
+            "smol",
+            "--tasks",
+            "2",
+            "--samples",
+            "2",
+            "--store",
+            str(store_path),
+            "--status-every",
+            "30",
+        ],  # fmt: skip
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
+    wall = time.monotonic() - began
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    store = Store(store_path)
+    summary = json.loads(store.query("SELECT summary FROM runs")[0]["summary"])
+    judged = store.query(
+        "SELECT count(*) AS n, count(*) FILTER (WHERE passed) AS passed FROM verdicts"
+    )[0]
+    print(  # the figures the report quotes (pytest -s)
+        f"BYO llama_cpp.server: {summary['trajectories']} trajectories, {judged['n']} judged, "
+        f"{judged['passed']} passed, failed units {summary.get('failed_units')}, "
+        f"wall {wall:.0f} s, load {os.getloadavg()[0]:.1f}"
+    )
+    assert summary["trajectories"] > 0
+    assert not summary.get("failed_units"), summary.get("failed_unit_errors")
+    assert "infra" not in summary.get("failures_by_class", {})
+    assert "500" not in ran.stderr
+
+
+def test_doctor_says_what_the_stock_server_does(stock_server: str, tmp_path: Path) -> None:
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trajsynth.cli",
+            "doctor",
+            "--base-url",
+            stock_server,
+            "--model",
+            "smol",
+            "--json",
+        ],  # fmt: skip
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    checks = {c["check"]: c for c in json.loads(ran.stdout)}
+    assert list(checks) == ["reachable", "chat", "tool calls", "tool_choice", "logprobs", "n"]
+    assert checks["reachable"]["ok"] and checks["chat"]["ok"]
+    # the stock handler refuses tool_choice="required" (500); doctor says so and what to do
+    assert "'required' refused" in checks["tool_choice"]["detail"]
+    assert "assistant_tool_choice" in checks["tool_choice"]["run_does"]
+    assert all(c["run_does"] for c in checks.values())
+    assert ran.returncode == (0 if all(c["ok"] for c in checks.values() if c["required"]) else 1)
