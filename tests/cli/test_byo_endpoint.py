@@ -101,9 +101,13 @@ def test_a_run_against_llama_cpp_python_s_own_server_stores_trajectories(
             "--model",
             "smol",
             "--tasks",
-            "2",
+            "1",
+            "--clusters",
+            "shop",
             "--samples",
-            "2",
+            "1",
+            "--rollout",
+            "linear",
             "--store",
             str(store_path),
             "--status-every",
@@ -113,7 +117,7 @@ def test_a_run_against_llama_cpp_python_s_own_server_stores_trajectories(
         env=_env(tmp_path),
         capture_output=True,
         text=True,
-        timeout=3000,
+        timeout=1500,
     )
     wall = time.monotonic() - began
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
