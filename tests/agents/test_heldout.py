@@ -34,3 +34,27 @@ async def test_a_seed_that_repeats_a_planned_exercise_is_skipped(
     assert len(tasks) == 6
     assert len({t.signature() for t in tasks}) == 6
     assert all(t.seed >= heldout.EVAL_SEED_BASE for t in tasks)
+
+
+async def test_the_whole_draw_depends_on_the_seed_base_and_the_eval_seed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # seeded with the cluster alone, the training planner's draw d (seed base 1,000) and the
+    # eval planner's draw d had one cell: one path shape, goal template and difficulty
+    def in_process(cluster: ToolCluster, **_: Any) -> Any:
+        return lambda: InProcessEnvironment(cluster.cluster_id, tmp_path)
+
+    monkeypatch.setattr(heldout, "environment_factory", in_process)
+    shop = [get_cluster("shop")]
+    train = await plan_eval_tasks(shop, 6, seed_base=1_000)
+    evals = await plan_eval_tasks(shop, 6)
+    again = await plan_eval_tasks(shop, 6)
+    other_seed = await plan_eval_tasks(shop, 6, seed=1)
+
+    def cells(tasks: list[Any]) -> list[str]:
+        return [t.cell.model_dump_json() for t in tasks]
+
+    assert cells(evals) == cells(again)  # still deterministic
+    assert cells(train) != cells(evals)
+    assert cells(other_seed) != cells(evals)
+    assert {t.blueprint_id for t in other_seed}.isdisjoint(t.blueprint_id for t in evals)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.export import EmptySelectionError, sft_rows
+from trajsynth.flows.lineage import row_lineage
 from trajsynth.flows.units import run_id_for
 from trajsynth.schemas import (
     Blueprint,
@@ -144,6 +145,7 @@ def _trained_model(
         return done[0]
     result = run_sft(cfg)
     gguf = export_gguf(result.model_dir, Path(cfg.output_dir) / "model.f16.gguf")
+    lineage = row_lineage(store, data_rows)
     row = model_row(
         path=result.model_dir,
         parent=cfg.model,
@@ -155,6 +157,8 @@ def _trained_model(
         config=config,
         metrics=result.model_dump(mode="json"),
         gguf_path=str(gguf),
+        lineage=[k.model_dump(mode="json") for k in lineage.keys],
+        unresolved=lineage.unresolved,
     )
     store.insert("models", [row])
     return row
