@@ -15,6 +15,7 @@ import pytest
 from fakes.inprocess_env import InProcessEnvironment
 
 from trajsynth.agents import heldout
+from trajsynth.agents.cells import sample_cells
 from trajsynth.agents.heldout import plan_eval_tasks
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import ToolCluster
@@ -44,17 +45,26 @@ async def test_the_whole_draw_depends_on_the_seed_base_and_the_eval_seed(
     def in_process(cluster: ToolCluster, **_: Any) -> Any:
         return lambda: InProcessEnvironment(cluster.cluster_id, tmp_path)
 
+    drawn: list[str] = []
+
+    def recorded(*args: Any) -> Any:
+        cells = sample_cells(*args)
+        drawn.extend(c.model_dump_json() for c in cells)
+        return cells
+
     monkeypatch.setattr(heldout, "environment_factory", in_process)
-    shop = [get_cluster("shop")]
-    train = await plan_eval_tasks(shop, 6, seed_base=1_000)
-    evals = await plan_eval_tasks(shop, 6)
-    again = await plan_eval_tasks(shop, 6)
-    other_seed = await plan_eval_tasks(shop, 6, seed=1)
+    monkeypatch.setattr(heldout, "sample_cells", recorded)
 
-    def cells(tasks: list[Any]) -> list[str]:
-        return [t.cell.model_dump_json() for t in tasks]
+    async def draw(**kw: Any) -> tuple[list[str], list[Any]]:
+        drawn.clear()
+        tasks = await plan_eval_tasks([get_cluster("shop")], 4, **kw)
+        return list(drawn), tasks
 
-    assert cells(evals) == cells(again)  # still deterministic
-    assert cells(train) != cells(evals)
-    assert cells(other_seed) != cells(evals)
-    assert {t.blueprint_id for t in other_seed}.isdisjoint(t.blueprint_id for t in evals)
+    train_cells, _ = await draw(seed_base=1_000)
+    eval_cells, evals = await draw()
+    again_cells, _ = await draw()
+    other_cells, other = await draw(seed=1)
+    assert eval_cells == again_cells  # still deterministic
+    assert train_cells != eval_cells
+    assert other_cells != eval_cells
+    assert {t.blueprint_id for t in other}.isdisjoint(t.blueprint_id for t in evals)

@@ -204,3 +204,55 @@ def test_synth_compare_of_unknown_or_unpaired_evals_is_one_line(
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and " ".join(err.split()).count(expected) == 1, err
         assert "Traceback" not in err
+
+
+def test_synth_eval_refuses_a_policy_whose_training_data_it_cannot_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from trajsynth.cli import main as cli
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    store = tmp_path / "s.duckdb"
+    for args, expected in (
+        (["--policy", str(model)], "cannot check"),
+        (["--split", "path-disjoint"], "a stratum is defined against training data"),
+    ):
+        monkeypatch.setattr(sys, "argv", ["synth", "eval", *args, "--store", str(store)])
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+        err = " ".join(capsys.readouterr().err.split())
+        assert exit_.value.code == 2 and expected in err and "Traceback" not in err, err
+
+
+async def test_a_split_drops_what_leaks_and_counts_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typing import Any
+
+    from fakes.inprocess_env import InProcessEnvironment
+
+    from trajsynth.agents import heldout
+    from trajsynth.cli.commands.eval import plan_split
+    from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.schemas import SandboxKind
+    from trajsynth.training.splits import task_key
+
+    def in_process(cluster: Any, **_: Any) -> Any:
+        return lambda: InProcessEnvironment(cluster.cluster_id, tmp_path)
+
+    monkeypatch.setattr(heldout, "environment_factory", in_process)
+    planned = await heldout.plan_eval_tasks([get_cluster("shop")], 4)
+    # a policy trained on two of the very tasks the eval seed plans
+    train = [task_key(t) for t in planned[:2]]
+    split = await plan_split(
+        "heldout-seeds", clusters=["shop"], per_cluster=4, train_keys=train,
+        sandbox=SandboxKind.LOCAL,
+    )  # fmt: skip
+    assert len(split.dropped) >= 2 and split.n_planned == 4
+    assert {t.blueprint_id for t in split.tasks}.isdisjoint(k.task_id for k in train)
+    assert set(split.strata.values()) <= {"new-entities", "path-disjoint"}
+    assert len(split.tasks) + len(split.dropped) == 4

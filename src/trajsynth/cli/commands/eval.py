@@ -78,6 +78,14 @@ def training_lineage(store: Store, policy: str, *, allow_untracked: bool) -> Mod
     return lineage
 
 
+def _need_training(kind: str, split: str) -> None:
+    if kind in ("new-entities", "path-disjoint"):
+        raise InputError(
+            f"--split {split}: a stratum is defined against training data; for the base "
+            "model give --against TUNED_MODEL (its tasks, to compare with `synth compare`)"
+        )
+
+
 class PlannedSplit(Record):
     """The tasks a split scores, each one's stratum, and how many planned ones leaked."""
 
@@ -111,11 +119,7 @@ async def plan_split(
     )
     by_id = {t.blueprint_id: t for t in candidates}
     if not train_keys:  # the base model: nothing to leak into; strata are against nothing
-        if kind in ("new-entities", "path-disjoint"):
-            raise InputError(
-                f"--split {split}: a stratum is defined against training data; for the base "
-                "model give --against TUNED_MODEL (its tasks, to compare with `synth compare`)"
-            )
+        _need_training(kind, split)
         return PlannedSplit(tasks=candidates, strata={}, n_planned=len(candidates), dropped={})
     chosen = make_split(
         split, kind, [task_key(t) for t in candidates], train_keys, cluster=held_cluster
@@ -251,6 +255,8 @@ def eval_policy(
     if against is not None:
         other = training_lineage(store, against, allow_untracked=allow_untracked)
         train_keys += other.keys
+    if not train_keys:
+        _need_training(kind, split)  # before any planning: one line, at once
     sandbox = SandboxKind.LOCAL if smoke else SandboxKind.AUTO
     planned = asyncio.run(
         plan_split(
