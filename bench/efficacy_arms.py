@@ -8,10 +8,10 @@ tested without a model (tests/bench/test_efficacy_arms.py):
 * ``take_budget``: rows drawn at random (seeded) until an assistant-token budget is spent, so
   every arm trains on the same number of loss tokens, whatever its rows' lengths;
 * ``swap_values``: the format control. Each trajectory's tool-call argument values are
-  swapped with another trajectory's values for the same tool and argument (and the same
-  strings swapped in the assistant's words), so the rows keep their template, roles, tools
-  and nearly their length while the calls are on the wrong things; the caller keeps only
-  those the verifier then fails;
+  swapped with another trajectory's values for the same tool and argument (reversed where
+  no other trajectory has one), and the same strings swapped in the assistant's words, so
+  the rows keep their template, roles, tools and nearly their length while the calls are on
+  the wrong things; the caller keeps only those the verifier then fails;
 * ``content_key``: what a cached model or eval is keyed by (its arguments, its data's hash and
   the code version), so a rerun never reports a stale arm.
 """
@@ -70,7 +70,7 @@ def take_budget(
 
 def _swap_map(calls_by_traj: list[list[tuple[str, str, str]]], rng: random.Random) -> list[dict]:
     """For each trajectory, original string -> a value another trajectory gave the same
-    tool's same argument (a different string), where one exists."""
+    tool's same argument (a different string), or the value scrambled where none exists."""
     pool: dict[tuple[str, str], set[str]] = defaultdict(set)
     for calls in calls_by_traj:
         for tool, arg, value in calls:
@@ -79,11 +79,21 @@ def _swap_map(calls_by_traj: list[list[tuple[str, str, str]]], rng: random.Rando
     for calls in calls_by_traj:
         mapping: dict[str, str] = {}
         for tool, arg, value in calls:
+            if value in mapping:
+                continue
             others = sorted(pool[tool, arg] - {value})
-            if others and value not in mapping:
-                mapping[value] = rng.choice(others)
+            mapping[value] = rng.choice(others) if others else _scrambled(value)
         out.append(mapping)
     return out
+
+
+def _scrambled(value: str) -> str:
+    """A value of the same length and characters that is not ``value`` (no other
+    trajectory gave this argument a value to swap with): reversed, or rotated by one."""
+    if value[::-1] != value:
+        return value[::-1]
+    rotated = value[1:] + value[:1]
+    return rotated if rotated != value else value + "x"
 
 
 def _scalar_args(arguments: dict[str, Any] | None) -> Iterable[tuple[str, str]]:
@@ -127,8 +137,8 @@ def _swap_json(raw: str, mapping: dict[str, str]) -> str:
 
 def swap_values(trajectories: Sequence[Trajectory], *, seed: int) -> list[Trajectory]:
     """The format control's trajectories: argument values swapped between trajectories (see
-    the module doc). A trajectory whose values have no other to swap with comes back as it
-    was; the caller re-verifies every one and keeps those that now fail."""
+    the module doc); a trajectory with no string argument comes back as it was. The caller
+    re-verifies every one and keeps those that now fail."""
     rng = random.Random(seed)
     calls_by_traj = [
         [(c.tool, a, v) for c in t.calls for a, v in _scalar_args(c.arguments)]

@@ -80,9 +80,9 @@ def test_the_format_control_keeps_the_template_and_swaps_the_values() -> None:
     assert [m.role for m in sa.messages] == [m.role for m in a.messages]
     assert sa.messages[0] == a.messages[0] and sa.messages[2] == a.messages[2]
     assert abs(len(sa.messages[3].content) - len(a.messages[3].content)) <= 2
-    # one trajectory with nothing to swap with comes back as it was
+    # with no other trajectory to swap with, the value is reversed: same length, wrong
     (alone,) = swap_values([a], seed=0)
-    assert alone == a
+    assert alone.calls[0].arguments == {"email": "mia.k@example.com"[::-1]}
     assert sc.calls[0].arguments["email"] == "liam.g@example.net"
 
 
