@@ -99,14 +99,14 @@ def row_lineage(
 
 
 def _model_row(store: Store, path: str) -> dict[str, Any] | None:
-    names = {path, str(Path(path).resolve())}
-    marks = ", ".join("?" for _ in names)
-    found = store.query(
-        f"SELECT * FROM models WHERE path IN ({marks}) OR gguf_path IN ({marks}) "
-        "ORDER BY created_at DESC LIMIT 1",
-        [*names, *names],
-    )
-    return found[0] if found else None
+    """The newest models row whose folder or GGUF is ``path`` (paths compared resolved: a
+    row written with a relative output dir still matches an absolute policy path)."""
+
+    def same(stored: Any) -> bool:
+        return bool(stored) and (stored == path or Path(stored).resolve() == Path(path).resolve())
+
+    rows = store.query("SELECT * FROM models ORDER BY created_at DESC")
+    return next((r for r in rows if same(r.get("path")) or same(r.get("gguf_path"))), None)
 
 
 def _own(store: Store, row: dict[str, Any]) -> tuple[list[TaskKey], list[str]]:
