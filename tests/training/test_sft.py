@@ -69,6 +69,12 @@ def test_synth_sft_smoke_trains_writes_a_gguf_and_records_the_model(tmp_path: Pa
     assert row["parent"] == "embedded" and row["method"] == "sft-lora" and row["n_rows"] == 4
     metrics = json.loads(row["metrics"]) if isinstance(row["metrics"], str) else row["metrics"]
     assert metrics["peak_rss_mb"] > 0 and metrics["steps"] == 2
+    # the gold tasks were planned on the spot, in no store: their lineage is recorded anyway
+    assert row["unresolved"] == [] and len(row["lineage"]) == 4
+    assert all(k["signature"] and k["path"] for k in row["lineage"])
+    from trajsynth.flows.lineage import model_lineage
+
+    assert model_lineage(Store(store), str(out / "model")).complete
 
 
 @pytest.mark.slow
