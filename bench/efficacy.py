@@ -354,6 +354,8 @@ def format_control(store: Any, product: list[SFTRow], seed: int) -> tuple[list[S
     from trajsynth.schemas import EnvState
 
     ids = [r.id for r in product]
+    if not ids:
+        return [], 0
     marks = ", ".join("?" for _ in ids)
     rows = store.query(f"SELECT * FROM trajectories WHERE trajectory_id IN ({marks})", ids)
     trajs = [
@@ -376,7 +378,8 @@ def format_control(store: Any, product: list[SFTRow], seed: int) -> tuple[list[S
         state = states.get(t.final_state_hash or "") or EnvState(
             state_hash="unavailable", readable=False
         )
-        if verify(t, tasks[t.blueprint_id].constraints, state).passed:
+        task = tasks.get(t.blueprint_id)
+        if task is None or verify(t, task.constraints, state).passed:
             still += 1
             continue
         kept.append(as_row(t, False))
@@ -512,7 +515,7 @@ def parse(argv: Sequence[str] | None = None) -> Any:
     if args.small:
         args.gold_tasks, args.run_tasks, args.run_samples, args.run_tokens = 2, 2, 2, 6000
         args.seeds, args.max_steps, args.eval_tasks, args.samples = 1, 2, 1, 1
-        args.generator_steps = 6
+        args.generator_steps = 4
         args.max_turns = 3
     args.seen = [c.strip() for c in args.seen.split(",") if c.strip()]
     return args
@@ -533,12 +536,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     t_start = time.perf_counter()
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
+    # what computes a cached result from its arguments and data: the package (`synth`
+    # itself) and the arms' data builder; this file only orders the steps
     code = code_version(
-        [
-            ROOT / "src/trajsynth",
-            Path(__file__).resolve(),
-            Path(__file__).resolve().parent / "efficacy_arms.py",
-        ]
+        [ROOT / "src/trajsynth", Path(__file__).resolve().parent / "efficacy_arms.py"]
     )
     synth = Synth(work, args.sandbox, args.distractors, args.max_turns)
     Store = _store()
