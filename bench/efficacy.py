@@ -124,13 +124,18 @@ def _store() -> Any:
     return Store
 
 
-def sft_config(work: Path, name: str, *, seed: int, epochs: float, max_steps: int) -> Path:
-    """data/train/sft-cpu.toml with the seed and length set: the recipe, unchanged else."""
+def sft_config(
+    work: Path, name: str, *, seed: int, epochs: float, max_steps: int, accumulate: int | None
+) -> Path:
+    """data/train/sft-cpu.toml with the seed and length set (and, for --small, the rows per
+    step): the recipe, unchanged else."""
     import tomllib
 
     recipe = tomllib.loads((ROOT / "src/trajsynth/data/train/sft-cpu.toml").read_text())
     sft = recipe["sft"]
     sft.update(seed=seed, num_train_epochs=epochs, max_steps=max_steps)
+    if accumulate is not None:
+        sft["gradient_accumulation_steps"] = accumulate
     lines = ["[sft]"]
     for k, v in sft.items():
         if k != "lora":
@@ -170,14 +175,21 @@ def train(
     steps = args.max_steps if max_steps is None else max_steps
     key = content_key(
         "sft",
-        args={"seed": seed, "epochs": args.epochs, "max_steps": steps},
+        args={
+            "seed": seed,
+            "epochs": args.epochs,
+            "max_steps": steps,
+            "accumulate": args.accumulate,
+        },
         data=data_hash_of(rows),
         code=code,
     )
 
     def make(where: Path) -> dict[str, Any]:
         data = write_rows(rows, where / "data")
-        cfg = sft_config(where, "sft", seed=seed, epochs=args.epochs, max_steps=steps)
+        cfg = sft_config(
+            where, "sft", seed=seed, epochs=args.epochs, max_steps=steps, accumulate=args.accumulate
+        )
         synth(
             "sft",
             "--config",
@@ -503,6 +515,7 @@ def parse(argv: Sequence[str] | None = None) -> Any:
     ap.add_argument("--seeds", type=int, default=3, help="SFT seeds per arm")
     ap.add_argument("--epochs", type=float, default=2.0)
     ap.add_argument("--max-steps", type=int, default=-1, help="> 0 overrides --epochs")
+    ap.add_argument("--accumulate", type=int, default=None, help="rows per step (recipe: 4)")
     ap.add_argument("--generator-steps", type=int, default=-1, help="round 0's SFT steps")
     ap.add_argument("--eval-tasks", type=int, default=60, help="tasks per stratum (per cluster)")
     ap.add_argument("--eval-seed", type=int, default=0)
@@ -515,7 +528,7 @@ def parse(argv: Sequence[str] | None = None) -> Any:
     if args.small:
         args.gold_tasks, args.run_tasks, args.run_samples, args.run_tokens = 2, 2, 2, 6000
         args.seeds, args.max_steps, args.eval_tasks, args.samples = 1, 2, 1, 1
-        args.generator_steps = 4
+        args.generator_steps, args.accumulate = 4, 1
         args.max_turns = 3
     args.seen = [c.strip() for c in args.seen.split(",") if c.strip()]
     return args
