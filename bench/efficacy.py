@@ -214,6 +214,10 @@ def train(
 
 def run_and_export(synth: Synth, mode: str, generator: str, args: Any, code: str) -> dict:
     """`synth run --policy GENERATOR --rollout MODE`, then `synth export` of that run."""
+    # blueprint ids are content ids: two runs of one seed in one store plan the same tasks,
+    # stored once under the first run, and the second run finds none of its own
+    seed = args.run_seed + (1 if mode == "linear" else 0)
+
     key = content_key(
         "run",
         args={
@@ -222,7 +226,7 @@ def run_and_export(synth: Synth, mode: str, generator: str, args: Any, code: str
             "samples": args.run_samples,
             "seen": args.seen,
             "tokens": args.run_tokens,
-            "seed": args.run_seed,
+            "seed": seed,
         },
         data=generator,
         code=code,
@@ -244,7 +248,7 @@ def run_and_export(synth: Synth, mode: str, generator: str, args: Any, code: str
             "--policy",
             generator,
             "--seed",
-            str(args.run_seed),
+            str(seed),
             "--rounds",
             "1",
             env={"SYNTH_RUN__BUDGETS__MAX_RUN_TOKENS": str(args.run_tokens)},
