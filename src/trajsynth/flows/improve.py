@@ -134,7 +134,9 @@ def _trained_model(
     data = write_rows(rows, folder / "data")
     cfg = sft.model_copy(update={"data": str(data), "output_dir": str(folder / "sft")})
     method = "sft-lora" if cfg.lora.enabled else "sft-full"
-    data_rows = load_sft_dataset(data, max_rows=cfg.max_rows).to_list()
+    data_rows = load_sft_dataset(
+        data, max_rows=cfg.max_rows, extra_columns=("task_id", "run_id")
+    ).to_list()
     config = cfg.model_dump(mode="json")
     expected = model_row(path="", parent=cfg.model, method=method, run_ids=[run_id],
                          data=data_hash(data_rows), n_rows=0, n_tokens=0, config=config,

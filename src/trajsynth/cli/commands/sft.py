@@ -160,7 +160,9 @@ def sft(
         from trajsynth.training.records import data_hash
         from trajsynth.training.sft import load_sft_dataset
 
-        rows = load_sft_dataset(source, max_rows=cfg.max_rows).to_list()
+        rows = load_sft_dataset(
+            source, max_rows=cfg.max_rows, extra_columns=("task_id", "run_id")
+        ).to_list()
     from trajsynth.flows.lineage import row_lineage
 
     # every row's task, whatever the source: `synth eval` checks held-out tasks against these
