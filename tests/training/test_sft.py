@@ -109,3 +109,21 @@ def test_bundled_sft_configs_parse() -> None:
     assert gpu.bf16 is True and not gpu.use_cpu and "down_proj" in gpu.lora.target_modules
     with pytest.raises(InputError, match="sft-cpu.toml"):
         load_sft_config(data / "sft-cpu.toml", learning_rate=-1)
+
+
+@pytest.mark.slow
+def test_the_rows_task_and_run_ids_come_back_for_the_lineage(tmp_path: Path) -> None:
+    from trajsynth.export import export_sft
+    from trajsynth.flows.lineage import row_lineage
+
+    store = export_store(tmp_path / "s.duckdb")
+    export_sft(store, tmp_path / "sft")
+    trained_on = load_sft_dataset(tmp_path / "sft")
+    assert trained_on.column_names == ["messages", "tools"]  # what the trainer reads
+    rows = load_sft_dataset(tmp_path / "sft", extra_columns=("task_id", "run_id", "nope"))
+    assert rows.column_names == ["messages", "tools", "task_id", "run_id"]
+    lineage = row_lineage(store, rows.to_list())
+    # the fake store's blueprints are sketches (no gold run): named, though not resolvable
+    task_ids = set(rows["task_id"])
+    assert task_ids and {k.task_id for k in lineage.keys} | set(lineage.unresolved) == task_ids
+    assert lineage.run_ids == sorted(set(rows["run_id"]))

@@ -90,10 +90,9 @@ def row_lineage(
     for b in read_blueprints(store, ids=missing):
         by_id[b.blueprint_id] = b
     unresolved = [t for t in task_ids if t not in by_id]
-    if len(task_ids) < len(rows):
-        unresolved.append(
-            f"{len(rows) - sum(1 for r in rows if r.get('task_id'))} rows without a task id"
-        )
+    untasked = sum(1 for r in rows if not r.get("task_id"))
+    if untasked:
+        unresolved.append(f"{untasked} rows without a task id")
     keys = [task_key(by_id[t]) for t in task_ids if t in by_id]
     return RowLineage(keys=keys, unresolved=unresolved, run_ids=run_ids)
 
