@@ -16,6 +16,7 @@ import pytest
 from fakes.inprocess_env import InProcessEnvironment
 
 from trajsynth.agents import heldout
+from trajsynth.agents.cells import sample_cells
 from trajsynth.agents.heldout import plan_eval_tasks
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import ToolCluster
@@ -35,3 +36,36 @@ async def test_a_seed_that_repeats_a_planned_exercise_is_skipped(
     assert len(tasks) == 8
     assert len({t.signature() for t in tasks}) == 8
     assert all(t.seed >= heldout.EVAL_SEED_BASE for t in tasks)
+
+
+async def test_the_whole_draw_depends_on_the_seed_base_and_the_eval_seed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # seeded with the cluster alone, the training planner's draw d (seed base 1,000) and the
+    # eval planner's draw d had one cell: one path shape, goal template and difficulty
+    def in_process(cluster: ToolCluster, **_: Any) -> Any:
+        return lambda: InProcessEnvironment(cluster.cluster_id, tmp_path)
+
+    drawn: list[str] = []
+
+    def recorded(*args: Any) -> Any:
+        cells = sample_cells(*args)
+        drawn.extend(c.model_dump_json() for c in cells)
+        return cells
+
+    monkeypatch.setattr(heldout, "environment_factory", in_process)
+    monkeypatch.setattr(heldout, "sample_cells", recorded)
+
+    async def draw(**kw: Any) -> tuple[list[str], list[Any]]:
+        drawn.clear()
+        tasks = await plan_eval_tasks([get_cluster("shop")], 4, **kw)
+        return list(drawn), tasks
+
+    train_cells, _ = await draw(seed_base=1_000)
+    eval_cells, evals = await draw()
+    again_cells, _ = await draw()
+    other_cells, other = await draw(seed=1)
+    assert eval_cells == again_cells  # still deterministic
+    assert train_cells != eval_cells
+    assert other_cells != eval_cells
+    assert {t.blueprint_id for t in other}.isdisjoint(t.blueprint_id for t in evals)

@@ -41,15 +41,18 @@ def test_summary_excludes_uncountable_tries_and_scores_per_cluster() -> None:
     ]
     s = summarize(tries, k=2)
     assert (s.n_tasks, s.n_tries, s.n_excluded) == (3, 6, 1)
-    assert s.pass1 is not None and s.pass1.estimate == pytest.approx(3 / 5)
-    assert s.pass1.low < 0.6 < s.pass1.high
+    # pass@1 is the mean over tasks of each task's rate (a 1/2, b 0/1, c 2/2), not pooled
+    # tries (3 of 5): a task tried more often does not weigh more
+    assert s.pass1 is not None and s.pass1.estimate == pytest.approx(0.5)
+    assert s.pass1.method == "bootstrap over tasks"
+    assert s.pass1.low < 0.5 < s.pass1.high
     # pass@2 over tasks with 2 counted tries: a (1 of 2) -> 1.0, c (2 of 2) -> 1.0; b has 1
     assert s.passk is not None and s.passk.estimate == pytest.approx(1.0)
     shop, travel = s.clusters
     assert (shop.cluster_id, shop.n_excluded, shop.pass1.estimate) == (
         "shop",
         1,
-        pytest.approx(1 / 3),
+        pytest.approx((1 / 2 + 0) / 2),
     )
     assert travel.pass1.estimate == 1.0 and travel.pass1.high == 1.0
 
@@ -116,7 +119,8 @@ def test_eval_rows_are_stored_and_queryable(tmp_path: Path) -> None:
     assert store.insert("evals", [row, row]) == 1  # content id: writing it twice adds nothing
     (got,) = store.query("SELECT policy, pass1, pass1_low, pass1_high, n_tries FROM evals")
     assert got["policy"] == "embedded" and got["pass1"] == 0.5 and got["n_tries"] == 2
-    assert 0 < got["pass1_low"] < 0.5 < got["pass1_high"] < 1
+    # two tasks, one passed: resampling tasks reaches both ends
+    assert got["pass1_low"] == 0.0 and got["pass1_high"] == 1.0
 
 
 def test_split_names_are_checked() -> None:
@@ -200,3 +204,55 @@ def test_synth_compare_of_unknown_or_unpaired_evals_is_one_line(
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and " ".join(err.split()).count(expected) == 1, err
         assert "Traceback" not in err
+
+
+def test_synth_eval_refuses_a_policy_whose_training_data_it_cannot_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from trajsynth.cli import main as cli
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    store = tmp_path / "s.duckdb"
+    for args, expected in (
+        (["--policy", str(model)], "cannot check"),
+        (["--split", "path-disjoint"], "a stratum is defined against training data"),
+    ):
+        monkeypatch.setattr(sys, "argv", ["synth", "eval", *args, "--store", str(store)])
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+        err = " ".join(capsys.readouterr().err.split())
+        assert exit_.value.code == 2 and expected in err and "Traceback" not in err, err
+
+
+async def test_a_split_drops_what_leaks_and_counts_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typing import Any
+
+    from fakes.inprocess_env import InProcessEnvironment
+
+    from trajsynth.agents import heldout
+    from trajsynth.cli.commands.eval import plan_split
+    from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.schemas import SandboxKind
+    from trajsynth.training.splits import task_key
+
+    def in_process(cluster: Any, **_: Any) -> Any:
+        return lambda: InProcessEnvironment(cluster.cluster_id, tmp_path)
+
+    monkeypatch.setattr(heldout, "environment_factory", in_process)
+    planned = await heldout.plan_eval_tasks([get_cluster("shop")], 4)
+    # a policy trained on two of the very tasks the eval seed plans
+    train = [task_key(t) for t in planned[:2]]
+    split = await plan_split(
+        "heldout-seeds", clusters=["shop"], per_cluster=4, train_keys=train,
+        sandbox=SandboxKind.LOCAL,
+    )  # fmt: skip
+    assert len(split.dropped) >= 2 and split.n_planned == 4
+    assert {t.blueprint_id for t in split.tasks}.isdisjoint(k.task_id for k in train)
+    assert set(split.strata.values()) <= {"new-entities", "path-disjoint"}
+    assert len(split.tasks) + len(split.dropped) == 4

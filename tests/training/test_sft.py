@@ -69,6 +69,12 @@ def test_synth_sft_smoke_trains_writes_a_gguf_and_records_the_model(tmp_path: Pa
     assert row["parent"] == "embedded" and row["method"] == "sft-lora" and row["n_rows"] == 4
     metrics = json.loads(row["metrics"]) if isinstance(row["metrics"], str) else row["metrics"]
     assert metrics["peak_rss_mb"] > 0 and metrics["steps"] == 2
+    # the gold tasks were planned on the spot, in no store: their lineage is recorded anyway
+    assert row["unresolved"] == [] and len(row["lineage"]) == 4
+    assert all(k["signature"] and k["path"] for k in row["lineage"])
+    from trajsynth.flows.lineage import model_lineage
+
+    assert model_lineage(Store(store), str(out / "model")).complete
 
 
 @pytest.mark.slow
@@ -119,3 +125,21 @@ def test_bundled_sft_configs_parse() -> None:
     assert gpu.bf16 is True and not gpu.use_cpu and "down_proj" in gpu.lora.target_modules
     with pytest.raises(InputError, match="sft-cpu.toml"):
         load_sft_config(data / "sft-cpu.toml", learning_rate=-1)
+
+
+@pytest.mark.slow
+def test_the_rows_task_and_run_ids_come_back_for_the_lineage(tmp_path: Path) -> None:
+    from trajsynth.export import export_sft
+    from trajsynth.flows.lineage import row_lineage
+
+    store = export_store(tmp_path / "s.duckdb")
+    export_sft(store, tmp_path / "sft")
+    trained_on = load_sft_dataset(tmp_path / "sft")
+    assert trained_on.column_names == ["messages", "tools"]  # what the trainer reads
+    rows = load_sft_dataset(tmp_path / "sft", extra_columns=("task_id", "run_id", "nope"))
+    assert rows.column_names == ["messages", "tools", "task_id", "run_id"]
+    lineage = row_lineage(store, rows.to_list())
+    # the fake store's blueprints are sketches (no gold run): named, though not resolvable
+    task_ids = set(rows["task_id"])
+    assert task_ids and {k.task_id for k in lineage.keys} | set(lineage.unresolved) == task_ids
+    assert lineage.run_ids == sorted(set(rows["run_id"]))

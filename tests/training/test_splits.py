@@ -8,6 +8,7 @@ from trajsynth.schemas import Blueprint, InputError
 from trajsynth.training.splits import (
     LeakageError,
     SplitKind,
+    Stratum,
     TaskKey,
     check_no_leakage,
     make_split,
@@ -15,7 +16,17 @@ from trajsynth.training.splits import (
 )
 
 
-def blueprint(task_id: str, cluster: str, seed: int, path: list[str], order: str) -> Blueprint:
+def blueprint(
+    task_id: str,
+    cluster: str,
+    seed: int,
+    path: list[str],
+    order: str,
+    *,
+    goal: str | None = None,
+    entity: str | None = None,
+) -> Blueprint:
+    calls = [{"tool": t, "arguments": {"id": entity}, "observation": {}} for t in path]
     return Blueprint.model_validate(
         {
             "blueprint_id": task_id,
@@ -30,9 +41,9 @@ def blueprint(task_id: str, cluster: str, seed: int, path: list[str], order: str
             "initial_state_id": f"s{seed}",
             "tool_path": [{"tool": t} for t in path],
             "persona": "p",
-            "goal": f"goal {task_id}",
+            "goal": goal or f"goal {task_id}",
             "gold_run": {
-                "calls": [],
+                "calls": calls if entity else [],
                 "final_state": {"state_hash": "h"},
                 "initial_state_hash": "h0",
             },
@@ -92,3 +103,47 @@ def test_a_split_with_no_tasks_is_one_clear_error() -> None:
         make_split("held", "heldout-seeds", [], train)
     with pytest.raises(InputError, match="needs a cluster"):
         make_split("l", "loco", [], train)
+
+
+def test_the_same_exercise_under_other_checks_leaks_on_its_path_words_or_entities() -> None:
+    train = [
+        task_key(
+            blueprint("t1", "shop", 1, ["search", "buy"], "W1", goal="Buy the mat.", entity="P1")
+        )
+    ]
+    # other constraints (another signature) each time, but the same exercise:
+    same_words = blueprint("e1", "shop", 5, ["search", "buy"], "W2", goal="buy the MAT!",
+                           entity="P9")  # fmt: skip
+    same_entities = blueprint("e2", "shop", 6, ["search", "buy"], "W3", goal="Get it.",
+                              entity="P1")  # fmt: skip
+    # new: same path, other words and entities; or another path with the same words
+    new_entities = blueprint("e3", "shop", 7, ["search", "buy"], "W4", goal="Get a lamp.",
+                             entity="P2")  # fmt: skip
+    other_path = blueprint("e4", "shop", 8, ["buy"], "W5", goal="Buy the mat.", entity="P1")
+    keys = [task_key(b) for b in (same_words, same_entities, new_entities, other_path)]
+    assert len({k.signature for k in keys} | {train[0].signature}) == 5
+    split = make_split("held", "heldout-seeds", keys, train)
+    assert split.eval_ids == ["e3", "e4"]
+    assert "same words" in split.dropped["e1"] and "same entities" in split.dropped["e2"]
+    assert split.strata == {"e3": Stratum.NEW_ENTITIES, "e4": Stratum.PATH_DISJOINT}
+
+
+def test_a_one_stratum_split_keeps_only_its_stratum() -> None:
+    train = [task_key(blueprint("t1", "shop", 1, ["search", "buy"], "W1", entity="P1"))]
+    keys = [
+        task_key(blueprint("e1", "shop", 5, ["search", "buy"], "W2", entity="P2")),
+        task_key(blueprint("e2", "shop", 6, ["buy"], "W3", entity="P3")),
+    ]
+    assert make_split("n", "new-entities", keys, train).eval_ids == ["e1"]
+    assert make_split("p", "path-disjoint", keys, train).eval_ids == ["e2"]
+    loco = make_split("l", "loco", [task_key(blueprint("x", "bank", 2, ["pay"], "A"))], train,
+                      cluster="bank")  # fmt: skip
+    assert loco.strata == {"x": Stratum.LOCO}
+
+
+def test_a_key_written_before_lineage_is_checked_on_id_and_signature() -> None:
+    old = TaskKey(task_id="t1", cluster_id="shop", seed=1, signature="sig")
+    new = task_key(blueprint("e1", "shop", 5, ["search"], "W", entity="P1"))
+    assert make_split("h", "heldout-seeds", [new], [old]).eval_ids == ["e1"]
+    with pytest.raises(LeakageError, match="same tool path and constraints"):
+        check_no_leakage([new.model_copy(update={"signature": "sig"})], [old])

@@ -60,18 +60,22 @@ async def plan_eval_tasks(
     """``n_per_cluster`` distinct tasks per cluster, planned from held-out seeds (no LLM).
 
     Seeds start at ``seed_base`` (default ``EVAL_SEED_BASE``, far above any ``synth run``
-    seed). A seed whose task repeats an earlier one's tool path and constraints
-    (``Blueprint.signature``; one in eight of travel's) is skipped: it is the same exercise,
-    its tries are not independent of the first's, and counting it twice would narrow pass@1's
-    interval on nothing. Fewer than ``n_per_cluster`` come back only when ``max_tries`` draws
-    per task found no more. Raises ``InputError`` naming a cluster where no task could be
-    planned."""
+    seed); the whole draw (cells and environment seeds) depends on ``seed`` and ``seed_base``,
+    so another eval seed plans other exercises. A seed whose task repeats an earlier one's
+    tool path and constraints (``Blueprint.signature``; one in eight of travel's) is
+    skipped: it is the same exercise, its tries are not independent of the first's, and
+    counting it twice would narrow pass@1's interval on nothing. Fewer than ``n_per_cluster``
+    come back only when ``max_tries`` draws per task found no more. Raises ``InputError``
+    naming a cluster where no task could be planned."""
     base = EVAL_SEED_BASE if seed_base is None else seed_base
     planner = Planner(use_llm=False, gold_retries=2)
     out: list[Blueprint] = []
     planned: set[str] = set()
     for ci, cluster in enumerate(clusters):
-        rng = random.Random(stable_hash([cluster.cluster_id, seed]))
+        # the cell draw (path shape, goal template, difficulty) depends on the seed base and
+        # the eval seed as the environment's data does: seeded with the cluster alone, draw d
+        # of the eval planner would repeat training draw d's exercise with other entities
+        rng = random.Random(stable_hash([cluster.cluster_id, seed, base]))
         got = 0
         for draw in range(n_per_cluster * max_tries):
             if got >= n_per_cluster:

@@ -358,7 +358,7 @@ def _evals_section(path: str) -> None:
         },
     )  # fmt: skip
     st.caption(
-        "pass@1: Wilson 95% interval over every counted try; pass@k: the unbiased estimator "
+        "pass@1: the mean of each task's pass rate; pass@k: the unbiased estimator; both "
         "with a bootstrap 95% interval over tasks. Excluded tries (infra, simulator) are in "
         "neither."
     )

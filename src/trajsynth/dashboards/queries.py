@@ -267,8 +267,8 @@ def _tokens_by_role_sql(run_id: str | None) -> Statement:
 
 
 def evals(store: Store, tables: set[str] | None = None, limit: int = 50) -> Rows:
-    """Held-out evals of policies (the ``evals`` table, issue 18), newest first: pass@1 with
-    its Wilson interval and pass@k with its bootstrap interval. Not per run: an eval scores a
+    """Held-out evals of policies (the ``evals`` table, issue 18), newest first: pass@1 and
+    pass@k with their bootstrap intervals over tasks. Not per run: an eval scores a
     policy on tasks no run trained on. Empty when the store has no ``evals`` table yet."""
     tables = available_tables(store) if tables is None else tables
     if "evals" not in tables:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.export import EmptySelectionError, sft_rows
+from trajsynth.flows.lineage import row_lineage
 from trajsynth.flows.units import run_id_for
 from trajsynth.schemas import (
     Blueprint,
@@ -133,7 +134,9 @@ def _trained_model(
     data = write_rows(rows, folder / "data")
     cfg = sft.model_copy(update={"data": str(data), "output_dir": str(folder / "sft")})
     method = "sft-lora" if cfg.lora.enabled else "sft-full"
-    data_rows = load_sft_dataset(data, max_rows=cfg.max_rows).to_list()
+    data_rows = load_sft_dataset(
+        data, max_rows=cfg.max_rows, extra_columns=("task_id", "run_id")
+    ).to_list()
     config = cfg.model_dump(mode="json")
     expected = model_row(path="", parent=cfg.model, method=method, run_ids=[run_id],
                          data=data_hash(data_rows), n_rows=0, n_tokens=0, config=config,
@@ -144,6 +147,7 @@ def _trained_model(
         return done[0]
     result = run_sft(cfg)
     gguf = export_gguf(result.model_dir, Path(cfg.output_dir) / "model.f16.gguf")
+    lineage = row_lineage(store, data_rows)
     row = model_row(
         path=result.model_dir,
         parent=cfg.model,
@@ -155,6 +159,8 @@ def _trained_model(
         config=config,
         metrics=result.model_dump(mode="json"),
         gguf_path=str(gguf),
+        lineage=[k.model_dump(mode="json") for k in lineage.keys],
+        unresolved=lineage.unresolved,
     )
     store.insert("models", [row])
     return row

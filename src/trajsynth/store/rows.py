@@ -512,6 +512,11 @@ class ModelRow(Row):
     gguf_path: str | None = _c("the GGUF the embedded llama.cpp server loads")
     method: str | None = _c("lora or full")
     run_ids: Json = _c("runs whose data it was trained on")
+    lineage: Json = _c(
+        "lineage of the task behind every training row: id, signature, tool path, entities, "
+        "goal (training.splits.TaskKey); the leakage check of `synth eval` reads it"
+    )
+    unresolved: Json = _c("training rows' task ids this store held no blueprint of")
     data_hash: str | None = _c("hash of the training rows")
     n_rows: int | None = _c("training rows")
     n_tokens: BigInt | None = _c("training tokens")
@@ -531,13 +536,15 @@ class EvalRow(Row):
     n_tasks: int | None = _c("held-out tasks")
     n_tries: int | None = _c("tries counted")
     n_excluded: int | None = _c("tries excluded (infra or simulator faults)")
-    pass1: float | None = _c("pass@1")
-    pass1_low: float | None = _c("pass@1, 95% interval low (Wilson)")
-    pass1_high: float | None = _c("pass@1, 95% interval high (Wilson)")
+    pass1: float | None = _c("pass@1: the mean over tasks of each task's pass rate")
+    pass1_low: float | None = _c("pass@1, 95% interval low (bootstrap over tasks)")
+    pass1_high: float | None = _c("pass@1, 95% interval high (bootstrap over tasks)")
     passk: float | None = _c("pass@k, unbiased estimator")
     passk_low: float | None = _c("pass@k, 95% interval low (bootstrap over tasks)")
     passk_high: float | None = _c("pass@k, 95% interval high (bootstrap over tasks)")
     clusters: Json = _c("the same figures per cluster")
+    n_dropped: int | None = _c("planned tasks dropped: they leak into the policy's training data")
+    strata: Json = _c("each task's stratum: new-entities, path-disjoint or loco")
     tries: Json = _c("every try: task, cluster, passed, excluded")
     created_at: datetime | None = _c("when it ran (UTC)")
 

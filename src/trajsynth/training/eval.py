@@ -1,8 +1,10 @@
 """pass@1 and pass@k of a held-out eval, per cluster and overall (METHODS.md §15).
 
 ``summarize`` takes the tries ``agents.heldout.evaluate`` recorded: excluded tries (``infra``,
-``simulator``) are left out; pass@1 gets a Wilson interval (all counted tries pooled) and
-pass@k (the unbiased estimator) a bootstrap interval over tasks (``training.passk``).
+``simulator``) are left out; pass@1 is the mean over tasks of each task's pass rate and
+pass@k the mean of the unbiased estimator, each with a bootstrap interval over tasks
+(``training.passk``). Tasks, not tries, are the independent units: the tries of one task
+share its difficulty, so a Wilson interval over pooled tries would be too narrow.
 
 ``compare`` says whether one policy beats another on the same tasks. Two pass@1 intervals
 that overlap do not mean "no difference", and pooled tries are not independent (the tries of
@@ -26,7 +28,7 @@ from trajsynth.schemas.evals import (
     TaskTries,
     TryResult,
 )
-from trajsynth.training.passk import bootstrap_mean, bootstrap_pass_at_k, wilson
+from trajsynth.training.passk import bootstrap_mean, bootstrap_pass_at_k
 
 __all__ = ["ClusterScore", "EvalSummary", "PolicyComparison", "TryResult", "compare", "summarize"]
 
@@ -49,13 +51,16 @@ def _tries(results: Sequence[TryResult]) -> list[TaskTries]:
 def _score(results: Sequence[TryResult], k: int, seed: int) -> dict[str, Any]:
     """The figures ``ClusterScore`` and ``EvalSummary`` share: counts, pass@1 and pass@k."""
     tasks = _tries(results)
-    n = sum(t.n for t in tasks)
-    c = sum(t.c for t in tasks)
+    counted = [t for t in tasks if t.n]
     return {
         "n_tasks": len({r.task_id for r in results}),
         "n_tries": len(results),
         "n_excluded": sum(r.excluded for r in results),
-        "pass1": wilson(c, n) if n else None,
+        "pass1": (
+            bootstrap_mean([t.c / t.n for t in counted], seed=seed, method="bootstrap over tasks")
+            if counted
+            else None
+        ),
         "passk": (
             bootstrap_pass_at_k(tasks, k, seed=seed) if any(t.n >= k for t in tasks) else None
         ),
@@ -63,7 +68,8 @@ def _score(results: Sequence[TryResult], k: int, seed: int) -> dict[str, Any]:
 
 
 def summarize(results: Sequence[TryResult], k: int, *, seed: int = 0) -> EvalSummary:
-    """pass@1 (Wilson) and pass@k (unbiased, bootstrap over tasks), overall and per cluster."""
+    """pass@1 and pass@k (unbiased), each with a bootstrap interval over tasks, overall and
+    per cluster."""
     by_cluster: dict[str, list[TryResult]] = defaultdict(list)
     for r in results:
         by_cluster[r.cluster_id].append(r)

@@ -2,7 +2,8 @@
 
 A model row says where the model is (HF folder and GGUF), its parent (the base it was tuned
 from), the data it was trained on (run ids and a hash of the rows), its config and its
-training figures. An eval row holds pass@1 and pass@k with their 95% intervals, per cluster
+training figures, and the lineage of every training row's task (what ``synth eval``'s
+leakage check compares). An eval row holds pass@1 and pass@k with their 95% intervals, per cluster
 and overall, and every try. Ids are content-derived: the same parent, data and config is the
 same model; the same model, split, tasks and k is the same eval.
 """
@@ -36,7 +37,11 @@ def model_row(
     config: dict[str, Any],
     metrics: dict[str, Any],
     gguf_path: str | None = None,
+    lineage: Sequence[dict[str, Any]] = (),
+    unresolved: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """``lineage``: the ``TaskKey`` (as JSON) of every task behind a training row;
+    ``unresolved``: the rows' task ids no blueprint was found for."""
     model_id = content_id(
         "model", {"parent": parent, "data": data, "config": config, "method": method}
     )
@@ -47,6 +52,8 @@ def model_row(
         "gguf_path": gguf_path,
         "method": method,
         "run_ids": list(run_ids),
+        "lineage": list(lineage),
+        "unresolved": list(unresolved),
         "data_hash": data,
         "n_rows": n_rows,
         "n_tokens": n_tokens,
@@ -64,6 +71,8 @@ def eval_row(
     split_kind: str,
     summary: EvalSummary,
     tries: Sequence[TryResult],
+    n_dropped: int = 0,
+    strata: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     task_ids = sorted({t.task_id for t in tries})
     eval_id = content_id(
@@ -91,6 +100,8 @@ def eval_row(
         **iv("pass1"),
         **iv("passk"),
         "clusters": [c.model_dump(mode="json") for c in summary.clusters],
+        "n_dropped": n_dropped,
+        "strata": dict(strata or {}),
         "tries": [t.model_dump(mode="json") for t in tries],
         "created_at": datetime.now(UTC).replace(tzinfo=None),
     }

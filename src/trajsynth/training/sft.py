@@ -19,6 +19,7 @@ import logging
 import resource
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -132,7 +133,12 @@ def _data_files(path: Path) -> list[Path]:
     return files
 
 
-def load_sft_dataset(path: str | Path, *, max_rows: int | None = None) -> Any:
+def load_sft_dataset(
+    path: str | Path,
+    *,
+    max_rows: int | None = None,
+    extra_columns: Sequence[str] = (),
+) -> Any:
     """The SFT rows of an export as a ``datasets.Dataset`` with ``messages`` and ``tools``.
 
     Raises ``InputError`` with one line when the path holds no SFT files, no rows, or rows
@@ -165,7 +171,10 @@ def load_sft_dataset(path: str | Path, *, max_rows: int | None = None) -> Any:
         ds = ds.map(lambda r: {"tools": [json.loads(json.dumps(t)) for t in r["tools"]]})
     if max_rows is not None:
         ds = ds.select(range(min(max_rows, len(ds))))
-    return ds.select_columns(["messages", "tools"])
+    # ``extra_columns`` (where the files have them): what the caller records of each row,
+    # e.g. its task_id and run_id for the model's lineage; the trainer reads only the two
+    extra = [c for c in extra_columns if c in ds.column_names]
+    return ds.select_columns(["messages", "tools", *extra])
 
 
 def _trl_args(config: SFTConfig, *, bf16: bool) -> Any:

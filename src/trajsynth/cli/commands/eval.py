@@ -1,8 +1,10 @@
 """`synth eval --policy X --split NAME --samples k`: a policy on held-out tasks (issue 18).
 
-Wiring only: the split's tasks are planned from held-out seeds (``training.eval``) and
-checked against the policy's training data (``training.splits``: its ``models`` row names
-the runs it was trained on; their blueprints are the training tasks); the policy is served
+Wiring only: the split's tasks are planned from held-out seeds (``agents.heldout``; the eval
+seed draws them) and checked against the policy's training data (``training.splits``) as
+its ``models`` row and its ancestors' record it (``flows.lineage``): a task that leaks is
+dropped and the drop is said; a policy whose training data cannot be named in full is
+refused unless ``--allow-untracked``. The policy is served
 on its own llama.cpp server for the assistant role while the user simulator keeps the
 embedded model; every try is verified and the summary is stored in ``evals``.
 """
@@ -20,21 +22,36 @@ from rich.console import Console
 
 from trajsynth.cli.options import JsonOpt, print_json
 from trajsynth.cli.tables import Table
-from trajsynth.schemas import Blueprint, Budgets, InputError, LLMConfig, SandboxKind
+from trajsynth.flows.lineage import ModelLineage, model_lineage
+from trajsynth.schemas import Blueprint, Budgets, InputError, LLMConfig, Record, SandboxKind
 from trajsynth.store import Store
+from trajsynth.training.splits import TaskKey
 
-__all__ = ["compare_evals", "eval_policy", "parse_split", "run_eval"]
+__all__ = [
+    "PlannedSplit",
+    "compare_evals",
+    "eval_policy",
+    "parse_split",
+    "plan_split",
+    "run_eval",
+    "training_lineage",
+]
 
 log = logging.getLogger(__name__)
 console = Console()
 
-SPLITS = "heldout-seeds | loco:CLUSTER"
+SPLITS = "heldout-seeds | new-entities | path-disjoint | loco:CLUSTER"
+STRATUM_SPLITS = ("heldout-seeds", "new-entities", "path-disjoint")
+CANDIDATES_PER_TASK = 3
+"""A one-stratum split plans this many candidates per task wanted and keeps the first of
+its stratum (about half of a seen cluster's tasks walk a trained path)."""
 
 
 def parse_split(split: str) -> tuple[str, str | None]:
-    """``heldout-seeds`` or ``loco:CLUSTER`` -> (kind, cluster)."""
-    if split == "heldout-seeds":
-        return "heldout-seeds", None
+    """``heldout-seeds``, ``new-entities``, ``path-disjoint`` or ``loco:CLUSTER`` ->
+    (kind, cluster)."""
+    if split in STRATUM_SPLITS:
+        return split, None
     if split.startswith("loco:") and split[5:]:
         return "loco", split[5:]
     raise InputError(f"--split {split!r}: one of {SPLITS}")
@@ -44,77 +61,107 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) and value[:1] in "[{" else value
 
 
-def _training_tasks(store: Store, policy: str) -> tuple[str | None, list[Blueprint]]:
-    """The policy's model id and the blueprints of the runs it was trained on."""
-    if policy == "embedded" or not store.path.exists():
-        return None, []
-    found = store.query(
-        "SELECT model_id, run_ids FROM models WHERE path = ? OR gguf_path = ? "
-        "ORDER BY created_at DESC LIMIT 1",
-        [str(policy), str(policy)],
+def training_lineage(store: Store, policy: str, *, allow_untracked: bool) -> ModelLineage:
+    """The policy's training tasks, its ancestors' included (``flows.lineage``). Raises
+    ``InputError`` (one line) when they cannot all be known, unless ``allow_untracked``."""
+    lineage = model_lineage(store, policy)
+    if lineage.complete:
+        return lineage
+    if not allow_untracked:
+        raise InputError(
+            f"cannot check {policy} for leakage: {lineage.why_incomplete}; evaluate it with "
+            "the --store that trained it, or pass --allow-untracked to score it unchecked"
+        )
+    console.print(
+        f"[yellow]warning:[/] leakage checked against {len(lineage.keys)} known training "
+        f"tasks only: {lineage.why_incomplete}"
     )
-    if not found:
-        return None, []
-    run_ids = found[0]["run_ids"]
-    run_ids = json.loads(run_ids) if isinstance(run_ids, str) else list(run_ids or [])
-    if not run_ids:
-        return found[0]["model_id"], []
-    marks = ", ".join("?" for _ in run_ids)
-    rows = store.query(f"SELECT * FROM blueprints WHERE run_id IN ({marks})", run_ids)
-    blueprints = []
-    for r in rows:
-        data = {
-            k: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v for k, v in r.items()
-        }
-        data = {k: v for k, v in data.items() if k in Blueprint.model_fields and v is not None}
-        try:
-            blueprints.append(Blueprint.model_validate(data))
-        except ValueError as exc:
-            log.warning("blueprint %s not read for the leakage check: %s", r["blueprint_id"], exc)
-    return found[0]["model_id"], blueprints
+    return lineage
+
+
+def _need_training(kind: str, split: str) -> None:
+    if kind in ("new-entities", "path-disjoint"):
+        raise InputError(
+            f"--split {split}: a stratum is defined against training data; for the base "
+            "model give --against TUNED_MODEL (its tasks, to compare with `synth compare`)"
+        )
+
+
+class PlannedSplit(Record):
+    """The tasks a split scores, each one's stratum, and how many planned ones leaked."""
+
+    tasks: list[Blueprint]
+    strata: dict[str, str]
+    n_planned: int
+    dropped: dict[str, str]
+
+
+async def plan_split(
+    split: str,
+    *,
+    clusters: list[str],
+    per_cluster: int,
+    train_keys: list[TaskKey],
+    sandbox: SandboxKind,
+    seed: int = 0,
+) -> PlannedSplit:
+    """Plan the split's candidates from the eval seed and drop every one that leaks into
+    ``train_keys`` (``training.splits.make_split``); a one-stratum split keeps the first
+    ``per_cluster`` of that stratum per cluster."""
+    from trajsynth.agents.heldout import plan_eval_tasks
+    from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.training.splits import make_split, task_key
+
+    kind, held_cluster = parse_split(split)
+    wanted = [held_cluster] if held_cluster else clusters
+    factor = CANDIDATES_PER_TASK if kind in ("new-entities", "path-disjoint") else 1
+    candidates = await plan_eval_tasks(
+        [get_cluster(c) for c in wanted], per_cluster * factor, seed=seed, sandbox_kind=sandbox
+    )
+    by_id = {t.blueprint_id: t for t in candidates}
+    if not train_keys:  # the base model: nothing to leak into; strata are against nothing
+        _need_training(kind, split)
+        return PlannedSplit(tasks=candidates, strata={}, n_planned=len(candidates), dropped={})
+    chosen = make_split(
+        split, kind, [task_key(t) for t in candidates], train_keys, cluster=held_cluster
+    )
+    taken: dict[str, int] = {}
+    tasks = []
+    for task_id in chosen.eval_ids:
+        task = by_id[task_id]
+        if taken.get(task.cluster_id, 0) < per_cluster:
+            taken[task.cluster_id] = taken.get(task.cluster_id, 0) + 1
+            tasks.append(task)
+    return PlannedSplit(
+        tasks=tasks,
+        strata={t.blueprint_id: str(chosen.strata[t.blueprint_id]) for t in tasks},
+        n_planned=len(candidates),
+        dropped=chosen.dropped,
+    )
 
 
 async def run_eval(
     *,
     policy: str,
-    split: str,
+    tasks: list[Blueprint],
     samples: int,
-    clusters: list[str],
-    per_cluster: int,
-    train: list[Blueprint],
     budgets: Budgets,
     sandbox: SandboxKind,
     template_user: bool = False,
-    seed: int = 0,
     embedded_ctx: int = 4096,
     distractors: int | None = None,
-) -> tuple[Any, list[Any], str]:
-    """Plan, split, serve and evaluate; returns (summary, tries, split kind)."""
-    from trajsynth.agents.heldout import eval_assistant, evaluate, plan_eval_tasks
+) -> tuple[Any, list[Any]]:
+    """Serve the policy and evaluate it on ``tasks``; returns (summary, tries)."""
+    from trajsynth.agents.heldout import eval_assistant, evaluate
     from trajsynth.agents.llm import open_llm_client
     from trajsynth.agents.policy import RoleRoutedLLM, serve_policy
     from trajsynth.mcp_servers.registry import get_cluster
     from trajsynth.training.eval import summarize
     from trajsynth.training.serve import policy_gguf
-    from trajsynth.training.splits import make_split, task_key
 
-    kind, held_cluster = parse_split(split)
-    train_keys = [task_key(b) for b in train]
-    wanted = [held_cluster] if held_cluster else clusters
-    found = {c: get_cluster(c) for c in wanted}
-    candidates = await plan_eval_tasks(
-        list(found.values()), per_cluster, seed=seed, sandbox_kind=sandbox
-    )
-    by_id = {t.blueprint_id: t for t in candidates}
-    if train_keys:
-        chosen = make_split(
-            split, kind, [task_key(t) for t in candidates], train_keys, cluster=held_cluster
-        )
-        tasks = [by_id[i] for i in chosen.eval_ids]
-    else:  # no recorded training data (the base model): every held-out task counts
-        tasks = candidates
     if not tasks:
-        raise InputError(f"split {split!r} has no tasks")
+        raise InputError("the split has no tasks")
+    found = {c: get_cluster(c) for c in sorted({t.cluster_id for t in tasks})}
     llm = LLMConfig(temperature=0.7, max_tokens=128, embedded_ctx=embedded_ctx)
 
     async def run(client: Any, **extra: Any) -> list[Any]:
@@ -138,7 +185,7 @@ async def run_eval(
         else:
             async with serve_policy(policy_gguf(policy), llm) as tuned:
                 tries = await run(RoleRoutedLLM(tuned, base))
-    return summarize(tries, k=samples), tries, kind
+    return summarize(tries, k=samples), tries
 
 
 def eval_policy(
@@ -168,10 +215,30 @@ def eval_policy(
             "default: [llm] distractors of synth.toml, else every tool that fits)",
         ),
     ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="eval seed: another seed plans other held-out tasks")
+    ] = 0,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            help="also hold out what this model was trained on: the base model scored on "
+            "a tuned model's split and strata, paired with it by `synth compare`",
+        ),
+    ] = None,
+    allow_untracked: Annotated[
+        bool,
+        typer.Option(
+            "--allow-untracked",
+            help="score a policy whose training data this store cannot name in full "
+            "(checked against what it can name, and said so)",
+        ),
+    ] = False,
     store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
 ) -> None:
     """Evaluate a policy on held-out tasks in live environments, scored by the verifier."""
     from trajsynth.cli import main as cli
+    from trajsynth.training.eval import summarize
     from trajsynth.training.models_io import resolve_model
     from trajsynth.training.records import eval_row
 
@@ -184,17 +251,38 @@ def eval_policy(
         names, tasks, samples = ["shop", "calendar"], 1, 1
         budgets = Budgets(max_turns=3, max_tokens=600)
     store = Store(store_path or cli.settings().store_path)
-    model_id, train = _training_tasks(store, policy)
-    summary, tries, kind = asyncio.run(
-        run_eval(
-            policy=policy,
-            split=split,
-            samples=samples,
+    lineage = training_lineage(store, policy, allow_untracked=allow_untracked)
+    train_keys = list(lineage.keys)
+    if against is not None:
+        other = training_lineage(store, against, allow_untracked=allow_untracked)
+        train_keys += other.keys
+    if not train_keys:
+        _need_training(kind, split)  # before any planning: one line, at once
+    sandbox = SandboxKind.LOCAL if smoke else SandboxKind.AUTO
+    planned = asyncio.run(
+        plan_split(
+            split,
             clusters=names,
             per_cluster=tasks,
-            train=train,
+            train_keys=train_keys,
+            sandbox=sandbox,
+            seed=seed,
+        )
+    )
+    if planned.dropped:
+        first = next(iter(planned.dropped.values()))
+        console.print(
+            f"dropped {len(planned.dropped)} of {planned.n_planned} planned tasks: they leak "
+            f"into the training data of {against or policy} (its ancestors' included; "
+            f"e.g. {first})"
+        )
+    summary, tries = asyncio.run(
+        run_eval(
+            policy=policy,
+            tasks=planned.tasks,
+            samples=samples,
             budgets=budgets,
-            sandbox=SandboxKind.LOCAL if smoke else SandboxKind.AUTO,
+            sandbox=sandbox,
             template_user=template_user,
             embedded_ctx=cli.settings().run.llm.embedded_ctx,
             distractors=(
@@ -203,7 +291,14 @@ def eval_policy(
         )
     )
     row = eval_row(
-        policy=policy, model_id=model_id, split=split, split_kind=kind, summary=summary, tries=tries
+        policy=policy,
+        model_id=lineage.model_id,
+        split=split,
+        split_kind=kind,
+        summary=summary,
+        tries=tries,
+        n_dropped=len(planned.dropped),
+        strata=planned.strata,
     )
     store.insert("evals", [row])
     table = Table(title=f"eval of {policy} on {split} (k = {summary.k})")
@@ -213,24 +308,25 @@ def eval_policy(
     def iv(value: Any) -> str:
         return "-" if value is None else f"{value.estimate:.2f} [{value.low:.2f}, {value.high:.2f}]"
 
-    for c in summary.clusters:
+    def add(name: str, score: Any) -> None:
         table.add_row(
-            c.cluster_id,
-            str(c.n_tasks),
-            str(c.n_tries),
-            str(c.n_excluded),
-            iv(c.pass1),
-            iv(c.passk),
+            name,
+            str(score.n_tasks),
+            str(score.n_tries),
+            str(score.n_excluded),
+            iv(score.pass1),
+            iv(score.passk),
         )
-    table.add_row(
-        "all",
-        str(summary.n_tasks),
-        str(summary.n_tries),
-        str(summary.n_excluded),
-        iv(summary.pass1),
-        iv(summary.passk),
-    )
+
+    for c in summary.clusters:
+        add(c.cluster_id, c)
+    for name in sorted(set(planned.strata.values())):
+        if len(set(planned.strata.values())) > 1:
+            part = [t for t in tries if planned.strata.get(t.task_id) == name]
+            add(f"stratum {name}", summarize(part, k=summary.k))
+    add("all", summary)
     console.print(table)
+    console.print("pass@1: mean of each task's pass rate; intervals: 95% bootstrap over tasks")
     console.print(f"stored eval {row['eval_id']}")
 
 

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 
 from trajsynth.cli.tables import Table
-from trajsynth.schemas import InputError, SandboxKind, SFTRow, Trajectory, Verdict
+from trajsynth.schemas import Blueprint, InputError, SandboxKind, SFTRow, Trajectory, Verdict
 from trajsynth.store import Store
 
 __all__ = ["gold_export", "sft", "write_sft_rows"]
@@ -62,9 +62,9 @@ def gold_export(
     per_cluster: int,
     seed: int = 0,
     distractors: int | None = None,
-) -> tuple[Path, list[str]]:
+) -> tuple[Path, list[Blueprint]]:
     """Plan ``per_cluster`` tasks per cluster (no LLM), replay their gold runs, keep the
-    verified ones and write them as an SFT export; returns it and the task ids.
+    verified ones and write them as an SFT export; returns it and the tasks planned.
     ``distractors``: each row lists the needed tools plus that many nearest
     (``LLMConfig.distractors``); None: every tool."""
     from trajsynth.agents.gold import gold_demos
@@ -73,7 +73,7 @@ def gold_export(
 
     found = {c: get_cluster(c) for c in clusters}
 
-    async def build() -> tuple[list[tuple[Trajectory, Verdict]], list[str]]:
+    async def build() -> tuple[list[tuple[Trajectory, Verdict]], list[Blueprint]]:
         tasks = await plan_eval_tasks(
             list(found.values()),
             per_cluster,
@@ -88,10 +88,10 @@ def gold_export(
             sandbox_kind=SandboxKind.LOCAL,
             distractors=distractors,
         )
-        return pairs, [t.blueprint_id for t in tasks]
+        return pairs, tasks
 
-    pairs, ids = asyncio.run(build())
-    return write_sft_rows(pairs, folder), ids
+    pairs, tasks = asyncio.run(build())
+    return write_sft_rows(pairs, folder), tasks
 
 
 def sft(
@@ -138,7 +138,7 @@ def sft(
     if full:
         cfg = cfg.model_copy(update={"lora": cfg.lora.model_copy(update={"enabled": False})})
     store = Store(store_path or cli.settings().store_path)
-    run_ids: list[str] = []
+    known: list[Blueprint] = []  # tasks planned here, not in the store (gold demos)
     with tempfile.TemporaryDirectory(prefix="synth-sft-") as tmp:
         if data is not None:
             source = data
@@ -148,12 +148,11 @@ def sft(
 
             run = resolve(store, "run", run)  # any unique prefix (issue 20)
             export_sft(store, Path(tmp) / "data", run_id=run)
-            source, run_ids = Path(tmp) / "data", [run]
+            source = Path(tmp) / "data"
         elif smoke:
-            source, _ = gold_export(
+            source, known = gold_export(
                 Path(tmp) / "gold", clusters=["shop", "calendar"], per_cluster=2
             )
-            run_ids = ["gold"]
         else:
             raise InputError("give --data EXPORT, --run RUN_ID, or --smoke")
         cfg = cfg.model_copy(update={"data": str(source)})
@@ -161,7 +160,19 @@ def sft(
         from trajsynth.training.records import data_hash
         from trajsynth.training.sft import load_sft_dataset
 
-        rows = load_sft_dataset(source, max_rows=cfg.max_rows).to_list()
+        rows = load_sft_dataset(
+            source, max_rows=cfg.max_rows, extra_columns=("task_id", "run_id")
+        ).to_list()
+    from trajsynth.flows.lineage import row_lineage
+
+    # every row's task, whatever the source: `synth eval` checks held-out tasks against these
+    lineage = row_lineage(store, rows, known)
+    if lineage.unresolved:
+        console.print(
+            f"[yellow]warning:[/] {len(lineage.unresolved)} training tasks are not in "
+            f"{store.path} ({lineage.unresolved[0]}, ...): `synth eval` will refuse this "
+            "model unless given --allow-untracked"
+        )
     gguf_path = None
     if gguf:
         from trajsynth.training.serve import export_gguf
@@ -173,8 +184,10 @@ def sft(
         path=result.model_dir,
         parent=cfg.model,
         method="sft-lora" if cfg.lora.enabled else "sft-full",
-        run_ids=run_ids,
+        run_ids=lineage.run_ids,
         data=data_hash(rows),
+        lineage=[k.model_dump(mode="json") for k in lineage.keys],
+        unresolved=lineage.unresolved,
         n_rows=result.n_rows,
         n_tokens=result.n_tokens,
         config=cfg.model_dump(mode="json"),
