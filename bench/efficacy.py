@@ -357,7 +357,7 @@ def main() -> None:
     for name, pairs in (("sft-verified", verified), ("sft-unverified", unverified)):
         policies[name] = train(name, pairs)
 
-    # expert iteration (STaR / ReST, METHODS.md §15): the tuned policy acts out new training
+    # expert iteration (STaR / ReST, docs/methods.md §15): the tuned policy acts out new training
     # tasks; its verified tries join the demos and the base is trained again on the union
     demos, policy = list(verified_all), policies["sft-verified"]
     for rnd in range(1, args.expert_rounds + 1):

@@ -1,4 +1,4 @@
-"""The gold run: execute a planned path once against a fresh environment (METHODS.md §3 step 7).
+"""The gold run: execute a planned path once against a fresh environment (methods.md §3 step 7).
 
 References between calls (``RefArg``: "field ``items[0].id`` of step 2's observation") are
 resolved from the observations the calls actually returned. Any tool error, or a reference that
@@ -207,7 +207,7 @@ async def run_gold_path(
     slots: Mapping[str, JsonValue],
     initial_state: EnvState,
 ) -> GoldResult | GoldFailure:
-    """Run ``steps`` in order in ``env`` (already in its initial state) (METHODS.md §3 step 7).
+    """Run ``steps`` in order in ``env`` (already in its initial state) (docs/methods.md §3 step 7).
 
     Literal and slot arguments are filled in; a ``RefArg`` is read from the observation of
     its step (``find_field`` makes it concrete, and the returned path stores the concrete

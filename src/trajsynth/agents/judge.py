@@ -1,8 +1,8 @@
 """Judging what a rollout produced: verify every leaf, class its failure, value the nodes.
 
 Library code the flows call after growing a tree (or one linear sample): no store, no
-Prefect. Verification is ``curation.verify`` on the leaf's end state (DESIGN.md step 5);
-node values follow METHODS.md's tree values (``agents.tree.node_values``).
+Prefect. Verification is ``curation.verify`` on the leaf's end state (docs/design.md §5);
+node values follow docs/methods.md §9's tree values (``agents.tree.node_values``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tool-path sampling on a cluster's dependency graph (METHODS.md §3, path sampling steps 1-6).
+"""Tool-path sampling on a cluster's dependency graph (docs/methods.md §3, path sampling steps 1-6).
 
 Pure code, no LLM and no I/O: given a cell, the cluster's dependency graph and the canonical
 state of a fresh environment, draw a walk of a given shape and bind every argument it needs, so
@@ -87,7 +87,7 @@ _CONFIRM_WORDS = frozenset({"confirm", "confirmed", "agree", "accept", "acknowle
 
 
 class PlannedPath(Record):
-    """A sampled, fully bound tool path: what the gold run executes (METHODS.md §3)."""
+    """A sampled, fully bound tool path: what the gold run executes (docs/methods.md §3)."""
 
     cluster_id: str
     shape: PathShape
@@ -697,7 +697,7 @@ def sample_path(
     *,
     tries: int = 8,
 ) -> PlannedPath | Rejection:
-    """Draw and bind one tool path for ``cell`` (METHODS.md §3, path sampling steps 1-6).
+    """Draw and bind one tool path for ``cell`` (docs/methods.md §3, path sampling steps 1-6).
 
     Shape from the cell; length L drawn from the difficulty bin (easy 1-2, medium 3-4, hard 5-7
     calls), capped by what the graph supports. The walk starts at an entry tool and picks the

@@ -1,6 +1,6 @@
 """The planner: from a cell to a blueprint whose success can be checked without a model.
 
-METHODS.md §3 (blueprints), steps 1-10, and §4 (constraints derived from the gold run). The
+docs/methods.md §3 (blueprints), steps 1-10, and §4 (constraints derived from the gold run). The
 tool path is sampled in code (``agents.paths``), run once in a fresh environment to record the
 ground truth (``agents.gold``), the constraints are derived from that run
 (``agents.constraints``) and linted against the initial state (``curation.constraint_lint``);
@@ -232,7 +232,7 @@ async def _write_words(
     *,
     constrained: bool = False,
 ) -> tuple[Words, str, int, list[LLMUsage], list[str]]:
-    """LLM drafts until one passes the checks, else the template (METHODS.md §3 steps 9-10).
+    """LLM drafts until one passes the checks, else the template (docs/methods.md §3 steps 9-10).
 
     Returns the words, their source, the number of LLM drafts, the LLM usage and the problems
     of the last rejected draft.
@@ -277,7 +277,7 @@ async def _volatile_answer(
     env: PlannerEnvironment, call: GoldCall, answer: Answer
 ) -> ObservedField | None:
     """Where the answer lies in ``call``'s observation, when the value changes between reads
-    (METHODS.md §4, ``answer_contains``); None when it is stable.
+    (docs/methods.md §4, ``answer_contains``); None when it is stable.
 
     Two tests: the value reads the clock (``reads_the_clock``), or the same read-only call,
     made again, returns something else there (a fresh token, a counter). Either way the
@@ -343,7 +343,7 @@ async def plan_blueprint(
     graph: nx.DiGraph | None = None,
     uses: Mapping[str, int] | None = None,
 ) -> Blueprint | BlueprintAttempt:
-    """Plan one blueprint for ``cell`` (METHODS.md §3 steps 1-10, §4), or say why not.
+    """Plan one blueprint for ``cell`` (docs/methods.md §3 steps 1-10, §4), or say why not.
 
     Seeded by (cluster, cell, seed, round): the same inputs sample the same path. Steps: open
     a fresh environment, sample and bind a path from its initial state, run it (a failed gold

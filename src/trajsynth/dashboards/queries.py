@@ -4,7 +4,7 @@ Each function takes a ``Store`` and returns rows as dicts. Every query is one re
 connection (``Store.query``), so the page reads while a run writes (see ``store/store.py``).
 Nothing here reads a ``messages`` column: the page stays fast on a store of many trajectories.
 
-Pass rates follow DESIGN.md: a verdict marked ``excluded`` (infra or simulator faults) is left
+Pass rates follow docs/design.md: a verdict marked ``excluded`` (infra or simulator faults) is left
 out of both the numerator and the denominator. A trajectory without a verdict is unverified.
 """
 

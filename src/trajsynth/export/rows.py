@@ -1,4 +1,4 @@
-"""Selected items from the store as ``SFTRow`` / ``RLRow`` records (DESIGN.md step 11).
+"""Selected items from the store as ``SFTRow`` / ``RLRow`` records (docs/design.md §11).
 
 SFT: one row per selected trajectory (``selections.kind = 'sft'``, ``item_id`` = trajectory
 id), its messages in the OpenAI layout with every tool call's arguments canonicalised to

@@ -1,6 +1,6 @@
 """``export_sft``, ``export_rl`` and ``export_dataset``: the store's selections as datasets.
 
-DESIGN.md step 11. Every SFT row is rendered through the tool-aware chat template
+docs/design.md §11. Every SFT row is rendered through the tool-aware chat template
 (``training.chat_template``) with SmolLM2's tokenizer before anything is written; a row
 that does not render, or has no assistant token to train on, is an ``ExportError`` naming
 it. Output is staged in a hidden folder next to ``out_dir`` and renamed into place at the

@@ -412,7 +412,7 @@ def next_weights(
     store: Store, run_id: str, round: int, config: CurationConfig | None = None
 ) -> RoundWeights | None:
     """The sampling weights for round ``round + 1`` from the outcomes of rounds <= ``round``
-    (METHODS.md §6), or None when evolution is off.
+    (docs/methods.md §6), or None when evolution is off.
 
     ``config`` defaults to the run's stored ``RunConfig.curation`` (else the defaults).
     Every option's change is stored in ``evolution`` (``round`` = the round the weights are

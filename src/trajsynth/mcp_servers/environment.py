@@ -1,10 +1,10 @@
 """One rollout environment: an MCP server process inside a sandbox, and its state.
 
-DESIGN.md step 3 ("the tool executor"): one server process per environment, spoken to over
+docs/design.md §3 ("the tool executor"): one server process per environment, spoken to over
 stdio with the SDK's ``ClientSession`` (through ``Sandbox.stdio_command``, e.g. ``docker exec
 -i``). Every call has a timeout. A server that hangs or dies is restarted and the call raises
 ``MCPServerError`` (an ``infra`` failure, never blamed on the policy); a tool's own error comes
-back as ``ToolResult(is_error=True)`` (a ``tool`` failure the policy sees; STYLE.md error tiers).
+back as ``ToolResult(is_error=True)`` (a ``tool`` failure the policy sees; docs/style.md §3).
 
 State:
 - bundled clusters keep their state in the sandbox's work directory (SQLite, files), so

@@ -1,6 +1,6 @@
 """The cluster registry: entry points, decorated factories, outside servers.
 
-Where a cluster comes from (DESIGN.md step 1, METHODS.md §2):
+Where a cluster comes from (docs/design.md §1, docs/methods.md §2):
 
 - **entry points**: group ``trajsynth.clusters`` is the one list of installed clusters. An
   entry point loads a ``BundledCluster`` (a folder ``mcp_servers/servers/<name>/``: its
@@ -8,7 +8,7 @@ Where a cluster comes from (DESIGN.md step 1, METHODS.md §2):
   ``await server.list_tools()``), a ``ToolCluster``, a factory returning one, or a module
   whose import registers clusters with ``@cluster``. The four bundled clusters are
   trajsynth's own entry points (pyproject.toml); adding one is a folder and one line there.
-- **decorated**: ``@cluster("name")`` on a factory returning a ``ToolCluster`` (STYLE.md §1: the
+- **decorated**: ``@cluster("name")`` on a factory returning a ``ToolCluster`` (style.md §1: the
   name and the arguments it was registered with are kept, see ``registry_params``).
 - **outside**: MCP servers added with ``add_outside_cluster`` (``synth clusters add``), saved
   as ``<clusters_dir>/<name>.json``.

@@ -140,7 +140,7 @@ __all__ = [
     "ToolCall", "ToolCallRecord", "ToolCalled", "ToolCluster", "ToolEdge", "ToolNotCalled",
     "ToolSpec", "Trajectory", "TrajectoryTopology", "TrajsynthError", "UsageTotals", "Verdict",
     "canonical_json", "content_id", "counts_against_policy", "stable_hash",
-    # diversity and evolution (METHODS.md §5, §6)
+    # diversity and evolution (docs/methods.md §5, §6)
     "CACBreakdown", "CACStep", "CACWeights", "CellCatalog", "DiversityReport", "DuplicateMark",
     "EntropyStats", "EvolutionParams", "ModeAssignment", "ModeCodebookRecord", "ModeInfo",
     "OptionStats", "RolloutOutcome", "RoundWeights", "WeightChange", "WeightReason",
@@ -152,6 +152,6 @@ __all__ = [
     "SandboxGone",
     # curation wiring (issue 7)
     "CurationConfig", "CurationReport", "MetricScope", "MetricValue",
-    # GRPO stage (METHODS.md §13)
+    # GRPO stage (docs/methods.md §13)
     "AdvantageKind", "EarlyStopConfig", "LoraSettings", "TrainConfig",
 ]  # fmt: skip

@@ -75,7 +75,7 @@ class Budgets(Record):
 
 
 class TreeConfig(Record):
-    """How a rollout tree grows (METHODS.md §9.1, §9.2, §9.6); ``samples`` is its leaf budget."""
+    """How a rollout tree grows (methods.md §9.1, §9.2, §9.6); ``samples`` is its leaf budget."""
 
     max_children: int = Field(default=3, ge=1, description="children per node")
     max_nodes: int = Field(default=64, ge=2, description="nodes per tree, root included")

@@ -1,4 +1,4 @@
-"""Tools, their dependency edges and the clusters they form (METHODS.md §2)."""
+"""Tools, their dependency edges and the clusters they form (docs/methods.md §2)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class ToolAccess(StrEnum):
 
 
 class Domain(StrEnum):
-    """The fixed domain catalog of METHODS.md §2; the unit of domain entropy."""
+    """The fixed domain catalog of docs/methods.md §2; the unit of domain entropy."""
 
     RETAIL = "retail"
     TRAVEL = "travel"
@@ -52,7 +52,7 @@ class ToolSpec(Record):
     input_schema: dict[str, JsonValue] = Field(default_factory=lambda: {"type": "object"})
     output_schema: dict[str, JsonValue] | None = None
     access: ToolAccess = ToolAccess.READ
-    # Where the read/write tag came from (STYLE.md §3): the tool's MCP annotations
+    # Where the read/write tag came from (docs/style.md §3): the tool's MCP annotations
     # (readOnlyHint / destructiveHint), a probe call in a throw-away environment (outside
     # servers), its name, or the conservative default (write).
     access_source: Literal["annotation", "probe", "name", "default"] | None = None

@@ -1,4 +1,4 @@
-"""The verifier's judgement: one result per constraint, not a single bool (METHODS.md §4)."""
+"""The verifier's judgement: one result per constraint, not a single bool (docs/methods.md §4)."""
 
 from __future__ import annotations
 

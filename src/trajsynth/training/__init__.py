@@ -1,4 +1,4 @@
-"""The GRPO stage (DESIGN.md step 12, METHODS.md §9-§11, §13).
+"""The GRPO stage (docs/design.md §12, docs/methods.md §9-§11, §13).
 
 Modules: ``advantages`` (every estimator of §13, numpy), ``early_stop`` (ESPO, §11),
 ``tool_env`` (a task's live environment as TRL's ``environment_factory`` wants it),

@@ -1,4 +1,4 @@
-"""Held-out evaluation splits and the leakage check (METHODS.md §15, "Evaluation").
+"""Held-out evaluation splits and the leakage check (docs/methods.md §15, "Evaluation").
 
 Two kinds of split:
 

@@ -1,6 +1,6 @@
 """`synth stats [--json] [--run RUN_ID]`: the dataset's figures and how they moved per round.
 
-Sizes, pass rates by cluster, the three diversity figures (METHODS.md §5: domain entropy,
+Sizes, pass rates by cluster, the three diversity figures (docs/methods.md §5: domain entropy,
 reasoning-mode entropy, mean cumulative action complexity) and the topology figures (§8: mean
 error branch ratio, strategic heterogeneity, recoveries), read from the rows that
 ``flows.curate.curate_round`` stored, and every metric registered in ``curation/metrics/``
