@@ -42,7 +42,7 @@ test: setup
 	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-fast.xml) || status=$$?; \
 	$(BIN)/python -m pytest -m "not ($(FAST_TIER))" $(PYTEST_ARGS) \
 	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-tiers.xml) || status=$$?; \
-	$(MAKE) --no-print-directory typecheck || status=$$?; \
+	$(BIN)/pyright --pythonpath $(BIN)/python || status=$$?; \
 	exit $$status
 
 test-fast: $(STAMPS)/deps

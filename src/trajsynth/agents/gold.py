@@ -263,7 +263,8 @@ async def run_gold_path(
 
 
 # --------------------------------------------------------------------------- demonstrations
-# A blueprint's gold run replayed into a full demonstration trajectory (issue 18): the real
+# A blueprint's gold run replayed into a full demonstration trajectory (SFT data for a policy
+# that passes almost nothing): the real
 # rollout loop (``agents.rollout.run_episode``) acts the task out with a scripted assistant
 # that makes the gold calls in order (their real results come from a fresh environment in
 # the task's initial state), asks first for what the user holds back, and then answers with

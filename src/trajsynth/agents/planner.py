@@ -188,8 +188,8 @@ def accepted_attempt(blueprint: Blueprint) -> BlueprintAttempt:
     )
 
 
-# The words as a JSON schema the model must fill (issue 17: the planner LLM constrained to a
-# schema). Offered as the one tool of the request with tool_choice "required", so servers that
+# The words as a JSON schema the model must fill (a small model's free text rarely parses).
+# Offered as the one tool of the request with tool_choice "required", so servers that
 # constrain tool calls by grammar (llama.cpp, vLLM) can only answer with this object.
 WORDS_TOOL: dict[str, Any] = {
     "type": "function",
@@ -372,7 +372,7 @@ async def plan_blueprint(
                 return _attempt(cluster, cell, seed, round, sampled.reason, sampled.detail)
             outcome = None
             if cluster.source == "outside" and planner.use_llm and llm is not None:
-                # issue 17, item 4: schema-only values written by the LLM under the schema;
+                # values only the schema describes are written by the LLM under that schema;
                 # the schema's own values run when the LLM's fail the gold run
                 filled, used = await fill_slots(
                     llm, cluster, sampled, seed=(seed * 1013 + attempt) % 2**31,

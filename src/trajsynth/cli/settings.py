@@ -52,7 +52,7 @@ class RunnerSettings(BaseModel):
     workers: int = Field(default=2, ge=1)
 
 
-# Keys of the layout before issue 15 (``[llm] model``, ``[sandbox] kind``, ``[tree]``, ``[run]
+# Keys of the earlier layout (``[llm] model``, ``[sandbox] kind``, ``[tree]``, ``[run]
 # max_turns``, ...), still read: each source's keys are moved to where they live now before
 # the sources are merged, so an old synth.toml and old SYNTH_... variables keep working.
 _SECTIONS = {"tree": "tree", "curation": "curation", "llm": "llm", "sandbox": "sandbox_limits"}

@@ -95,7 +95,7 @@ def render_rows(rows: Sequence[SFTRow], tokenizer: Any | None = None) -> tuple[i
 
 
 def _ship_tokenizer(folder: Path, tokenizer: Any | None) -> list[Path]:
-    """The tokenizer and tool-aware chat template, in ``folder/tokenizer`` (issue 18)."""
+    """The tokenizer and tool-aware chat template, in ``folder/tokenizer``."""
     from trajsynth.training.chat_template import TOKENIZER_DIR, save_tokenizer_files
 
     return save_tokenizer_files(folder / TOKENIZER_DIR, tokenizer)
@@ -235,7 +235,7 @@ def export_dataset(
             n_assistant_tokens=n_asst,
         )
         if sft:
-            files += _ship_tokenizer(tmp, tokenizer)  # issue 18: trainable without trajsynth
+            files += _ship_tokenizer(tmp, tokenizer)  # trainable without trajsynth
         files += write_card(
             store, tmp, report, sft, rl, plots=plots, license=license, language=language
         )

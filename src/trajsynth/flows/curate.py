@@ -260,7 +260,7 @@ def curate_round(
     """
     cfg = config or CurationConfig()
     start = time.perf_counter()
-    store.migrate()  # a store from before issue 7 gets the curation tables
+    store.migrate()  # a store from before curation existed gets its tables
     with gc_paused(), call_key_memo():
         # the reads on one connection; embedding (seconds to minutes) runs after it is closed
         with store.session(read_only=True):

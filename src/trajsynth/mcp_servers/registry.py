@@ -413,7 +413,7 @@ def add_outside_cluster(
     sandbox, mounts, ``--copy`` files and environment), so a server that would fail in a run
     fails here with the same message. Its ``tools/list`` gives the tools; discovery probes them
     in that throw-away environment (``mcp_servers.discovery``: tags with their source and
-    evidence, value-flow edges, end-state probes, accepted argument values; issue 17).
+    evidence, value-flow edges, end-state probes, accepted argument values).
     ``env`` values are used for this start only: the cluster keeps the names, and a run reads
     the values from its own environment. Returns the saved cluster, or its parts
     (``<name>.1``, ...) when a connected component has more than 40 tools (§2 step 5).
@@ -480,7 +480,7 @@ def add_outside_cluster(
     # An edge guessed from names and schemas is kept only when nothing could be probed: after
     # probing, the value-flow edges are the confirmed ones, and a guess no probe confirmed
     # (server-memory: read_graph's `entities[]` fed to create_entities) sent every gold run
-    # that followed it into an empty list (issue 17, item 3).
+    # that followed it into an empty list.
     inferred = [] if found is not None else infer_edges(tools, embed=embed)
     whole = ToolCluster(
         cluster_id=name,
@@ -571,7 +571,7 @@ async def _stable_across_environments(
 ) -> list[ProbeCall]:
     """The probes whose answers agree in two fresh environments started a clock tick apart: a
     result with a timestamp, a random id or a process id in it cannot tell two end states
-    apart (issue 17, item 6)."""
+    apart."""
     from trajsynth.mcp_servers.environment import open_environment
 
     async def answer(delay_s: float) -> dict[str, Any]:

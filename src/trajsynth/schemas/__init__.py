@@ -144,13 +144,13 @@ __all__ = [
     "CACBreakdown", "CACStep", "CACWeights", "CellCatalog", "DiversityReport", "DuplicateMark",
     "EntropyStats", "EvolutionParams", "ModeAssignment", "ModeCodebookRecord", "ModeInfo",
     "OptionStats", "RolloutOutcome", "RoundWeights", "WeightChange", "WeightReason",
-    # outside servers (issue 17)
+    # outside servers
     "CopiedFile", "ProbeCall", "ResetMode",
-    # an environment that did not start (issue 15)
+    # an environment that did not start
     "EnvironmentStartError", "MCPServerStartError", "SandboxStartError",
-    # a sandbox that is not there: permanent, never retried (issue 16)
+    # a sandbox that is not there: permanent, never retried
     "SandboxGone",
-    # curation wiring (issue 7)
+    # curation wiring
     "CurationConfig", "CurationReport", "MetricScope", "MetricValue",
     # GRPO stage (docs/methods.md §13)
     "AdvantageKind", "EarlyStopConfig", "LoraSettings", "TrainConfig",

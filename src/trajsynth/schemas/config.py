@@ -100,7 +100,7 @@ class TreeConfig(Record):
 
 
 class PolicyRef(Record):
-    """A tuned policy serving the assistant role of a run (issue 18): the model path as
+    """A tuned policy serving the assistant role of a run: the model path as
     given, the GGUF the embedded server loads, and its ``models`` row when it has one."""
 
     path: str = Field(description="the policy as given: a .gguf, a HF model folder, embedded")

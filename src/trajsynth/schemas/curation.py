@@ -128,7 +128,7 @@ class Selection(Record):
 
 
 class CurationConfig(Record):
-    """How a round is curated (issue 7): selection, embeddings, soft merge, evolution.
+    """How a round is curated: selection, embeddings, soft merge, evolution.
 
     ``embeddings=False`` skips the sentence-transformer: reasoning modes are the rule labels
     (docs/methods.md §5.2 fallback) and only exact duplicates are found (§5.4). Embedding texts are

@@ -160,7 +160,7 @@ class Trajectory(Record):
     final_state_hash: str | None = None
     wall_s: float = 0.0
     source: Literal["rollout", "gold"] = Field(
-        default="rollout", description="'gold': a blueprint's gold run replayed (issue 18)"
+        default="rollout", description="'gold': a blueprint's gold run replayed"
     )
 
     @property

@@ -110,7 +110,7 @@ class ServerKind(StrEnum):
 
 
 class ResetMode(StrEnum):
-    """How an outside cluster's state is reset between episodes (issue 17, item 5)."""
+    """How an outside cluster's state is reset between episodes."""
 
     FRESH = "fresh"  # a new server process per episode
     SNAPSHOT = "snapshot"  # state is files copied into the work dir; restored from snapshots
@@ -126,7 +126,7 @@ class CopiedFile(Record):
 
 
 class ProbeCall(Record):
-    """A read-only call whose result is part of an outside cluster's end state (§2, issue 17):
+    """A read-only call whose result is part of an outside cluster's end state (§2):
     the same probes run after the gold run and after a rollout, and their results compared."""
 
     tool: str
@@ -141,7 +141,7 @@ class ServerSpec(Record):
     command: list[str] | None = Field(default=None, description="argv of an outside stdio server")
     url: str | None = Field(default=None, description="streamable HTTP endpoint")
     env: dict[str, str] = Field(default_factory=dict)
-    # Outside servers (issue 17). Names of environment variables the server gets; their
+    # Outside servers. Names of environment variables the server gets; their
     # values are read from the launching process's environment, never stored.
     env_keys: list[str] = Field(default_factory=list)
     mounts: list[str] = Field(default_factory=list, description="host paths mounted read-only")
