@@ -120,3 +120,21 @@ def _slug(heading: str) -> str:
     """The anchor mkdocs' toc extension gives a heading (its default slugify)."""
     text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
     return re.sub(r"[-\s]+", "-", text)
+
+
+def _change_table(text: str) -> str:
+    """The table under the "Where a change goes" heading."""
+    after = re.split(r"^#+ Where a change goes\s*$", text, flags=re.M)[1].strip().splitlines()
+    rows = []
+    for line in after:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return "\n".join(rows)
+
+
+def test_the_where_a_change_goes_tables_agree() -> None:
+    """The README keeps the table for newcomers and design.md for the site: one content."""
+    readme = _change_table((ROOT / "README.md").read_text())
+    design = _change_table((DOCS / "design.md").read_text())
+    assert readme and readme == design
