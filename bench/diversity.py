@@ -1,4 +1,4 @@
-"""Speed of the diversity stage (METHODS.md §5) on synthetic rollouts, embeddings included.
+"""Speed of the diversity stage (docs/methods.md §5) on synthetic rollouts, embeddings included.
 
     python bench/diversity.py [--n 10000] [--clusters 12] [--embed-max-chars 1000] [--fake]
 

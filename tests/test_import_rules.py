@@ -1,52 +1,63 @@
-"""DESIGN.md's "who may import whom", checked on every module of the package.
+"""The import table of docs/design.md, checked on every module of the package.
 
-Each package may import the packages its row of the table names (a dotted name allows only
-that module). The crossings the table does not list are named below with their reason (at
-most two); a new one fails this test. No package imports another in a circle.
+The table is read from the page itself, so the page a maintainer reads and the rule the test
+holds cannot drift apart. Each package may import the packages its row names (a dotted name
+allows only that module). The crossings the page's second table lists, each with its reason,
+are allowed (at most two); a new one fails this test. No package imports another in a circle.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import networkx as nx
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "trajsynth"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "trajsynth"
+DESIGN = ROOT / "docs" / "design.md"
 
-_BELOW_TOP = {
-    "schemas",
-    "sandboxes",
-    "mcp_servers",
-    "curation",
-    "agents",
-    "training",
-    "store",
-    "export",
-}
-MAY_IMPORT: dict[str, set[str]] = {
-    "schemas": set(),
-    "sandboxes": {"schemas"},
-    "mcp_servers": {"schemas", "sandboxes"},
-    "curation": {"schemas"},
-    "agents": {"schemas", "sandboxes", "mcp_servers", "curation"},
-    "training": {"schemas", "sandboxes", "mcp_servers", "curation", "agents"},
-    "store": {"schemas"},
-    "export": {"schemas", "store", "curation"},
-    "flows": _BELOW_TOP,
-    "cli": _BELOW_TOP,
-    "dashboards": {"schemas", "store", "curation"},
-}
 
-# (importing file, or folder ending in "/"; the modules it may import): why the table's rule
-# gives way. At most two.
-CROSSINGS: dict[tuple[str, tuple[str, ...]], str] = {
-    ("cli/", ("flows", "dashboards")): "the `synth` command starts the flows (`synth run`, "
-    "`deploy`, `serve`) and the dashboard: the top floor's entry point wires its neighbours",
-    ("export/write.py", ("training.chat_template",)): "the export counts SFT tokens under the "
-    "tool-aware chat template the trainer renders with, so both agree on the mask",
-}
+def _tables(text: str) -> list[list[list[str]]]:
+    """Every Markdown table of ``text`` as rows of stripped cells (header first, rule dropped)."""
+    tables: list[list[list[str]]] = []
+    current: list[list[str]] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(set(c) <= {"-", ":", " "} for c in cells):
+                current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def _names(cell: str) -> set[str]:
+    """The backticked names of a cell, without a trailing ``/``."""
+    return {n.rstrip("/") for n in re.findall(r"`([^`]+)`", cell)}
+
+
+def _read_design() -> tuple[dict[str, set[str]], dict[tuple[str, tuple[str, ...]], str]]:
+    rules: dict[str, set[str]] = {}
+    crossings: dict[tuple[str, tuple[str, ...]], str] = {}
+    for table in _tables(DESIGN.read_text()):
+        header = [c.lower() for c in table[0]]
+        if header[0] == "package" and header[-1] == "may import":
+            for row in table[1:]:
+                (package,) = _names(row[0])
+                rules[package] = _names(row[-1])
+        elif header[0].startswith("importer"):
+            for row in table[1:]:
+                src = re.findall(r"`([^`]+)`", row[0])[0]
+                crossings[(src, tuple(sorted(_names(row[1]))))] = row[2]
+    assert rules, f"no import table (header 'package | ... | may import') in {DESIGN}"
+    return rules, crossings
+
+
+MAY_IMPORT, CROSSINGS = _read_design()
 
 
 def _imports(path: Path) -> set[str]:
@@ -86,7 +97,7 @@ MODULES = sorted(p for p in SRC.rglob("*.py") if len(p.relative_to(SRC).parts) >
 def test_each_module_imports_only_what_its_package_may(path: Path) -> None:
     rel = path.relative_to(SRC).as_posix()
     package = rel.split("/")[0]
-    assert package in MAY_IMPORT, f"{package}/ is not in DESIGN.md's table"
+    assert package in MAY_IMPORT, f"{package}/ is not in the table of docs/design.md"
     wrong = {m for m in _imports(path) if not _allowed(package, m) and not _crossing(rel, m)}
     assert not wrong, f"{rel} imports {sorted(wrong)}; {package}/ may import {MAY_IMPORT[package]}"
 

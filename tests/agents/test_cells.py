@@ -1,4 +1,4 @@
-"""Cell draws follow the clusters' configured shares (METHODS.md §6): every cluster its share
+"""Cell draws follow the clusters' configured shares (docs/methods.md §6): every cluster its share
 of a round, not only on average over many rounds."""
 
 from __future__ import annotations

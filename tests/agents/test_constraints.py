@@ -1,4 +1,4 @@
-"""Constraints derived from a gold run (METHODS.md §4, last column), checked end to end."""
+"""Constraints derived from a gold run (docs/methods.md §4, last column), checked end to end."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Planning held-out eval tasks (METHODS.md §15): every task an exercise of its own.
+"""Planning held-out eval tasks (docs/methods.md §15): every task an exercise of its own.
 
 The planner and the bundled code server's tools and state run for real, in-process
 (``fakes.inprocess_env``); only the sandbox is left out. The code cluster is small: eight

@@ -1,4 +1,4 @@
-"""Path sampling on a hand-built cluster (METHODS.md §3 steps 1-6)."""
+"""Path sampling on a hand-built cluster (docs/methods.md §3 steps 1-6)."""
 
 from __future__ import annotations
 

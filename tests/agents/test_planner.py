@@ -1,4 +1,4 @@
-"""The planner end to end: path, gold run, constraints, lint, words (METHODS.md §3, §4).
+"""The planner end to end: path, gold run, constraints, lint, words (docs/methods.md §3, §4).
 
 Fast tests run the bundled shop server's real tools and state in-process
 (``fakes.inprocess_env``); one test runs the same plan in a real Docker sandbox. The planner

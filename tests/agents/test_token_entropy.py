@@ -1,4 +1,4 @@
-"""Token-level uncertainty (METHODS.md §1.3, §9.6): worked numbers and properties."""
+"""Token-level uncertainty (docs/methods.md §1.3, §9.6): worked numbers and properties."""
 
 from __future__ import annotations
 

@@ -230,7 +230,7 @@ async def test_budgets_are_never_exceeded(
 
 
 def test_node_values_match_the_treerl_example() -> None:
-    """METHODS.md §9.3/§9.4: leaves 1-0/2-0 (R=1), 1-0/2-1, 1-1/2-0, 1-1/2-1 (R=0)."""
+    """docs/methods.md §9.3/§9.4: leaves 1-0/2-0 (R=1), 1-0/2-1, 1-1/2-0, 1-1/2-1 (R=0)."""
     edges = [
         ("r", None),
         ("a", "r"),

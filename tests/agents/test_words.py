@@ -1,4 +1,4 @@
-"""Blueprint words: parsing the planner's draft, the checks, the template (METHODS.md §3)."""
+"""Blueprint words: parsing the planner's draft, the checks, the template (docs/methods.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`synth topo TASK_ID`: the quotient graph of a stored task, drawn (METHODS.md §8)."""
+"""`synth topo TASK_ID`: the quotient graph of a stored task, drawn (docs/methods.md §8)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_topo_draws_a_stored_task(tmp_path) -> None:
         _cli(), ["topo", "task-1", "--store", str(store.path), "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
-    assert "0.4688" in result.output  # rl_score of METHODS.md §8's example
+    assert "0.4688" in result.output  # rl_score of docs/methods.md §8's example
     page = out.read_text()
     assert "<svg" in page and "0.46875" in page
 

@@ -1,4 +1,4 @@
-"""State canonicalization (METHODS.md §1.2)."""
+"""State canonicalization (docs/methods.md §1.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Diversity (METHODS.md §5): digests, rule labels, the mode codebook, CAC, near-duplicates,
+"""Diversity (docs/methods.md §5): digests, rule labels, the mode codebook, CAC, near-duplicates,
 the round report, and the embedding helpers' handling of bad text."""
 
 from __future__ import annotations

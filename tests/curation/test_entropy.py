@@ -1,4 +1,4 @@
-"""Entropy helpers (METHODS.md §1.1) and the §5.1 / §5.2 worked examples."""
+"""Entropy helpers (docs/methods.md §1.1) and the §5.1 / §5.2 worked examples."""
 
 from __future__ import annotations
 

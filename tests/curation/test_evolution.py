@@ -1,4 +1,4 @@
-"""Adaptive evolution (METHODS.md §6): the worked table, cap and floor, reasons, the
+"""Adaptive evolution (docs/methods.md §6): the worked table, cap and floor, reasons, the
 statistics from rollouts, the next round's weights and drawing cells level by level."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from trajsynth.schemas import (
 
 TOL = 1e-4
 
-# METHODS.md §6 worked example: m = 4, alpha0 = 0.5, lambda = 1, H_norm = 0.8 (alpha 0.6),
+# docs/methods.md §6 worked example: m = 4, alpha0 = 0.5, lambda = 1, H_norm = 0.8 (alpha 0.6),
 # beta = 2, eta = 1, delta = 0, T = 2, eps_floor = 0.05, kappa = 1.4 (cap 0.35)
 TABLE = {
     #     n    f    v     s        q        capped   p

@@ -1,4 +1,4 @@
-"""Dual selection: SFT trajectories and RL tasks (METHODS.md §8)."""
+"""Dual selection: SFT trajectories and RL tasks (docs/methods.md §8)."""
 
 from __future__ import annotations
 

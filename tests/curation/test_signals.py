@@ -1,4 +1,4 @@
-"""Cheap trajectory signals and triage (METHODS.md §7)."""
+"""Cheap trajectory signals and triage (docs/methods.md §7)."""
 
 from __future__ import annotations
 

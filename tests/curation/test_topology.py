@@ -1,4 +1,4 @@
-"""Quotient graphs and topology metrics (METHODS.md §1.2, §8), on hand-built rollout sets."""
+"""Quotient graphs and topology metrics (docs/methods.md §1.2, §8), on hand-built rollout sets."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ BAD = call("get_order", {"order_id": "X9"}, "no such order", error="not_found")
 
 
 def methods_example():
-    """METHODS.md §8: r1, r2: A→B→C; r3: A→E→B→C; r4: A→E→F."""
+    """docs/methods.md §8: r1, r2: A→B→C; r3: A→E→B→C; r4: A→E→F."""
     trajectories = [
         make_trajectory("r1", [[GOOD]]),
         make_trajectory("r2", [[GOOD]]),

@@ -1,4 +1,4 @@
-"""Verification (METHODS.md §4): every constraint kind passes and fails on hand-built runs."""
+"""Verification (docs/methods.md §4): every constraint kind passes and fails on hand-built runs."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def one(constraint, trajectory: Trajectory, state: EnvState = GOLD):
     return result.passed, result.detail
 
 
-# --- the METHODS.md §4 worked example ------------------------------------------------------
+# --- the docs/methods.md §4 worked example ------------------------------------------------------
 
 C1 = FinalState(gold_hash="9f3c0a", gold_tables={"refunds": [GOLD_REFUND]})
 C2 = ToolCalled(

@@ -1,4 +1,4 @@
-"""ScriptedLLM: a strict scripted LLM behind the real ``openai`` client (STYLE.md).
+"""ScriptedLLM: a strict scripted LLM behind the real ``openai`` client (docs/style.md §7).
 
 The fake is an ``httpx.MockTransport``: the SDK builds the requests, parses the responses,
 retries and times out for real. Each step of the script answers one HTTP request:

@@ -1,4 +1,4 @@
-"""A strict scripted ``Sandbox`` for tests of code that drives one (STYLE.md section 7).
+"""A strict scripted ``Sandbox`` for tests of code that drives one (docs/style.md §7).
 
 Every ``exec`` takes the next step of the script, in order. A step says what argv it expects
 (the exact list, a predicate, or ``None`` for any) and what happens: an ``ExecResult``, an

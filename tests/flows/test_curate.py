@@ -23,7 +23,7 @@ BAD = call("get_order", {"order_id": "X9"}, "no such order", error="not_found")
 
 
 def methods_example():
-    """METHODS.md §8: r1, r2: A→B→C; r3: A→E→B→C; r4: A→E→F (r2 words differ from r1's,
+    """docs/methods.md §8: r1, r2: A→B→C; r3: A→E→B→C; r4: A→E→F (r2 words differ from r1's,
     so it is not an exact duplicate and the §8 greedy decides it)."""
     trajectories = [
         make_trajectory("r1", [[GOOD]]),

@@ -1,4 +1,4 @@
-"""Dependency-graph inference (METHODS.md §2): worked example, name-only scoring, splitting."""
+"""Dependency-graph inference (docs/methods.md §2): worked example, name-only scoring, splitting."""
 
 from __future__ import annotations
 

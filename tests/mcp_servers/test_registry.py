@@ -60,7 +60,7 @@ def test_bundled_cluster_has_tools_edges_entries_and_tags(name: str, tmp_path: P
     assert all(e.source in names and e.target in names for e in c.edges)
     assert any(e.origin == "declared" for e in c.edges)
     assert entry_tools(c), "a task needs somewhere to start"
-    # the bundled servers annotate every tool (STYLE.md §3), and have both kinds
+    # the bundled servers annotate every tool (docs/style.md §3), and have both kinds
     assert {t.access_source for t in c.tools} == {"annotation"}
     assert {t.access for t in c.tools} == {ToolAccess.READ, ToolAccess.WRITE}
     assert all(t.input_schema.get("type") == "object" for t in c.tools)

@@ -1,4 +1,4 @@
-"""Every worked example of METHODS.md §9.2-§9.5, §10 and §11, to 1e-4."""
+"""Every worked example of docs/methods.md §9.2-§9.5, §10 and §11, to 1e-4."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Argument values the planner LLM writes for an outside cluster's path (issue 17, item 4).
+"""Argument values the planner LLM writes for an outside cluster's path (no seed data).
 
 A path over an outside server binds what it can from the user's ``--arg`` values, from values
 probing saw the server accept, from enums and ranges; what is left comes from the parameter's

@@ -1,4 +1,4 @@
-"""Drawing the cells a round plans blueprints for (METHODS.md §6, hierarchical sampling).
+"""Drawing the cells a round plans blueprints for (docs/methods.md §6, hierarchical sampling).
 
 A cell is (cluster, path shape, target mode, difficulty). Cells are drawn level by level —
 domain, cluster within the domain, shape among the shapes the cluster's graph supports, target

@@ -1,4 +1,4 @@
-"""Derive a blueprint's constraints from its gold run (METHODS.md §4, "derived from the gold run").
+"""Derive a blueprint's constraints from its gold run (methods.md §4, "derived from the gold run").
 
 The planned path is executed once; what it did becomes the checks, so no model is needed to
 judge a rollout:
@@ -82,7 +82,7 @@ def _snake(name: str) -> str:
 
 
 def max_calls_for(n_gold_calls: int) -> int:
-    """The soft call budget of METHODS.md §4.
+    """The soft call budget of docs/methods.md §4.
 
     >>> max_calls_for(4), max_calls_for(1)
     (8, 4)
@@ -366,7 +366,7 @@ def derive_constraints(
     initial_state: EnvState | None = None,
     answer_observed: ObservedField | None = None,
 ) -> list[Constraint]:
-    """The constraints of a blueprint, from its gold run (METHODS.md §4, table, last column).
+    """The constraints of a blueprint, from its gold run (docs/methods.md §4, table, last column).
 
     ``tool_path_calls`` are the gold calls in order; ``answer_values`` the values the question
     asks for (empty: the salient field of the last observation). With ``initial_state`` the

@@ -1,4 +1,4 @@
-"""Fit an episode's tools into the model's context (issue 17, item 2).
+"""Fit an episode's tools into the model's context (a large server's list would not fit).
 
 A server with dozens of tools can list more schema than a small model's context holds (32
 tools of an outside server asked SmolLM2's 4,096-token context for 4,481 tokens before the
@@ -103,7 +103,7 @@ def fit_tools(
     share: float = TOOLS_SHARE,
     always: bool = False,
 ) -> list[ToolSpec]:
-    """The tools an episode of ``blueprint`` shows the model (issue 17, item 2).
+    """The tools an episode of ``blueprint`` shows the model.
 
     Every tool when they fit in ``share`` of ``context_tokens`` (or the context is unknown:
     ``None``); else the tools on the blueprint's path plus up to ``distractors`` others,

@@ -1,4 +1,4 @@
-"""Edges the LLM reads into an outside server's tool descriptions (issue 17, item 3).
+"""Edges the LLM reads into an outside server's tool descriptions (links value flow misses).
 
 Value flow links a returned key to a parameter of the same name; a server whose search
 returns ``ref`` for what its ``close`` calls ``ticket_number`` hides the edge from it. The

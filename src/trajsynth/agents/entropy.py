@@ -1,4 +1,4 @@
-"""Token-level uncertainty of one generated turn (METHODS.md §1.3, confidence from §9.6).
+"""Token-level uncertainty of one generated turn (docs/methods.md §1.3, confidence from §9.6).
 
 Three estimates, best first, depending on what the backend returned:
 
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 K_TOK = 20
-"""Generated tokens a step entropy averages over (METHODS.md §1.3)."""
+"""Generated tokens a step entropy averages over (docs/methods.md §1.3)."""
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -42,7 +42,7 @@ def _plogp(p: float) -> float:
 
 
 def token_entropy(top_logprobs: Sequence[float]) -> float:
-    """``H_tok`` of one token from its top-k logprobs, the rest lumped (METHODS.md §1.3).
+    """``H_tok`` of one token from its top-k logprobs, the rest lumped (docs/methods.md §1.3).
 
     ``H_tok = -sum_{i<=k} p_i ln p_i - r ln r`` with ``r = max(0, 1 - sum p_i)``; nothing is
     renormalised, so the value is a lower bound of the full-vocabulary entropy.
@@ -93,7 +93,7 @@ def sampled_step_entropy(token_logprobs: Sequence[float], k_tok: int = K_TOK) ->
 
 
 def confidence(token_logprobs: Sequence[float]) -> float | None:
-    """Segment confidence ``exp(mean log p)`` over all its tokens (METHODS.md §9.6).
+    """Segment confidence ``exp(mean log p)`` over all its tokens (docs/methods.md §9.6).
 
     The geometric mean of the sampled tokens' probabilities; ``None`` without logprobs.
 

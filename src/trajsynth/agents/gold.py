@@ -1,4 +1,4 @@
-"""The gold run: execute a planned path once against a fresh environment (METHODS.md §3 step 7).
+"""The gold run: execute a planned path once against a fresh environment (methods.md §3 step 7).
 
 References between calls (``RefArg``: "field ``items[0].id`` of step 2's observation") are
 resolved from the observations the calls actually returned. Any tool error, or a reference that
@@ -236,7 +236,7 @@ async def run_gold_path(
     initial_state: EnvState,
     alternatives: Mapping[int, Sequence[Mapping[str, JsonValue]]] | None = None,
 ) -> GoldResult | GoldFailure:
-    """Run ``steps`` in order in ``env`` (already in its initial state) (METHODS.md §3 step 7).
+    """Run ``steps`` in order in ``env`` (already in its initial state) (docs/methods.md §3 step 7).
 
     Literal and slot arguments are filled in; a ``RefArg`` is read from the observation of
     its step (``find_field`` makes it concrete, and the returned path stores the concrete
@@ -325,7 +325,8 @@ async def run_gold_path(
 
 
 # --------------------------------------------------------------------------- demonstrations
-# A blueprint's gold run replayed into a full demonstration trajectory (issue 18): the real
+# A blueprint's gold run replayed into a full demonstration trajectory (SFT data for a policy
+# that passes almost nothing): the real
 # rollout loop (``agents.rollout.run_episode``) acts the task out with a scripted assistant
 # that makes the gold calls in order (their real results come from a fresh environment in
 # the task's initial state), asks first for what the user holds back, and then answers with

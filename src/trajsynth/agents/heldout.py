@@ -1,4 +1,4 @@
-"""A policy acts out held-out tasks, scored by the verifier that made the data (METHODS.md §15).
+"""A policy acts out held-out tasks, scored by the verifier that made the data (methods.md §15).
 
 ``plan_eval_tasks`` plans tasks of the given clusters from seeds the training data never
 used (the planner's seeded gold path and template words, no LLM). ``evaluate`` acts each task

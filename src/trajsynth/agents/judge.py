@@ -1,8 +1,8 @@
 """Judging what a rollout produced: verify every leaf, class its failure, value the nodes.
 
 Library code the flows call after growing a tree (or one linear sample): no store, no
-Prefect. Verification is ``curation.verify`` on the leaf's end state (DESIGN.md step 5), the
-one place that decides ``passed`` (clean and correct); node values follow METHODS.md's tree
+Prefect. Verification is ``curation.verify`` on the leaf's end state (docs/design.md §5), the
+one place that decides ``passed`` (clean and correct); node values follow docs/methods.md §9's tree
 values (``agents.tree.node_values``) over clean passes (1) and everything else (0).
 """
 

@@ -123,7 +123,7 @@ class ChatResult(Record):
     """One chat call. The top-level fields are the first choice; ``choices`` holds all ``n``.
 
     ``token_logprobs[i]`` is the logprob of the i-th generated token, ``top_logprobs[i]``
-    the logprobs of the most likely tokens at that position (METHODS.md §1.3); both are
+    the logprobs of the most likely tokens at that position (docs/methods.md §1.3); both are
     ``None`` when the backend returned none. ``raw`` is the response as the server sent it,
     less the per-token logprobs already parsed into the fields above.
     """

@@ -1,4 +1,4 @@
-"""Tool-path sampling on a cluster's dependency graph (METHODS.md §3, path sampling steps 1-6).
+"""Tool-path sampling on a cluster's dependency graph (docs/methods.md §3, path sampling steps 1-6).
 
 Pure code, no LLM and no I/O: given a cell, the cluster's dependency graph and the canonical
 state of a fresh environment, draw a walk of a given shape and bind every argument it needs, so
@@ -88,7 +88,7 @@ _CONFIRM_WORDS = frozenset({"confirm", "confirmed", "agree", "accept", "acknowle
 
 
 class PlannedPath(Record):
-    """A sampled, fully bound tool path: what the gold run executes (METHODS.md §3)."""
+    """A sampled, fully bound tool path: what the gold run executes (docs/methods.md §3)."""
 
     cluster_id: str
     shape: PathShape
@@ -315,7 +315,7 @@ def _rarity(uses: Mapping[str, int], tool: str) -> float:
 
 def _known_values(cluster: ToolCluster, tool: str, param: str) -> list[tuple[JsonValue, str]]:
     """Values an outside cluster can give ``tool.param`` without an upstream call: the one
-    the user fixed (``--arg``), then the ones probing saw accepted (issue 17, item 4)."""
+    the user fixed (``--arg``), then the ones probing saw accepted."""
     out: list[tuple[JsonValue, str]] = []
     if param in cluster.server.args:
         out.append((cluster.server.args[param], "spec"))
@@ -331,7 +331,7 @@ def _slot_bindable(spec: ToolSpec, tables: _Tables, cluster: ToolCluster | None 
         _literal_or_choice_possible(param, props.get(param, {}))
         or _rank_columns(param, props.get(param, {}), spec.name, tables)
         or (cluster is not None and bool(_known_values(cluster, spec.name, param)))
-        or (cluster is not None and cluster.source == "outside")  # schema values (issue 17)
+        or (cluster is not None and cluster.source == "outside")  # its schema is all we know
         for param in _required(spec)
     )
 
@@ -540,7 +540,7 @@ class _Binder:
             if isinstance(schema.get("maximum"), int | float):
                 high = max(low, min(high, int(schema["maximum"])))
             return self._slot(param, self.rng.randint(low, high), "range")
-        if self.cluster.source == "outside":  # format, pattern, examples, name (issue 17)
+        if self.cluster.source == "outside":  # no seed data: format, pattern, examples, name
             for value in param_values(param, schema, tool)[:1]:
                 return self._slot(param, value, "schema")
         raise _Unbindable(f"{tool}.{param}")
@@ -793,7 +793,7 @@ def sample_path(
     *,
     tries: int = 8,
 ) -> PlannedPath | Rejection:
-    """Draw and bind one tool path for ``cell`` (METHODS.md §3, path sampling steps 1-6).
+    """Draw and bind one tool path for ``cell`` (docs/methods.md §3, path sampling steps 1-6).
 
     Shape from the cell; length L drawn from the difficulty bin (easy 1-2, medium 3-4, hard 5-7
     calls), capped by what the graph supports. The walk starts at an entry tool and picks the
@@ -837,8 +837,9 @@ def sample_path(
     need_write = cell.difficulty in (Difficulty.MEDIUM, Difficulty.HARD) and bool(writable)
     outside = cluster.source == "outside" and len(names) > 1
     if outside:
-        # issue 17: a blueprint over a multi-tool outside cluster has >= 2 calls; a "single"
-        # cell becomes a two-call chain (the second call unlinked when the graph has no edge)
+        # a blueprint over a multi-tool outside cluster has >= 2 calls, since one call of a
+        # server exercises none of its dependencies; a "single" cell becomes a two-call chain
+        # (the second call unlinked when the graph has no edge)
         low, high = max(low, 2), max(high, 2)
         shape = PathShape.CHAIN if shape is PathShape.SINGLE else shape
     tables = _Tables.of(state)
@@ -860,7 +861,7 @@ def sample_path(
         if isinstance(draft, str) and outside:
             drawn = PathShape.CHAIN
             # an outside server's graph is what probing found: a shape it lacks becomes a
-            # chain rather than no task (issue 17)
+            # chain rather than no task
             draft = _draft_shape(PathShape.CHAIN, length, graph, weight, entries, names, uses, rng)
         if isinstance(draft, str):
             return Rejection(reason="shape_unsupported", detail=f"{shape}: {draft}")
@@ -868,7 +869,7 @@ def sample_path(
             draft = _second_call(cluster, draft, entries, names, uses, rng)
         if outside and need_write and not any(_writes(cluster, draft.tools)):
             # probing links few of an outside server's tools, so a walk rarely reaches a
-            # write: one is called last, unlinked (issue 17, as for a lone first call)
+            # write: one is called last, unlinked (as for a lone first call)
             pool = [t for t in writable if t in entries] or writable
             draft = _Draft([*draft.tools, _pick_entry(pool, uses, rng)], list(draft.links))
         flags = _writes(cluster, draft.tools)
@@ -891,7 +892,7 @@ def sample_path(
             if not outside:
                 reasons.append(Rejection(reason="shape_unsupported", detail="fan_in without join"))
                 continue
-            drawn = PathShape.CHAIN  # a shape the probed graph lacks becomes a chain (issue 17)
+            drawn = PathShape.CHAIN  # a shape the probed graph lacks becomes a chain, not no task
         path = PlannedPath(
             cluster_id=cluster.cluster_id,
             shape=drawn,
@@ -930,7 +931,7 @@ def _second_call(
     rng: random.Random,
 ) -> _Draft:
     """Another callable tool after a lone first call: after a write a read that shows its
-    effect, else a tool with parameters, rarest first (issue 17: >= 2 calls per blueprint)."""
+    effect, else a tool with parameters, rarest first (so a blueprint has >= 2 calls)."""
     first = draft.tools[0]
     others = [t for t in entries if t != first] or [t for t in sorted(names) if t != first]
     if not others:

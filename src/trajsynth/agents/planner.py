@@ -1,6 +1,6 @@
 """The planner: from a cell to a blueprint whose success can be checked without a model.
 
-METHODS.md §3 (blueprints), steps 1-10, and §4 (constraints derived from the gold run). The
+docs/methods.md §3 (blueprints), steps 1-10, and §4 (constraints derived from the gold run). The
 tool path is sampled in code (``agents.paths``), run once in a fresh environment to record the
 ground truth (``agents.gold``), the constraints are derived from that run
 (``agents.constraints``) and linted against the initial state (``curation.constraint_lint``);
@@ -198,8 +198,8 @@ def accepted_attempt(blueprint: Blueprint) -> BlueprintAttempt:
     )
 
 
-# The words as a JSON schema the model must fill (issue 17: the planner LLM constrained to a
-# schema). Offered as the one tool of the request with tool_choice "required", so servers that
+# The words as a JSON schema the model must fill (a small model's free text rarely parses).
+# Offered as the one tool of the request with tool_choice "required", so servers that
 # constrain tool calls by grammar (llama.cpp, vLLM) can only answer with this object.
 WORDS_TOOL: dict[str, Any] = {
     "type": "function",
@@ -242,7 +242,7 @@ async def _write_words(
     *,
     constrained: bool = False,
 ) -> tuple[Words, str, int, list[LLMUsage], list[str]]:
-    """LLM drafts until one passes the checks, else the template (METHODS.md §3 steps 9-10).
+    """LLM drafts until one passes the checks, else the template (docs/methods.md §3 steps 9-10).
 
     Returns the words, their source, the number of LLM drafts, the LLM usage and the problems
     of the last rejected draft.
@@ -311,7 +311,7 @@ async def _volatile_answer(
     env: PlannerEnvironment, call: GoldCall, answer: Answer
 ) -> ObservedField | None:
     """Where the answer lies in ``call``'s observation, when the value changes between reads
-    (METHODS.md §4, ``answer_contains``); None when it is stable.
+    (docs/methods.md §4, ``answer_contains``); None when it is stable.
 
     Two tests: the value reads the clock (``reads_the_clock``), or the same read-only call,
     made again, returns something else there (a fresh token, a counter). Either way the
@@ -385,7 +385,7 @@ async def plan_blueprint(
     graph: nx.DiGraph | None = None,
     uses: Mapping[str, int] | None = None,
 ) -> Blueprint | BlueprintAttempt:
-    """Plan one blueprint for ``cell`` (METHODS.md §3 steps 1-10, §4), or say why not.
+    """Plan one blueprint for ``cell`` (docs/methods.md §3 steps 1-10, §4), or say why not.
 
     Seeded by (cluster, cell, seed, round): the same inputs sample the same path. Steps: open
     a fresh environment, sample and bind a path from its initial state, run it (a failed gold
@@ -415,7 +415,7 @@ async def plan_blueprint(
                 return _attempt(cluster, cell, seed, round, sampled.reason, sampled.detail)
             outcome = None
             if cluster.source == "outside" and planner.use_llm and llm is not None:
-                # issue 17, item 4: schema-only values written by the LLM under the schema;
+                # values only the schema describes are written by the LLM under that schema;
                 # the schema's own values run when the LLM's fail the gold run
                 filled, used = await fill_slots(
                     llm, cluster, sampled, seed=(seed * 1013 + attempt) % 2**31,

@@ -1,4 +1,4 @@
-"""A tuned policy served back: the assistant role on its own llama.cpp server (issue 18).
+"""A tuned policy served back: the assistant role on its own llama.cpp server.
 
 ``serve_policy(gguf)`` starts the embedded llama.cpp server on a policy's GGUF (a HF model
 folder is converted first by ``training.serve.policy_gguf``). ``RoleRoutedLLM`` sends the

@@ -1,4 +1,4 @@
-"""The rollout loop: user simulator, assistant and tool executor take turns (DESIGN.md step 3).
+"""The rollout loop: user simulator, assistant and tool executor take turns (docs/design.md §3).
 
 ``run_episode`` owns the loop, the budgets and the termination reasons; the agents are plain
 configurations. Model-facing failures (bad tool calls, tool errors) are recorded and the loop

@@ -1,4 +1,4 @@
-"""The tool-aware chat template a policy is trained in and served in (issue 18).
+"""The tool-aware chat template a policy is trained in and served in (one layout for both).
 
 SmolLM2-135M-Instruct's own template is ChatML without tools: it ignores ``tools=``,
 ``tool_calls`` and ``tool`` messages. ``TOOL_CHAT_TEMPLATE`` keeps SmolLM2's ChatML tokens and

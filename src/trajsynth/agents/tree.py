@@ -1,7 +1,7 @@
 """Rollout trees: one blueprint grown as a tree of turns instead of N independent runs.
 
 The shared prefix is generated once and every child continues from its parent's messages
-(METHODS.md §9.1). Where to branch follows ARPO's entropy rule with the AEPO guard (§9.2), the
+(docs/methods.md §9.1). Where to branch follows ARPO's entropy rule with the AEPO guard (§9.2), the
 width follows ECHO (§9.6), and dead ends are cut from the cheap signals of ``curation.signals``
 (§7). Each child starts from a snapshot of the environment taken at its branch point, so a
 write in one branch is never seen by a sibling; a branch point reached through read-only calls
@@ -71,7 +71,7 @@ LOW_CONFIDENCE_STREAK = 2  # ... for 2 consecutive segments
 def branch_probability(
     dh: float, consecutive: int, *, alpha: float, beta: float, rho: float
 ) -> float:
-    """``P_t = (alpha + beta·dH_t)·rho^c`` (METHODS.md §9.2, AEPO guard).
+    """``P_t = (alpha + beta·dH_t)·rho^c`` (docs/methods.md §9.2, AEPO guard).
 
     >>> round(branch_probability(0.6667, 0, alpha=0.5, beta=0.2, rho=0.5), 4)
     0.6333
@@ -82,7 +82,7 @@ def branch_probability(
 
 
 def relative_entropy_rise(h_t: float, h_init: float) -> float:
-    """``dH_t = clip((H_t - H_init) / max(H_init, eps), -1, 1)`` (METHODS.md §9.2).
+    """``dH_t = clip((H_t - H_init) / max(H_init, eps), -1, 1)`` (docs/methods.md §9.2).
 
     >>> round(relative_entropy_rise(2.0, 1.2), 4)
     0.6667
@@ -91,7 +91,7 @@ def relative_entropy_rise(h_t: float, h_init: float) -> float:
 
 
 def echo_width(dh: float, conf_group: float, z_max: int) -> int:
-    """``Z_t = 1 + round((Z_max - 1)·clip(dH_t, 0, 1)·(1 - conf_group))`` (METHODS.md §9.6)."""
+    """``Z_t = 1 + round((Z_max - 1)·clip(dH_t, 0, 1)·(1 - conf_group))`` (docs/methods.md §9.6)."""
     return 1 + round((z_max - 1) * max(0.0, min(1.0, dh)) * (1.0 - conf_group))
 
 
@@ -235,7 +235,7 @@ class _TreeGrower:
     def _decide(
         self, node: Node, consecutive: int, first: ChatResult, candidates: Sequence[ChatResult]
     ) -> BranchDecision:
-        """How many children ``node`` gets (METHODS.md §9.2 with §9.6's width)."""
+        """How many children ``node`` gets (docs/methods.md §9.2 with §9.6's width)."""
         cfg = self.cfg
         errored = any(c.obs_class is ObsClass.ERROR for c in node.calls)
         after = "tool_error" if errored else ("tool" if node.calls else "user")
@@ -277,7 +277,7 @@ class _TreeGrower:
     # ---------------------------------------------------------------- pruning
 
     def _prune_reason(self, path: PathState, chain: Sequence[Node]) -> str | None:
-        """Why this branch is a dead end (METHODS.md §7 signals, §9.6 guard), or None."""
+        """Why this branch is a dead end (docs/methods.md §7 signals, §9.6 guard), or None."""
         calls = [c for t in path.turns for c in t.calls]
         if calls and calls[-1].obs_class is ObsClass.ERROR:
             last = calls[-1]
@@ -574,7 +574,7 @@ def node_values(
 ) -> dict[str, dict[str, float | int | None]]:
     """Per node: ``value`` V(n) = mean score of the counted leaves below it, ``advantage``
     L(n) = V(n) - V(parent) and TreeRL's ``process_reward`` R(n) = (G(n) + L(n)) /
-    sqrt(|leaves(n)|) with G(n) = V(n) - V(root) (METHODS.md §9.4). A leaf whose score is None
+    sqrt(|leaves(n)|) with G(n) = V(n) - V(root) (docs/methods.md §9.4). A leaf whose score is None
     (infra or simulator: not counted) adds nothing; a node with no counted leaf has no value.
 
     The tree of §9.3/§9.4 (leaf rewards 1, 0, 0, 0):

@@ -1,4 +1,4 @@
-"""The words of a blueprint: persona, goal and hidden info (METHODS.md §3 steps 9-10).
+"""The words of a blueprint: persona, goal and hidden info (docs/methods.md §3 steps 9-10).
 
 The planner LLM writes them from the path and its slots (EnvFactory's calibrated refinement,
 CoVe's fuzzification); its draft is parsed leniently (the first JSON object in the reply) and
@@ -205,7 +205,7 @@ def pick_answer(
     slots: Mapping[str, JsonValue],
     inputs: Iterable[str] = (),
 ) -> Answer | None:
-    """The question a read-only task asks about its last observation (METHODS.md §4,
+    """The question a read-only task asks about its last observation (docs/methods.md §4,
     ``answer_contains``: "the value(s) the question asks for").
 
     The observation's entity is the object itself, or — when the object only wraps one list
@@ -346,7 +346,7 @@ def words_spec(
     initial_state: EnvState | None = None,
     slot_sources: Mapping[str, str] | None = None,
 ) -> WordsSpec:
-    """What the words of this blueprint must say and avoid (METHODS.md §3 steps 9-10)."""
+    """What the words of this blueprint must say and avoid (docs/methods.md §3 steps 9-10)."""
     specs = {t.name: t for t in cluster.tools}
     described = []
     for step in steps:
@@ -663,7 +663,7 @@ def _answer_given(goal: str, value: str | int | float, slots: Mapping[str, JsonV
 
 
 def check_words(words: Words, spec: WordsSpec) -> list[str]:
-    """Problems with the words, as ``code: detail`` (METHODS.md §3 step 10); empty = fit.
+    """Problems with the words, as ``code: detail`` (docs/methods.md §3 step 10); empty = fit.
 
     - ``tool_name``: the goal or persona names a tool;
     - ``leakage``: it quotes an id the user would not know (not a slot), or the answer itself;

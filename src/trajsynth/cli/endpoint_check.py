@@ -217,7 +217,7 @@ async def _probe(client: OpenAILLMClient) -> list[EndpointCheck]:
             ),
             "branches the tree on step entropy"
             if has_lp
-            else "branches the tree by disagreement between sampled siblings (METHODS.md "
+            else "branches the tree by disagreement between sampled siblings (docs/methods.md "
             "§1.3); token-entropy signals stay empty",
             False,
         )

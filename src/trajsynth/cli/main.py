@@ -62,10 +62,10 @@ app.command("dashboard")(dashboard_cmd.dashboard)
 app.command("runs")(runs_cmd.runs)
 app.command("deploy")(deploy_cmd.deploy)
 app.command("serve")(deploy_cmd.serve)
-app.command("sft")(sft_cmd.sft)  # issue 18
-app.command("eval")(eval_cmd.eval_policy)  # issue 18
+app.command("sft")(sft_cmd.sft)  # train a policy on the data,
+app.command("eval")(eval_cmd.eval_policy)  # measure it on held-out tasks,
 app.command("compare")(eval_cmd.compare_evals)
-app.command("improve")(improve_cmd.improve)  # issue 18
+app.command("improve")(improve_cmd.improve)  # and loop the two
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="settings file (default ./synth.toml)")
@@ -385,7 +385,7 @@ def run(
         samples=samples,
         rollout_mode=rollout,
     )
-    if policy is not None:  # issue 18: checked before any work starts, one line if not a model
+    if policy is not None:  # checked before any work starts: one line if not a model
         from trajsynth.cli.policy import policy_ref
 
         config = config.model_copy(update={"policy": policy_ref(policy, Store(loaded.store_path))})

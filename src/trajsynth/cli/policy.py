@@ -1,4 +1,4 @@
-"""`--policy PATH` of `synth run`: which tuned model plays the assistant (issue 18).
+"""`--policy PATH` of `synth run`: which tuned model plays the assistant.
 
 ``policy_ref`` checks the path is a model (one clear line when not), finds the GGUF the
 embedded llama.cpp server loads (a HF folder ``synth sft`` wrote is converted once, beside

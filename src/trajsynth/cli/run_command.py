@@ -212,7 +212,8 @@ def _run(
     if silent:
         console.print(f"[red]error:[/] {escape(silent)}")
     if summary.trajectories == 0:
-        # issue 17: a run that yields no task (or no trajectory) says so and fails
+        # a run that yields no task (or no trajectory) says so and fails, rather than
+        # reporting an empty success
         reasons = ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items())
         failed = ", ".join(f"{k}: {v}" for k, v in sorted(summary.failed_units.items()))
         console.print(
@@ -347,8 +348,7 @@ def print_reasons(run_id: str, *, store_path: str, console: Console) -> None:
 
 
 def empty_cluster_warnings(store_path: str, run_id: str, config: RunConfig) -> list[str]:
-    """One line per cluster of the run that yielded no task, with the rejection reasons
-    (issue 17, item 7)."""
+    """One line per cluster of the run that yielded no task, with the rejection reasons."""
     from trajsynth.store import Store
 
     store = Store(Path(store_path))

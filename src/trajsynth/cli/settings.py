@@ -52,7 +52,7 @@ class RunnerSettings(BaseModel):
     workers: int = Field(default=2, ge=1)
 
 
-# Keys of the layout before issue 15 (``[llm] model``, ``[sandbox] kind``, ``[tree]``, ``[run]
+# Keys of the earlier layout (``[llm] model``, ``[sandbox] kind``, ``[tree]``, ``[run]
 # max_turns``, ...), still read: each source's keys are moved to where they live now before
 # the sources are merged, so an old synth.toml and old SYNTH_... variables keep working.
 _SECTIONS = {"tree": "tree", "curation": "curation", "llm": "llm", "sandbox": "sandbox_limits"}
@@ -295,7 +295,7 @@ embedded_ctx = 4096          # context of the embedded server (not part of the r
 # distractors = 4            # list the tools a task needs plus the 4 nearest, always (rows
                              # ~2.5x shorter; set the same for synth run, improve and eval)
 
-[run.tree]                   # how rollout trees grow (METHODS.md §9)
+[run.tree]                   # how rollout trees grow (docs/methods.md §9)
 max_children = 3             # children per node
 max_nodes = 64               # nodes per tree
 max_tree_tokens = 24000      # generated tokens per tree
@@ -306,7 +306,7 @@ beta = 0.2
 rho = 0.5                    # P_t *= rho^c, c = consecutive branching ancestors (AEPO)
 prune = true                 # cut dead ends (repeated failing call, loop, no progress)
 
-[run.curation]               # signals, topology, diversity, selection (METHODS.md §5-§8)
+[run.curation]               # signals, topology, diversity, selection (docs/methods.md §5-§8)
 embeddings = true            # all-MiniLM-L6-v2 digest embeddings (modes, near-duplicates);
                              # false: rule-label modes, exact duplicates only
 embed_max_chars = 256        # digest characters embedded (each distinct text once, cached)

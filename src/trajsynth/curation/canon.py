@@ -1,4 +1,4 @@
-"""State canonicalization: "is this the same situation?" (METHODS.md §1.2).
+"""State canonicalization: "is this the same situation?" (docs/methods.md §1.2).
 
 One set of functions, four users: topology (§8), GiGPO anchors and HGPO contexts (§10), the
 loop signal (§7) and the verifier's argument matchers (§4). Everything here is pure and
@@ -168,7 +168,7 @@ def canon_args(
     schema: Mapping[str, Any] | None = None,
     volatile: frozenset[str] = frozenset(),
 ) -> dict[str, JsonValue]:
-    """Canonical tool arguments (METHODS.md §1.2).
+    """Canonical tool arguments (docs/methods.md §1.2).
 
     Drops optional arguments that are null (all nulls when no schema says which are required),
     sorts keys, casefolds and strips strings except identifiers, rounds numbers to 6
@@ -208,7 +208,7 @@ def canon_call(
     schema: Mapping[str, Any] | None = None,
     volatile: frozenset[str] = frozenset(),
 ) -> tuple[str, str]:
-    """``(tool_name, sha1(json(canon_args(args)))[:16])`` (METHODS.md §1.2).
+    """``(tool_name, sha1(json(canon_args(args)))[:16])`` (docs/methods.md §1.2).
 
     ``args`` may be the raw argument text; text that is not a JSON object is hashed as it
     stands (stripped), so malformed calls are actions too and never raise.
@@ -338,7 +338,7 @@ def obs_class(
     malformed: bool = False,
     schema_invalid: bool = False,
 ) -> ObsClass:
-    """``ok``, ``empty`` or ``error`` for one observation (METHODS.md §1.2).
+    """``ok``, ``empty`` or ``error`` for one observation (docs/methods.md §1.2).
 
     Error if the MCP result had ``isError``, the arguments failed schema validation or the call
     was malformed; empty if the result (parsed when it is JSON text) is null, ``[]``, ``{}``

@@ -1,4 +1,4 @@
-"""Cumulative action complexity, CAC (METHODS.md §5.3), and the difficulty bins built on it.
+"""Cumulative action complexity, CAC (docs/methods.md §5.3), and the difficulty bins built on it.
 
 Per tool-call step ``c_t = 1 + w_a·a_t + w_g·g_t + w_u·u_t + w_b·b_t + w_n·n_t`` (argument
 structure, dependency depth, bound arguments, conditional call, new tool); ``CAC(τ)`` is
@@ -141,7 +141,7 @@ def cac(
     branch_tools: Collection[str] = frozenset(),
     planned: Sequence[PlannedCall] | None = None,
 ) -> CACBreakdown:
-    """Cumulative action complexity ``CAC(τ) = sum_t c_t`` (METHODS.md §5.3).
+    """Cumulative action complexity ``CAC(τ) = sum_t c_t`` (docs/methods.md §5.3).
 
     Per tool-call step: ``c_t = 1 + w_a·a_t + w_g·g_t + w_u·u_t + w_b·b_t + w_n·n_t`` with
 

@@ -1,4 +1,4 @@
-"""Lint a blueprint's constraints before anyone is scored by them (METHODS.md §4).
+"""Lint a blueprint's constraints before anyone is scored by them (docs/methods.md §4).
 
 A verifier that passes everything is worse than none: the planner rejects a constraint set
 that a do-nothing trajectory (no calls, an empty answer, the initial state) already satisfies,

@@ -1,4 +1,4 @@
-"""Digests and rule labels: what a trajectory's reasoning mode is judged by (METHODS.md §5.2).
+"""Digests and rule labels: what a trajectory's reasoning mode is judged by (docs/methods.md §5.2).
 
 A *digest* is the assistant's natural-language content, cut to 512 tokens, followed by its
 action skeleton (``R:search_flights R:get_fare_rules W:book_flight ANS``). A *rule label*
@@ -149,7 +149,7 @@ def _asks_question(text: str | None) -> bool:
 
 
 def action_skeleton(trajectory: Trajectory, access: Mapping[str, ToolAccess] | None = None) -> str:
-    """The action skeleton of a digest (METHODS.md §5.2).
+    """The action skeleton of a digest (docs/methods.md §5.2).
 
     ``R:tool`` / ``W:tool`` per call in order (``!`` appended when its observation was an
     error), ``ASK`` first when the first assistant turn is a question with no tool call, and
@@ -175,7 +175,7 @@ def digest(
     *,
     max_tokens: int = DIGEST_TOKENS,
 ) -> str:
-    """The text a trajectory's mode is judged by (METHODS.md §5.2).
+    """The text a trajectory's mode is judged by (docs/methods.md §5.2).
 
     The assistant's natural-language content per turn (messages have no separate reasoning
     field, so their content), joined with `` | `` and cut to ``max_tokens``
@@ -251,7 +251,7 @@ def rule_mode(
     *,
     code_tools: Collection[str] | None = None,
 ) -> ReasoningMode:
-    """The rule label of METHODS.md §5.2 (first match wins).
+    """The rule label of docs/methods.md §5.2 (first match wins).
 
     1. ``clarify_first``: the first assistant turn asks a question (has ``?``), no tool call.
     2. ``recover_after_error``: an error observation is followed by a different call

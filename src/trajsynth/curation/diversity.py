@@ -1,4 +1,4 @@
-"""Diversity over the whole dataset (METHODS.md §5; DESIGN.md step 8).
+"""Diversity over the whole dataset (docs/methods.md §5; docs/design.md §8).
 
 * **Digests** (§5.2): the assistant's words, cut to 512 tokens, then the action skeleton
   (``R:search_flights R:get_fare_rules W:book_flight ANS``).
@@ -237,7 +237,7 @@ def diversity_report(
     n_duplicates: int = 0,
     n_candidates: int | None = None,
 ) -> DiversityReport:
-    """The per-round diversity row of METHODS.md §5.4 over the accepted trajectories.
+    """The per-round diversity row of docs/methods.md §5.4 over the accepted trajectories.
 
     ``domains``, ``clusters``, ``modes`` and ``cac_values`` hold one entry per accepted
     (verified, non-duplicate) trajectory; a ``None`` mode is ``unassigned`` and left out of

@@ -1,4 +1,4 @@
-"""Entropy over a declared support (METHODS.md §1.1).
+"""Entropy over a declared support (docs/methods.md §1.1).
 
 ``H(p) = -sum_i p_i ln p_i`` with ``p_i = c_i / sum c`` (nats, ``0 ln 0 = 0``), and
 ``H_norm(p; K) = H(p) / ln K`` when ``K >= 2`` else 0. ``K`` is the size of the DECLARED
@@ -44,7 +44,7 @@ def counts_of(labels: Iterable[Hashable | None]) -> Counter[Hashable]:
 
 
 def entropy(counts: Counts) -> float:
-    """Shannon entropy in nats of the distribution the counts give (METHODS.md §1.1).
+    """Shannon entropy in nats of the distribution the counts give (docs/methods.md §1.1).
 
     Empty or all-zero counts give 0.
 
@@ -86,7 +86,7 @@ def normalized_entropy(counts: Counts, k: int) -> float:
 
 
 def effective_number(counts: Counts) -> float:
-    """``exp(H)``: the effective number of categories (METHODS.md §1.1).
+    """``exp(H)``: the effective number of categories (docs/methods.md §1.1).
 
     >>> effective_number([1, 1, 1, 1])
     4.0

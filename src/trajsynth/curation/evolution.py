@@ -1,4 +1,4 @@
-"""Adaptive evolution: the next round's sampling weights (METHODS.md §6; DESIGN.md step 9).
+"""Adaptive evolution: the next round's sampling weights (docs/methods.md §6; docs/design.md §9).
 
 After each round the weights over the levels domain → cluster → path shape → target mode →
 difficulty move toward options that are rare in the accepted data and options whose last-round

@@ -7,7 +7,7 @@ a failed call left standing, a conversation that never answers the user). A traj
 (``curation.verify``); docs/verification.md states each check for users.
 
 Each check is registered with ``@hygiene_check(name)`` (the same ``Registry`` mechanism as the
-constraint checkers, STYLE.md §1) and returns ``(passed, detail)`` from a ``HygieneContext``.
+constraint checkers, docs/style.md §1) and returns ``(passed, detail)`` from a ``HygieneContext``.
 They run on every trajectory of every cluster, with no model and no environment. The checks
 that hold the answer to the tool results (grounded, consistent, informative; no redundant
 call) live in ``curation.faithful``, registered the same way.

@@ -1,4 +1,4 @@
-"""Reasoning modes: digest embeddings and the frozen mode codebook (METHODS.md §5.2).
+"""Reasoning modes: digest embeddings and the frozen mode codebook (docs/methods.md §5.2).
 
 Digests are embedded with all-MiniLM-L6-v2 (L2-normalised), each distinct text once, through
 an optional cache keyed by :func:`~trajsynth.curation.digests.text_key`. k-means for K in
@@ -196,7 +196,7 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class ModeCodebook:
-    """A frozen reasoning-mode codebook (METHODS.md §5.2).
+    """A frozen reasoning-mode codebook (docs/methods.md §5.2).
 
     ``kind="kmeans"``: unit centroids of k-means over digest embeddings (K in 4..16, the best
     silhouette, seed 0); a digest takes the nearest centroid by cosine, or is ``unassigned``
@@ -258,7 +258,7 @@ class ModeCodebook:
         n_terms: int = 3,
         threads: int | None = 1,
     ) -> ModeCodebook:
-        """Fit and freeze the codebook on digest embeddings (METHODS.md §5.2).
+        """Fit and freeze the codebook on digest embeddings (docs/methods.md §5.2).
 
         Rows with no embedding (zero rows) are left out. With fewer than ``min_fit`` usable
         digests, or when no K in ``k_min..k_max`` can be fitted (too few distinct digests),
@@ -337,7 +337,7 @@ class ModeCodebook:
         embeddings: np.ndarray | None,
         rule_labels: Sequence[ReasoningMode],
     ) -> list[ModeAssignment]:
-        """The mode of each digest (METHODS.md §5.2).
+        """The mode of each digest (docs/methods.md §5.2).
 
         k-means codebook: the nearest centroid by cosine; ``unassigned`` (``mode_id`` None)
         when the best cosine is below ``min_cosine`` or the digest has no embedding. Rule
@@ -488,7 +488,7 @@ def _top_terms(texts: Sequence[str], members: np.ndarray, k: int, n_terms: int) 
 
 def needs_refit(assignments: Sequence[ModeAssignment], threshold: float = REFIT_UNASSIGNED) -> bool:
     """Whether more than ``threshold`` of a round is unassigned, so the codebook is refitted
-    (``v2``) and everything relabelled (METHODS.md §5.2). An empty round never refits.
+    (``v2``) and everything relabelled (docs/methods.md §5.2). An empty round never refits.
 
     >>> a = ModeAssignment(mode_id=None, codebook="c")
     >>> b = ModeAssignment(mode_id="m00", codebook="c")

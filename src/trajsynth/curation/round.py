@@ -1,6 +1,6 @@
 """One round of curation as a plain function: ``run_round(RoundInput) -> RoundOutput``.
 
-Signals, topology, diversity and selection of one round (METHODS.md §5, §7, §8), with no
+Signals, topology, diversity and selection of one round (docs/methods.md §5, §7, §8), with no
 store: the flow (``flows/curate.py``) loads a ``RoundInput`` (the round's trajectories,
 verdicts and blueprints, and what earlier rounds left), calls ``run_round`` and writes the
 rows it returns. Per trajectory they are a ``signals`` row (§7), a ``trajectory_topology`` row
@@ -13,7 +13,7 @@ trajectory whose signals cannot be computed gets no signals row and a recorded r
 never picks it), a text the embedder cannot take gets no embedding (its mode is the rule
 label or ``unassigned``), an empty round gives zero figures and a note.
 
-Decisions (METHODS.md leaves them open):
+Decisions (docs/methods.md leaves them open):
 
 - Accepted (§5.1) = verdict passed, not excluded, not a (near-)duplicate. Near-duplicates are
   looked for among the round's accepted candidates, within each cluster, ranked by the SFT

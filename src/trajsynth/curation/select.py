@@ -1,10 +1,10 @@
-"""Dual selection from one pool: SFT trajectories and RL tasks (METHODS.md §8, TopoCurate).
+"""Dual selection from one pool: SFT trajectories and RL tasks (docs/methods.md §8, TopoCurate).
 
-Both policies are registered with ``@policy(name)`` (STYLE.md §1) and return one ``Selection``
+Both policies are registered with ``@policy(name)`` (docs/style.md §1) and return one ``Selection``
 record per item considered, selected or not, each with its score and the reason for the
 decision, so a dataset can say why every row is in it and why every other is not.
 
-Decisions (METHODS.md leaves them open):
+Decisions (docs/methods.md leaves them open):
 
 - SFT eligibility is checked in this order, and the first failing check is the reason: in the
   topology (not infra/simulator), a verdict that passed (clean and correct) and is not
@@ -63,7 +63,7 @@ POLICIES: Registry[Policy] = Registry("selection policy")
 
 
 def policy(name: str) -> Callable[[Policy], Policy]:
-    """Register a selection policy under ``name`` (STYLE.md §1)."""
+    """Register a selection policy under ``name`` (docs/style.md §1)."""
     return POLICIES.register(name)
 
 
@@ -110,7 +110,7 @@ def novelty(
     sig: str | None, mode: str | None, chosen: Iterable[tuple[str | None, str | None]]
 ) -> float:
     """``1`` if ``sig`` is not among the picks, ``0.5`` if it is but only with other reasoning
-    modes, else ``0`` (METHODS.md §8).
+    modes, else ``0`` (docs/methods.md §8).
 
     >>> novelty("ABC", None, [("AEBC", None)]), novelty("ABC", "m2", [("ABC", "m1")])
     (1.0, 0.5)
@@ -122,7 +122,7 @@ def novelty(
 
 
 def sft_score(rec: bool, eff: float | None, nov: float, config: SFTSelectConfig) -> float:
-    """``1.0·rec + 1.0·eff + 0.5·novelty`` with the config's weights (METHODS.md §8).
+    """``1.0·rec + 1.0·eff + 0.5·novelty`` with the config's weights (docs/methods.md §8).
 
     >>> sft_score(True, 1.0, 1.0, SFTSelectConfig())
     2.5
@@ -136,7 +136,7 @@ def sft_eligibility(
     signals: Signals | None,
     duplicate_of: str | None,
 ) -> str | None:
-    """Why a trajectory may not enter the SFT set, or ``None`` when it may (METHODS.md §8)."""
+    """Why a trajectory may not enter the SFT set, or ``None`` when it may (docs/methods.md §8)."""
     if not topo.included:
         return f"not in the topology: {topo.skip_reason}"
     if verdict is None:
@@ -171,7 +171,7 @@ def select_sft(
     round: int = 0,
     config: SFTSelectConfig | None = None,
 ) -> list[Selection]:
-    """SFT selection (METHODS.md §8): per task, greedy on ``sft_score`` up to ``k_sft``.
+    """SFT selection (docs/methods.md §8): per task, greedy on ``sft_score`` up to ``k_sft``.
 
     ``verdicts`` and ``signals`` are keyed by trajectory id; ``duplicates`` maps a trajectory
     to the one it nearly duplicates (§5.4); ``modes`` gives each trajectory's reasoning mode
@@ -288,7 +288,7 @@ def select_rl(
     round: int = 0,
     config: RLSelectConfig | None = None,
 ) -> list[Selection]:
-    """RL selection (METHODS.md §8): the pool is tasks with ``0 < p < 1``, ranked by
+    """RL selection (docs/methods.md §8): the pool is tasks with ``0 < p < 1``, ranked by
     ``rl_score``; the top ``rl_fraction`` is kept. One record per task, sorted by rank then id.
     """
     cfg = config or RLSelectConfig()

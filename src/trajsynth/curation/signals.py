@@ -1,11 +1,11 @@
-"""Cheap per-trajectory signals and the triage score, with no model call (METHODS.md §7).
+"""Cheap per-trajectory signals and the triage score, with no model call (docs/methods.md §7).
 
-Each signal is one small detector registered with ``@detector(name)`` (STYLE.md §1) that reads a
+Each signal is one small detector registered with ``@detector(name)`` (style.md §1) that reads a
 ``SignalContext`` (built in one pass over the messages) and returns the ``Signals`` fields it
 owns. ``compute_signals`` runs them all and adds ``triage``. Thresholds marked (plano) come from
-katanemo/plano's signals documentation, as METHODS.md §7 says.
+katanemo/plano's signals documentation, as docs/methods.md §7 says.
 
-Decisions (METHODS.md leaves them open):
+Decisions (docs/methods.md leaves them open):
 
 - User turns are all user messages; repairs, gratitude and quit phrases are looked for only in
   the user's *replies* (user messages after the first assistant message), since the opening
@@ -63,7 +63,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# METHODS.md §7, "Uses" (2): flags as 0/1.
+# docs/methods.md §7, "Uses" (2): flags as 0/1.
 TRIAGE_WEIGHTS: Mapping[str, float] = {
     "misalignment": 1.0,
     "stagnation": 0.75,
@@ -152,7 +152,7 @@ def bigram_jaccard(a: str, b: str) -> float:
 
 
 def stagnation_efficiency(turns: int, baseline: int = TURN_BASELINE) -> float:
-    """``1 / (1 + 0.3·max(0, turns - baseline))`` (plano, METHODS.md §7).
+    """``1 / (1 + 0.3·max(0, turns - baseline))`` (plano, docs/methods.md §7).
 
     >>> round(stagnation_efficiency(9), 5)
     0.45455
@@ -228,7 +228,7 @@ DETECTORS: Registry[SignalDetector] = Registry("signal detector")
 
 
 def detector(name: str) -> Callable[[SignalDetector], SignalDetector]:
-    """Register a signal detector: ``(ctx) -> {Signals field: value}`` (STYLE.md §1)."""
+    """Register a signal detector: ``(ctx) -> {Signals field: value}`` (docs/style.md §1)."""
     return DETECTORS.register(name)
 
 
@@ -237,7 +237,7 @@ def registered_detectors() -> list[str]:
     return DETECTORS.names()
 
 
-# --- the detectors (METHODS.md §7 table) ----------------------------------------------------
+# --- the detectors (docs/methods.md §7 table) ----------------------------------------------------
 
 
 @detector("misalignment")
@@ -342,7 +342,7 @@ def _exhaustion(ctx: SignalContext) -> dict[str, Any]:
 
 def triage_score(flags: Mapping[str, bool], weights: Mapping[str, float] = TRIAGE_WEIGHTS) -> float:
     """``1.0·misalign + 0.75·stagnation + 1.0·disengage + 1.0·failure + 1.0·loop +
-    0.5·exhaustion`` with flags as 0/1 (METHODS.md §7, "Uses" 2).
+    0.5·exhaustion`` with flags as 0/1 (docs/methods.md §7, "Uses" 2).
 
     >>> triage_score({"stagnation": True, "exhaustion": True, "satisfaction": True})
     1.25
@@ -358,7 +358,7 @@ def compute_signals(
     weights: Mapping[str, float] = TRIAGE_WEIGHTS,
     steps: tuple[str, list[Step]] | None = None,
 ) -> Signals:
-    """Every registered signal of one trajectory plus ``triage`` (METHODS.md §7).
+    """Every registered signal of one trajectory plus ``triage`` (docs/methods.md §7).
 
     O(messages + calls); no model call. ``verdict`` (optional) lets disengagement see a
     simulator that stopped before the goal was met; ``write_tools`` is passed to the state keys

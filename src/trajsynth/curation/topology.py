@@ -1,4 +1,4 @@
-"""Interaction topology: one quotient graph per task (METHODS.md §1.2 and §8, TopoCurate).
+"""Interaction topology: one quotient graph per task (docs/methods.md §1.2 and §8, TopoCurate).
 
 All valid rollouts of one task are walked step by step. After every action the rollout is in a
 *state* (``state_key``, §1.2); a failing call leads to an *error node* (``err_key``) instead, and
@@ -7,7 +7,7 @@ are one node, so rollouts that mean the same thing share a path. From that graph
 metrics (EBR, strategy entropy, pass rate, ``rl_score``) and the trajectory metrics (signature,
 reflective recovery, semantic efficiency, redundancy).
 
-Decisions (METHODS.md leaves them open; change them here and there together):
+Decisions (docs/methods.md leaves them open; change them here and there together):
 
 - ``env_state_hash``: trajectories record no per-step environment hash, so the environment
   state after step t is stood for by the hash of the canonical calls (``canon_call``) of the
@@ -112,7 +112,7 @@ def env_state_hash(write_calls: Sequence[tuple[str, str]]) -> str:
     """Stand-in for the environment hash: sha1 of the successful write calls so far, in order.
 
     Trajectories record no per-step state hash, so the state after step t is named by the
-    canonical calls (``canon_call``) of the writes that changed it (METHODS.md §1.2).
+    canonical calls (``canon_call``) of the writes that changed it (docs/methods.md §1.2).
 
     >>> env_state_hash([]) == env_state_hash(())
     True
@@ -121,7 +121,7 @@ def env_state_hash(write_calls: Sequence[tuple[str, str]]) -> str:
 
 
 def state_key(env_hash: str, info_set: Iterable[str], revealed_slots: Iterable[str]) -> str:
-    """``sha1(env_state_hash || sorted(info_set) || sorted(revealed_slots))`` (METHODS.md §1.2).
+    """``sha1(env_state_hash || sorted(info_set) || sorted(revealed_slots))`` (methods.md §1.2).
 
     ``info_set`` holds one ``"tool#args_hash#obs_digest"`` per read call with class ok/empty.
     Sets, not sequences: two orders of the same independent reads give one key.
@@ -133,7 +133,7 @@ def state_key(env_hash: str, info_set: Iterable[str], revealed_slots: Iterable[s
 
 
 def err_key(skey: str, call: tuple[str, str], error_type: str | None) -> str:
-    """``sha1(state_key || canon_call || "error" || error_type)`` (METHODS.md §1.2).
+    """``sha1(state_key || canon_call || "error" || error_type)`` (docs/methods.md §1.2).
 
     >>> err_key("s", ("get", "h"), "x") != err_key("s", ("get", "h"), "y")
     True
@@ -277,7 +277,7 @@ def trajectory_steps(
     digest_map: Mapping[str, str] | None = None,
     action_cache: dict[tuple[str, str], tuple[str, str]] | None = None,
 ) -> tuple[str, list[Step]]:
-    """The start state key and one ``Step`` per action of a trajectory (METHODS.md §1.2).
+    """The start state key and one ``Step`` per action of a trajectory (docs/methods.md §1.2).
 
     ``digest_map`` (from a soft merge) replaces an observation digest by its cluster's. The
     terminal action is not a step; ``build_quotient_graph`` adds it. Shared by topology (§8),
@@ -398,7 +398,7 @@ def _soft_digest_map(
 
 
 def signature(nodes: Sequence[str]) -> tuple[str, ...]:
-    """A node sequence with consecutive repeats removed (METHODS.md §8).
+    """A node sequence with consecutive repeats removed (docs/methods.md §8).
 
     >>> signature(["A", "A", "E", "E", "B", "C"])
     ('A', 'E', 'B', 'C')
@@ -427,7 +427,7 @@ def build_quotient_graph(
     embedder: Embedder | None = None,
     steps: Mapping[str, tuple[str, list[Step]]] | None = None,
 ) -> nx.MultiDiGraph:
-    """The quotient graph of all rollouts of one task (METHODS.md §8, "Graph").
+    """The quotient graph of all rollouts of one task (docs/methods.md §8, "Graph").
 
     Nodes are state keys, error keys and the terminals ``success``/``fail`` (``kind`` attribute:
     start, state, error, success, fail). Edges are keyed by action (``"tool#args_hash"``,
@@ -581,7 +581,7 @@ def _l_star(graph: nx.MultiDiGraph) -> int | None:
 
 
 def task_metrics(graph: nx.MultiDiGraph) -> TaskTopology:
-    """Task-level metrics of a quotient graph (METHODS.md §8, "Task-level metrics").
+    """Task-level metrics of a quotient graph (docs/methods.md §8, "Task-level metrics").
 
     ``p`` is the pass rate over valid rollouts, ``H_strat_norm = H(signatures) / ln(n)`` (0 for
     one rollout), ``n_success_strategies`` the distinct success signatures with error nodes
@@ -625,7 +625,7 @@ def task_metrics(graph: nx.MultiDiGraph) -> TaskTopology:
 
 
 def trajectory_metrics(graph: nx.MultiDiGraph) -> list[TrajectoryTopology]:
-    """Trajectory-level metrics (METHODS.md §8): signature, rec, eff, redundancy.
+    """Trajectory-level metrics (docs/methods.md §8): signature, rec, eff, redundancy.
 
     ``rec = 1`` if τ passes an error node and later reaches ``success``;
     ``eff = L* / max(L*, len(τ) - e(τ))`` for successes (``None`` otherwise);
@@ -730,7 +730,7 @@ def _labels(graph: nx.MultiDiGraph) -> dict[str, str]:
 def draw_quotient_graph(
     graph: nx.MultiDiGraph, path: Path | str, *, title: str | None = None
 ) -> Path:
-    """Draw a task's quotient graph to ``path`` (.png, .svg, .pdf or .html) (METHODS.md §8).
+    """Draw a task's quotient graph to ``path`` (.png, .svg, .pdf or .html) (docs/methods.md §8).
 
     Edges traversed by a successful rollout are green, error edges (into an error node or a
     node that cannot reach success) red, others grey; width grows with traversals. An ``.html``

@@ -1,14 +1,14 @@
-"""Verification: check every constraint of a task against one trajectory (METHODS.md §4).
+"""Verification: check every constraint of a task against one trajectory (docs/methods.md §4).
 
 ``verify(trajectory, constraints, final_state)`` is a pure function of the recorded run and the
 environment's final canonical state; the GRPO stage calls the same function for its rewards
 (``reward``). Each constraint kind has one small checker, registered with ``@checker(kind)``
-(STYLE.md §1), that returns ``(passed, detail)``. Every trajectory is also held to the hygiene
+(docs/style.md §1), that returns ``(passed, detail)``. Every trajectory is also held to the hygiene
 checks of ``curation.hygiene`` (registered with ``@hygiene_check``): it *passes* only when its
 hard constraints hold and it is a clean example (docs/verification.md). This module is the one
 place that decides ``passed``; ``apply_judgement`` adds an optional model judge's say.
 
-Decisions (METHODS.md leaves them open):
+Decisions (docs/methods.md leaves them open):
 
 - A call *happened* only if its arguments parsed and its observation was not an error
   (``obs_class != error``): ``tool_called`` and ``order`` count only such calls, since a refused
@@ -483,7 +483,7 @@ def answer_contains_value(answer: str, value: str | int | float) -> bool:
 
 def observed_reading(calls: Sequence[ToolCallRecord], where: ObservedField) -> JsonValue:
     """The scalar the episode's last successful call to ``where.tool`` returned at
-    ``where.path`` (METHODS.md §4, ``answer_contains`` of a value that changes between
+    ``where.path`` (docs/methods.md §4, ``answer_contains`` of a value that changes between
     reads); ``LookupError`` when no such call returned one.
     """
     for call in reversed(calls):
@@ -581,7 +581,7 @@ def _as_constraint(c: Any) -> Any:
 def verify(
     trajectory: Trajectory, constraints: Sequence[Constraint], final_state: EnvState
 ) -> Verdict:
-    """Check every constraint against the recorded run (METHODS.md §4).
+    """Check every constraint against the recorded run (docs/methods.md §4).
 
     ``final_state`` is the canonical state after the trajectory's state-mutating calls (the
     rollout's own environment, or a tau2-style replay into a fresh one). Constraints may be
@@ -683,7 +683,7 @@ def apply_judgement(verdict: Verdict, judgement: JudgeResult) -> Verdict:
 
 
 def reward(verdict: Verdict, *, shaped: bool = False) -> float | None:
-    """The RL reward of a verdict (METHODS.md §4, §13).
+    """The RL reward of a verdict (docs/methods.md §4, §13).
 
     ``1.0``/``0.0`` by the verdict, or with ``shaped`` its score (``0.9·verdict + 0.1·soft
     fraction``); ``None`` for an excluded (infra or simulator) trajectory, never ``0.0``.

@@ -190,7 +190,7 @@ def _overview_section(path: str, run_id: str | None) -> None:
 def _label_positions(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> dict[str, list[str]]:
     """Per column, where each point's value label goes: above the highest point of its round
     among ``cols``, below the others, so two close values (1.099 and 1.040) do not print
-    over each other (the issue 20 screenshots)."""
+    over each other."""
     positions: dict[str, list[str]] = {c: [] for c in cols}
     for r in rows:
         values = {c: r.get(c) for c in cols if r.get(c) is not None}
@@ -274,7 +274,6 @@ def _distributions_section(path: str, run_id: str | None) -> None:
             key="mode_chart",
         )
     # the tables full width: in a half-width column the cluster table's last column was cut
-    # (the issue 20 screenshots)
     st.caption("by cluster")
     _table(
         clusters,

@@ -3,7 +3,7 @@
 Both are drawn full width with zoom and pan (plotly's own controls; the wheel zooms). A tree
 is laid out in layers by depth, leaves in depth-first order and each parent level with its
 children (no crossing edges; networkx walks the tree). A quotient graph's layer is a state's
-distance from the start (networkx shortest paths, METHODS.md §8), the terminals last, and each
+distance from the start (networkx shortest paths, docs/methods.md §8), the terminals last, and each
 layer is ordered by where its predecessors sit (barycentre), so its edges seldom cross: the
 positions of ``curation.topology.layered_positions``, which ``synth topo`` draws too.
 pygraphviz is not installed, so Graphviz ``dot`` is not used. Nodes carry

@@ -4,7 +4,7 @@ Each function takes a ``Store`` and returns rows as dicts. Every query is one re
 connection (``Store.query``), so the page reads while a run writes (see ``store/store.py``).
 Nothing here reads a ``messages`` column: the page stays fast on a store of many trajectories.
 
-Pass rates follow DESIGN.md: a verdict marked ``excluded`` (infra or simulator faults) is left
+Pass rates follow docs/design.md: a verdict marked ``excluded`` (infra or simulator faults) is left
 out of both the numerator and the denominator. A trajectory without a verdict is unverified.
 """
 
@@ -136,8 +136,8 @@ def run_wall_s(store: Store, run_id: str) -> tuple[float, bool]:
     """The run's wall time and whether it is final: the stored run summary's ``wall_s`` once
     the run finished (what ``synth run`` printed), else the seconds from its start to its
     last committed unit (or state change). Not "until now": a run that died without
-    finishing stays ``running``, and the seconds since its start grow without end (the
-    issue 20 screenshots showed 28,370,370 s for one)."""
+    finishing stays ``running``, and the seconds since its start grow without end (one
+    such run once showed 28,370,370 s)."""
     rows = store.query(
         "SELECT r.created_at, r.updated_at, r.summary,"
         " (SELECT max(w.done_at) FROM work_units w WHERE w.run_id = r.run_id) AS last_done"
@@ -267,7 +267,7 @@ def _tokens_by_role_sql(run_id: str | None) -> Statement:
 
 
 def evals(store: Store, tables: set[str] | None = None, limit: int = 50) -> Rows:
-    """Held-out evals of policies (the ``evals`` table, issue 18), newest first: pass@1 and
+    """Held-out evals of policies (the ``evals`` table), newest first: pass@1 and
     pass@k with their bootstrap intervals over tasks. Not per run: an eval scores a
     policy on tasks no run trained on. Empty when the store has no ``evals`` table yet."""
     tables = available_tables(store) if tables is None else tables

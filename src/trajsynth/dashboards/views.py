@@ -1,7 +1,7 @@
 """Views over the store that need more than SQL: the dashboard's curation drawings and the
 transcript of one trajectory.
 
-``quotient_graph`` builds a task's quotient graph (METHODS.md §8) the way ``synth topo`` does:
+``quotient_graph`` builds a task's quotient graph (docs/methods.md §8) the way ``synth topo`` does:
 it loads that one task's trajectories and verdicts and calls ``curation.topology``.
 ``load_transcript`` reads one trajectory with its verdict and signals and hands them to
 ``curation.transcript.transcript`` (the reading ``synth show trajectory`` prints).

@@ -1,4 +1,4 @@
-"""SFT and RL datasets from the store's selections, with a dataset card (DESIGN.md step 11)."""
+"""SFT and RL datasets from the store's selections, with a dataset card (docs/design.md §11)."""
 
 from trajsynth.export.formats import EXPORT_FORMATS
 from trajsynth.export.report import EmptySelectionError, ExportError, ExportReport

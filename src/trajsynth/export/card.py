@@ -4,10 +4,10 @@ The card is built with ``huggingface_hub``'s ``DatasetCard`` / ``DatasetCardData
 ``dataset_info`` block comes from ``datasets``' own ``DatasetInfosDict`` over the features
 ``records`` declares (Parquet only: the JSONL layouts are not those features), so a loader
 that reads the YAML gets the very types the files hold. Entropies are in nats, as
-``curation/entropy.py`` computes them (METHODS.md §1.1).
+``curation/entropy.py`` computes them (docs/methods.md §1.1).
 
 Figures come from the store: the diversity and topology figures from the run's last
-``round_stats`` row (METHODS.md §5-§8 as curation computed them), else counted from the
+``round_stats`` row (docs/methods.md §5-§8 as curation computed them), else counted from the
 exported rows; pass rates by cluster from ``trajectories`` and ``verdicts`` (excluded
 verdicts, infra faults, are left out of the rate); the run config from ``runs`` with any
 key that looks like a secret masked.

@@ -1,4 +1,4 @@
-"""Selected items from the store as ``SFTRow`` / ``RLRow`` records (DESIGN.md step 11).
+"""Selected items from the store as ``SFTRow`` / ``RLRow`` records (docs/design.md §11).
 
 SFT: one row per selected trajectory (``selections.kind = 'sft'``, ``item_id`` = trajectory
 id), its stored messages in the OpenAI layout with every tool call's arguments canonicalised
@@ -163,7 +163,7 @@ def _check_tools(tools: Any, item: str) -> list[dict[str, Any]]:
 
 
 def _outside_servers(store: Store, cluster_ids: set[str]) -> dict[str, ServerSpec]:
-    """What rebuilds an outside cluster's server (issue 17): its command or URL, reset mode,
+    """What rebuilds an outside cluster's server: its command or URL, reset mode,
     copied files by content hash and the names (never the values) of its env variables."""
     if not cluster_ids:
         return {}

@@ -1,6 +1,6 @@
 """``export_sft``, ``export_rl`` and ``export_dataset``: the store's selections as datasets.
 
-DESIGN.md step 11. Every SFT row is rendered through the tool-aware chat template
+docs/design.md §11. Every SFT row is rendered through the tool-aware chat template
 (``training.chat_template``) with SmolLM2's tokenizer before anything is written; a row
 that does not render, or has no assistant token to train on, is an ``ExportError`` naming
 it. Output is staged in a hidden folder next to ``out_dir`` and renamed into place at the
@@ -95,7 +95,7 @@ def render_rows(rows: Sequence[SFTRow], tokenizer: Any | None = None) -> tuple[i
 
 
 def _ship_tokenizer(folder: Path, tokenizer: Any | None) -> list[Path]:
-    """The tokenizer and tool-aware chat template, in ``folder/tokenizer`` (issue 18)."""
+    """The tokenizer and tool-aware chat template, in ``folder/tokenizer``."""
     from trajsynth.training.chat_template import TOKENIZER_DIR, save_tokenizer_files
 
     return save_tokenizer_files(folder / TOKENIZER_DIR, tokenizer)
@@ -239,7 +239,7 @@ def export_dataset(
             refused=refused,
         )
         if sft:
-            files += _ship_tokenizer(tmp, tokenizer)  # issue 18: trainable without trajsynth
+            files += _ship_tokenizer(tmp, tokenizer)  # trainable without trajsynth
         files += write_card(
             store, tmp, report, sft, rl, plots=plots, license=license, language=language
         )

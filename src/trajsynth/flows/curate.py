@@ -260,7 +260,7 @@ def curate_round(
     """
     cfg = config or CurationConfig()
     start = time.perf_counter()
-    store.migrate()  # a store from before issue 7 gets the curation tables
+    store.migrate()  # a store from before curation existed gets its tables
     with gc_paused(), call_key_memo():
         # the reads on one connection; embedding (seconds to minutes) runs after it is closed
         with store.session(read_only=True):
@@ -412,7 +412,7 @@ def next_weights(
     store: Store, run_id: str, round: int, config: CurationConfig | None = None
 ) -> RoundWeights | None:
     """The sampling weights for round ``round + 1`` from the outcomes of rounds <= ``round``
-    (METHODS.md §6), or None when evolution is off.
+    (docs/methods.md §6), or None when evolution is off.
 
     ``config`` defaults to the run's stored ``RunConfig.curation`` (else the defaults).
     Every option's change is stored in ``evolution`` (``round`` = the round the weights are

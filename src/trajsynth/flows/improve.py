@@ -1,4 +1,4 @@
-"""Expert iteration (`synth improve`, issue 18): synthesize, select, SFT, serve, synthesize again.
+"""Expert iteration (`synth improve`): synthesize, select, SFT, serve, synthesize again.
 
 Round ``i`` builds a run (``synthesize``: the caller's way of running ``build_dataset``, with
 its progress display) whose assistant is the policy trained after round ``i-1`` (round 0:

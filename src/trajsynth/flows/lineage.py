@@ -12,7 +12,7 @@ store does not hold, comes back with ``complete = False`` and says why; ``synth 
 refuses to score such a policy unless told to.
 
 It lives with the flows because it reads the store and plans nothing: ``training`` may not
-import ``store`` (DESIGN.md layering), and both the CLI and ``flows.improve`` record it.
+import ``store`` (docs/design.md, the layering), and both the CLI and ``flows.improve`` record it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A migrated, empty Prefect database kept once per Prefect version and copied into new homes.
 
 Prefect's server migrates a new SQLite database on its first start: about 4.5 s of the 7 s a
-new home's API takes to answer here, against 2.4 s for a home that has its database (issue 19,
-item 3: that wait comes before a command's first LLM request). So the first new home on a
+new home's API takes to answer here, against 2.4 s for a home that has its database (and
+that wait comes before a command's first LLM request). So the first new home on a
 machine keeps its database, freshly migrated and before any command has written to it, as a
 template, and the next new home starts from a copy; Prefect's own start-up migration then finds
 the database at its head and has nothing to do. ``make setup`` saves the template too

@@ -172,9 +172,9 @@ async def _drain(
     on_done: Callable[[UnitRows | None], None],
 ) -> int:
     """Write each unit's rows as it finishes (in a thread: ``as_completed`` blocks). A unit
-    whose task failed after its retries is recorded as data and the others go on (issue 16
-    item 6) and ``on_done(None)`` is called for it; returns how many failed. A failure to
-    write the store is no unit's: it raises."""
+    whose task failed after its retries is recorded as data and the others go on (one
+    fault must not cost a run) and ``on_done(None)`` is called for it; returns how many
+    failed. A failure to write the store is no unit's: it raises."""
     refs = {id(future): ref for ref, future in submitted}
 
     def drain() -> int:

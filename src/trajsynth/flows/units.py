@@ -425,7 +425,7 @@ async def grow_unit(
                 pool=sandbox_pool_for(config),
             ) as env,
         ):
-            client = TurnReporter(client, blueprint.blueprint_id)  # per-turn progress (issue 20)
+            client = TurnReporter(client, blueprint.blueprint_id)  # a line that moves every turn
             assistant = assistant_for(config)
             user_sim = UserSimulator(resamples=config.user_resamples)
             budget = unit_token_budget(config)

@@ -1,4 +1,4 @@
-"""Argument values for a tool's parameters, from its JSON schema (issue 17, item 4).
+"""Argument values for a tool's parameters, from its JSON schema.
 
 Order for one parameter: a value the user fixed in the cluster spec (``--arg name=value``),
 then ``const``, ``enum``, ``default``, ``examples``, then values seen accepted or returned

@@ -1,4 +1,4 @@
-"""Discover what an outside MCP server does not declare (METHODS.md §2; issue 17, item 3).
+"""Discover what an outside MCP server does not declare (docs/methods.md §2).
 
 Runs in a throw-away environment started exactly as a run starts it (``Environment``):
 

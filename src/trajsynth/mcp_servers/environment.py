@@ -1,17 +1,17 @@
 """One rollout environment: an MCP server process inside a sandbox, and its state.
 
-DESIGN.md step 3 ("the tool executor"): one server process per environment, spoken to over
+docs/design.md §3 ("the tool executor"): one server process per environment, spoken to over
 stdio with the SDK's ``ClientSession`` (through ``Sandbox.stdio_command``, e.g. ``docker exec
 -i``). Every call has a timeout. A server that hangs or dies is restarted and the call raises
 ``MCPServerError`` (an ``infra`` failure, never blamed on the policy); a tool's own error comes
-back as ``ToolResult(is_error=True)`` (a ``tool`` failure the policy sees; STYLE.md error tiers).
+back as ``ToolResult(is_error=True)`` (a ``tool`` failure the policy sees; docs/style.md §3).
 
 State:
 - bundled clusters keep their state in the sandbox's work directory (SQLite, files), so
   ``state()`` runs ``python -m trajsynth.mcp_servers.servers._state <name>`` there, and
   snapshot/restore are the sandbox's. The servers open their database per call, so a restored
   work directory is seen by the next call without a restart.
-- outside clusters (issue 17) run exactly the command the user gave (``mcp_servers.launch``),
+- outside clusters run exactly the command the user gave (``mcp_servers.launch``),
   in a sandbox with the server's own files mounted read-only, with the ``--copy`` files in its
   work dir. Their state is read through the cluster's read-only probe calls (``probes``): the
   same calls after the gold run and after a rollout give the same tables when the end states
@@ -530,8 +530,8 @@ class Environment:
         async with self._lock:
             if not self._started:
                 raise MCPServerError(f"{self.cluster.cluster_id}: environment not started")
-            # The first try runs outside tenacity, whose loop costs ~20 µs a call (issue 19,
-            # item 5); only a fault worth sending again enters it (``_call_again``).
+            # The first try runs outside tenacity, whose loop costs ~20 µs a call on
+            # every call; only a fault worth sending again enters it (``_call_again``).
             try:
                 result = await self._call_live(name, args)
             except _ServerLost as exc:
@@ -603,7 +603,7 @@ class Environment:
         what = f"{self.cluster.cluster_id}: tool {name!r}"
         try:
             # what cannot travel as UTF-8 JSON would break the transport (an infra restart);
-            # it is the model's argument, so it is the model's error (issue 16, item 3)
+            # it is the model's argument, so it is the model's error, never retried
             json.dumps(arguments, ensure_ascii=False).encode()
         except (TypeError, ValueError, RecursionError) as exc:
             reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
@@ -729,8 +729,8 @@ class Environment:
         """The canonical state now (``readable=False`` with the write-trace hash when the
         server's state cannot be read), with the results of checks run so far.
 
-        An outside cluster with probes: each probe call's result is one table (issue 17, item
-        6), so the same end state gives the same hash whichever calls led there.
+        An outside cluster with probes: each probe call's result is one table, so the same end
+        state gives the same hash whichever calls led there.
         """
         if not self.state_readable:
             return self._trace_state()

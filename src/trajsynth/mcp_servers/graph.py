@@ -1,6 +1,6 @@
 """Tool dependency graphs: which output field of one tool can feed a parameter of another.
 
-Implements METHODS.md §2 (edge inference, declared edges, Louvain splitting). The graph of a
+Implements docs/methods.md §2 (edge inference, declared edges, Louvain splitting). The graph of a
 cluster is a ``networkx.DiGraph`` over tool names; an edge u -> v carries ``out_field``,
 ``in_param``, ``score``, ``origin`` (declared / inferred) and ``verified``.
 """
@@ -94,7 +94,7 @@ class ParamRef:
 
 
 def singular(word: str) -> str:
-    """Singular of an English plural, by suffix (METHODS.md §2 step 1).
+    """Singular of an English plural, by suffix (docs/methods.md §2 step 1).
 
     ``ies -> y``, ``(s|x|z|ch|sh)es -> strip es``, ``s -> strip s`` (but not ``ss``). The
     sibilant condition on ``es`` is a trajsynth refinement of §2's plain "strip es", which
@@ -382,7 +382,7 @@ def infer_edges(
     threshold: float = EDGE_THRESHOLD,
     skip_echoes: bool = True,
 ) -> list[ToolEdge]:
-    """Data-flow edges between tools (METHODS.md §2 steps 1-3).
+    """Data-flow edges between tools (docs/methods.md §2 steps 1-3).
 
     For every ordered pair (u, v), u != v, every output field f of u and parameter p of v are
     scored ``type_ok · (0.6·name_sim + 0.4·desc_sim)`` (``desc_sim`` the cosine of the two

@@ -1,4 +1,4 @@
-"""How an outside MCP server is launched: exactly the command the user gave (issue 17, item 1).
+"""How an outside MCP server is launched: exactly the command the user gave.
 
 The command is never rewritten (a ``python`` command keeps its own interpreter, which has the
 server's packages). The server runs in the sandbox with its own files mounted read-only: the
@@ -244,7 +244,7 @@ def host_folder_copies(
 
 
 def state_outside_warnings(spec: ServerSpec, mounts: Sequence[str] = ()) -> list[str]:
-    """Why episodes of this server may change things outside the sandbox (issue 17, item 5)."""
+    """Why episodes of this server may change things outside the sandbox."""
     out: list[str] = []
     if spec.kind is ServerKind.HTTP:
         out.append(

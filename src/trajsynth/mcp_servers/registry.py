@@ -1,6 +1,6 @@
 """The cluster registry: entry points, decorated factories, outside servers.
 
-Where a cluster comes from (DESIGN.md step 1, METHODS.md §2):
+Where a cluster comes from (docs/design.md §1, docs/methods.md §2):
 
 - **entry points**: group ``trajsynth.clusters`` is the one list of installed clusters. An
   entry point loads a ``BundledCluster`` (a folder ``mcp_servers/servers/<name>/``: its
@@ -8,7 +8,7 @@ Where a cluster comes from (DESIGN.md step 1, METHODS.md §2):
   ``await server.list_tools()``), a ``ToolCluster``, a factory returning one, or a module
   whose import registers clusters with ``@cluster``. The four bundled clusters are
   trajsynth's own entry points (pyproject.toml); adding one is a folder and one line there.
-- **decorated**: ``@cluster("name")`` on a factory returning a ``ToolCluster`` (STYLE.md §1: the
+- **decorated**: ``@cluster("name")`` on a factory returning a ``ToolCluster`` (style.md §1: the
   name and the arguments it was registered with are kept, see ``registry_params``).
 - **outside**: MCP servers added with ``add_outside_cluster`` (``synth clusters add``), saved
   as ``<clusters_dir>/<name>.json``.
@@ -422,7 +422,7 @@ def add_outside_cluster(
     sandbox, mounts, ``--copy`` files and environment), so a server that would fail in a run
     fails here with the same message. Its ``tools/list`` gives the tools; discovery probes them
     in that throw-away environment (``mcp_servers.discovery``: tags with their source and
-    evidence, value-flow edges, end-state probes, accepted argument values; issue 17).
+    evidence, value-flow edges, end-state probes, accepted argument values).
     ``env`` values are used for this start only: the cluster keeps the names, and a run reads
     the values from its own environment. Returns the saved cluster, or its parts
     (``<name>.1``, ...) when a connected component has more than 40 tools (§2 step 5).
@@ -505,7 +505,7 @@ def add_outside_cluster(
     # An edge guessed from names and schemas is kept only when nothing could be probed: after
     # probing, the value-flow edges are the confirmed ones, and a guess no probe confirmed
     # (server-memory: read_graph's `entities[]` fed to create_entities) sent every gold run
-    # that followed it into an empty list (issue 17, item 3).
+    # that followed it into an empty list.
     inferred = [] if found is not None else infer_edges(tools, embed=embed)
     if found is not None:
         warnings = [*warnings, *probe_warnings(found, tools)]
@@ -639,7 +639,7 @@ async def _stable_across_environments(
 ) -> list[ProbeCall]:
     """The probes whose answers agree in two fresh environments started a clock tick apart: a
     result with a timestamp, a random id or a process id in it cannot tell two end states
-    apart (issue 17, item 6)."""
+    apart."""
     from trajsynth.mcp_servers.environment import open_environment
 
     async def answer(delay_s: float) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Read/write tags for tools: from MCP annotations when the server gives them, else from names.
 
 A *read* tool does not change the environment's state; a *write* tool may. The tag drives
-snapshot reuse in the rollout engine and the constraints the planner derives (DESIGN.md step 1,
-STYLE.md §2-3). The source of every tag is recorded (``ToolSpec.access_source``).
+snapshot reuse in the rollout engine and the constraints the planner derives (docs/design.md §1,
+docs/style.md §2-§3). The source of every tag is recorded (``ToolSpec.access_source``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Started sandboxes kept warm and reused across episodes (issue 5: "pool and reuse").
+"""Started sandboxes kept warm and reused across episodes (a start costs more than a reset).
 
 An episode takes a sandbox with ``acquire`` and gives it back with ``release``. A sandbox that
 comes back is reset to the snapshot taken right after it started (every process it still runs

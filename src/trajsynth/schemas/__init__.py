@@ -143,19 +143,19 @@ __all__ = [
     "ToolCall", "ToolCallRecord", "ToolCalled", "ToolCluster", "ToolEdge", "ToolNotCalled",
     "ToolSpec", "Trajectory", "TrajectoryTopology", "TrajsynthError", "UsageTotals", "Verdict",
     "canonical_json", "content_id", "counts_against_policy", "stable_hash",
-    # diversity and evolution (METHODS.md §5, §6)
+    # diversity and evolution (docs/methods.md §5, §6)
     "CACBreakdown", "CACStep", "CACWeights", "CellCatalog", "DiversityReport", "DuplicateMark",
     "EntropyStats", "EvolutionParams", "ModeAssignment", "ModeCodebookRecord", "ModeInfo",
     "OptionStats", "RolloutOutcome", "RoundWeights", "WeightChange", "WeightReason",
-    # outside servers (issue 17)
+    # outside servers
     "CopiedFile", "ProbeCall", "ResetMode",
-    # an environment that did not start (issue 15)
+    # an environment that did not start
     "EnvironmentStartError", "MCPServerStartError", "SandboxStartError",
-    # a sandbox that is not there: permanent, never retried (issue 16)
+    # a sandbox that is not there: permanent, never retried
     "SandboxGone",
-    # curation wiring (issue 7)
+    # curation wiring
     "CurationConfig", "CurationReport", "MetricScope", "MetricValue",
-    # GRPO stage (METHODS.md §13)
+    # GRPO stage (docs/methods.md §13)
     "AdvantageKind", "EarlyStopConfig", "LoraSettings", "TrainConfig",
     # hygiene and the optional model judge (docs/verification.md)
     "HygieneResult", "JudgeConfig", "JudgeResult",

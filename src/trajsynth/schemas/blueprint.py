@@ -1,4 +1,4 @@
-"""Blueprints: a task before anyone acts it out (METHODS.md §3)."""
+"""Blueprints: a task before anyone acts it out (docs/methods.md §3)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class Difficulty(StrEnum):
 
 
 class ReasoningMode(StrEnum):
-    """Rule labels of METHODS.md §5.2, also the planner's target modes."""
+    """Rule labels of docs/methods.md §5.2, also the planner's target modes."""
 
     CLARIFY_FIRST = "clarify_first"
     RECOVER_AFTER_ERROR = "recover_after_error"
@@ -57,7 +57,7 @@ class ReasoningMode(StrEnum):
 
 
 class Cell(Record):
-    """The unit evolution puts weights on (METHODS.md §6)."""
+    """The unit evolution puts weights on (docs/methods.md §6)."""
 
     cluster_id: str
     path_shape: PathShape

@@ -1,4 +1,5 @@
-"""Values that read the clock: the current time as a tool reports it (issue 17).
+"""Values that read the clock: the current time as a tool reports it (no rollout can match a
+gold run's reading of it).
 
 A tool that reports "now" (a clock server's answer, a file's modification time, a record's
 ``created_at``) gives a new value on every run, so neither an answer nor an end state can be

@@ -90,7 +90,7 @@ class Budgets(Record):
 
 
 class TreeConfig(Record):
-    """How a rollout tree grows (METHODS.md §9.1, §9.2, §9.6); ``samples`` is its leaf budget."""
+    """How a rollout tree grows (methods.md §9.1, §9.2, §9.6); ``samples`` is its leaf budget."""
 
     max_children: int = Field(default=3, ge=1, description="children per node")
     max_nodes: int = Field(default=64, ge=2, description="nodes per tree, root included")
@@ -115,7 +115,7 @@ class TreeConfig(Record):
 
 
 class PolicyRef(Record):
-    """A tuned policy serving the assistant role of a run (issue 18): the model path as
+    """A tuned policy serving the assistant role of a run: the model path as
     given, the GGUF the embedded server loads, and its ``models`` row when it has one."""
 
     path: str = Field(description="the policy as given: a .gguf, a HF model folder, embedded")

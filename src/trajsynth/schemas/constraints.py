@@ -1,4 +1,4 @@
-"""Constraints: the explicit, model-free success conditions of a task (METHODS.md §4).
+"""Constraints: the explicit, model-free success conditions of a task (docs/methods.md §4).
 
 A constraint is data. ``curation.verify`` checks each kind against a trajectory and the final
 environment state; the same code computes GRPO rewards.

@@ -1,8 +1,8 @@
-"""Records of topology curation and dual selection (METHODS.md §8).
+"""Records of topology curation and dual selection (docs/methods.md §8).
 
 ``TaskTopology`` holds one task's quotient-graph metrics (RL side), ``TrajectoryTopology`` one
 rollout's place in that graph (SFT side), ``Selection`` one decision of either selection with
-its reason. The two ``*SelectConfig`` models carry METHODS.md's default weights and budgets.
+its reason. The two ``*SelectConfig`` models carry docs/methods.md's default weights and budgets.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = [
 
 
 class TaskTopology(Record):
-    """Metrics of one task's quotient graph (METHODS.md §8, task level).
+    """Metrics of one task's quotient graph (docs/methods.md §8, task level).
 
     ``pass_rate`` is ``None`` when the task has no valid rollout (all infra/simulator/unverified).
     """
@@ -57,7 +57,7 @@ class TaskTopology(Record):
 
 
 class TrajectoryTopology(Record):
-    """One rollout's path through its task's quotient graph (METHODS.md §8, trajectory level).
+    """One rollout's path through its task's quotient graph (docs/methods.md §8, trajectory level).
 
     A rollout left out of the graph (infra, simulator, no verdict) has ``included=False`` and
     its ``skip_reason``; ``efficiency``/``redundancy`` are ``None`` for every rollout that did not
@@ -85,7 +85,7 @@ class SelectionKind(StrEnum):
 
 
 class SFTSelectConfig(Record):
-    """SFT selection weights and budgets (METHODS.md §8 defaults)."""
+    """SFT selection weights and budgets (docs/methods.md §8 defaults)."""
 
     w_rec: float = Field(default=1.0, ge=0.0)
     w_eff: float = Field(default=1.0, ge=0.0)
@@ -128,10 +128,10 @@ class Selection(Record):
 
 
 class CurationConfig(Record):
-    """How a round is curated (issue 7): selection, embeddings, soft merge, evolution.
+    """How a round is curated: selection, embeddings, soft merge, evolution.
 
     ``embeddings=False`` skips the sentence-transformer: reasoning modes are the rule labels
-    (METHODS.md §5.2 fallback) and only exact duplicates are found (§5.4). Embedding texts are
+    (docs/methods.md §5.2 fallback) and only exact duplicates are found (§5.4). Embedding texts are
     the digests cut to ``embed_max_chars`` and read up to ``embed_max_tokens`` word pieces.
     """
 

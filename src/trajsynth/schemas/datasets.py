@@ -1,4 +1,4 @@
-"""Rows of the exported SFT and RL datasets (DESIGN.md step 11)."""
+"""Rows of the exported SFT and RL datasets (docs/design.md §11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Diversity and evolution records (METHODS.md §5, §6).
+"""Diversity and evolution records (docs/methods.md §5, §6).
 
 What ``curation/diversity`` measures (CAC per step, mode assignments, near-duplicates, the
 per-round diversity report) and what ``curation/evolution`` reads and writes (rollout outcomes,
@@ -38,7 +38,7 @@ __all__ = [
 
 
 class EntropyStats(Record):
-    """Entropy of one categorical distribution over a declared support (METHODS.md §1.1)."""
+    """Entropy of one categorical distribution over a declared support (docs/methods.md §1.1)."""
 
     h: float = Field(ge=0.0, description="Shannon entropy in nats")
     h_norm: float = Field(ge=0.0, description="H / ln K (0 when K < 2)")
@@ -51,7 +51,7 @@ class EntropyStats(Record):
 
 
 class CACWeights(Record):
-    """The weights of METHODS.md §5.3 (defaults as written there)."""
+    """The weights of docs/methods.md §5.3 (defaults as written there)."""
 
     w_a: float = 0.5
     w_g: float = 1.0
@@ -61,7 +61,7 @@ class CACWeights(Record):
 
 
 class CACStep(Record):
-    """One tool-call step's complexity ``c_t`` and its parts (METHODS.md §5.3)."""
+    """One tool-call step's complexity ``c_t`` and its parts (docs/methods.md §5.3)."""
 
     index: int = Field(ge=0)
     tool: str
@@ -117,7 +117,7 @@ class ModeCodebookRecord(Record):
 
 
 class ModeAssignment(Record):
-    """The mode one digest takes (METHODS.md §5.2); ``mode_id`` None means unassigned."""
+    """The mode one digest takes (docs/methods.md §5.2); ``mode_id`` None means unassigned."""
 
     mode_id: str | None
     name: str | None = None
@@ -132,7 +132,7 @@ class ModeAssignment(Record):
 
 
 class DuplicateMark(Record):
-    """A trajectory left out as a (near-)duplicate of a kept one (METHODS.md §5.4)."""
+    """A trajectory left out as a (near-)duplicate of a kept one (docs/methods.md §5.4)."""
 
     trajectory_id: str
     duplicate_of: str
@@ -142,7 +142,7 @@ class DuplicateMark(Record):
 
 
 class DiversityReport(Record):
-    """One row per round over the accepted data (METHODS.md §5.4); feeds §6 and the card."""
+    """One row per round over the accepted data (docs/methods.md §5.4); feeds §6 and the card."""
 
     round: int = 0
     n: int = Field(default=0, ge=0, description="trajectories counted")
@@ -173,7 +173,7 @@ class DiversityReport(Record):
 
 
 class EvolutionParams(Record):
-    """Knobs of the §6 update rule, with the METHODS.md defaults."""
+    """Knobs of the §6 update rule, with the docs/methods.md defaults."""
 
     alpha0: float = Field(default=0.5, ge=0.0)
     lam: float = Field(default=1.0, ge=0.0, description="lambda: sharpening on concentration")
@@ -189,7 +189,7 @@ class EvolutionParams(Record):
 
 
 class WeightReason(StrEnum):
-    """The factor with the largest log-contribution to an option's weight (METHODS.md §6)."""
+    """The factor with the largest log-contribution to an option's weight (docs/methods.md §6)."""
 
     RARITY = "rarity"
     INFORMATIVE_FAILURE = "informative_failure"
@@ -237,7 +237,7 @@ class WeightChange(Record):
 
 
 class RolloutOutcome(Record):
-    """One rollout as evolution counts it (METHODS.md §6).
+    """One rollout as evolution counts it (docs/methods.md §6).
 
     ``mode`` is the measured mode (§5.2 rule label, or the codebook mode's majority label) and
     ``difficulty`` the measured CAC bin; each falls back to the cell's target when None.

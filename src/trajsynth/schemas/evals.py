@@ -1,4 +1,4 @@
-"""Held-out evaluation records (issue 18): one try of a task, pass@k with 95% intervals."""
+"""Held-out evaluation records: one try of a task, pass@k with 95% intervals."""
 
 from __future__ import annotations
 

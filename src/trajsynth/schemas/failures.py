@@ -1,4 +1,4 @@
-"""One failure taxonomy for the whole pipeline (DESIGN.md, "Rules that hold everywhere").
+"""One failure taxonomy for the whole pipeline (docs/design.md, "Rules that hold everywhere").
 
 A *model-facing* failure (``tool``, ``model``) is recorded and counts against the policy.
 An *infrastructure* failure is raised, retried, then excluded: never in pass rates, never a

@@ -1,4 +1,4 @@
-"""One registration mechanism for everything composable (STYLE.md §1, inspect-ai style).
+"""One registration mechanism for everything composable (docs/style.md §1, inspect-ai style).
 
 A ``Registry`` holds named objects of one kind (constraint checkers, signal detectors,
 selection policies, export formats). Each is added by decorating it where it is defined,

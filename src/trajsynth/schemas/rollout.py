@@ -1,4 +1,4 @@
-"""Rollouts as trees of nodes; a trajectory is one root-to-leaf path (METHODS.md §9.1)."""
+"""Rollouts as trees of nodes; a trajectory is one root-to-leaf path (docs/methods.md §9.1)."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ class Node(Record):
     process_reward: float | None = Field(default=None, description="TreeRL (G + L)/sqrt(n)")
     n_leaves: int | None = Field(default=None, description="counted leaves below")
     branch: dict[str, JsonValue] | None = Field(
-        default=None, description="how its number of children was decided (METHODS.md §9.2)"
+        default=None, description="how its number of children was decided (docs/methods.md §9.2)"
     )
 
 
@@ -163,7 +163,7 @@ class Trajectory(Record):
     final_state_hash: str | None = None
     wall_s: float = 0.0
     source: Literal["rollout", "gold"] = Field(
-        default="rollout", description="'gold': a blueprint's gold run replayed (issue 18)"
+        default="rollout", description="'gold': a blueprint's gold run replayed"
     )
 
     @property

@@ -1,4 +1,4 @@
-"""Curation scores of one trajectory (METHODS.md §5, §8): the one definition of the
+"""Curation scores of one trajectory (docs/methods.md §5, §8): the one definition of the
 ``scores`` table's columns. The round builds a ``Scores`` per trajectory and the store's
 ``ScoreRow`` is this model under a table name, so a column is declared here only."""
 
@@ -23,7 +23,7 @@ class Scores(Record):
     trajectory_id: str = Field(description="the trajectory")
     mode: str | None = _c("reasoning mode (codebook cluster)")
     mode_codebook: str | None = _c("the codebook that assigned it")
-    action_complexity: float | None = _c("cumulative action complexity (METHODS.md §5)")
+    action_complexity: float | None = _c("cumulative action complexity (docs/methods.md §5)")
     n_steps: int | None = _c("tool-calling steps")
     n_distinct_tools: int | None = _c("distinct tools called")
     max_dep_depth: int | None = _c("deepest dependency chain along the path")

@@ -1,4 +1,4 @@
-"""Cheap per-trajectory flags computed with no model call (METHODS.md §7)."""
+"""Cheap per-trajectory flags computed with no model call (docs/methods.md §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tools, their dependency edges and the clusters they form (METHODS.md §2)."""
+"""Tools, their dependency edges and the clusters they form (docs/methods.md §2)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class ToolAccess(StrEnum):
 
 
 class Domain(StrEnum):
-    """The fixed domain catalog of METHODS.md §2; the unit of domain entropy."""
+    """The fixed domain catalog of docs/methods.md §2; the unit of domain entropy."""
 
     RETAIL = "retail"
     TRAVEL = "travel"
@@ -52,7 +52,7 @@ class ToolSpec(Record):
     input_schema: dict[str, JsonValue] = Field(default_factory=lambda: {"type": "object"})
     output_schema: dict[str, JsonValue] | None = None
     access: ToolAccess = ToolAccess.READ
-    # Where the read/write tag came from (STYLE.md §3): the tool's MCP annotations
+    # Where the read/write tag came from (docs/style.md §3): the tool's MCP annotations
     # (readOnlyHint / destructiveHint), a probe call in a throw-away environment (outside
     # servers), its name, or the conservative default (write).
     access_source: Literal["annotation", "probe", "name", "default"] | None = None
@@ -113,7 +113,7 @@ class ServerKind(StrEnum):
 
 
 class ResetMode(StrEnum):
-    """How an outside cluster's state is reset between episodes (issue 17, item 5)."""
+    """How an outside cluster's state is reset between episodes."""
 
     FRESH = "fresh"  # a new server process per episode
     SNAPSHOT = "snapshot"  # state is files copied into the work dir; restored from snapshots
@@ -129,7 +129,7 @@ class CopiedFile(Record):
 
 
 class ProbeCall(Record):
-    """A read-only call whose result is part of an outside cluster's end state (§2, issue 17):
+    """A read-only call whose result is part of an outside cluster's end state (§2):
     the same probes run after the gold run and after a rollout, and their results compared."""
 
     tool: str
@@ -144,7 +144,7 @@ class ServerSpec(Record):
     command: list[str] | None = Field(default=None, description="argv of an outside stdio server")
     url: str | None = Field(default=None, description="streamable HTTP endpoint")
     env: dict[str, str] = Field(default_factory=dict)
-    # Outside servers (issue 17). Names of environment variables the server gets; their
+    # Outside servers. Names of environment variables the server gets; their
     # values are read from the launching process's environment, never stored.
     env_keys: list[str] = Field(default_factory=list)
     mounts: list[str] = Field(default_factory=list, description="host paths mounted read-only")

@@ -1,4 +1,4 @@
-"""TrainConfig: the GRPO stage's settings (METHODS.md §13), read from a TOML file."""
+"""TrainConfig: the GRPO stage's settings (docs/methods.md §13), read from a TOML file."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["AdvantageKind", "EarlyStopConfig", "LoraSettings", "TrainConfig"]
 
 
 class AdvantageKind(StrEnum):
-    """The advantage estimator (METHODS.md §13); ``grpo`` is TRL's own."""
+    """The advantage estimator (docs/methods.md §13); ``grpo`` is TRL's own."""
 
     GRPO = "grpo"
     TREE_SUBGROUP = "tree_subgroup"
@@ -35,7 +35,7 @@ class LoraSettings(Record):
 
 
 class EarlyStopConfig(Record):
-    """ESPO's critic-free turn rule during GRPO rollouts (METHODS.md §11)."""
+    """ESPO's critic-free turn rule during GRPO rollouts (docs/methods.md §11)."""
 
     enabled: bool = False
     margin: float = Field(default=0.2, ge=0.0, description="m: stop above (1 + m)·q(j)")
@@ -93,7 +93,7 @@ class TrainConfig(Record):
         default=True, description="TRL's default; off on CPU where memory is not the limit"
     )
     use_cpu: bool = False
-    # step-level credit (METHODS.md §9-§10, §13)
+    # step-level credit (docs/methods.md §9-§10, §13)
     advantage: AdvantageKind = AdvantageKind.GRPO
     tree_variant: Literal["average", "group_size"] = "average"
     tree_whiten: bool = True

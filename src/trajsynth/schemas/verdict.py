@@ -1,5 +1,5 @@
 """The verifier's judgement: one result per constraint and per hygiene check, not a single
-bool (METHODS.md §4; docs/verification.md)."""
+bool (docs/methods.md §4; docs/verification.md)."""
 
 from __future__ import annotations
 

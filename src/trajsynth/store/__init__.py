@@ -1,4 +1,4 @@
-"""The DuckDB store (DESIGN.md step "store"): every record the pipeline makes, queryable in SQL."""
+"""The DuckDB store (design.md, "Packages"): every record the pipeline makes, queryable in SQL."""
 
 from trajsynth.store.store import (
     SCHEMA_VERSION,

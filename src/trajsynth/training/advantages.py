@@ -1,4 +1,4 @@
-"""Advantage estimators of the GRPO stage (METHODS.md §9.2-§9.5, §10, §13), in plain numpy.
+"""Advantage estimators of the GRPO stage (docs/methods.md §9.2-§9.5, §10, §13), in plain numpy.
 
 Every estimator takes plain records and returns plain arrays, so the trainer (``trainer.py``)
 and the tests share one implementation:
@@ -9,7 +9,7 @@ and the tests share one implementation:
   first ``d`` ids; the root (depth 0) is the whole group. Step ``t`` of a leaf (its ``t``-th
   assistant turn, from 0) is the node ``path[: t + 1]``.
 - a **step group** is a list of :class:`StepTrajectory`: one rollout with its reward and, per
-  assistant turn, the anchor key of the state it acted from (``state_key``, METHODS.md §1.2).
+  assistant turn, the anchor key of the state it acted from (``state_key``, docs/methods.md §1.2).
 
 Estimators that give one value per leaf return an array of shape ``(n_leaves,)``; per-step
 estimators return one array per leaf with one value per step. ``std`` is the sample standard
@@ -131,7 +131,7 @@ def _prefix_groups(leaves: Sequence[TreeLeaf], depth: int) -> dict[tuple, list[i
 def tree_subgroup(
     leaves: Sequence[TreeLeaf], *, variant: Literal["average", "group_size"] = "average"
 ) -> np.ndarray:
-    """TreePO subgroup advantages, one per leaf, before whitening (METHODS.md §9.3).
+    """TreePO subgroup advantages, one per leaf, before whitening (docs/methods.md §9.3).
 
     ``a_d(i) = R_i - mean_{G_d(i)} R`` for d = 0 (the whole group) and every deeper ancestor
     shared by at least 2 leaves; ``A_i`` is their mean ("average") or their mean weighted by
@@ -163,7 +163,7 @@ def tree_subgroup(
 
 
 def tree_gl(leaves: Sequence[TreeLeaf], *, leave_one_out: bool = False) -> list[np.ndarray]:
-    """TreeRL global + local process reward per step (METHODS.md §9.4, estimator ``tree_gl``).
+    """TreeRL global + local process reward per step (docs/methods.md §9.4, estimator ``tree_gl``).
 
     ``V(n)`` = mean reward of the leaves under node n; ``R(n) = (V(n) - V(root) + V(n) -
     V(parent)) / sqrt(|leaves(n)|)``, given to every token of the segment. With
@@ -201,7 +201,7 @@ def tree_gl(leaves: Sequence[TreeLeaf], *, leave_one_out: bool = False) -> list[
 def fork(
     leaves: Sequence[TreeLeaf], *, lambda_e: float = 0.1, eta: float = 1.0
 ) -> list[np.ndarray]:
-    """PORTool step advantages on a rewarded tree (METHODS.md §9.5, estimator ``fork``).
+    """PORTool step advantages on a rewarded tree (docs/methods.md §9.5, estimator ``fork``).
 
     ``R(s) = max_{leaves under s} correct + lambda_e·exec_ok(s)``; ``A_fork(s) = R(s) -
     mean_{siblings incl. s} R`` (0 without a sibling); ``A(s in τ) = A_traj(τ) + eta·A_fork(s)``
@@ -240,7 +240,7 @@ def fork_step_rewards(leaves: Sequence[TreeLeaf], *, lambda_e: float = 0.1) -> d
 
 
 def arpo_hard(leaves: Sequence[TreeLeaf], leaf_advantages: Sequence[float]) -> list[np.ndarray]:
-    """ARPO "hard" attribution (METHODS.md §9.2): a node shared by d leaves gets the mean of
+    """ARPO "hard" attribution (docs/methods.md §9.2): a node shared by d leaves gets the mean of
     their advantages; a node on one leaf only keeps that leaf's. One array per leaf, per step.
 
     >>> leaves = [TreeLeaf(("a", "x"), 1.0), TreeLeaf(("a", "y"), 0.0)]
@@ -261,7 +261,7 @@ def arpo_hard(leaves: Sequence[TreeLeaf], leaf_advantages: Sequence[float]) -> l
 
 
 def discounted_returns(step_rewards: Sequence[float], gamma: float = 0.95) -> np.ndarray:
-    """``G_t = sum_k gamma^k r_{t+k}`` (METHODS.md §10.1).
+    """``G_t = sum_k gamma^k r_{t+k}`` (docs/methods.md §10.1).
 
     >>> discounted_returns([0, 0, 0, 1]).round(6).tolist()
     [0.857375, 0.9025, 0.95, 1.0]
@@ -277,7 +277,7 @@ def discounted_returns(step_rewards: Sequence[float], gamma: float = 0.95) -> np
 
 @dataclass(frozen=True)
 class GigpoResult:
-    """Per-step GiGPO values, one array per trajectory (what METHODS.md §10.1 stores)."""
+    """Per-step GiGPO values, one array per trajectory (what docs/methods.md §10.1 stores)."""
 
     advantages: list[np.ndarray]
     episode: np.ndarray  # A_E per trajectory
@@ -294,7 +294,7 @@ def gigpo(
     omega: float = 1.0,
     norm: Literal["mean_norm", "mean_std_norm"] = "mean_norm",
 ) -> GigpoResult:
-    """GiGPO episode + anchor-state step advantages (METHODS.md §10.1).
+    """GiGPO episode + anchor-state step advantages (docs/methods.md §10.1).
 
     ``A_E = (R_i - mean R) / F_E`` over the trajectories (the paper's per-trajectory mean);
     steps with the same anchor form a step group, ``A_S = (G - mean_g G) / F_S`` (0 for a
@@ -335,14 +335,14 @@ def gigpo(
 
 def history_keys(anchors: Sequence[Hashable], t: int, depth: int) -> tuple[Hashable, ...]:
     """``(s_t, s_{t-1}, ..., s_{t-depth})``, padded with ``None`` before the first step: the
-    context key of HGPO's group ``G_depth`` (METHODS.md §10.2)."""
+    context key of HGPO's group ``G_depth`` (docs/methods.md §10.2)."""
     return tuple(anchors[t - k] if t - k >= 0 else None for k in range(depth + 1))
 
 
 @dataclass(frozen=True)
 class HgpoResult:
     """HGPO per step: the combined advantage, and per level ``A_k`` (NaN where the group was a
-    singleton) and ``|G_k|`` (what METHODS.md §10.2 stores)."""
+    singleton) and ``|G_k|`` (what docs/methods.md §10.2 stores)."""
 
     advantages: np.ndarray
     level_advantages: np.ndarray  # shape (n_steps, K + 1)
@@ -356,7 +356,7 @@ def hgpo(
     depth: int = 2,
     alpha: float = 1.0,
 ) -> HgpoResult:
-    """HGPO hierarchy-of-groups advantages over a flat list of steps (METHODS.md §10.2).
+    """HGPO hierarchy-of-groups advantages over a flat list of steps (docs/methods.md §10.2).
 
     ``contexts[x] = (s_t, s_{t-1}, s_{t-2}, ...)`` (newest first; see ``history_keys``); group
     ``G_k(x)`` = steps whose first ``k + 1`` context entries equal x's. ``A_k(x) = G_x -

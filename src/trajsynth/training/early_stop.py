@@ -1,4 +1,4 @@
-"""Early stopping of rollouts during GRPO, critic-free ESPO variant (METHODS.md §11).
+"""Early stopping of rollouts during GRPO, critic-free ESPO variant (docs/methods.md §11).
 
 ``rho_t = ln p_max,t - ln p(a_t)`` is a token's surrogate regret, ``C_j`` its sum over the
 assistant turns so far, ``q(j)`` the 95th percentile of ``C_j`` over successful rollouts of the
@@ -26,7 +26,7 @@ __all__ = [
 
 
 def token_regret(logits: Sequence[float] | np.ndarray, sampled: int) -> tuple[float, float, float]:
-    """``(rho, H, mu)`` of one token from its logits (METHODS.md §11, token example).
+    """``(rho, H, mu)`` of one token from its logits (docs/methods.md §11, token example).
 
     >>> [round(v, 5) for v in token_regret([2.0, 1.0, 0.0], 1)]
     [1.0, 0.8324, 0.42479]
@@ -49,7 +49,7 @@ class StopDecision:
 
 @dataclass(frozen=True)
 class EarlyStopRule:
-    """The turn rule of METHODS.md §11 (defaults ``m = 0.2, P = 2, j_min = 2``).
+    """The turn rule of docs/methods.md §11 (defaults ``m = 0.2, P = 2, j_min = 2``).
 
     >>> EarlyStopRule().decide([2.5, 7.0, 10.1], [3.0, 5.5, 8.0, 10.0]).stop_turn
     3

@@ -1,4 +1,4 @@
-"""pass@1 and pass@k of a held-out eval, per cluster and overall (METHODS.md §15).
+"""pass@1 and pass@k of a held-out eval, per cluster and overall (docs/methods.md §15).
 
 ``summarize`` takes the tries ``agents.heldout.evaluate`` recorded: excluded tries (``infra``,
 ``simulator``) are left out; pass@1 is the mean over tasks of each task's pass rate and

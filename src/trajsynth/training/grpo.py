@@ -1,8 +1,8 @@
-"""The GRPO stage wired to its inputs (DESIGN.md step 12): a TrainConfig from TOML, and RL
+"""The GRPO stage wired to its inputs (docs/design.md §12): a TrainConfig from TOML, and RL
 rows from an export or planned on the spot.
 
 Planning the rows of a run without an RL export uses the planner (``agents``, a floor
-below ``training`` in DESIGN.md's table); ``training.run.train`` gets them.
+below ``training`` in docs/design.md's import table); ``training.run.train`` gets them.
 """
 
 from __future__ import annotations

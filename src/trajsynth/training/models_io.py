@@ -147,7 +147,7 @@ def use_bf16(setting: bool | Literal["auto"], *, use_cpu: bool) -> bool:
 
     On a CPU without AVX512-BF16 or AMX torch emulates bf16: two SFT smoke steps took 101 s in
     float32 and over ten times that with bf16 on a 2-core AVX2 EPYC, so ``auto`` keeps float32
-    there (issue 18: "bf16 where the CPU has it").
+    there: bf16 only where the CPU multiplies it natively.
     """
     # here, not at module level: `synth run --policy` imports this module for resolve_model
     # alone, and the embedder's module brings numpy with it

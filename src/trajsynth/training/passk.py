@@ -1,4 +1,4 @@
-"""pass@k and its 95% intervals (METHODS.md §15, "Evaluation"; the estimator is Chen et al. 2021).
+"""pass@k and its 95% intervals (methods.md §15, "Evaluation"; the estimator is Chen et al. 2021).
 
 Every held-out task is tried ``n`` times and ``c`` of the tries pass the verifier. For one task
 the unbiased estimate of pass@k (the chance that at least one of ``k`` tries drawn without
@@ -14,7 +14,7 @@ Intervals (two kinds, both 95%):
   task are not independent of each other, tasks are), percentile interval, seeded.
 
 Tries that the verifier could not judge (``infra`` and ``simulator`` failures) are excluded
-before any of this (DESIGN.md: never counted against the policy); the caller passes ``n`` as
+before any of this (docs/design.md: never counted against the policy); the caller passes ``n`` as
 the counted tries only.
 """
 

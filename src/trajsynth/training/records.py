@@ -1,4 +1,4 @@
-"""Rows of the ``models`` and ``evals`` tables (issue 18): what a model is and how it scored.
+"""Rows of the ``models`` and ``evals`` tables: what a model is and how it scored.
 
 A model row says where the model is (HF folder and GGUF), its parent (the base it was tuned
 from), the data it was trained on (run ids and a hash of the rows), its config and its

@@ -1,4 +1,4 @@
-"""The GRPO reward: the verifier that judged the data, run on a live environment (METHODS.md §13).
+"""The GRPO reward: the verifier that judged the data, run on a live environment (methods.md §13).
 
 TRL calls ``VerifierReward`` once per batch with the prompts, the completions (the assistant
 and tool messages of the multi-turn rollout) and the per-completion environments

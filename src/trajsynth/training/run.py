@@ -1,4 +1,4 @@
-"""Run the GRPO stage: TrainConfig -> tokenizer, model, environments, trainer (METHODS.md §13).
+"""Run the GRPO stage: TrainConfig -> tokenizer, model, environments, trainer (docs/methods.md §13).
 
 ``train(config, rows=...)`` takes the RL rows (or loads ``config.tasks``), loads the model
 (the bundled SmolLM2-135M GGUF through transformers by default), builds one TRL environment
@@ -121,7 +121,7 @@ def load_model(config: TrainConfig) -> Any:
 
 
 def grpo_args(config: TrainConfig) -> Any:
-    """TRL's GRPOConfig from TrainConfig (every GRPO knob of METHODS.md §13 set explicitly)."""
+    """TRL's GRPOConfig from TrainConfig (every GRPO knob of docs/methods.md §13 set explicitly)."""
     from trl import GRPOConfig
 
     kwargs: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""Supervised fine-tuning on an SFT export with TRL's SFTTrainer (DESIGN.md step 12).
+"""Supervised fine-tuning on an SFT export with TRL's SFTTrainer (docs/design.md §12).
 
 ``sft(config)`` reads the export (``load_sft_dataset``: Parquet or OpenAI JSONL, the dataset
 root or its ``sft/`` folder), loads the base model (``load_base``: the embedded SmolLM2-135M

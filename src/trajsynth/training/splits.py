@@ -1,4 +1,4 @@
-"""Held-out evaluation splits, their strata, and the leakage check (METHODS.md §15).
+"""Held-out evaluation splits, their strata, and the leakage check (docs/methods.md §15).
 
 Kinds of split:
 

@@ -1,4 +1,4 @@
-"""A task's live environment as TRL's ``environment_factory`` wants it (METHODS.md §13).
+"""A task's live environment as TRL's ``environment_factory`` wants it (docs/methods.md §13).
 
 TRL 1.16's GRPOTrainer runs multi-turn tool use itself when given ``environment_factory``: a
 callable returning an object with ``reset(**row)`` and one public method per tool. TRL draws one
@@ -263,7 +263,7 @@ class TaskEnvironment:
 
 
 def step_anchors(env: TaskEnvironment, turn_calls: Sequence[int]) -> list[str]:
-    """Anchor key of the state each assistant turn acted from (METHODS.md §10.1, §1.2).
+    """Anchor key of the state each assistant turn acted from (docs/methods.md §10.1, §1.2).
 
     ``turn_calls[t]`` = how many tool calls turn t made (in order over ``calls``). The key
     hashes the trace of successful writes so far (the state's proxy) and the set of

@@ -1,4 +1,4 @@
-"""GRPOTrainer with step-level credit and early stopping (METHODS.md §9-§11, §13).
+"""GRPOTrainer with step-level credit and early stopping (docs/methods.md §9-§11, §13).
 
 Written against TRL 1.16.0 (``PINNED_TRL``; the ``train`` extra pins it) and checked at import
 of the trainer: one hook below is a TRL internal that moves between releases.
@@ -193,7 +193,7 @@ def token_advantages(
 ) -> np.ndarray:
     """Per-token advantages ``(B, T)``: turn r's value on the tokens of the r-th run of
     ``mask`` (a run past the last value takes the last value), 0 off the mask; ``whiten``
-    standardizes over the masked tokens of the batch (TreePO, METHODS.md §9.3)."""
+    standardizes over the masked tokens of the batch (TreePO, docs/methods.md §9.3)."""
     mask = np.asarray(mask)
     out = np.zeros(mask.shape, dtype=float)
     for b, values in enumerate(step_values):
@@ -396,7 +396,7 @@ def _make_trainer_class() -> type:
             return np.nan_to_num(out.reshape(-1), nan=0.0)
 
         def _early_stop(self, output, records, mask):
-            """ESPO's turn rule (METHODS.md §11) on the generated batch; see the module doc."""
+            """ESPO's turn rule (docs/methods.md §11) on the generated batch; see the module doc."""
             es = self.train_config.early_stop
             ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
             attn = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)

@@ -50,7 +50,8 @@ def _console() -> Console:
 def _table(
     title: str, *columns: str, numeric: tuple[str, ...] = (), ids: Sequence[str] = ()
 ) -> Table:
-    """``ids``: the first column's values, cluster ids kept whole on one line (issue 20)."""
+    """``ids``: the first column's values, cluster ids kept whole on one line (a cut id
+    cannot be pasted)."""
     table = Table(title=title)
     for i, col in enumerate(columns):
         if i == 0 and ids:

@@ -1,4 +1,4 @@
-"""`synth eval --policy X --split NAME --samples k`: a policy on held-out tasks (issue 18).
+"""`synth eval --policy X --split NAME --samples k`: a policy on held-out tasks.
 
 Wiring only: the split's tasks are planned from held-out seeds (``agents.heldout``; the eval
 seed draws them) and checked against the policy's training data (``training.splits``) as

@@ -1,4 +1,4 @@
-"""`synth improve --rounds N`: expert iteration on the embedded policy (issue 18).
+"""`synth improve --rounds N`: expert iteration on the embedded policy.
 
 Wiring only: each round's run is `synth run` under its progress display (``run_and_report``)
 with the previous round's tuned policy as the assistant; ``flows.improve.expert_iteration``

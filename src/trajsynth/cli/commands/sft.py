@@ -1,6 +1,6 @@
 """`synth sft`: supervised fine-tuning on an SFT export, a run's selection, or gold demos.
 
-Wiring only (issue 18): the data comes from ``--data`` (an export), ``--run`` (that run's SFT
+Wiring only: the data comes from ``--data`` (an export), ``--run`` (that run's SFT
 selection, exported first) or, with ``--smoke`` and neither, the verified gold
 demonstrations of a few tasks planned on the spot; ``training.sft.sft`` trains,
 ``training.serve.export_gguf`` writes the GGUF the embedded server loads, and a ``models``
@@ -146,7 +146,7 @@ def sft(
             from trajsynth.cli.ids import resolve
             from trajsynth.export import export_sft
 
-            run = resolve(store, "run", run)  # any unique prefix (issue 20)
+            run = resolve(store, "run", run)  # any unique prefix, as every id argument
             export_sft(store, Path(tmp) / "data", run_id=run)
             source = Path(tmp) / "data"
         elif smoke:

@@ -1,6 +1,6 @@
 """`synth stats [--json] [--run RUN_ID]`: the dataset's figures and how they moved per round.
 
-Sizes, pass rates by cluster, the three diversity figures (METHODS.md §5: domain entropy,
+Sizes, pass rates by cluster, the three diversity figures (docs/methods.md §5: domain entropy,
 reasoning-mode entropy, mean cumulative action complexity) and the topology figures (§8: mean
 error branch ratio, strategic heterogeneity, recoveries), read from the rows that
 ``flows.curate.curate_round`` stored, and every metric registered in ``curation/metrics/``
@@ -140,7 +140,8 @@ def _collect_stats(store: Store, run_id: str | None) -> dict[str, Any]:
         "selected": {r["kind"]: r["n"] for r in selected},
         "pass_rate_by_cluster": clusters,
         # over every trajectory of the run, beside the dataset's (accepted) figures: a run
-        # that rolled out in two clusters but accepted rows of one shows 0 there (issue 20)
+        # that rolled out in two clusters but accepted rows of one shows 0 there, which alone
+        # reads as a bug
         "cluster_entropy_all_trajectories": entropy([c["n"] for c in clusters]),
         "modes": {m["mode"]: m["n"] for m in modes},
     }
@@ -148,7 +149,7 @@ def _collect_stats(store: Store, run_id: str | None) -> dict[str, Any]:
     out.update({k: latest.get(k) for k in FIGURES})
     out["rounds"] = rounds
     out["metrics"] = _metrics(store, run)
-    from trajsynth.cli.commands.eval import recent_evals  # issue 18
+    from trajsynth.cli.commands.eval import recent_evals  # held-out evals of policies
 
     out["evals"] = recent_evals(store)
     out["improve"] = latest_loop(store)
@@ -250,11 +251,11 @@ def _print(data: dict[str, Any]) -> None:
         )  # fmt: skip
     console.print(clusters)
     console.print(_metrics_table(data["metrics"]))
-    if data.get("evals"):  # issue 18
+    if data.get("evals"):  # held-out evals of policies
         from trajsynth.cli.commands.eval import evals_table
 
         console.print(evals_table(data["evals"]))
-    if data.get("improve"):  # issue 18: expert iteration, one row per round of the loop
+    if data.get("improve"):  # expert iteration, one row per round of the loop
         from trajsynth.cli.commands.improve import improve_table
 
         console.print(improve_table(data["improve"]))

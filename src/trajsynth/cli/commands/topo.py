@@ -1,4 +1,4 @@
-"""`synth topo TASK_ID`: draw one task's quotient graph from the store (METHODS.md §8)."""
+"""`synth topo TASK_ID`: draw one task's quotient graph from the store (docs/methods.md §8)."""
 
 from __future__ import annotations
 

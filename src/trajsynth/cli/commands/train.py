@@ -1,4 +1,4 @@
-"""`synth train --config F` / `synth train --smoke`: the GRPO stage (METHODS.md §13)."""
+"""`synth train --config F` / `synth train --smoke`: the GRPO stage (docs/methods.md §13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Share of a trajectory's failing tool calls that it later recovered from (METHODS.md §8's
+"""Share of a trajectory's failing tool calls that it later recovered from (docs/methods.md §8's
 e(τ) over its errors): how well the policy handles its own mistakes, per trajectory."""
 
 from __future__ import annotations

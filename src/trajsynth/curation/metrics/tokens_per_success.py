@@ -1,4 +1,4 @@
-"""Tokens per verified rollout of a task: the cost figure DESIGN.md says decides whether a
+"""Tokens per verified rollout of a task: the cost figure docs/design.md says decides whether a
 change paid off, per task, so SQL can find the tasks that cost the most per success."""
 
 from __future__ import annotations

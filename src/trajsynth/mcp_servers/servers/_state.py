@@ -1,4 +1,4 @@
-"""Canonical state of a bundled cluster's environment (METHODS.md §1.2, §4 ``final_state``).
+"""Canonical state of a bundled cluster's environment (docs/methods.md §1.2, §4 ``final_state``).
 
 ``python -m trajsynth.mcp_servers.servers._state <name> [--init] [--workdir DIR] [--seed N]``
 prints the canonical JSON of an ``EnvState``: ``{"state_hash": ..., "tables": {...}}``. Rows are

@@ -8,7 +8,7 @@ logs at INFO). ``serve_stdio`` runs the same server loop (``stdio_server`` and t
 server's ``run``, as ``MCPServer.run_stdio_async`` does) over the same pipes, read and written
 by the event loop itself, and logs as plain lines (what the SDK does when rich is not
 installed, as in the sandbox image). The protocol, the validation and the dispatch are
-the SDK's (issue 19, item 5).
+the SDK's, so its behaviour is unchanged and only the thread hops are gone.
 
 As in the SDK, while serving, fd 0 reads the null device and fd 1 goes to stderr, so a stray
 read or print of a tool (or a child it runs) never touches the wire. When stdin or stdout is not

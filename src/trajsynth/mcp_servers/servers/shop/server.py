@@ -1,4 +1,4 @@
-"""Retail shop: catalogue, cart, orders, returns and refunds, as an MCP server (METHODS.md §2).
+"""Retail shop: catalogue, cart, orders, returns and refunds, as an MCP server (docs/methods.md §2).
 
 State: ``$TRAJSYNTH_WORKDIR/shop.sqlite``, seeded from ``seed.json`` beside this module perturbed by
 ``$TRAJSYNTH_SEED`` (stock levels, gift-card balances, which orders are pending/shipped/delivered).
