@@ -445,61 +445,130 @@ async def plan_blueprint(
         if isinstance(linted, str):
             return _attempt(cluster, cell, seed, round, "mutation_lint", linted, fill_usage)
         truth, mutation = linted
-    path, gold, answer, constraints = truth.path, truth.gold, truth.answer, truth.constraints
+        path, gold, answer = truth.path, truth.gold, truth.answer
 
-    spec = words_spec(
-        cluster,
-        cell.target_mode,
-        gold.steps,
-        path.slots,
-        gold.run.calls,
-        answer,
-        initial_state=initial,
-        slot_sources=path.slot_sources,
-    )
-    words, source, drafts, usage, problems = await _write_words(
-        planner, llm, spec, seed, constrained=cluster.source == "outside"
-    )
-    usage = fill_usage + usage
-    if source == "template":
-        final_problems = check_words(words, spec)
-        if final_problems:
-            detail = "; ".join(final_problems + [f"last draft: {p}" for p in problems])
-            return _attempt(cluster, cell, seed, round, "words_check", detail, usage)
+        spec = words_spec(
+            cluster,
+            cell.target_mode,
+            gold.steps,
+            path.slots,
+            gold.run.calls,
+            answer,
+            initial_state=initial,
+            slot_sources=path.slot_sources,
+        )
+        words, source, drafts, usage, problems = await _write_words(
+            planner, llm, spec, seed, constrained=cluster.source == "outside"
+        )
+        usage = fill_usage + usage
+        if source == "template":
+            final_problems = check_words(words, spec)
+            if final_problems:
+                detail = "; ".join(final_problems + [f"last draft: {p}" for p in problems])
+                return _attempt(cluster, cell, seed, round, "words_check", detail, usage)
 
-    extra_turns = 1 if spec.hidden_slot or spec.stale else 0
-    meaning = {
-        "cluster_id": cluster.cluster_id,
-        "cell": cell.model_dump(mode="json"),
-        "tool_path": [s.model_dump(mode="json") for s in gold.steps],
-        "slots": path.slots,
-        "seed": seed,
-        "gold_hash": gold.run.final_state.state_hash,
-    }
-    return Blueprint(
-        blueprint_id=content_id("bp", meaning),
-        cluster_id=cluster.cluster_id,
-        domain=str(cluster.domain),
-        cell=cell,
-        initial_state_id=initial.state_hash,
-        tool_path=gold.steps,
-        slots=path.slots,
-        persona=words.persona,
-        goal=words.goal,
-        hidden_info=words.hidden_info,
-        uses_code_tool=path.uses_code_tool,
-        n_writes=path.n_writes,
-        gold_run=gold.run,
-        constraints=constraints,
-        max_turns=max(planner.min_turns, len(gold.steps) + 2 + extra_turns),
-        seed=seed,
-        round=round,
-        words_source=source,
-        words_attempts=drafts,
-        reads_before_write=path.reads_before_write,
-        usage=usage,
-        mutation_lint=mutation,
-    )
+        extra_turns = 1 if spec.hidden_slot or spec.stale else 0
+        meaning = {
+            "cluster_id": cluster.cluster_id,
+            "cell": cell.model_dump(mode="json"),
+            "tool_path": [s.model_dump(mode="json") for s in gold.steps],
+            "slots": path.slots,
+            "seed": seed,
+            "gold_hash": gold.run.final_state.state_hash,
+        }
+        blueprint = Blueprint(
+            blueprint_id=content_id("bp", meaning),
+            cluster_id=cluster.cluster_id,
+            domain=str(cluster.domain),
+            cell=cell,
+            initial_state_id=initial.state_hash,
+            tool_path=gold.steps,
+            slots=path.slots,
+            persona=words.persona,
+            goal=words.goal,
+            hidden_info=words.hidden_info,
+            uses_code_tool=path.uses_code_tool,
+            n_writes=path.n_writes,
+            gold_run=gold.run,
+            constraints=truth.constraints,
+            max_turns=max(planner.min_turns, len(gold.steps) + 2 + extra_turns),
+            seed=seed,
+            round=round,
+            words_source=source,
+            words_attempts=drafts,
+            reads_before_write=path.reads_before_write,
+            usage=usage,
+            mutation_lint=mutation,
+        )
+        failed = await _self_check(env, handle, env_factory, cluster, blueprint)
+        if failed:
+            return _attempt(cluster, cell, seed, round, "self_check", failed, usage)
+        return blueprint
+
+
+class _DemoEnvironment:
+    """The planner's environment as the rollout loop reads one: the cluster and its tools
+    beside the calls (a bundled cluster's tools are its spec's)."""
+
+    def __init__(self, env: PlannerEnvironment, cluster: ToolCluster) -> None:
+        self.env = env
+        self.cluster = cluster
+        self.tools = cluster.tools
+
+    async def call_tool(self, name: str, arguments: dict) -> Any:
+        return await self.env.call_tool(name, arguments)
+
+    async def state(self) -> EnvState:
+        return await self.env.state()
+
+    async def run_check(self, check_id: str, source: str) -> Any:
+        return await self.env.run_check(check_id, source)  # type: ignore[attr-defined]
+
+
+async def _self_check(
+    env: PlannerEnvironment,
+    handle: SnapshotHandle | None,
+    env_factory: EnvFactory,
+    cluster: ToolCluster,
+    blueprint: Blueprint,
+) -> str | None:
+    """Why the blueprint's own gold demonstration fails the product's verifier (hygiene
+    included), or None when it passes.
+
+    The demonstration (``agents.gold.gold_demonstration``: the gold calls replayed through the
+    real rollout loop, the template user, the template answer) is the best trajectory the
+    task admits; when the verifier rejects it, the task's constraints and words disagree (an
+    answer that names nothing the user asked, words the path does not honour) and no rollout
+    of it can be a clean example. Runs in the planning environment restored to the initial
+    state, or a fresh one when there is no snapshot.
+    """
+    from trajsynth.agents.gold import gold_demonstration
+    from trajsynth.curation.verify import verify
+
+    async def run(target: PlannerEnvironment) -> str | None:
+        demo_env = _DemoEnvironment(target, cluster)
+        trajectory, state = await gold_demonstration(
+            blueprint, demo_env, run_id="self-check", shown=cluster.tools
+        )
+        if state is None:
+            return f"the gold demonstration ended without a state ({trajectory.termination})"
+        verdict = verify(trajectory, blueprint.constraints, state)
+        if verdict.passed:
+            return None
+        failed = [
+            f"{r.kind}: {r.detail}"[:200] for r in verdict.results if r.hard and not r.passed
+        ]
+        failed += [f"hygiene {h.check}: {h.detail}"[:200] for h in verdict.hygiene if not h.passed]
+        return "the gold demonstration fails the verifier: " + "; ".join(failed or ["no checks"])
+
+    route = " -> ".join(s.tool for s in blueprint.tool_path)
+    if handle is not None:
+        await env.restore(handle)
+        failed = await run(env)
+    else:
+        async with env_factory() as fresh:
+            failed = await run(fresh)
+    return f"{route}: {failed}" if failed else None
 
 
 async def _mutation_checked(
