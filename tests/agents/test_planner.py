@@ -355,3 +355,33 @@ async def test_the_embedded_model_plans_an_easy_task(tmp_path: Path) -> None:
     assert all(u.completion_tokens > 0 for u in bp.usage)
     product = bp.slots["query"]
     assert product in bp.goal or bp.hidden_info.get("query") == product
+
+
+async def test_look_first_words_come_with_a_read_before_the_write_and_an_order_check(
+    tmp_path: Path,
+) -> None:
+    """"Please look at what I have first." only on a path that reads before its first write,
+    and an ``order`` constraint holds the read before the write; a demonstration that skips
+    the read fails it."""
+    planner = Planner(use_llm=False)
+    planned = [
+        await plan_blueprint(
+            planner, None, _factory(tmp_path), SHOP, _cell("chain", "explore_then_commit", "medium"), s
+        )
+        for s in range(6)
+    ]
+    accepted = [p for p in planned if isinstance(p, Blueprint)]
+    assert accepted, planned
+    for bp in accepted:
+        writes = [
+            i for i, c in enumerate(bp.gold_run.calls) if SHOP.tool(c.tool).access.value == "write"
+        ]
+        assert writes and writes[0] >= 1, bp.tool_path
+        orders = [c for c in bp.constraints if c.kind == "order"]
+        looked = [o for o in orders if o.derived_from == "target_mode:explore_then_commit"]
+        assert len(looked) == 1
+        assert looked[0].then.tool == bp.gold_run.calls[writes[0]].tool
+        assert looked[0].first.tool in {c.tool for c in bp.gold_run.calls[: writes[0]]}
+    for p in planned:
+        if isinstance(p, BlueprintAttempt):
+            assert p.reason != "mode_unrealised" or "nothing is read" in p.detail

@@ -55,6 +55,7 @@ from trajsynth.schemas import (
     AgentRole,
     Blueprint,
     BlueprintAttempt,
+    CallPattern,
     Cell,
     Constraint,
     EnvState,
@@ -62,6 +63,8 @@ from trajsynth.schemas import (
     LLMUsage,
     MutationLint,
     ObservedField,
+    Order,
+    ReasoningMode,
     Record,
     SandboxKind,
     SandboxLimits,
@@ -445,6 +448,11 @@ async def plan_blueprint(
         if isinstance(linted, str):
             return _attempt(cluster, cell, seed, round, "mutation_lint", linted, fill_usage)
         truth, mutation = linted
+        if cell.target_mode is ReasoningMode.EXPLORE_THEN_COMMIT:
+            explored = _look_first(cluster, truth)
+            if isinstance(explored, str):
+                return _attempt(cluster, cell, seed, round, "mode_unrealised", explored, fill_usage)
+            truth = explored
         path, gold, answer = truth.path, truth.gold, truth.answer
 
         spec = words_spec(
@@ -504,6 +512,32 @@ async def plan_blueprint(
         if failed:
             return _attempt(cluster, cell, seed, round, "self_check", failed, usage)
         return blueprint
+
+
+def _look_first(cluster: ToolCluster, truth: _Truth) -> _Truth | str:
+    """An explore-then-commit task's truth with the read it commits after held by an
+    ``order`` constraint, or why the path cannot carry that mode.
+
+    The words of that mode ask the assistant to look at what the user has before it acts;
+    they are honest only when the gold path reads before its first write, and they are
+    checked only when a constraint says the read comes first (the last read before the
+    first write: the records the write acts on).
+    """
+    calls = truth.gold.run.calls
+    writes = [i for i, c in enumerate(calls) if cluster.tool(c.tool).access is ToolAccess.WRITE]
+    route = " -> ".join(truth.path.tools)
+    if not writes:
+        return f"{route}: explore_then_commit without a write"
+    reads = [c for c in calls[: writes[0]] if cluster.tool(c.tool).access is not ToolAccess.WRITE]
+    if not reads:
+        return f"{route}: explore_then_commit, yet nothing is read before the first write"
+    first = calls[writes[0]]
+    order = Order(
+        first=CallPattern(tool=reads[-1].tool),
+        then=CallPattern(tool=first.tool),
+        derived_from="target_mode:explore_then_commit",
+    )
+    return truth.model_copy(update={"constraints": [*truth.constraints, order]})
 
 
 class _DemoEnvironment:
