@@ -39,6 +39,7 @@ from trajsynth.schemas import (
     RefArg,
     SlotArg,
     ToolCall,
+    ToolCalled,
     ToolCallRecord,
     ToolCluster,
     ToolSpec,
@@ -380,12 +381,73 @@ def answer_values(blueprint: Blueprint, messages: Sequence[Message] = ()) -> lis
     return values
 
 
+def _field_named(observations: Sequence[JsonValue], value: str) -> str | None:
+    """The name of the field that holds ``value`` in the latest observation that has it."""
+
+    def walk(node: Any, key: str | None) -> str | None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                found = walk(v, str(k))
+                if found:
+                    return found
+        elif isinstance(node, list):
+            for v in node:
+                found = walk(v, key)
+                if found:
+                    return found
+        elif node is not None and not isinstance(node, bool) and str(node) == value:
+            return key
+        return None
+
+    for observation in reversed(observations):
+        parsed = observation
+        if isinstance(observation, str):
+            try:
+                parsed = json.loads(observation)
+            except ValueError:
+                continue
+        found = walk(parsed, None)
+        if found:
+            return found
+    return None
+
+
 def template_answer(blueprint: Blueprint, messages: Sequence[Message] = ()) -> str:
-    """A plain closing answer that states every value the constraints check."""
+    """A plain closing answer that says what was done and states every value the
+    constraints check, each named by the field it was read from ("The booking id is BK9.").
+
+    A bare list of values ("Here is what I found: confirmed.") says nothing a user can act
+    on, and teaches a model to answer that way."""
     values = answer_values(blueprint, messages)
-    if not values:
+    done = list(
+        dict.fromkeys(
+            c.call.tool.replace("_", " ")
+            for c in getattr(blueprint, "constraints", [])
+            if isinstance(c, ToolCalled) and c.hard
+        )
+    )
+    gold = getattr(blueprint, "gold_run", None)
+    observations: list[JsonValue] = [r.observation for r in _readings(messages)] or [
+        c.observation for c in (gold.calls if gold is not None else [])
+    ]
+    named, unnamed = [], []
+    for value in values:
+        field = _field_named(observations, value)
+        if field:
+            named.append(f"the {field.replace('_', ' ')} is {value}")
+        else:
+            unnamed.append(value)
+    parts = []
+    if done:
+        parts.append("Done: " + " and ".join(done) + " went through.")
+    if named:
+        text = "; ".join(named)
+        parts.append(text[0].upper() + text[1:] + ".")
+    if unnamed:
+        parts.append("Here is what I found: " + ", ".join(unnamed) + ".")
+    if not parts:
         return "All done: I have taken care of that for you."
-    return "Here is what I found: " + ", ".join(values) + "."
+    return " ".join(parts)
 
 
 class GoldPolicy:
