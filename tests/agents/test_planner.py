@@ -20,6 +20,7 @@ import pytest
 from fakes.inprocess_env import InProcessEnvironment
 from fakes.llm import ScriptedLLM, say, tool_call
 
+from trajsynth.agents.gold import gold_demonstration
 from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.planner import (
     Planner,
@@ -28,6 +29,7 @@ from trajsynth.agents.planner import (
     plan_blueprint,
 )
 from trajsynth.curation.constraint_lint import DO_NOTHING_PASSES, NO_OUTCOME
+from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import ToolResult
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import (
@@ -385,3 +387,46 @@ async def test_look_first_words_come_with_a_read_before_the_write_and_an_order_c
     for p in planned:
         if isinstance(p, BlueprintAttempt):
             assert p.reason != "mode_unrealised" or "nothing is read" in p.detail
+
+
+async def test_every_accepted_blueprint_has_a_gold_demonstration_the_verifier_passes(
+    tmp_path: Path,
+) -> None:
+    """The planner's self-check: the blueprint's own gold demonstration, verified with the
+    product's verifier (hygiene included), passes; a blueprint whose best trajectory fails
+    (an answer that only echoes the file name the user gave) is never delivered."""
+    code = get_cluster("code")
+    cell = Cell(
+        cluster_id="code", path_shape=PathShape.SINGLE, target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty.EASY,
+    )  # fmt: skip
+    planned = [
+        await plan_blueprint(Planner(use_llm=False), None, _factory(tmp_path, "code"), code, cell, s)
+        for s in range(4)
+    ]
+    accepted = [p for p in planned if isinstance(p, Blueprint)]
+    assert accepted, [getattr(p, "detail", "")[:200] for p in planned]
+    for bp in accepted:
+        async with InProcessEnvironment("code", tmp_path) as env:
+            trajectory, state = await gold_demonstration(
+                bp, _Shown(env, code), run_id="t", shown=code.tools
+            )
+        assert state is not None
+        verdict = verify(trajectory, bp.constraints, state)
+        assert verdict.passed, (trajectory.final_answer, verdict.failed_checks)
+    for p in planned:
+        if isinstance(p, BlueprintAttempt) and p.reason == "self_check":
+            assert "the gold demonstration fails the verifier" in p.detail
+
+
+class _Shown:
+    """An in-process environment as the rollout loop reads one (the cluster and its tools)."""
+
+    def __init__(self, env: InProcessEnvironment, cluster: ToolCluster) -> None:
+        self.env, self.cluster, self.tools = env, cluster, cluster.tools
+
+    async def call_tool(self, name: str, arguments: dict) -> Any:
+        return await self.env.call_tool(name, arguments)
+
+    async def state(self) -> EnvState:
+        return await self.env.state()
