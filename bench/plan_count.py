@@ -40,9 +40,7 @@ async def _llm(use: bool, config: RunConfig) -> AsyncIterator[LLMClient | None]:
         yield client
 
 
-async def main(
-    tasks: int, seed: int, use_llm: bool, redraws: bool, verbose: bool = False
-) -> None:
+async def main(tasks: int, seed: int, use_llm: bool, redraws: bool, verbose: bool = False) -> None:
     config = RunConfig(tasks=tasks, seed=seed, plan_attempts=None if redraws else tasks)
     clusters = [c for c in list_clusters() if c.source != "outside"]
     by_id = {c.cluster_id: c for c in clusters}
@@ -77,8 +75,10 @@ async def main(
                     continue
                 outcomes[out.reason] += 1
                 if verbose:
-                    print(f"  rejected {a.unit_id} {a.cell.cluster_id}: [{out.reason}] "
-                          f"{out.detail[-400:]}")
+                    print(
+                        f"  rejected {a.unit_id} {a.cell.cluster_id}: [{out.reason}] "
+                        f"{out.detail[-400:]}"
+                    )
                 inner.update(re.findall(r"\[([a-z_]+)\] ", out.detail))
     print(
         f"tasks asked {tasks}, planned {filled} in {spent} attempts (budget {plan_budget(config)})"

@@ -362,13 +362,18 @@ async def test_the_embedded_model_plans_an_easy_task(tmp_path: Path) -> None:
 async def test_look_first_words_come_with_a_read_before_the_write_and_an_order_check(
     tmp_path: Path,
 ) -> None:
-    """"Please look at what I have first." only on a path that reads before its first write,
+    """ "Please look at what I have first." only on a path that reads before its first write,
     and an ``order`` constraint holds the read before the write; a demonstration that skips
     the read fails it."""
     planner = Planner(use_llm=False)
     planned = [
         await plan_blueprint(
-            planner, None, _factory(tmp_path), SHOP, _cell("chain", "explore_then_commit", "medium"), s
+            planner,
+            None,
+            _factory(tmp_path),
+            SHOP,
+            _cell("chain", "explore_then_commit", "medium"),
+            s,
         )
         for s in range(6)
     ]
@@ -401,7 +406,9 @@ async def test_every_accepted_blueprint_has_a_gold_demonstration_the_verifier_pa
         difficulty=Difficulty.EASY,
     )  # fmt: skip
     planned = [
-        await plan_blueprint(Planner(use_llm=False), None, _factory(tmp_path, "code"), code, cell, s)
+        await plan_blueprint(
+            Planner(use_llm=False), None, _factory(tmp_path, "code"), code, cell, s
+        )
         for s in range(4)
     ]
     accepted = [p for p in planned if isinstance(p, Blueprint)]

@@ -38,6 +38,7 @@ from trajsynth.schemas import (
     Record,
     RefArg,
     SlotArg,
+    ToolAccess,
     ToolCall,
     ToolCalled,
     ToolCallRecord,
@@ -229,6 +230,17 @@ def _other_items(
     return out
 
 
+class _NoChange:
+    """A write's result that changed nothing, read by the gold run as a refusal."""
+
+    is_error = True
+    structured = None
+
+    def __init__(self, tool: str, arguments: Mapping[str, JsonValue]) -> None:
+        shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        self.text = f"{tool}({shown}) changed nothing: the value is already what it sets"
+
+
 async def run_gold_path(
     env: GoldEnvironment,
     cluster: ToolCluster,
@@ -247,6 +259,9 @@ async def run_gold_path(
     observations: list[JsonValue] = []
     resolved: list[PlannedCall] = []
     slots = dict(slots)
+    # a write must change the state it can be read from; an outside server's probes may not
+    # see its writes, so only a readable state is watched
+    watch = cluster.state_readable and initial_state.readable
     for i, step in enumerate(steps):
         props = cluster.tool(step.tool).input_schema.get("properties") or {}
         arguments: dict[str, JsonValue] = {}
@@ -275,7 +290,24 @@ async def run_gold_path(
                 schema = props.get(name) if isinstance(props, Mapping) else None
                 arguments[name] = _fit(value, schema if isinstance(schema, Mapping) else {})
                 bindings[name] = RefArg(step=arg.step, field=path)
-        result = await env.call_tool(step.tool, arguments)
+        writes = watch and cluster.tool(step.tool).access is ToolAccess.WRITE
+
+        async def call(
+            args: dict[str, JsonValue], writes: bool = writes, tool: str = step.tool
+        ) -> Any:
+            before = (await env.state()).state_hash if writes else None
+            out = await env.call_tool(tool, args)
+            # a write that changed nothing (change_seat to the seat already held)
+            # demonstrates nothing: refused as a tool refusal is, so the step's other values
+            # are tried (it changed nothing, so a retry is safe)
+            unchanged = (
+                writes
+                and not getattr(out, "is_error", False)
+                and (await env.state()).state_hash == before
+            )
+            return _NoChange(tool, args) if unchanged else out
+
+        result = await call(arguments)
         is_error = bool(getattr(result, "is_error", False))
         if is_error:
             # the tool refused the first item of a list it was handed (run_tests on the data
@@ -288,7 +320,7 @@ async def run_gold_path(
                     **arguments,
                     name: _fit(value, schema if isinstance(schema, Mapping) else {}),
                 }
-                again = await env.call_tool(step.tool, retry)
+                again = await call(retry)
                 if not getattr(again, "is_error", False):
                     result, arguments, is_error = again, retry, False
                     bindings[name] = ref
@@ -304,7 +336,7 @@ async def run_gold_path(
                         retry[name] = override[arg.name]
                 if retry == arguments:
                     continue
-                again = await env.call_tool(step.tool, retry)
+                again = await call(retry)
                 if not getattr(again, "is_error", False):
                     result, arguments, is_error = again, retry, False
                     slots.update(override)

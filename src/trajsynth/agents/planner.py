@@ -589,9 +589,7 @@ async def _self_check(
         verdict = verify(trajectory, blueprint.constraints, state)
         if verdict.passed:
             return None
-        failed = [
-            f"{r.kind}: {r.detail}"[:200] for r in verdict.results if r.hard and not r.passed
-        ]
+        failed = [f"{r.kind}: {r.detail}"[:200] for r in verdict.results if r.hard and not r.passed]
         failed += [f"hygiene {h.check}: {h.detail}"[:200] for h in verdict.hygiene if not h.passed]
         return "the gold demonstration fails the verifier: " + "; ".join(failed or ["no checks"])
 
