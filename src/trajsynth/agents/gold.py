@@ -260,8 +260,9 @@ async def run_gold_path(
     resolved: list[PlannedCall] = []
     slots = dict(slots)
     # a write must change the state it can be read from; an outside server's probes may not
-    # see its writes, so only a readable state is watched
-    watch = cluster.state_readable and initial_state.readable
+    # see every write (a login kept in the session), so only a bundled cluster's full state
+    # is watched
+    watch = cluster.source != "outside" and cluster.state_readable and initial_state.readable
     for i, step in enumerate(steps):
         props = cluster.tool(step.tool).input_schema.get("properties") or {}
         arguments: dict[str, JsonValue] = {}
