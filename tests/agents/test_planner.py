@@ -437,3 +437,26 @@ class _Shown:
 
     async def state(self) -> EnvState:
         return await self.env.state()
+
+
+async def test_a_task_acts_as_one_user(tmp_path: Path) -> None:
+    """A calendar chain that answers an invitation as one user and sends mail as another is
+    not a request anyone writes: such paths are refused (``two_users``) and the accepted
+    blueprints act as one user throughout."""
+    calendar = get_cluster("calendar")
+    cell = Cell(
+        cluster_id="calendar", path_shape=PathShape.CHAIN,
+        target_mode=ReasoningMode.DIRECT_EXECUTE, difficulty=Difficulty.HARD,
+    )  # fmt: skip
+    planned = [
+        await plan_blueprint(
+            Planner(use_llm=False), None, _factory(tmp_path, "calendar"), calendar, cell, s
+        )
+        for s in (0, 2, 5)
+    ]
+    for p in planned:
+        if isinstance(p, Blueprint):
+            users = {c.arguments["user_id"] for c in p.gold_run.calls if "user_id" in c.arguments}
+            assert len(users) <= 1, (users, p.tool_path)
+    refused = [p for p in planned if isinstance(p, BlueprintAttempt) and "two_users" in p.detail]
+    assert refused and "acts as 2 users" in refused[0].detail

@@ -339,6 +339,20 @@ async def _volatile_answer(
     return ObservedField(tool=call.tool, path=where)
 
 
+# The parameter that names the user a call acts as (the requester, not a recipient: those are
+# ``to_email``, ``attendee_id`` and the like).
+ACTOR_PARAM = "user_id"
+
+
+def _actors(calls: list[GoldCall]) -> set[str]:
+    """The users the gold calls act as (their ``ACTOR_PARAM`` values)."""
+    return {
+        str(c.arguments[ACTOR_PARAM])
+        for c in calls
+        if isinstance(c.arguments.get(ACTOR_PARAM), str | int)
+    }
+
+
 async def _ground_truth(
     env: PlannerEnvironment, cluster: ToolCluster, path: PlannedPath, initial: EnvState
 ) -> _Truth | _Failure:
@@ -350,6 +364,12 @@ async def _ground_truth(
     if isinstance(outcome, GoldFailure):
         detail = f"{route}: step {outcome.step} ({outcome.tool}): {outcome.detail}"
         return _Failure("gold_run_error", detail, outcome.tool)
+    actors = _actors(outcome.run.calls)
+    if len(actors) > 1:
+        # one request, one user: a path that answers an invitation as Hannah and then sends
+        # mail as Daniel reads as a request no user would write
+        detail = f"{route}: the path acts as {len(actors)} users ({', '.join(sorted(actors))})"
+        return _Failure("two_users", detail, outcome.run.calls[-1].tool)
     if outcome.slots != path.slots:  # a tool refused a value; the run used another row's
         path = path.model_copy(update={"slots": outcome.slots})
     answer = None
