@@ -415,8 +415,11 @@ async def plan_blueprint(
     run restores the environment and samples again, ``gold_retries`` times), derive the
     constraints and lint them against the initial state, then write the words. Rejections:
     ``unbindable_param``, ``no_write``, ``path_too_short``, ``shape_unsupported``,
-    ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``constraint_lint`` (the last
-    of the paths tried; the detail lists every try), ``words_check``. Infrastructure faults
+    ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``two_users``,
+    ``constraint_lint`` (the last of the paths tried; the detail lists every try),
+    ``mutation_lint``, ``mode_unrealised`` (explore_then_commit on a path that reads nothing
+    before its first write), ``words_check``, ``self_check`` (the blueprint's own gold
+    demonstration fails the verifier, hygiene included; docs/planning.md). Infrastructure faults
     (``InfraError``: sandbox, MCP server, LLM) are raised for the caller to retry.
     """
     rng = _rng(cluster, cell, seed, round)
