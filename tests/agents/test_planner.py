@@ -22,8 +22,11 @@ from fakes.llm import ScriptedLLM, say, tool_call
 
 from trajsynth.agents.gold import gold_demonstration
 from trajsynth.agents.llm import OpenAILLMClient
+from trajsynth.agents.paths import PlannedPath
 from trajsynth.agents.planner import (
     Planner,
+    _ground_truth,
+    _Truth,
     accepted_attempt,
     environment_factory,
     plan_blueprint,
@@ -43,8 +46,11 @@ from trajsynth.schemas import (
     LLMConfig,
     ObservedField,
     PathShape,
+    PlannedCall,
     ReasoningMode,
+    RefArg,
     SandboxKind,
+    SlotArg,
     SnapshotHandle,
     ToolCalled,
     ToolCluster,
@@ -460,3 +466,32 @@ async def test_a_task_acts_as_one_user(tmp_path: Path) -> None:
             assert len(users) <= 1, (users, p.tool_path)
     refused = [p for p in planned if isinstance(p, BlueprintAttempt) and "two_users" in p.detail]
     assert refused and "acts as 2 users" in refused[0].detail
+
+
+async def test_a_read_only_path_whose_last_read_takes_nothing_from_the_first_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The question is asked of the last read: a last read that uses nothing the reads before
+    it returned (get_current_time after convert_time; here a user's profile after a product
+    search) would be asked while the words state the first read's inputs too. A last read
+    fed by the one before is kept."""
+    env = InProcessEnvironment("shop", tmp_path)
+    initial = await env.start()
+    user = initial.tables["users"][0]["user_id"]
+    search = PlannedCall(tool="search_products", args={"query": SlotArg(name="query")})
+    probe = PlannedCall(tool="get_user", args={"user_id": SlotArg(name="user_id")})
+    unrelated = PlannedPath(
+        cluster_id="shop", shape=PathShape.CHAIN, difficulty=Difficulty.EASY,
+        steps=[search, probe], slots={"query": "Blue Ceramic Mug", "user_id": user},
+    )  # fmt: skip
+    refused = await _ground_truth(env, SHOP, unrelated, initial)
+    assert not isinstance(refused, _Truth)
+    assert refused.reason == "unrelated_reads" and "takes nothing" in refused.detail
+    fed = PlannedCall(
+        tool="get_product", args={"product_id": RefArg(step=0, field="products[0].product_id")}
+    )
+    related = unrelated.model_copy(
+        update={"steps": [search, fed], "slots": {"query": "Blue Ceramic Mug"}}
+    )
+    kept = await _ground_truth(env, SHOP, related, await env.state())
+    assert isinstance(kept, _Truth), kept

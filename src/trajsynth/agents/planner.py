@@ -66,6 +66,7 @@ from trajsynth.schemas import (
     Order,
     ReasoningMode,
     Record,
+    RefArg,
     SandboxKind,
     SandboxLimits,
     SnapshotHandle,
@@ -374,6 +375,14 @@ async def _ground_truth(
         path = path.model_copy(update={"slots": outcome.slots})
     answer = None
     observed = None
+    if path.n_writes == 0 and len(outcome.steps) > 1 and not any(
+        isinstance(a, RefArg) for a in outcome.steps[-1].args.values()
+    ):
+        # the question is asked of the last read; a last read that takes nothing from the
+        # reads before it (get_current_time after convert_time) answers another question
+        # than the one those reads lead to, and the words would state both
+        detail = f"{route}: the last read takes nothing from the reads before it"
+        return _Failure("unrelated_reads", detail, outcome.steps[-1].tool)
     if path.n_writes == 0:
         last = cluster.tool(outcome.steps[-1].tool).input_schema.get("properties") or {}
         answer = pick_answer(outcome.run.calls, path.slots, inputs=list(last))
