@@ -375,8 +375,10 @@ async def _ground_truth(
         path = path.model_copy(update={"slots": outcome.slots})
     answer = None
     observed = None
-    if path.n_writes == 0 and len(outcome.steps) > 1 and not any(
-        isinstance(a, RefArg) for a in outcome.steps[-1].args.values()
+    if (
+        path.n_writes == 0
+        and len(outcome.steps) > 1
+        and not any(isinstance(a, RefArg) for a in outcome.steps[-1].args.values())
     ):
         # the question is asked of the last read; a last read that takes nothing from the
         # reads before it (get_current_time after convert_time) answers another question
@@ -424,7 +426,7 @@ async def plan_blueprint(
     run restores the environment and samples again, ``gold_retries`` times), derive the
     constraints and lint them against the initial state, then write the words. Rejections:
     ``unbindable_param``, ``no_write``, ``path_too_short``, ``shape_unsupported``,
-    ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``two_users``,
+    ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``two_users``, ``unrelated_reads``,
     ``constraint_lint`` (the last of the paths tried; the detail lists every try),
     ``mutation_lint``, ``mode_unrealised`` (explore_then_commit on a path that reads nothing
     before its first write), ``words_check``, ``self_check`` (the blueprint's own gold
