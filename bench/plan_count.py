@@ -40,7 +40,7 @@ async def _llm(use: bool, config: RunConfig) -> AsyncIterator[LLMClient | None]:
         yield client
 
 
-async def main(tasks: int, seed: int, use_llm: bool, redraws: bool) -> None:
+async def main(tasks: int, seed: int, use_llm: bool, redraws: bool, verbose: bool = False) -> None:
     config = RunConfig(tasks=tasks, seed=seed, plan_attempts=None if redraws else tasks)
     clusters = [c for c in list_clusters() if c.source != "outside"]
     by_id = {c.cluster_id: c for c in clusters}
@@ -74,6 +74,11 @@ async def main(tasks: int, seed: int, use_llm: bool, redraws: bool) -> None:
                     planned_by[a.cell.cluster_id] += 1
                     continue
                 outcomes[out.reason] += 1
+                if verbose:
+                    print(
+                        f"  rejected {a.unit_id} {a.cell.cluster_id}: [{out.reason}] "
+                        f"{out.detail[-400:]}"
+                    )
                 inner.update(re.findall(r"\[([a-z_]+)\] ", out.detail))
     print(
         f"tasks asked {tasks}, planned {filled} in {spent} attempts (budget {plan_budget(config)})"
@@ -95,5 +100,6 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-llm", action="store_true", help="template words, no model")
     parser.add_argument("--no-redraw", action="store_true", help="one attempt per task")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every rejection")
     args = parser.parse_args()
-    asyncio.run(main(args.tasks, args.seed, not args.no_llm, not args.no_redraw))
+    asyncio.run(main(args.tasks, args.seed, not args.no_llm, not args.no_redraw, args.verbose))

@@ -363,3 +363,21 @@ def test_an_outside_write_its_probes_cannot_see_is_checked_by_its_calls() -> Non
         isinstance(c, FinalState)
         for c in derive_constraints(path, seen, toggles, [], initial_state=probed)
     )
+
+
+def test_the_answer_of_a_write_comes_from_the_write_not_a_trailing_unrelated_read() -> None:
+    """A path that returns items and then reads the user's profile: the value the user is
+    told is the refund, not the profile's balance; a read-back of the write's own order is
+    what the answer reports."""
+    probe = GoldCall(
+        tool="get_user", arguments={"user_id": "u9"}, observation={"balance": 17.0, "name": "Ann"}
+    )
+    cs = derive_constraints([*GOLD_PATH, probe], GOLD_FINAL, SHOP, [], initial_state=INITIAL)
+    (answer,) = [c for c in cs if isinstance(c, AnswerContains)]
+    assert answer.values == [54.2] and not answer.hard
+    back = GoldCall(
+        tool="get_order", arguments={"order_id": "#W1"}, observation={"status": "returned"}
+    )
+    cs = derive_constraints([*GOLD_PATH, back], GOLD_FINAL, SHOP, [], initial_state=INITIAL)
+    (answer,) = [c for c in cs if isinstance(c, AnswerContains)]
+    assert answer.values == ["returned"]

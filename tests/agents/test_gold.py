@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fakes.inprocess_env import InProcessEnvironment
 from fakes.shop import SHOP, InProcessShop
 
 from trajsynth.agents.gold import GoldFailure, GoldResult, run_gold_path
-from trajsynth.schemas import LiteralArg, PlannedCall, RefArg
+from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.schemas import LiteralArg, PlannedCall, RefArg, SlotArg
 
 
 async def _run(tmp_path: Path, query: str, field: str) -> GoldResult | GoldFailure:
@@ -35,3 +37,35 @@ async def test_a_reference_through_a_list_of_objects_reads_its_first_item(tmp_pa
     first = result.run.calls[0].observation["products"][0]["product_id"]  # type: ignore[index]
     assert result.run.calls[1].arguments == {"product_id": first}
     assert result.steps[1].args["product_id"] == RefArg(step=0, field="products[0].product_id")
+
+
+async def test_a_write_that_changes_nothing_is_refused_and_the_next_value_is_tried(
+    tmp_path: Path,
+) -> None:
+    """change_seat to the seat the booking already holds answers without an error and
+    changes nothing; the gold run reads it as a refusal and moves to the binder's next seat."""
+    travel = get_cluster("travel")
+    env = InProcessEnvironment("travel", tmp_path, seed=0)
+    initial = await env.start()
+    booking = next(
+        b for b in initial.tables["bookings"]
+        if b["status"] == "confirmed" and b["fare_basis"] != "basic"
+    )  # fmt: skip
+    free = next(
+        s["seat"] for s in initial.tables["seats"]
+        if s["flight_id"] == booking["flight_id"] and s["cabin"] == booking["cabin"]
+        and s["status"] == "available"
+    )  # fmt: skip
+    step = PlannedCall(
+        tool="change_seat",
+        args={"booking_id": SlotArg(name="booking_id"), "seat": SlotArg(name="seat")},
+    )
+    slots = {"booking_id": booking["booking_id"], "seat": booking["seat"]}
+    stuck = await run_gold_path(env, travel, [step], slots, initial)
+    assert isinstance(stuck, GoldFailure) and "changed nothing" in stuck.detail
+    moved = await run_gold_path(
+        env, travel, [step], slots, initial, alternatives={0: [{"seat": free}]}
+    )
+    assert isinstance(moved, GoldResult), moved
+    assert moved.slots["seat"] == free and moved.run.calls[0].arguments["seat"] == free
+    assert moved.run.final_state.state_hash != initial.state_hash

@@ -95,7 +95,8 @@ def test_a_replay_states_its_own_reading_of_a_value_that_changes() -> None:
         Message(role=MessageRole.TOOL, tool_call_id="c1",
                 content='{"datetime": "2026-11-26T09:49:02-05:00"}'),
     ]  # fmt: skip
-    assert template_answer(bp, messages) == "Here is what I found: 2026-11-26T09:49:02-05:00."
+    # named by the field it was read from, so the answer says what the value is
+    assert template_answer(bp, messages) == "The datetime is 2026-11-26T09:49:02-05:00."
     # before any reading (or with none that has the field) the gold run's value stands
     assert template_answer(bp) == "Here is what I found: 2026-11-26T09:47:50-05:00."
     assert template_answer(bp, messages[:1]).endswith("09:47:50-05:00.")

@@ -20,14 +20,19 @@ import pytest
 from fakes.inprocess_env import InProcessEnvironment
 from fakes.llm import ScriptedLLM, say, tool_call
 
+from trajsynth.agents.gold import gold_demonstration
 from trajsynth.agents.llm import OpenAILLMClient
+from trajsynth.agents.paths import PlannedPath
 from trajsynth.agents.planner import (
     Planner,
+    _ground_truth,
+    _Truth,
     accepted_attempt,
     environment_factory,
     plan_blueprint,
 )
 from trajsynth.curation.constraint_lint import DO_NOTHING_PASSES, NO_OUTCOME
+from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import ToolResult
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import (
@@ -41,8 +46,11 @@ from trajsynth.schemas import (
     LLMConfig,
     ObservedField,
     PathShape,
+    PlannedCall,
     ReasoningMode,
+    RefArg,
     SandboxKind,
+    SlotArg,
     SnapshotHandle,
     ToolCalled,
     ToolCluster,
@@ -355,3 +363,135 @@ async def test_the_embedded_model_plans_an_easy_task(tmp_path: Path) -> None:
     assert all(u.completion_tokens > 0 for u in bp.usage)
     product = bp.slots["query"]
     assert product in bp.goal or bp.hidden_info.get("query") == product
+
+
+async def test_look_first_words_come_with_a_read_before_the_write_and_an_order_check(
+    tmp_path: Path,
+) -> None:
+    """ "Please look at what I have first." only on a path that reads before its first write,
+    and an ``order`` constraint holds the read before the write; a demonstration that skips
+    the read fails it."""
+    planner = Planner(use_llm=False)
+    planned = [
+        await plan_blueprint(
+            planner,
+            None,
+            _factory(tmp_path),
+            SHOP,
+            _cell("chain", "explore_then_commit", "medium"),
+            s,
+        )
+        for s in range(6)
+    ]
+    accepted = [p for p in planned if isinstance(p, Blueprint)]
+    assert accepted, planned
+    for bp in accepted:
+        writes = [
+            i for i, c in enumerate(bp.gold_run.calls) if SHOP.tool(c.tool).access.value == "write"
+        ]
+        assert writes and writes[0] >= 1, bp.tool_path
+        orders = [c for c in bp.constraints if c.kind == "order"]
+        looked = [o for o in orders if o.derived_from == "target_mode:explore_then_commit"]
+        assert len(looked) == 1
+        assert looked[0].then.tool == bp.gold_run.calls[writes[0]].tool
+        assert looked[0].first.tool in {c.tool for c in bp.gold_run.calls[: writes[0]]}
+    for p in planned:
+        if isinstance(p, BlueprintAttempt):
+            assert p.reason != "mode_unrealised" or "nothing is read" in p.detail
+
+
+async def test_every_accepted_blueprint_has_a_gold_demonstration_the_verifier_passes(
+    tmp_path: Path,
+) -> None:
+    """The planner's self-check: the blueprint's own gold demonstration, verified with the
+    product's verifier (hygiene included), passes; a blueprint whose best trajectory fails
+    (an answer that only echoes the file name the user gave) is never delivered."""
+    code = get_cluster("code")
+    cell = Cell(
+        cluster_id="code", path_shape=PathShape.SINGLE, target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty.EASY,
+    )  # fmt: skip
+    planned = [
+        await plan_blueprint(
+            Planner(use_llm=False), None, _factory(tmp_path, "code"), code, cell, s
+        )
+        for s in range(4)
+    ]
+    accepted = [p for p in planned if isinstance(p, Blueprint)]
+    assert accepted, [getattr(p, "detail", "")[:200] for p in planned]
+    for bp in accepted:
+        async with InProcessEnvironment("code", tmp_path) as env:
+            trajectory, state = await gold_demonstration(
+                bp, _Shown(env, code), run_id="t", shown=code.tools
+            )
+        assert state is not None
+        verdict = verify(trajectory, bp.constraints, state)
+        assert verdict.passed, (trajectory.final_answer, verdict.failed_checks)
+    for p in planned:
+        if isinstance(p, BlueprintAttempt) and p.reason == "self_check":
+            assert "the gold demonstration fails the verifier" in p.detail
+
+
+class _Shown:
+    """An in-process environment as the rollout loop reads one (the cluster and its tools)."""
+
+    def __init__(self, env: InProcessEnvironment, cluster: ToolCluster) -> None:
+        self.env, self.cluster, self.tools = env, cluster, cluster.tools
+
+    async def call_tool(self, name: str, arguments: dict) -> Any:
+        return await self.env.call_tool(name, arguments)
+
+    async def state(self) -> EnvState:
+        return await self.env.state()
+
+
+async def test_a_task_acts_as_one_user(tmp_path: Path) -> None:
+    """A calendar chain that answers an invitation as one user and sends mail as another is
+    not a request anyone writes: such paths are refused (``two_users``) and the accepted
+    blueprints act as one user throughout."""
+    calendar = get_cluster("calendar")
+    cell = Cell(
+        cluster_id="calendar", path_shape=PathShape.CHAIN,
+        target_mode=ReasoningMode.DIRECT_EXECUTE, difficulty=Difficulty.HARD,
+    )  # fmt: skip
+    planned = [
+        await plan_blueprint(
+            Planner(use_llm=False), None, _factory(tmp_path, "calendar"), calendar, cell, s
+        )
+        for s in (0, 2, 5)
+    ]
+    for p in planned:
+        if isinstance(p, Blueprint):
+            users = {c.arguments["user_id"] for c in p.gold_run.calls if "user_id" in c.arguments}
+            assert len(users) <= 1, (users, p.tool_path)
+    refused = [p for p in planned if isinstance(p, BlueprintAttempt) and "two_users" in p.detail]
+    assert refused and "acts as 2 users" in refused[0].detail
+
+
+async def test_a_read_only_path_whose_last_read_takes_nothing_from_the_first_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The question is asked of the last read: a last read that uses nothing the reads before
+    it returned (get_current_time after convert_time; here a user's profile after a product
+    search) would be asked while the words state the first read's inputs too. A last read
+    fed by the one before is kept."""
+    env = InProcessEnvironment("shop", tmp_path)
+    initial = await env.start()
+    user = initial.tables["users"][0]["user_id"]
+    search = PlannedCall(tool="search_products", args={"query": SlotArg(name="query")})
+    probe = PlannedCall(tool="get_user", args={"user_id": SlotArg(name="user_id")})
+    unrelated = PlannedPath(
+        cluster_id="shop", shape=PathShape.CHAIN, difficulty=Difficulty.EASY,
+        steps=[search, probe], slots={"query": "Blue Ceramic Mug", "user_id": user},
+    )  # fmt: skip
+    refused = await _ground_truth(env, SHOP, unrelated, initial)
+    assert not isinstance(refused, _Truth)
+    assert refused.reason == "unrelated_reads" and "takes nothing" in refused.detail
+    fed = PlannedCall(
+        tool="get_product", args={"product_id": RefArg(step=0, field="products[0].product_id")}
+    )
+    related = unrelated.model_copy(
+        update={"steps": [search, fed], "slots": {"query": "Blue Ceramic Mug"}}
+    )
+    kept = await _ground_truth(env, SHOP, related, await env.state())
+    assert isinstance(kept, _Truth), kept

@@ -357,6 +357,31 @@ def _answer(
     return [AnswerContains(values=values, hard=not writes, derived_from=origin, observed=observed)]
 
 
+def _answer_source(
+    writes: Sequence[tuple[int, GoldCall]], calls: Sequence[GoldCall]
+) -> list[GoldCall]:
+    """The calls whose last one the answer of a writing path reports: up to the last write,
+    or up to a later read of what that write touched (a read-back that confirms it). A
+    trailing read of something else (the clock, the user's profile) is not what the task
+    is about, so its values are not what the user asked to be told.
+    """
+    ok = [c for c in calls if not c.is_error]
+    if not writes:
+        return ok
+    index, write = writes[-1]
+    touched = {
+        canonical_json(v) for v in _scalars(list(write.arguments.values()))
+    } | _generated_ids(write.observation)
+    end = index
+    for j in range(index + 1, len(calls)):
+        read = calls[j]
+        if read.is_error:
+            continue
+        if any(canonical_json(v) in touched for v in _scalars(list(read.arguments.values()))):
+            end = j
+    return [c for c in calls[: end + 1] if not c.is_error]
+
+
 def derive_constraints(
     tool_path_calls: list[GoldCall],
     gold_final: EnvState,
@@ -405,7 +430,8 @@ def derive_constraints(
     out += _tool_called(writes, patterns)
     out += _not_called(cluster, writes, calls)
     out += _orders(cluster, writes, patterns, minted)
-    out += _answer(answer_values, calls, bool(writes), answer_observed)
+    out += _answer(answer_values, _answer_source(writes, tool_path_calls), bool(writes),
+                   answer_observed)  # fmt: skip
     n = max_calls_for(len(tool_path_calls))
     out.append(MaxCalls(n=n, hard=False, derived_from="gold_run.length"))
     return out

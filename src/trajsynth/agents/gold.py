@@ -38,7 +38,9 @@ from trajsynth.schemas import (
     Record,
     RefArg,
     SlotArg,
+    ToolAccess,
     ToolCall,
+    ToolCalled,
     ToolCallRecord,
     ToolCluster,
     ToolSpec,
@@ -228,6 +230,17 @@ def _other_items(
     return out
 
 
+class _NoChange:
+    """A write's result that changed nothing, read by the gold run as a refusal."""
+
+    is_error = True
+    structured = None
+
+    def __init__(self, tool: str, arguments: Mapping[str, JsonValue]) -> None:
+        shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        self.text = f"{tool}({shown}) changed nothing: the value is already what it sets"
+
+
 async def run_gold_path(
     env: GoldEnvironment,
     cluster: ToolCluster,
@@ -246,6 +259,10 @@ async def run_gold_path(
     observations: list[JsonValue] = []
     resolved: list[PlannedCall] = []
     slots = dict(slots)
+    # a write must change the state it can be read from; an outside server's probes may not
+    # see every write (a login kept in the session), so only a bundled cluster's full state
+    # is watched
+    watch = cluster.source != "outside" and cluster.state_readable and initial_state.readable
     for i, step in enumerate(steps):
         props = cluster.tool(step.tool).input_schema.get("properties") or {}
         arguments: dict[str, JsonValue] = {}
@@ -274,7 +291,24 @@ async def run_gold_path(
                 schema = props.get(name) if isinstance(props, Mapping) else None
                 arguments[name] = _fit(value, schema if isinstance(schema, Mapping) else {})
                 bindings[name] = RefArg(step=arg.step, field=path)
-        result = await env.call_tool(step.tool, arguments)
+        writes = watch and cluster.tool(step.tool).access is ToolAccess.WRITE
+
+        async def call(
+            args: dict[str, JsonValue], writes: bool = writes, tool: str = step.tool
+        ) -> Any:
+            before = (await env.state()).state_hash if writes else None
+            out = await env.call_tool(tool, args)
+            # a write that changed nothing (change_seat to the seat already held)
+            # demonstrates nothing: refused as a tool refusal is, so the step's other values
+            # are tried (it changed nothing, so a retry is safe)
+            unchanged = (
+                writes
+                and not getattr(out, "is_error", False)
+                and (await env.state()).state_hash == before
+            )
+            return _NoChange(tool, args) if unchanged else out
+
+        result = await call(arguments)
         is_error = bool(getattr(result, "is_error", False))
         if is_error:
             # the tool refused the first item of a list it was handed (run_tests on the data
@@ -287,7 +321,7 @@ async def run_gold_path(
                     **arguments,
                     name: _fit(value, schema if isinstance(schema, Mapping) else {}),
                 }
-                again = await env.call_tool(step.tool, retry)
+                again = await call(retry)
                 if not getattr(again, "is_error", False):
                     result, arguments, is_error = again, retry, False
                     bindings[name] = ref
@@ -303,7 +337,7 @@ async def run_gold_path(
                         retry[name] = override[arg.name]
                 if retry == arguments:
                     continue
-                again = await env.call_tool(step.tool, retry)
+                again = await call(retry)
                 if not getattr(again, "is_error", False):
                     result, arguments, is_error = again, retry, False
                     slots.update(override)
@@ -381,12 +415,73 @@ def answer_values(blueprint: Blueprint, messages: Sequence[Message] = ()) -> lis
     return values
 
 
+def _field_named(observations: Sequence[JsonValue], value: str) -> str | None:
+    """The name of the field that holds ``value`` in the latest observation that has it."""
+
+    def walk(node: Any, key: str | None) -> str | None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                found = walk(v, str(k))
+                if found:
+                    return found
+        elif isinstance(node, list):
+            for v in node:
+                found = walk(v, key)
+                if found:
+                    return found
+        elif node is not None and not isinstance(node, bool) and str(node) == value:
+            return key
+        return None
+
+    for observation in reversed(observations):
+        parsed = observation
+        if isinstance(observation, str):
+            try:
+                parsed = json.loads(observation)
+            except ValueError:
+                continue
+        found = walk(parsed, None)
+        if found:
+            return found
+    return None
+
+
 def template_answer(blueprint: Blueprint, messages: Sequence[Message] = ()) -> str:
-    """A plain closing answer that states every value the constraints check."""
+    """A plain closing answer that says what was done and states every value the
+    constraints check, each named by the field it was read from ("The booking id is BK9.").
+
+    A bare list of values ("Here is what I found: confirmed.") says nothing a user can act
+    on, and teaches a model to answer that way."""
     values = answer_values(blueprint, messages)
-    if not values:
+    done = list(
+        dict.fromkeys(
+            c.call.tool.replace("_", " ")
+            for c in getattr(blueprint, "constraints", [])
+            if isinstance(c, ToolCalled) and c.hard
+        )
+    )
+    gold = getattr(blueprint, "gold_run", None)
+    observations: list[JsonValue] = [r.observation for r in _readings(messages)] or [
+        c.observation for c in (gold.calls if gold is not None else [])
+    ]
+    named, unnamed = [], []
+    for value in values:
+        field = _field_named(observations, value)
+        if field:
+            named.append(f"the {field.replace('_', ' ')} is {value}")
+        else:
+            unnamed.append(value)
+    parts = []
+    if done:
+        parts.append("Done: " + " and ".join(done) + " went through.")
+    if named:
+        text = "; ".join(named)
+        parts.append(text[0].upper() + text[1:] + ".")
+    if unnamed:
+        parts.append("Here is what I found: " + ", ".join(unnamed) + ".")
+    if not parts:
         return "All done: I have taken care of that for you."
-    return "Here is what I found: " + ", ".join(values) + "."
+    return " ".join(parts)
 
 
 class GoldPolicy:

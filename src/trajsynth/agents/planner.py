@@ -55,6 +55,7 @@ from trajsynth.schemas import (
     AgentRole,
     Blueprint,
     BlueprintAttempt,
+    CallPattern,
     Cell,
     Constraint,
     EnvState,
@@ -62,7 +63,10 @@ from trajsynth.schemas import (
     LLMUsage,
     MutationLint,
     ObservedField,
+    Order,
+    ReasoningMode,
     Record,
+    RefArg,
     SandboxKind,
     SandboxLimits,
     SnapshotHandle,
@@ -336,6 +340,20 @@ async def _volatile_answer(
     return ObservedField(tool=call.tool, path=where)
 
 
+# The parameter that names the user a call acts as (the requester, not a recipient: those are
+# ``to_email``, ``attendee_id`` and the like).
+ACTOR_PARAM = "user_id"
+
+
+def _actors(calls: list[GoldCall]) -> set[str]:
+    """The users the gold calls act as (their ``ACTOR_PARAM`` values)."""
+    return {
+        str(c.arguments[ACTOR_PARAM])
+        for c in calls
+        if isinstance(c.arguments.get(ACTOR_PARAM), str | int)
+    }
+
+
 async def _ground_truth(
     env: PlannerEnvironment, cluster: ToolCluster, path: PlannedPath, initial: EnvState
 ) -> _Truth | _Failure:
@@ -347,10 +365,26 @@ async def _ground_truth(
     if isinstance(outcome, GoldFailure):
         detail = f"{route}: step {outcome.step} ({outcome.tool}): {outcome.detail}"
         return _Failure("gold_run_error", detail, outcome.tool)
+    actors = _actors(outcome.run.calls)
+    if len(actors) > 1:
+        # one request, one user: a path that answers an invitation as Hannah and then sends
+        # mail as Daniel reads as a request no user would write
+        detail = f"{route}: the path acts as {len(actors)} users ({', '.join(sorted(actors))})"
+        return _Failure("two_users", detail, outcome.run.calls[-1].tool)
     if outcome.slots != path.slots:  # a tool refused a value; the run used another row's
         path = path.model_copy(update={"slots": outcome.slots})
     answer = None
     observed = None
+    if (
+        path.n_writes == 0
+        and len(outcome.steps) > 1
+        and not any(isinstance(a, RefArg) for a in outcome.steps[-1].args.values())
+    ):
+        # the question is asked of the last read; a last read that takes nothing from the
+        # reads before it (get_current_time after convert_time) answers another question
+        # than the one those reads lead to, and the words would state both
+        detail = f"{route}: the last read takes nothing from the reads before it"
+        return _Failure("unrelated_reads", detail, outcome.steps[-1].tool)
     if path.n_writes == 0:
         last = cluster.tool(outcome.steps[-1].tool).input_schema.get("properties") or {}
         answer = pick_answer(outcome.run.calls, path.slots, inputs=list(last))
@@ -392,8 +426,11 @@ async def plan_blueprint(
     run restores the environment and samples again, ``gold_retries`` times), derive the
     constraints and lint them against the initial state, then write the words. Rejections:
     ``unbindable_param``, ``no_write``, ``path_too_short``, ``shape_unsupported``,
-    ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``constraint_lint`` (the last
-    of the paths tried; the detail lists every try), ``words_check``. Infrastructure faults
+    ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``two_users``, ``unrelated_reads``,
+    ``constraint_lint`` (the last of the paths tried; the detail lists every try),
+    ``mutation_lint``, ``mode_unrealised`` (explore_then_commit on a path that reads nothing
+    before its first write), ``words_check``, ``self_check`` (the blueprint's own gold
+    demonstration fails the verifier, hygiene included; docs/planning.md). Infrastructure faults
     (``InfraError``: sandbox, MCP server, LLM) are raised for the caller to retry.
     """
     rng = _rng(cluster, cell, seed, round)
@@ -445,61 +482,159 @@ async def plan_blueprint(
         if isinstance(linted, str):
             return _attempt(cluster, cell, seed, round, "mutation_lint", linted, fill_usage)
         truth, mutation = linted
-    path, gold, answer, constraints = truth.path, truth.gold, truth.answer, truth.constraints
+        if cell.target_mode is ReasoningMode.EXPLORE_THEN_COMMIT:
+            explored = _look_first(cluster, truth)
+            if isinstance(explored, str):
+                return _attempt(cluster, cell, seed, round, "mode_unrealised", explored, fill_usage)
+            truth = explored
+        path, gold, answer = truth.path, truth.gold, truth.answer
 
-    spec = words_spec(
-        cluster,
-        cell.target_mode,
-        gold.steps,
-        path.slots,
-        gold.run.calls,
-        answer,
-        initial_state=initial,
-        slot_sources=path.slot_sources,
-    )
-    words, source, drafts, usage, problems = await _write_words(
-        planner, llm, spec, seed, constrained=cluster.source == "outside"
-    )
-    usage = fill_usage + usage
-    if source == "template":
-        final_problems = check_words(words, spec)
-        if final_problems:
-            detail = "; ".join(final_problems + [f"last draft: {p}" for p in problems])
-            return _attempt(cluster, cell, seed, round, "words_check", detail, usage)
+        spec = words_spec(
+            cluster,
+            cell.target_mode,
+            gold.steps,
+            path.slots,
+            gold.run.calls,
+            answer,
+            initial_state=initial,
+            slot_sources=path.slot_sources,
+        )
+        words, source, drafts, usage, problems = await _write_words(
+            planner, llm, spec, seed, constrained=cluster.source == "outside"
+        )
+        usage = fill_usage + usage
+        if source == "template":
+            final_problems = check_words(words, spec)
+            if final_problems:
+                detail = "; ".join(final_problems + [f"last draft: {p}" for p in problems])
+                return _attempt(cluster, cell, seed, round, "words_check", detail, usage)
 
-    extra_turns = 1 if spec.hidden_slot or spec.stale else 0
-    meaning = {
-        "cluster_id": cluster.cluster_id,
-        "cell": cell.model_dump(mode="json"),
-        "tool_path": [s.model_dump(mode="json") for s in gold.steps],
-        "slots": path.slots,
-        "seed": seed,
-        "gold_hash": gold.run.final_state.state_hash,
-    }
-    return Blueprint(
-        blueprint_id=content_id("bp", meaning),
-        cluster_id=cluster.cluster_id,
-        domain=str(cluster.domain),
-        cell=cell,
-        initial_state_id=initial.state_hash,
-        tool_path=gold.steps,
-        slots=path.slots,
-        persona=words.persona,
-        goal=words.goal,
-        hidden_info=words.hidden_info,
-        uses_code_tool=path.uses_code_tool,
-        n_writes=path.n_writes,
-        gold_run=gold.run,
-        constraints=constraints,
-        max_turns=max(planner.min_turns, len(gold.steps) + 2 + extra_turns),
-        seed=seed,
-        round=round,
-        words_source=source,
-        words_attempts=drafts,
-        reads_before_write=path.reads_before_write,
-        usage=usage,
-        mutation_lint=mutation,
+        extra_turns = 1 if spec.hidden_slot or spec.stale else 0
+        meaning = {
+            "cluster_id": cluster.cluster_id,
+            "cell": cell.model_dump(mode="json"),
+            "tool_path": [s.model_dump(mode="json") for s in gold.steps],
+            "slots": path.slots,
+            "seed": seed,
+            "gold_hash": gold.run.final_state.state_hash,
+        }
+        blueprint = Blueprint(
+            blueprint_id=content_id("bp", meaning),
+            cluster_id=cluster.cluster_id,
+            domain=str(cluster.domain),
+            cell=cell,
+            initial_state_id=initial.state_hash,
+            tool_path=gold.steps,
+            slots=path.slots,
+            persona=words.persona,
+            goal=words.goal,
+            hidden_info=words.hidden_info,
+            uses_code_tool=path.uses_code_tool,
+            n_writes=path.n_writes,
+            gold_run=gold.run,
+            constraints=truth.constraints,
+            max_turns=max(planner.min_turns, len(gold.steps) + 2 + extra_turns),
+            seed=seed,
+            round=round,
+            words_source=source,
+            words_attempts=drafts,
+            reads_before_write=path.reads_before_write,
+            usage=usage,
+            mutation_lint=mutation,
+        )
+        failed = await _self_check(env, handle, env_factory, cluster, blueprint)
+        if failed:
+            return _attempt(cluster, cell, seed, round, "self_check", failed, usage)
+        return blueprint
+
+
+def _look_first(cluster: ToolCluster, truth: _Truth) -> _Truth | str:
+    """An explore-then-commit task's truth with the read it commits after held by an
+    ``order`` constraint, or why the path cannot carry that mode.
+
+    The words of that mode ask the assistant to look at what the user has before it acts;
+    they are honest only when the gold path reads before its first write, and they are
+    checked only when a constraint says the read comes first (the last read before the
+    first write: the records the write acts on).
+    """
+    calls = truth.gold.run.calls
+    writes = [i for i, c in enumerate(calls) if cluster.tool(c.tool).access is ToolAccess.WRITE]
+    route = " -> ".join(truth.path.tools)
+    if not writes:
+        return f"{route}: explore_then_commit without a write"
+    reads = [c for c in calls[: writes[0]] if cluster.tool(c.tool).access is not ToolAccess.WRITE]
+    if not reads:
+        return f"{route}: explore_then_commit, yet nothing is read before the first write"
+    first = calls[writes[0]]
+    order = Order(
+        first=CallPattern(tool=reads[-1].tool),
+        then=CallPattern(tool=first.tool),
+        derived_from="target_mode:explore_then_commit",
     )
+    return truth.model_copy(update={"constraints": [*truth.constraints, order]})
+
+
+class _DemoEnvironment:
+    """The planner's environment as the rollout loop reads one: the cluster and its tools
+    beside the calls (a bundled cluster's tools are its spec's)."""
+
+    def __init__(self, env: PlannerEnvironment, cluster: ToolCluster) -> None:
+        self.env = env
+        self.cluster = cluster
+        self.tools = cluster.tools
+
+    async def call_tool(self, name: str, arguments: dict) -> Any:
+        return await self.env.call_tool(name, arguments)
+
+    async def state(self) -> EnvState:
+        return await self.env.state()
+
+    async def run_check(self, check_id: str, source: str) -> Any:
+        return await self.env.run_check(check_id, source)  # type: ignore[attr-defined]
+
+
+async def _self_check(
+    env: PlannerEnvironment,
+    handle: SnapshotHandle | None,
+    env_factory: EnvFactory,
+    cluster: ToolCluster,
+    blueprint: Blueprint,
+) -> str | None:
+    """Why the blueprint's own gold demonstration fails the product's verifier (hygiene
+    included), or None when it passes.
+
+    The demonstration (``agents.gold.gold_demonstration``: the gold calls replayed through the
+    real rollout loop, the template user, the template answer) is the best trajectory the
+    task admits; when the verifier rejects it, the task's constraints and words disagree (an
+    answer that names nothing the user asked, words the path does not honour) and no rollout
+    of it can be a clean example. Runs in the planning environment restored to the initial
+    state, or a fresh one when there is no snapshot.
+    """
+    from trajsynth.agents.gold import gold_demonstration
+    from trajsynth.curation.verify import verify
+
+    async def run(target: PlannerEnvironment) -> str | None:
+        demo_env = _DemoEnvironment(target, cluster)
+        trajectory, state = await gold_demonstration(
+            blueprint, demo_env, run_id="self-check", shown=cluster.tools
+        )
+        if state is None:
+            return f"the gold demonstration ended without a state ({trajectory.termination})"
+        verdict = verify(trajectory, blueprint.constraints, state)
+        if verdict.passed:
+            return None
+        failed = [f"{r.kind}: {r.detail}"[:200] for r in verdict.results if r.hard and not r.passed]
+        failed += [f"hygiene {h.check}: {h.detail}"[:200] for h in verdict.hygiene if not h.passed]
+        return "the gold demonstration fails the verifier: " + "; ".join(failed or ["no checks"])
+
+    route = " -> ".join(s.tool for s in blueprint.tool_path)
+    if handle is not None:
+        await env.restore(handle)
+        failed = await run(env)
+    else:
+        async with env_factory() as fresh:
+            failed = await run(fresh)
+    return f"{route}: {failed}" if failed else None
 
 
 async def _mutation_checked(
