@@ -7,6 +7,7 @@ asserting the plumbing (bench/efficacy.py ``check_plumbing``), never the gains.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,18 +16,27 @@ from pathlib import Path
 
 import pytest
 
+from trajsynth.schemas import Trajectory
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 
-from efficacy_arms import (  # noqa: E402
-    cached,
-    code_version,
-    content_key,
-    swap_values,
-    take_budget,
-)
 
-from trajsynth.schemas import Trajectory  # noqa: E402
+def _load_arms():
+    """bench/efficacy_arms.py by its path: bench/ must not go on sys.path, where its
+    dask.py would shadow the dask package for every later import in this process."""
+    spec = importlib.util.spec_from_file_location(
+        "efficacy_arms", ROOT / "bench" / "efficacy_arms.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_arms = _load_arms()
+cached, code_version, content_key = _arms.cached, _arms.code_version, _arms.content_key
+swap_values, take_budget = _arms.swap_values, _arms.take_budget
 
 
 def _trajectory(tid: str, email: str, name: str) -> Trajectory:
