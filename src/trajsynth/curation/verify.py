@@ -107,17 +107,9 @@ _CONSTRAINT = TypeAdapter(Constraint)
 
 
 def _tool_schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """Input schema by tool name, from OpenAI ``tools`` entries (or ToolSpec-like dicts)."""
-    out: dict[str, Mapping[str, Any]] = {}
-    for entry in tools:
-        if not isinstance(entry, Mapping):
-            continue
-        fn = entry.get("function") if isinstance(entry.get("function"), Mapping) else entry
-        name = fn.get("name")
-        params = fn.get("parameters") or fn.get("input_schema") or fn.get("inputSchema")
-        if isinstance(name, str) and isinstance(params, Mapping):
-            out[name] = params
-    return out
+    """Input schema by tool name, from OpenAI ``tools`` entries (or ToolSpec-like dicts), for
+    the tools that declare one."""
+    return {name: schema for name, schema in offered_tools(tools).items() if schema}
 
 
 def offered_tools(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
