@@ -48,6 +48,14 @@ def stock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "smol",
                 "--n_ctx",
                 "8192",
+                # the server's default is half the cores (one here) and no prompt cache; a
+                # user on a 2-core machine gives it both, and every turn repeats its prefix
+                "--n_threads",
+                str(os.cpu_count() or 1),
+                "--n_threads_batch",
+                str(os.cpu_count() or 1),
+                "--cache",
+                "true",
                 "--host",
                 "127.0.0.1",
                 "--port",
