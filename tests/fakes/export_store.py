@@ -40,11 +40,16 @@ def export_store(
     store = Store(path)
     t2_args = '{"order_id": W2' if bad_args else {"order_id": "W2"}
     trajectories = [
-        make_trajectory("t1", [[call("get_order", {"order_id": "W1"}, {"status": "ok"})]]),
+        make_trajectory(
+            "t1",
+            [[call("get_order", {"order_id": "W1"}, {"status": "ok"})]],
+            final="Order W1's status is ok.",
+        ),
         make_trajectory(
             "t2",
             ["Which order?", [call("get_item", t2_args, {"sku": "M1"})]],
             replies={0: "W2 please."},
+            final="The item on order W2 is M1.",
         ),
         make_trajectory("t3", [[call("cancel_order", {"order_id": "W1"})]]),
         make_trajectory(
