@@ -30,7 +30,7 @@ def test_synth_run_writes_judged_trajectories(tmp_path: Path) -> None:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "passed / counted" in proc.stdout
+    assert "passed / judged" in proc.stdout
 
     store = Store(tmp_path / "data" / "synth.duckdb")
     runs = store.query("SELECT state, manifest FROM runs")

@@ -28,7 +28,7 @@ console = Console()
 def improve_table(rows: list[dict[str, Any]]) -> Table:
     """The rounds of a loop: the policy, its pass rate, the data's entropies and cost."""
     table = Table(title="expert iteration (per round)")
-    cols = ("round", "policy model", "passed / counted", "pass rate", "domain H",
+    cols = ("round", "policy model", "passed / judged", "pass rate", "domain H",
             "mode H", "tokens / verified", "rows (rollout + gold)", "trained model")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right", overflow="fold")
