@@ -295,13 +295,15 @@ async def gold_and_variants(
     return out
 
 
-async def _plan(names: Sequence[str], n: int, clusters_dir: Path | None) -> dict[str, Blueprint]:
+async def _plan(
+    names: Sequence[str], n: int, clusters_dir: Path | None, seed_base: int
+) -> dict[str, Blueprint]:
     from trajsynth.agents.heldout import plan_eval_tasks
     from trajsynth.mcp_servers.registry import get_cluster
     from trajsynth.schemas import SandboxKind
 
     clusters = [get_cluster(name, clusters_dir=clusters_dir) for name in names]
-    tasks = await plan_eval_tasks(clusters, n, sandbox_kind=SandboxKind.LOCAL, seed_base=5_000)
+    tasks = await plan_eval_tasks(clusters, n, sandbox_kind=SandboxKind.LOCAL, seed_base=seed_base)
     return {t.blueprint_id: t for t in tasks}
 
 
@@ -328,6 +330,12 @@ def main() -> None:
         "plans held-out tasks) instead of reading the store's",
     )
     parser.add_argument("--plan-tasks", type=int, default=3)
+    parser.add_argument(
+        "--seed-base",
+        type=int,
+        default=5_000,
+        help="first planning seed; a new round of the set takes seeds no earlier round used",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.pack:
@@ -341,7 +349,9 @@ def main() -> None:
         return
     os.environ.setdefault("MEMORY_FILE_PATH", "/tmp/audit-memory.jsonl")
     if args.plan:
-        blueprints = asyncio.run(_plan(args.plan.split(","), args.plan_tasks, args.clusters_dir))
+        blueprints = asyncio.run(
+            _plan(args.plan.split(","), args.plan_tasks, args.clusters_dir, args.seed_base)
+        )
         items = asyncio.run(gold_and_variants(blueprints, args.clusters_dir, args.variants))
         with args.out.open("w") as fh:
             for item in items:

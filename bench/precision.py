@@ -31,12 +31,14 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from trajsynth.agents.admission import Refusal, review_blueprint
 from trajsynth.curation.select import sft_eligibility
 from trajsynth.curation.signals import compute_signals
 from trajsynth.curation.verify import verify
 from trajsynth.export.report import ExportError
 from trajsynth.export.rows import _check_tools, openai_messages
 from trajsynth.schemas import (
+    Blueprint,
     Constraint,
     EnvState,
     FailureClass,
@@ -63,6 +65,7 @@ class Scored:
     passed: bool
     exported: bool
     why_not_exported: str | None
+    refused: str | None = None  # why today's planner would not plan the item's blueprint
 
 
 def load_items(folder: Path = FIXTURE) -> list[dict[str, Any]]:
@@ -94,12 +97,38 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def judge_item(item: Mapping[str, Any]) -> tuple[Trajectory, Verdict]:
-    """The verifier's verdict on one item, from its stored end state, as the pipeline judges."""
+def judge_item(
+    item: Mapping[str, Any], constraints: Sequence[Constraint] | None = None
+) -> tuple[Trajectory, Verdict]:
+    """The verifier's verdict on one item, from its stored end state, as the pipeline judges
+    (against the blueprint's stored constraints unless ``constraints`` are given)."""
     trajectory = Trajectory.model_validate(item["trajectory"])
-    constraints = _CONSTRAINTS.validate_python(item["blueprint"]["constraints"])
+    if constraints is None:
+        constraints = _CONSTRAINTS.validate_python(item["blueprint"]["constraints"])
     state = EnvState.model_validate(item["final_state"])
-    return trajectory, verify(trajectory, constraints, state)
+    return trajectory, verify(trajectory, list(constraints), state)
+
+
+def admitted_today(items: Sequence[Mapping[str, Any]]) -> dict[str, Blueprint | str]:
+    """Each blueprint of the items as today's planner admits it (``agents.admission``): with
+    the constraints it adds, or the reason it refuses. The planner's self-check (its gold
+    demonstration must pass the verifier) is read from the blueprint's gold item where the
+    set has one."""
+    out: dict[str, Blueprint | str] = {}
+    for item in items:
+        bp_id = item["blueprint"]["blueprint_id"]
+        if bp_id in out:
+            continue
+        blueprint = Blueprint.model_validate(item["blueprint"])
+        reviewed = review_blueprint(blueprint, set(item.get("write_tools") or ()))
+        out[bp_id] = reviewed.reason if isinstance(reviewed, Refusal) else reviewed
+    for item in items:
+        reviewed = out[item["blueprint"]["blueprint_id"]]
+        if item["origin"] == "gold" and isinstance(reviewed, Blueprint):
+            _, verdict = judge_item(item, reviewed.constraints)
+            if not verdict.passed:
+                out[reviewed.blueprint_id] = "self_check"
+    return out
 
 
 def export_refusal(
@@ -130,11 +159,18 @@ def export_refusal(
     return None
 
 
-def score_items(items: Sequence[Mapping[str, Any]]) -> list[Scored]:
+def score_items(items: Sequence[Mapping[str, Any]], *, today: bool = True) -> list[Scored]:
+    """Each item judged as the product judges it: with ``today``, only when today's planner
+    would plan its blueprint, against the constraints it would carry; without, against the
+    blueprint as stored (the verifier alone, whatever planned the task)."""
+    admitted = admitted_today(items) if today else {}
     out = []
     for item in items:
-        trajectory, verdict = judge_item(item)
-        passed = verdict.passed and not verdict.excluded
+        reviewed = admitted.get(item["blueprint"]["blueprint_id"])
+        refused = reviewed if isinstance(reviewed, str) else None
+        constraints = reviewed.constraints if isinstance(reviewed, Blueprint) else None
+        trajectory, verdict = judge_item(item, constraints)
+        passed = refused is None and verdict.passed and not verdict.excluded
         refusal = export_refusal(trajectory, verdict, item.get("write_tools")) if passed else None
         out.append(
             Scored(
@@ -146,6 +182,7 @@ def score_items(items: Sequence[Mapping[str, Any]]) -> list[Scored]:
                 passed=passed,
                 exported=passed and refusal is None,
                 why_not_exported=refusal if passed else "verdict failed",
+                refused=refused,
             )
         )
     return out
@@ -279,8 +316,25 @@ def main() -> None:
                 print(render(item))
         return
     scored = score_items(items)
-    print(f"audit set {args.fixture}: verifier `passed` and exported SFT rows against labels")
+    print(
+        f"audit set {args.fixture}: `passed` and exported SFT rows against labels, "
+        "blueprints as today's planner admits them"
+    )
     print(table(figures(scored)))
+    refused = [s for s in scored if s.refused]
+    if refused:
+        print("\nrefused by today's planner: reason | blueprints | items | accepted by the labels")
+        for reason in sorted({s.refused for s in refused if s.refused}):
+            group = [s for s in refused if s.refused == reason]
+            n_bp = len({i["blueprint"]["blueprint_id"] for i in items if i["id"] in
+                        {s.item_id for s in group}})  # fmt: skip
+            print(f"{reason} | {n_bp} | {len(group)} | {sum(s.accept for s in group)}")
+    stored = figures(score_items(items, today=False))["overall"]
+    print(
+        f"\ncontrol, every blueprint as stored (the verifier alone): passed {stored.passed}, "
+        f"true {stored.true_passes}, precision {_pct(stored.precision)}, "
+        f"recall {_pct(stored.recall)}"
+    )
     print("\nby origin: origin | labelled | accepted | passed | false passes | false fails")
     for origin in sorted({s.origin for s in scored}):
         group = [s for s in scored if s.origin == origin]
@@ -301,7 +355,8 @@ def main() -> None:
         for s in scored:
             if s.passed != s.accept:
                 kind = "false pass" if s.passed else "false fail"
-                print(f"{kind}: {s.item_id} [{s.cluster} {s.origin}] label: {s.reason}")
+                why = f" (refused: {s.refused})" if s.refused else ""
+                print(f"{kind}{why}: {s.item_id} [{s.cluster} {s.origin}] label: {s.reason}")
 
 
 if __name__ == "__main__":

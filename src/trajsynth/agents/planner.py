@@ -24,6 +24,13 @@ from typing import Any, Literal, NamedTuple, Protocol
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
+from trajsynth.agents.admission import (
+    Refusal,
+    look_first,
+    noop_write,
+    two_users,
+    unrelated_reads,
+)
 from trajsynth.agents.argfill import fill_slots
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import (
@@ -55,7 +62,6 @@ from trajsynth.schemas import (
     AgentRole,
     Blueprint,
     BlueprintAttempt,
-    CallPattern,
     Cell,
     Constraint,
     EnvState,
@@ -63,10 +69,8 @@ from trajsynth.schemas import (
     LLMUsage,
     MutationLint,
     ObservedField,
-    Order,
     ReasoningMode,
     Record,
-    RefArg,
     SandboxKind,
     SandboxLimits,
     SnapshotHandle,
@@ -340,20 +344,6 @@ async def _volatile_answer(
     return ObservedField(tool=call.tool, path=where)
 
 
-# The parameter that names the user a call acts as (the requester, not a recipient: those are
-# ``to_email``, ``attendee_id`` and the like).
-ACTOR_PARAM = "user_id"
-
-
-def _actors(calls: list[GoldCall]) -> set[str]:
-    """The users the gold calls act as (their ``ACTOR_PARAM`` values)."""
-    return {
-        str(c.arguments[ACTOR_PARAM])
-        for c in calls
-        if isinstance(c.arguments.get(ACTOR_PARAM), str | int)
-    }
-
-
 async def _ground_truth(
     env: PlannerEnvironment, cluster: ToolCluster, path: PlannedPath, initial: EnvState
 ) -> _Truth | _Failure:
@@ -365,26 +355,17 @@ async def _ground_truth(
     if isinstance(outcome, GoldFailure):
         detail = f"{route}: step {outcome.step} ({outcome.tool}): {outcome.detail}"
         return _Failure("gold_run_error", detail, outcome.tool)
-    actors = _actors(outcome.run.calls)
-    if len(actors) > 1:
-        # one request, one user: a path that answers an invitation as Hannah and then sends
-        # mail as Daniel reads as a request no user would write
-        detail = f"{route}: the path acts as {len(actors)} users ({', '.join(sorted(actors))})"
-        return _Failure("two_users", detail, outcome.run.calls[-1].tool)
+    write_tools = _write_tools(cluster)
+    refused = two_users(outcome.run.calls) or noop_write(outcome.run.calls, write_tools)
+    if refused:
+        return _Failure(*refused)
     if outcome.slots != path.slots:  # a tool refused a value; the run used another row's
         path = path.model_copy(update={"slots": outcome.slots})
     answer = None
     observed = None
-    if (
-        path.n_writes == 0
-        and len(outcome.steps) > 1
-        and not any(isinstance(a, RefArg) for a in outcome.steps[-1].args.values())
-    ):
-        # the question is asked of the last read; a last read that takes nothing from the
-        # reads before it (get_current_time after convert_time) answers another question
-        # than the one those reads lead to, and the words would state both
-        detail = f"{route}: the last read takes nothing from the reads before it"
-        return _Failure("unrelated_reads", detail, outcome.steps[-1].tool)
+    unrelated = unrelated_reads(outcome.steps, path.n_writes, outcome.run.calls, path.slots)
+    if unrelated:
+        return _Failure(*unrelated)
     if path.n_writes == 0:
         last = cluster.tool(outcome.steps[-1].tool).input_schema.get("properties") or {}
         answer = pick_answer(outcome.run.calls, path.slots, inputs=list(last))
@@ -483,10 +464,12 @@ async def plan_blueprint(
             return _attempt(cluster, cell, seed, round, "mutation_lint", linted, fill_usage)
         truth, mutation = linted
         if cell.target_mode is ReasoningMode.EXPLORE_THEN_COMMIT:
-            explored = _look_first(cluster, truth)
-            if isinstance(explored, str):
-                return _attempt(cluster, cell, seed, round, "mode_unrealised", explored, fill_usage)
-            truth = explored
+            ordered = look_first(truth.gold.run.calls, _write_tools(cluster), truth.constraints)
+            if isinstance(ordered, Refusal):
+                return _attempt(
+                    cluster, cell, seed, round, ordered.reason, ordered.detail, fill_usage
+                )
+            truth = truth.model_copy(update={"constraints": ordered})
         path, gold, answer = truth.path, truth.gold, truth.answer
 
         spec = words_spec(
@@ -548,30 +531,8 @@ async def plan_blueprint(
         return blueprint
 
 
-def _look_first(cluster: ToolCluster, truth: _Truth) -> _Truth | str:
-    """An explore-then-commit task's truth with the read it commits after held by an
-    ``order`` constraint, or why the path cannot carry that mode.
-
-    The words of that mode ask the assistant to look at what the user has before it acts;
-    they are honest only when the gold path reads before its first write, and they are
-    checked only when a constraint says the read comes first (the last read before the
-    first write: the records the write acts on).
-    """
-    calls = truth.gold.run.calls
-    writes = [i for i, c in enumerate(calls) if cluster.tool(c.tool).access is ToolAccess.WRITE]
-    route = " -> ".join(truth.path.tools)
-    if not writes:
-        return f"{route}: explore_then_commit without a write"
-    reads = [c for c in calls[: writes[0]] if cluster.tool(c.tool).access is not ToolAccess.WRITE]
-    if not reads:
-        return f"{route}: explore_then_commit, yet nothing is read before the first write"
-    first = calls[writes[0]]
-    order = Order(
-        first=CallPattern(tool=reads[-1].tool),
-        then=CallPattern(tool=first.tool),
-        derived_from="target_mode:explore_then_commit",
-    )
-    return truth.model_copy(update={"constraints": [*truth.constraints, order]})
+def _write_tools(cluster: ToolCluster) -> set[str]:
+    return {t.name for t in cluster.tools if t.access is ToolAccess.WRITE}
 
 
 class _DemoEnvironment:
