@@ -836,10 +836,13 @@ def sample_path(
     # search API) could never plan them, so its medium and hard tasks are longer read paths
     need_write = cell.difficulty in (Difficulty.MEDIUM, Difficulty.HARD) and bool(writable)
     outside = cluster.source == "outside" and len(names) > 1
-    if outside:
+    two_calls = outside and bool(writable)
+    if two_calls:
         # a blueprint over a multi-tool outside cluster has >= 2 calls, since one call of a
         # server exercises none of its dependencies; a "single" cell becomes a two-call chain
-        # (the second call unlinked when the graph has no edge)
+        # (the second call unlinked when the graph has no edge). Not on a read-only server:
+        # there a second, unlinked read asks a second question (agents.admission's
+        # unrelated_reads), and one read answers one
         low, high = max(low, 2), max(high, 2)
         shape = PathShape.CHAIN if shape is PathShape.SINGLE else shape
     tables = _Tables.of(state)
@@ -865,7 +868,7 @@ def sample_path(
             draft = _draft_shape(PathShape.CHAIN, length, graph, weight, entries, names, uses, rng)
         if isinstance(draft, str):
             return Rejection(reason="shape_unsupported", detail=f"{shape}: {draft}")
-        if outside and len(draft.tools) < 2:
+        if two_calls and len(draft.tools) < 2:
             draft = _second_call(cluster, draft, entries, names, uses, rng)
         if outside and need_write and not any(_writes(cluster, draft.tools)):
             # probing links few of an outside server's tools, so a walk rarely reaches a
