@@ -331,6 +331,13 @@ def main() -> None:
     )
     parser.add_argument("--plan-tasks", type=int, default=3)
     parser.add_argument(
+        "--round",
+        type=int,
+        default=1,
+        help="the round stamped on every item (a round is drawn and labelled after the "
+        "verifier and planner it measures were written)",
+    )
+    parser.add_argument(
         "--seed-base",
         type=int,
         default=5_000,
@@ -355,7 +362,7 @@ def main() -> None:
         items = asyncio.run(gold_and_variants(blueprints, args.clusters_dir, args.variants))
         with args.out.open("w") as fh:
             for item in items:
-                fh.write(_line(item))
+                fh.write(_line({**item, "round": args.round}))
         print(f"{len(items)} items -> {args.out}")
         return
     store = Store(args.store)
@@ -371,7 +378,7 @@ def main() -> None:
         items += asyncio.run(gold_and_variants(blueprints, args.clusters_dir, args.variants))
     with args.out.open("w") as fh:
         for item in items:
-            fh.write(_line(item))
+            fh.write(_line({**item, "round": args.round}))
     print(f"{len(items)} items -> {args.out}")
 
 

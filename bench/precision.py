@@ -66,6 +66,7 @@ class Scored:
     exported: bool
     why_not_exported: str | None
     refused: str | None = None  # why today's planner would not plan the item's blueprint
+    round: int = 1  # the audit round the item was drawn and labelled in
 
 
 def load_items(folder: Path = FIXTURE) -> list[dict[str, Any]]:
@@ -183,6 +184,7 @@ def score_items(items: Sequence[Mapping[str, Any]], *, today: bool = True) -> li
                 exported=passed and refusal is None,
                 why_not_exported=refusal if passed else "verdict failed",
                 refused=refused,
+                round=int(item.get("round", 1)),
             )
         )
     return out
@@ -329,6 +331,13 @@ def main() -> None:
             n_bp = len({i["blueprint"]["blueprint_id"] for i in items if i["id"] in
                         {s.item_id for s in group}})  # fmt: skip
             print(f"{reason} | {n_bp} | {len(group)} | {sum(s.accept for s in group)}")
+    print("\nby round: round | labelled | accepted | passed | true passes | precision | recall")
+    for number in sorted({s.round for s in scored}):
+        f = figures(s for s in scored if s.round == number)["overall"]
+        print(
+            f"{number} | {f.labelled} | {f.accepted} | {f.passed} | {f.true_passes} | "
+            f"{_pct(f.precision)} | {_pct(f.recall)}"
+        )
     stored = figures(score_items(items, today=False))["overall"]
     print(
         f"\ncontrol, every blueprint as stored (the verifier alone): passed {stored.passed}, "
