@@ -309,8 +309,8 @@ def _outside_cluster(**server: Any) -> ToolCluster:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_outside_blueprints_have_two_calls_with_arguments(seed: int) -> None:
-    """Issue 17: a single-call cell on a multi-tool outside cluster (no edges at all) still
-    plans >= 2 calls, at least one with arguments, bound from probe-accepted values."""
+    """A single-call cell on a multi-tool outside cluster with a write (no edges at all)
+    still plans >= 2 calls, at least one with arguments, bound from probe-accepted values."""
     c = _outside_cluster(args={"text": "remember the milk"})
     g = dependency_graph(c)
     cell = Cell(
@@ -326,6 +326,19 @@ def test_outside_blueprints_have_two_calls_with_arguments(seed: int) -> None:
             assert value in ("docs/a.txt", "docs/b.txt")
         if name == "text":
             assert (value, source) == ("remember the milk", "spec")  # --arg wins
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_read_only_outside_server_s_single_cell_is_one_read(seed: int) -> None:
+    """On a server without writes (a clock) a second, unlinked read would ask a second
+    question that the planner refuses (``unrelated_reads``): a single cell stays one call."""
+    c = _outside_cluster()
+    c = c.model_copy(update={"tools": [t for t in c.tools if t.access is ToolAccess.READ]})
+    cell = Cell(cluster_id="files", path_shape="single", target_mode="direct_execute",
+                difficulty="easy")  # fmt: skip
+    path = sample_path(c, dependency_graph(c), cell, EnvState(state_hash="h"), random.Random(seed))
+    assert isinstance(path, PlannedPath), path
+    assert len(path.steps) == 1 and path.n_writes == 0
 
 
 @pytest.mark.parametrize("seed", range(6))

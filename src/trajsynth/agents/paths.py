@@ -868,7 +868,7 @@ def sample_path(
             draft = _draft_shape(PathShape.CHAIN, length, graph, weight, entries, names, uses, rng)
         if isinstance(draft, str):
             return Rejection(reason="shape_unsupported", detail=f"{shape}: {draft}")
-        if two_calls and len(draft.tools) < 2:
+        if outside and len(draft.tools) < 2 <= low:
             draft = _second_call(cluster, draft, entries, names, uses, rng)
         if outside and need_write and not any(_writes(cluster, draft.tools)):
             # probing links few of an outside server's tools, so a walk rarely reaches a
