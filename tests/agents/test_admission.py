@@ -5,6 +5,7 @@ from __future__ import annotations
 from trajsynth.agents.admission import (
     LOOK_FIRST_SOURCE,
     Refusal,
+    empty_read,
     look_first,
     noop_write,
     two_users,
@@ -138,3 +139,38 @@ def test_look_first_accepts_a_read_of_a_whole_one_user_service() -> None:
     calls = [_call("read_graph", {}), _call("delete_entities", {}, entityNames=["x"])]
     constraints = look_first(calls, {"delete_entities"}, [])
     assert isinstance(constraints, list) and constraints[0].first.tool == "read_graph"
+
+
+def test_a_read_that_finds_nothing_for_a_name_nothing_else_uses_is_refused() -> None:
+    """A node 'example' searched for and not found: the request is about nothing."""
+    calls = [
+        _call("create_relations", [{"from": "a", "to": "b"}], relations=[{"from": "a"}]),
+        _call("search_nodes", {"entities": [], "relations": []}, query="example"),
+    ]
+    refused = empty_read(calls, {"create_relations"})
+    assert refused is not None and refused.reason == "empty_read" and "'example'" in refused.detail
+
+
+def test_a_look_before_creating_what_it_looked_for_is_kept() -> None:
+    """describe_table('notes') finds nothing, then the path creates notes; a SELECT that
+    finds nothing names no thing."""
+    calls = [
+        _call("read_query", [], query="SELECT name FROM sqlite_master WHERE type = 'table'"),
+        _call("describe_table", [], table_name="notes"),
+        _call("create_table", "ok", query="CREATE TABLE IF NOT EXISTS notes (id INTEGER)"),
+    ]
+    assert empty_read(calls, {"create_table"}) is None
+
+
+def test_a_write_that_sets_what_the_initial_state_holds_is_a_noop() -> None:
+    """The result names the record by its id and shows the values set; the initial state's
+    row of that record already held them (the actor, ``user_id``, is not a field of it)."""
+    moved = {"event_id": "EV1002", "date": "2025-06-02", "start_time": "10:00", "status": "ok"}
+    calls = [_call("reschedule_event", moved, user_id="priya", event_id="EV1002",
+                   date="2025-06-02", start_time="10:00")]  # fmt: skip
+    rows = [{"event_id": "EV1002", "date": "2025-06-02", "start_time": "10:00"}]
+    refused = noop_write(calls, {"reschedule_event"}, rows)
+    assert refused is not None and "the initial state" in refused.detail
+    other = [{"event_id": "EV1002", "date": "2025-06-02", "start_time": "09:00"}]
+    assert noop_write(calls, {"reschedule_event"}, other) is None
+    assert noop_write(calls, {"reschedule_event"}) is None

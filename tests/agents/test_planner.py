@@ -495,3 +495,38 @@ async def test_a_read_only_path_whose_last_read_takes_nothing_from_the_first_is_
     )
     kept = await _ground_truth(env, SHOP, related, await env.state())
     assert isinstance(kept, _Truth), kept
+
+
+async def test_a_meeting_moved_to_the_time_it_already_has_is_refused(tmp_path: Path) -> None:
+    """The reschedule resets the attendees' replies and sends mail, so the state changes, yet
+    the event itself stays where it was: the initial state's row shows it (``noop_write``).
+    Moved to another free slot, the same path is kept."""
+    calendar = get_cluster("calendar")
+    env = InProcessEnvironment("calendar", tmp_path)
+    initial = await env.start()
+    event = next(e for e in initial.tables["events"] if e["event_id"] == "EV1002")
+    organizer = event["organizer_id"]
+    find = PlannedCall(tool="find_user", args={"query": SlotArg(name="query")})
+    move = PlannedCall(
+        tool="reschedule_event",
+        args={
+            "user_id": RefArg(step=0, field="users[0].user_id"),
+            **{k: SlotArg(name=k) for k in ("event_id", "date", "start_time", "end_time")},
+        },
+    )
+    name = next(u["name"] for u in initial.tables["users"] if u["user_id"] == organizer)
+    same = {k: event[k] for k in ("event_id", "date", "start_time", "end_time")}
+    path = PlannedPath(
+        cluster_id="calendar", shape=PathShape.CHAIN, difficulty=Difficulty.EASY,
+        steps=[find, move], slots={"query": name, **same},
+    )  # fmt: skip
+    refused = await _ground_truth(env, calendar, path, initial)
+    assert not isinstance(refused, _Truth)
+    assert refused.reason == "noop_write" and "the initial state" in refused.detail
+    env2 = InProcessEnvironment("calendar", tmp_path)
+    initial2 = await env2.start()
+    later = path.model_copy(
+        update={"slots": {**path.slots, "start_time": "16:00", "end_time": "16:30"}}
+    )
+    kept = await _ground_truth(env2, calendar, later, initial2)
+    assert isinstance(kept, _Truth), kept

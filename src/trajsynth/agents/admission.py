@@ -13,6 +13,9 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
 - ``unrelated_reads``: a read-only path whose last read takes nothing from the reads before it
   (``get_current_time`` after ``convert_time``): the question is asked of the last read, and the
   words would state both questions.
+- ``empty_read``: a read that finds nothing for a value no other call uses (a table
+  ``groceries`` described, a node ``example`` searched for): the request is about a thing the
+  server does not have.
 - ``noop_write``: a write whose result shows, for the record it names, the values an earlier
   result already showed (a seat changed to the seat just booked): the task asks for a change
   that changes nothing.
@@ -23,6 +26,7 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -41,6 +45,7 @@ from trajsynth.schemas import (
 __all__ = [
     "ACTOR_PARAM",
     "Refusal",
+    "empty_read",
     "look_first",
     "noop_write",
     "review_blueprint",
@@ -127,38 +132,94 @@ def _records(value: Any) -> Iterator[dict[str, Any]]:
             yield from _records(inner)
 
 
+def _is_id(key: str) -> bool:
+    return key == "id" or key.endswith("_id")
+
+
 def _shows(record: dict[str, Any], fields: dict[str, str]) -> bool:
-    return all(_scalar(record.get(k)) == v for k, v in fields.items())
+    """The record holds at least one of the values a write sets (not only the ids it names),
+    and every one of the write's fields it has holds the write's value."""
+    present = [k for k in fields if k in record]
+    if not any(not _is_id(k) for k in present):
+        return False
+    return all(_scalar(record[k]) == fields[k] for k in present)
 
 
 def _same_record(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Both name one record: they share an id field and agree on every id field they share."""
-    ids = [k for k in a.keys() & b.keys() if k == "id" or k.endswith("_id")]
+    ids = [k for k in a.keys() & b.keys() if _is_id(k)]
     return bool(ids) and all(_scalar(a[k]) == _scalar(b[k]) for k in ids)
 
 
-def noop_write(calls: Sequence[GoldCall], write_tools: Collection[str]) -> Refusal | None:
-    """Refused when a write sets what an earlier result already showed of the same record.
+def noop_write(
+    calls: Sequence[GoldCall],
+    write_tools: Collection[str],
+    initial_rows: Sequence[dict[str, Any]] = (),
+) -> Refusal | None:
+    """Refused when a write sets what the record already was.
 
-    A write with at least two scalar arguments (the record it names and a value it sets) is a
-    no-op when its own result holds a record showing every one of those arguments, and an
-    earlier call's result held the same record (the same ids) showing the same values: the
-    record already was what the write makes it. A write whose result shows other values (a
+    A write is a no-op when its own result holds a record showing the values the write set,
+    and the same record (the same ids) showed those values before it: in an earlier call's
+    result, or in ``initial_rows`` (the initial state's rows, where the planner has them: a
+    meeting moved to the time it already has). A write whose result shows other values (a
     quantity added to) or another record (an event created like one cancelled) is not one.
     """
     for i, call in enumerate(calls):
         if call.tool not in write_tools or call.is_error:
             continue
         fields = {k: s for k, v in call.arguments.items() if (s := _scalar(v)) is not None}
-        if len(fields) < 2:
-            continue
         after = [r for r in _records(call.observation) if _shows(r, fields)]
-        for earlier in calls[:i]:
-            before = [r for r in _records(earlier.observation) if _shows(r, fields)]
+        if not after:
+            continue
+        sources = [(c.tool, list(_records(c.observation))) for c in calls[:i]]
+        sources.append(("the initial state", list(initial_rows)))
+        for where, records in sources:
+            before = [r for r in records if _shows(r, fields)]
             if any(_same_record(a, b) for a in after for b in before):
                 shown = ", ".join(f"{k}={v}" for k, v in sorted(fields.items()))
-                detail = f"{_route(calls)}: {call.tool}({shown}) sets what {earlier.tool} showed"
+                detail = f"{_route(calls)}: {call.tool}({shown}) sets what {where} showed"
                 return Refusal("noop_write", detail, call.tool)
+    return None
+
+
+def _found_nothing(value: Any) -> bool:
+    """A result with no records: empty, or an object whose every list or object is empty
+    (``{"entities": [], "relations": []}``; the query it echoes does not count)."""
+    value = parse_json_maybe(value)
+    if value in (None, "", [], {}):
+        return True
+    if isinstance(value, dict):
+        held = [v for v in value.values() if isinstance(v, list | dict)]
+        return bool(held) and all(not v for v in held)
+    return False
+
+
+def _names_a_thing(value: Any) -> bool:
+    """A name or id (``groceries``, ``example``, ``EV1002``), not a query or free text: a
+    statement that finds nothing (a ``SELECT`` over an empty database) names nothing."""
+    return isinstance(value, str) and 0 < len(value) <= 64 and not any(c.isspace() for c in value)
+
+
+def empty_read(calls: Sequence[GoldCall], write_tools: Collection[str]) -> Refusal | None:
+    """Refused when a read finds nothing for a value no other call of the path uses.
+
+    Such a value names a thing the server does not have (a table ``groceries`` described, a
+    node ``example`` searched for), so the request is about nothing; a value a later call uses
+    (a table looked for, then created) is a look before an act and is kept.
+    """
+    for i, call in enumerate(calls):
+        if call.tool in write_tools or call.is_error or not _found_nothing(call.observation):
+            continue
+        others = " ".join(
+            json.dumps(c.arguments, default=str).casefold() for j, c in enumerate(calls) if j != i
+        )
+        for name, value in call.arguments.items():
+            if _names_a_thing(value) and value.casefold() not in others:
+                detail = (
+                    f"{_route(calls)}: {call.tool}({name}={value!r}) found nothing, and no other "
+                    "call uses that value"
+                )
+                return Refusal("empty_read", detail, call.tool)
     return None
 
 
@@ -212,6 +273,7 @@ def review_blueprint(blueprint: Blueprint, write_tools: Collection[str]) -> Blue
         two_users(calls)
         or unrelated_reads(blueprint.tool_path, blueprint.n_writes, calls, blueprint.slots)
         or noop_write(calls, write_tools)
+        or empty_read(calls, write_tools)
     )
     if refused:
         return refused

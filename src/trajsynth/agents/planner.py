@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trajsynth.agents.admission import (
     Refusal,
+    empty_read,
     look_first,
     noop_write,
     two_users,
@@ -356,7 +357,11 @@ async def _ground_truth(
         detail = f"{route}: step {outcome.step} ({outcome.tool}): {outcome.detail}"
         return _Failure("gold_run_error", detail, outcome.tool)
     write_tools = _write_tools(cluster)
-    refused = two_users(outcome.run.calls) or noop_write(outcome.run.calls, write_tools)
+    calls = outcome.run.calls
+    rows = [row for table in initial.tables.values() for row in table]
+    refused = (
+        two_users(calls) or noop_write(calls, write_tools, rows) or empty_read(calls, write_tools)
+    )
     if refused:
         return _Failure(*refused)
     if outcome.slots != path.slots:  # a tool refused a value; the run used another row's

@@ -5,7 +5,8 @@ Four registered hygiene checks (``curation.hygiene``), model-free, for any tool 
 - ``grounded_answer``: every value the answer states (a number, an id, a file name, an email,
   a date or time, a quoted string, a value the task asked the user to be told) appears in
   what the episode saw: a tool result, a user or system message, the arguments of a call that
-  succeeded, or the offered tools' schemas. A value no tool returned is made up.
+  succeeded, or the offered tools' schemas. A value no tool returned is made up. A value the
+  task asked to be told must appear in a tool result itself.
 - ``outcome_consistent``: the answer does not say that nothing happened ("did not go
   through", "nothing was changed") when a write succeeded and no failure was left standing.
 - ``no_redundant_call``: no successful call is repeated with the same arguments and the same
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -173,10 +174,21 @@ class Corpus:
         values = numbers_in(token)
         return bool(values) and all(_has_number(numbers, v) for v in values)
 
+    def returned(self, token: str) -> bool:
+        """Whether a tool result holds ``token``: verbatim, or every number in it, 0 and 1
+        included (an asked "+0.0h" is a claim about what a tool returned)."""
+        if token.casefold() in self.result_text:
+            return True
+        values = numbers_in(token)
+        return bool(values) and all(_has_number(self.result_numbers, v, always=()) for v in values)
 
-def _has_number(numbers: set[Decimal], value: Decimal) -> bool:
-    """``value`` is in ``numbers``, or some number rounds to it (54.199 told as 54.20)."""
-    if value in numbers or value in _ALWAYS:
+
+def _has_number(
+    numbers: set[Decimal], value: Decimal, always: Collection[Decimal] = _ALWAYS
+) -> bool:
+    """``value`` is in ``numbers`` (or ``always``), or some number rounds to it (54.199 told
+    as 54.20)."""
+    if value in numbers or value in always:
         return True
     exponent = value.as_tuple().exponent
     if not isinstance(exponent, int) or exponent >= 0:
@@ -225,6 +237,13 @@ def _grounded_answer(ctx: HygieneContext) -> tuple[bool, str]:
     loose = list(dict.fromkeys(v for v in values if not corpus.holds(v)))
     if loose:
         return False, f"the answer states value(s) nothing in the episode returned: {loose[:4]}"
+    # a value the task asked to be told is information only a tool can give: the user's own
+    # words ("09:15 Tokyo to Tokyo" holds the 0 of "+0.0h") do not ground it
+    low = ctx.answer.casefold()
+    asked = [str(v) for v in ctx.asked_values if str(v).strip() and str(v).casefold() in low]
+    unreturned = list(dict.fromkeys(v for v in asked if not corpus.returned(v)))
+    if unreturned:
+        return False, f"the answer states asked value(s) no tool returned: {unreturned[:4]}"
     return True, f"{len(set(values))} value(s) stated, each found in the episode"
 
 
