@@ -359,9 +359,7 @@ async def _ground_truth(
     write_tools = _write_tools(cluster)
     calls = outcome.run.calls
     rows = [row for table in initial.tables.values() for row in table]
-    refused = (
-        two_users(calls) or noop_write(calls, write_tools, rows) or empty_read(calls, write_tools)
-    )
+    refused = two_users(calls) or noop_write(calls, write_tools, rows)
     if refused:
         return _Failure(*refused)
     if outcome.slots != path.slots:  # a tool refused a value; the run used another row's
@@ -390,6 +388,10 @@ async def _ground_truth(
             c.tool for c in outcome.run.calls if cluster.tool(c.tool).access is ToolAccess.WRITE
         ]
         return _Failure("constraint_lint", f"{route}: " + "; ".join(issues), (writes or [None])[-1])
+    # after the lint: a path whose constraints a do-nothing run passes is the lint's to name
+    empty = empty_read(calls, write_tools)
+    if empty:
+        return _Failure(*empty)
     return _Truth(path=path, gold=outcome, answer=answer, constraints=constraints)
 
 
