@@ -271,3 +271,29 @@ def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
     # sentence's period into the file
     assert 'content: "Wrote to todo.md".' in goal
     assert check_words(template_words(spec), spec) == []
+
+
+def test_a_list_whose_items_all_match_the_request_is_counted_not_answered_by_its_first() -> None:
+    """Both of the day's events carry the date the user asked about, so neither is singled
+    out: the question becomes how many there are, not the first one's start time."""
+    events = [
+        {
+            "event_id": "EV1001",
+            "title": "Team standup",
+            "date": "2025-06-02",
+            "start_time": "09:00",
+        },
+        {
+            "event_id": "EV1003",
+            "title": "Design review",
+            "date": "2025-06-02",
+            "start_time": "14:00",
+        },
+    ]
+    args = {"user_id": "hannah", "date": "2025-06-02"}
+    two = GoldCall(tool="list_events", arguments=args, observation={**args, "events": events})
+    answer = pick_answer([two], {"query": "Hannah Schmidt"}, inputs=list(args))
+    assert answer is not None and (answer.field, answer.value) == ("number of events", 2)
+    one = two.model_copy(update={"observation": {**args, "events": events[:1]}})
+    answer = pick_answer([one], {"query": "Hannah Schmidt"}, inputs=list(args))
+    assert answer is not None and (answer.field, answer.value) == ("start_time", "09:00")

@@ -21,17 +21,17 @@ FIXTURE = ROOT / "tests" / "fixtures" / "audit"
 # overall and per cluster: (precision of passed, recall of passed, precision of exported rows),
 # measured on this fixture with this branch's planner admission and verifier
 FLOORS: dict[str, tuple[float | None, float | None, float | None]] = {
-    "calendar": (0.875, 1.0, 0.875),  # passed 16/76, true 14, exported 16, accepted 14
-    "code": (1.0, 1.0, 1.0),  # passed 10/56, true 10, exported 10, accepted 10
-    "memory": (1.0, 1.0, 1.0),  # passed 6/48, true 6, exported 6, accepted 6
-    "shop": (1.0, 1.0, 1.0),  # passed 12/48, true 12, exported 12, accepted 12
-    "sqlite": (1.0, 1.0, 1.0),  # passed 4/50, true 4, exported 4, accepted 4
-    "time": (1.0, 1.0, 1.0),  # passed 6/52, true 6, exported 6, accepted 6
-    "travel": (1.0, 1.0, 1.0),  # passed 18/92, true 18, exported 18, accepted 18
-    "overall": (0.972, 1.0, 0.972),  # passed 72/422, true 70, exported 72, accepted 70
+    "calendar": (0.789, 1.0, 0.789),  # passed 19/84, true 15, exported 19, accepted 15
+    "code": (0.923, 1.0, 0.923),  # passed 13/64, true 12, exported 13, accepted 12
+    "memory": (0.9, 1.0, 0.9),  # passed 10/56, true 9, exported 10, accepted 9
+    "shop": (1.0, 1.0, 1.0),  # passed 15/56, true 15, exported 15, accepted 15
+    "sqlite": (1.0, 1.0, 1.0),  # passed 7/58, true 7, exported 7, accepted 7
+    "time": (1.0, 1.0, 1.0),  # passed 9/60, true 9, exported 9, accepted 9
+    "travel": (1.0, 1.0, 1.0),  # passed 21/100, true 21, exported 21, accepted 21
+    "overall": (0.936, 1.0, 0.936),  # passed 94/478, true 88, exported 94, accepted 88
 }
-# the verifier alone, blueprints as stored: passed 101, true 70
-STORED_FLOOR = (0.693, 1.0)
+# the verifier alone, blueprints as stored: passed 123, true 88
+STORED_FLOOR = (0.715, 1.0)
 # what today's planner refuses, each a reason ``plan_blueprint`` records (docs/planning.md)
 PLANNER_REASONS = {
     "two_users", "unrelated_reads", "noop_write", "empty_read", "mode_unrealised", "self_check",
@@ -151,7 +151,7 @@ def test_each_round_is_labelled_and_scored(scored):
     """Rounds drawn after the checks they measure were written: each has accepted and
     rejected items, and its own figures."""
     rounds = {s.round for s in scored}
-    assert {1, 2} <= rounds
+    assert {1, 2, 3} <= rounds
     for number in rounds:
         group = [s for s in scored if s.round == number]
         assert {s.accept for s in group} == {True, False}

@@ -211,8 +211,8 @@ def pick_answer(
     The observation's entity is the object itself, or — when the object only wraps one list
     (search results) — the list item that matches a slot; the answer is its most telling field
     (total, price, status...) that is neither an id nor an echo of the inputs (``inputs``: the
-    tool's parameter names). Several results that no slot singles out give "the lowest price"
-    (or how many there are).
+    tool's parameter names). Several results that no slot singles out (none matches one, or
+    several do) give "the lowest price" (or how many there are).
 
     >>> call = GoldCall(tool="search_products", arguments={"query": "Aurora lamp"},
     ...     observation={"products": [{"product_id": "P1", "name": "Aurora lamp", "price": 39.5}]})
@@ -241,10 +241,13 @@ def pick_answer(
             for it in items
             if any(isinstance(v, str) and v.casefold() in given for v in it.values())
         ]
-        if hits or len(items) == 1:
+        # one item singled out by what the user said; several that all match it (a day's
+        # events, each carrying the date asked) single nothing out, so they are counted or
+        # ranked like an unfiltered list instead of answered by whichever came first
+        if len(hits) == 1 or (not hits and len(items) == 1):
             entity = (hits or items)[0]
         elif items:
-            return _aggregate(list(items), given, _tool_noun(last.tool))
+            return _aggregate(list(hits or items), given, _tool_noun(last.tool))
     if entity is None:
         return None
     subject = next(
