@@ -6,12 +6,22 @@ from trajsynth.agents.admission import (
     LOOK_FIRST_SOURCE,
     Refusal,
     empty_read,
+    first_of_many,
     look_first,
     noop_write,
     two_users,
     unrelated_reads,
 )
-from trajsynth.schemas import GoldCall, Order, PlannedCall, RefArg, SlotArg
+from trajsynth.schemas import (
+    AnswerContains,
+    Blueprint,
+    GoldCall,
+    GoldRun,
+    Order,
+    PlannedCall,
+    RefArg,
+    SlotArg,
+)
 
 TRAVEL_WRITES = {"book_flight", "change_seat", "cancel_booking"}
 
@@ -174,3 +184,27 @@ def test_a_write_that_sets_what_the_initial_state_holds_is_a_noop() -> None:
     other = [{"event_id": "EV1002", "date": "2025-06-02", "start_time": "09:00"}]
     assert noop_write(calls, {"reschedule_event"}, other) is None
     assert noop_write(calls, {"reschedule_event"}) is None
+
+
+def test_an_answer_from_the_first_of_several_matching_records_is_refused() -> None:
+    """A stored blueprint that asked for the first event's start time of a day with two is
+    not what the planner asks today (it counts them)."""
+    events = [
+        {"event_id": "EV1001", "date": "2025-06-02", "start_time": "09:00"},
+        {"event_id": "EV1003", "date": "2025-06-02", "start_time": "14:00"},
+    ]
+    args = {"user_id": "hannah", "date": "2025-06-02"}
+    call = _call("list_events", {**args, "events": events}, **args)
+    step = PlannedCall(tool="list_events", args={k: SlotArg(name=k) for k in args})
+    blueprint = Blueprint.model_construct(
+        n_writes=0, slots=args, tool_path=[step],
+        gold_run=GoldRun.model_construct(calls=[call]),
+        constraints=[AnswerContains(values=["09:00"], derived_from="blueprint.answer_values")],
+    )  # fmt: skip
+    refused = first_of_many(blueprint)
+    assert refused is not None and "first of 2 records" in refused.detail
+    one = blueprint.model_copy(
+        update={"gold_run": GoldRun.model_construct(calls=[
+            _call("list_events", {**args, "events": events[:1]}, **args)])}
+    )  # fmt: skip
+    assert first_of_many(one) is None

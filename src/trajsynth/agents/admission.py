@@ -45,6 +45,7 @@ from trajsynth.schemas import (
 __all__ = [
     "ACTOR_PARAM",
     "Refusal",
+    "first_of_many",
     "empty_read",
     "look_first",
     "noop_write",
@@ -260,6 +261,45 @@ def look_first(
     return [*kept, order]
 
 
+def first_of_many(blueprint: Blueprint) -> Refusal | None:
+    """Refused when a stored read-only blueprint's answer is a field of the first of several
+    records that all match what the user said (a day's events, each carrying the date asked):
+    the planner now counts such records (``agents.words.pick_answer``) instead of asking for
+    whichever came first."""
+    calls = blueprint.gold_run.calls
+    if blueprint.n_writes or not calls:
+        return None
+    asked = [
+        {str(v) for v in c.values}
+        for c in blueprint.constraints
+        if c.kind == "answer_contains" and c.derived_from == "blueprint.answer_values"
+    ]
+    if not asked:
+        return None
+    given = {
+        s for v in [*blueprint.slots.values(), *calls[-1].arguments.values()]
+        if (s := _scalar(v)) is not None
+    }  # fmt: skip
+    value = parse_json_maybe(calls[-1].observation)
+    lists = [v for v in value.values() if isinstance(v, list)] if isinstance(value, dict) else []
+    lists += [value] if isinstance(value, list) else []
+    for records in lists:
+        rows = [r for r in records if isinstance(r, dict)]
+        hits = [
+            r for r in rows if any(_scalar(v) in given for v in r.values() if isinstance(v, str))
+        ]
+        if len(hits) < 2:
+            continue
+        for key, v in hits[0].items():
+            if str(v) in asked[0] and len({str(h.get(key)) for h in hits}) > 1:
+                detail = (
+                    f"{_route(calls)}: answers {key}={v} of the first of {len(hits)} records "
+                    "that all match the request"
+                )
+                return Refusal("first_of_many", detail)
+    return None
+
+
 def review_blueprint(blueprint: Blueprint, write_tools: Collection[str]) -> Blueprint | Refusal:
     """A stored blueprint as today's planner would admit it: refused by a check above, or with
     the constraints the planner adds today (the look-first order).
@@ -274,6 +314,7 @@ def review_blueprint(blueprint: Blueprint, write_tools: Collection[str]) -> Blue
         or unrelated_reads(blueprint.tool_path, blueprint.n_writes, calls, blueprint.slots)
         or noop_write(calls, write_tools)
         or empty_read(calls, write_tools)
+        or first_of_many(blueprint)
     )
     if refused:
         return refused
