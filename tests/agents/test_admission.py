@@ -208,3 +208,20 @@ def test_an_answer_from_the_first_of_several_matching_records_is_refused() -> No
             _call("list_events", {**args, "events": events[:1]}, **args)])}
     )  # fmt: skip
     assert first_of_many(one) is None
+
+
+def test_a_read_back_that_finds_nothing_of_what_a_write_made_is_refused() -> None:
+    """A relation between entities that do not exist: created, yet open_nodes on its end
+    finds nothing. After a delete, finding nothing is the delete confirmed, and kept."""
+    relation = {"from": "notes", "to": "notes", "relationType": "note"}
+    made = [
+        _call("create_relations", [relation], relations=[relation]),
+        _call("open_nodes", {"entities": [], "relations": []}, names=["notes"]),
+    ]
+    refused = empty_read(made, {"create_relations"})
+    assert refused is not None and "finds nothing of what the write made" in refused.detail
+    deleted = [
+        _call("delete_entities", "Entities deleted successfully", entityNames=["notes"]),
+        _call("open_nodes", {"entities": [], "relations": []}, names=["notes"]),
+    ]
+    assert empty_read(deleted, {"delete_entities"}) is None

@@ -195,6 +195,16 @@ def _found_nothing(value: Any) -> bool:
     return False
 
 
+def _values(value: Any) -> set[str]:
+    """Every scalar inside ``value`` (arguments, nested lists and objects), as compared."""
+    if isinstance(value, dict):
+        return set().union(*(_values(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(_values(v) for v in value)) if value else set()
+    s = _scalar(value)
+    return {s} if s is not None else set()
+
+
 def _names_a_thing(value: Any) -> bool:
     """A name or id (``groceries``, ``example``, ``EV1002``), not a query or free text: a
     statement that finds nothing (a ``SELECT`` over an empty database) names nothing."""
@@ -206,11 +216,28 @@ def empty_read(calls: Sequence[GoldCall], write_tools: Collection[str]) -> Refus
 
     Such a value names a thing the server does not have (a table ``groceries`` described, a
     node ``example`` searched for), so the request is about nothing; a value a later call uses
-    (a table looked for, then created) is a look before an act and is kept.
+    (a table looked for, then created) is a look before an act and is kept. Also refused: a
+    read after a write that made records (its result shows them), sharing a value with it,
+    that finds nothing; a read after a delete finding nothing is the delete confirmed.
     """
     for i, call in enumerate(calls):
         if call.tool in write_tools or call.is_error or not _found_nothing(call.observation):
             continue
+        for write in calls[:i]:
+            # a read-back of what a write just made (its result showed records) that finds
+            # nothing: the write was about things the server does not have (a relation
+            # between entities that do not exist)
+            if (
+                write.tool in write_tools
+                and not write.is_error
+                and any(True for _ in _records(write.observation))
+                and _values(call.arguments) & _values(write.arguments)
+            ):
+                detail = (
+                    f"{_route(calls)}: {call.tool} after {write.tool} finds nothing of what "
+                    "the write made"
+                )
+                return Refusal("empty_read", detail, call.tool)
         others = " ".join(
             json.dumps(c.arguments, default=str).casefold() for j, c in enumerate(calls) if j != i
         )
