@@ -17,6 +17,7 @@ nothing to measure (no item passed) is "n/a" and misses its target.
     PYTHONPATH=src python bench/precision.py            # the table
     PYTHONPATH=src python bench/precision.py --show ID  # one item as a reviewer reads it
     PYTHONPATH=src python bench/precision.py --wrong    # the items where verifier and label differ
+    PYTHONPATH=src python bench/precision.py --agreement LABELS  # a second reviewer's labels
 """
 
 from __future__ import annotations
@@ -271,6 +272,33 @@ def table(groups: Mapping[str, Figures]) -> str:
     return "\n".join(lines)
 
 
+def agreement(items: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> str:
+    """How often a second reviewer's labels agree with the fixture's, and Cohen's kappa (the
+    agreement beyond what two reviewers accepting at their own rates would reach by chance),
+    with every disagreement listed."""
+    first = {i["id"]: i["label"] for i in items}
+    pairs = [(first[s["id"]], s) for s in second if s["id"] in first]
+    n = len(pairs)
+    if not n:
+        return "no labelled item in common"
+    agree = sum(bool(a["accept"]) == bool(b["accept"]) for a, b in pairs)
+    p_first = sum(bool(a["accept"]) for a, _ in pairs) / n
+    p_second = sum(bool(b["accept"]) for _, b in pairs) / n
+    chance = p_first * p_second + (1 - p_first) * (1 - p_second)
+    kappa = (agree / n - chance) / (1 - chance) if chance < 1 else 1.0
+    lines = [
+        f"items {n}: agree {agree} ({agree / n:.0%}), accepted by the fixture {p_first:.0%}, "
+        f"by the second reviewer {p_second:.0%}, Cohen's kappa {kappa:.2f}"
+    ]
+    for a, b in pairs:
+        if bool(a["accept"]) != bool(b["accept"]):
+            lines.append(
+                f"{b['id']}: fixture {'accept' if a['accept'] else 'reject'} ({a['reason']}) | "
+                f"second {'accept' if b['accept'] else 'reject'} ({b['reason']})"
+            )
+    return "\n".join(lines)
+
+
 def render(item: Mapping[str, Any], width: int = 260) -> str:
     """One item as a reviewer reads it: the goal, each message and call, the end state
     against the gold run's (no verdict, no signals)."""
@@ -310,8 +338,18 @@ def main() -> None:
     parser.add_argument("--fixture", type=Path, default=FIXTURE)
     parser.add_argument("--show", default=None, help="render one item (id prefix)")
     parser.add_argument("--wrong", action="store_true", help="list verifier/label disagreements")
+    parser.add_argument(
+        "--agreement",
+        type=Path,
+        default=None,
+        help="a second reviewer's labels (jsonl: id, accept, reason) of some items: agreement "
+        "with the fixture's labels and Cohen's kappa",
+    )
     args = parser.parse_args()
     items = load_items(args.fixture)
+    if args.agreement is not None:
+        print(agreement(items, _jsonl(args.agreement)))
+        return
     if args.show is not None:
         for item in items:
             if item["id"].startswith(args.show):

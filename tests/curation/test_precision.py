@@ -166,3 +166,15 @@ def test_rescoring_is_a_function_of_the_fixture(bench, items, scored):
     for item in items[:10]:
         trajectory, verdict = bench.judge_item(item)
         assert verdict.trajectory_id == trajectory.trajectory_id == item["id"]
+
+
+def test_agreement_with_a_second_reviewer(bench, items):
+    """The same labels agree fully (kappa 1); one flipped label shows as a disagreement and
+    lowers kappa; labels of items outside the set are ignored."""
+    sample = [{**i["label"], "id": i["id"]} for i in items[:40]]
+    same = bench.agreement(items, sample)
+    assert "agree 40 (100%)" in same and "kappa 1.00" in same
+    flipped = [{**sample[0], "accept": not sample[0]["accept"]}, *sample[1:]]
+    report = bench.agreement(items, [*flipped, {"id": "traj_nowhere", "accept": True}])
+    assert "items 40: agree 39" in report and sample[0]["id"] in report
+    assert "kappa 1.00" not in report
