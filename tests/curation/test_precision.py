@@ -178,3 +178,13 @@ def test_agreement_with_a_second_reviewer(bench, items):
     report = bench.agreement(items, [*flipped, {"id": "traj_nowhere", "accept": True}])
     assert "items 40: agree 39" in report and sample[0]["id"] in report
     assert "kappa 1.00" not in report
+
+
+def test_a_second_reviewer_agrees_with_the_labels(bench, items):
+    """Round 3 labelled again by a second reviewer who saw neither the labels nor any verdict
+    (docs/audit-rubric.md): the labels are a measurement only while two reviewers agree."""
+    second = bench._jsonl(FIXTURE / "second_reviewer_round3.jsonl")
+    assert len(second) == 56
+    report = bench.agreement(items, second).splitlines()[0]
+    kappa = float(report.rsplit("kappa ", 1)[1])
+    assert kappa >= 0.8, report
