@@ -294,17 +294,14 @@ def value_at(value: Any, path: Sequence[str | int]) -> Any:
     'i9'
     """
     for step in path:
-        if (
-            isinstance(step, int)
-            and isinstance(value, list)
-            and -len(value) <= step < len(value)
-            or isinstance(step, str)
-            and isinstance(value, Mapping)
-            and step in value
-        ):
+        # two tests, not one with `or`: each narrows ``value`` for its own index
+        if isinstance(step, int) and isinstance(value, list) and -len(value) <= step < len(value):
             value = value[step]
-        else:
-            raise KeyError(f"no {step!r} in {canonical_json(value)[:60]}")
+            continue
+        if isinstance(step, str) and isinstance(value, Mapping) and step in value:
+            value = value[step]
+            continue
+        raise KeyError(f"no {step!r} in {canonical_json(value)[:60]}")
     return value
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -80,6 +81,7 @@ __all__ = [
     "MIN_COSINE",
     "MIN_FIT",
     "REFIT_UNASSIGNED",
+    "DiversityFields",
     "EmbeddedTexts",
     "ModeCodebook",
     "action_key",
@@ -289,9 +291,22 @@ def diversity_report(
     )
 
 
+class DiversityFields(TypedDict):
+    """The per-trajectory diversity fields of ``schemas.Scores``, by name and type."""
+
+    mode: str | None
+    mode_codebook: str | None
+    action_complexity: float
+    n_steps: int
+    n_distinct_tools: int
+    max_dep_depth: int
+    n_bound_args: int
+    n_conditional: int
+
+
 def diversity_fields(
     breakdown: CACBreakdown, assignment: ModeAssignment | None = None
-) -> dict[str, str | float | int | None]:
+) -> DiversityFields:
     """The per-trajectory fields §5.3 stores, named as in ``schemas.Scores``.
 
     ``mode`` is the assignment's ``mode_id`` (None when unassigned; names live in the stored

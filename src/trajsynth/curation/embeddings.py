@@ -468,7 +468,9 @@ def _onnx_worker(max_seq_length: int | None, threads: int) -> Callable[[list[str
         pieces = tokenizer.encode_batch(texts)
         ids = np.array([p.ids for p in pieces], dtype=np.int64)
         mask = np.array([p.attention_mask for p in pieces], dtype=np.int64)
-        tokens = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        # the first output: token embeddings, a dense array (the stubs also allow sparse
+        # tensors, lists and maps)
+        tokens = np.asarray(session.run(None, {"input_ids": ids, "attention_mask": mask})[0])
         summed = (tokens * mask[..., None]).sum(axis=1)
         return summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
 

@@ -13,6 +13,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,8 @@ __all__ = ["counts_of", "effective_number", "entropy", "entropy_stats", "normali
 
 log = logging.getLogger(__name__)
 
-Counts = Mapping[Hashable, float] | Sequence[float] | np.ndarray
+# the keys are labels of any kind: only the values count
+Counts = Mapping[Any, float] | Sequence[float] | np.ndarray
 
 
 def _counts_array(counts: Counts) -> np.ndarray:

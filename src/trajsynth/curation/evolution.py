@@ -172,7 +172,7 @@ def level_weights(
         WeightReason.VALIDITY.value: params.eta * np.log(v),
         WeightReason.DIFFICULTY.value: np.log1p(delta * bins / max(b - 1, 1)),
     }
-    log_s = sum(logs.values())
+    log_s = sum(logs.values(), np.zeros(m))  # a zero array as the start keeps the type
     s = np.exp(log_s)
     z = log_s / params.temperature
     log_q = z - (z.max() + np.log(np.exp(z - z.max()).sum()))

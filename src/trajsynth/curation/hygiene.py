@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+from jsonschema.exceptions import SchemaError, best_match
 
 from trajsynth.schemas import (
     HygieneResult,
@@ -136,8 +137,8 @@ def _schema_problem(raw: str, schema: Mapping[str, Any]) -> str | None:
         return "not a JSON object"
     try:
         validator = jsonschema.Draft202012Validator(dict(schema))
-        error = jsonschema.exceptions.best_match(validator.iter_errors(args))
-    except (jsonschema.exceptions.SchemaError, RecursionError, TypeError) as exc:
+        error = best_match(validator.iter_errors(args))
+    except (SchemaError, RecursionError, TypeError) as exc:
         return f"the tool's schema cannot validate ({type(exc).__name__})"
     if error is None:
         return None

@@ -303,11 +303,12 @@ class ModeCodebook:
         remap[order] = np.arange(len(order))
         members = remap[members]
         catalog = list(ReasoningMode)
-        label_idx = np.asarray([catalog.index(ReasoningMode(rule_labels[i])) for i in usable])
+        usable_ids = [int(i) for i in usable]  # Python ints index the label and digest sequences
+        label_idx = np.asarray([catalog.index(ReasoningMode(rule_labels[i])) for i in usable_ids])
         votes = np.bincount(
             members * len(catalog) + label_idx, minlength=len(order) * len(catalog)
         ).reshape(len(order), len(catalog))
-        terms = _top_terms([digests[i] for i in usable], members, len(order), n_terms)
+        terms = _top_terms([digests[i] for i in usable_ids], members, len(order), n_terms)
         modes = []
         for j in range(len(order)):
             # majority rule label; ties go to the earlier label in ReasoningMode order
@@ -442,8 +443,10 @@ def _best_kmeans(
     for k in range(max(2, k_min), k_max + 1):
         if k >= n_distinct:  # k-means needs k distinct points, silhouette k <= n - 1
             break
-        km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(x)
-        labels = km.labels_
+        # sklearn is unannotated; pyright takes n_init's type from its default, "auto"
+        km = KMeans(n_clusters=k, n_init=n_init, random_state=seed)  # pyright: ignore[reportArgumentType]
+        labels = km.fit(x).labels_
+        assert labels is not None  # fit sets labels_
         if len(np.unique(labels)) < 2:
             continue
         score = float(

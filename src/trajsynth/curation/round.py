@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import networkx as nx
 import numpy as np
@@ -105,6 +105,14 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class _RunRound(TypedDict):
+    """The two key fields every row of a round carries."""
+
+    run_id: str
+    round: int
+
 
 EMBED_MODEL = "all-MiniLM-L6-v2"
 # Exceptions a single bad record may raise inside a curation module; they skip that record.
@@ -712,6 +720,7 @@ class _Curation:
             found = self.data.cached_vectors(
                 embedding_model_id(self.cfg), [r["digest_key"] for r in stale if r["digest_key"]]
             )
+            assert book.centroids is not None  # a k-means codebook always has its centroids
             vecs = np.zeros((len(stale), book.centroids.shape[1]), dtype=np.float32)
             for i, r in enumerate(stale):
                 if r["digest_key"] in found:
@@ -732,7 +741,7 @@ class _Curation:
         ebr_all: list[float],
         counted: list[Verdict],
     ) -> dict[str, list[dict]]:
-        base = {"run_id": self.run_id, "round": self.round}
+        base = _RunRound(run_id=self.run_id, round=self.round)
         topo_by = {t.trajectory_id: t for t in self.traj_topos}
         sft_score = {s.item_id: s.score for s in self.selections if s.kind is SelectionKind.SFT}
         accepted_ids = {t.trajectory_id for t in accepted}

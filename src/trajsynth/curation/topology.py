@@ -599,8 +599,8 @@ def task_metrics(graph: nx.MultiDiGraph) -> TaskTopology:
     p = n_success / n
     ebr, n_points, n_branch, n_error = error_branch_ratio(graph)
     sigs = Counter(signature(w["nodes"]) for w in walks.values())
-    h = entropy(sigs.values())
-    h_norm = normalized_entropy(sigs.values(), n)
+    h = entropy(sigs)
+    h_norm = normalized_entropy(sigs, n)
     succ = {_error_free(signature(w["nodes"]), graph) for w in walks.values() if w["success"]}
     rl_score = 4.0 * p * (1.0 - p) * (ebr + h_norm) / 2.0
     return TaskTopology(

@@ -118,7 +118,8 @@ def offered_tools(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, 
     for entry in tools:
         if not isinstance(entry, Mapping):
             continue
-        fn = entry.get("function") if isinstance(entry.get("function"), Mapping) else entry
+        function = entry.get("function")
+        fn = function if isinstance(function, Mapping) else entry
         name = fn.get("name")
         params = fn.get("parameters") or fn.get("input_schema") or fn.get("inputSchema") or {}
         if isinstance(name, str) and name:
@@ -473,7 +474,9 @@ def answer_contains_value(answer: str, value: str | int | float) -> bool:
     return re.search(left + re.escape(needle) + right, hay) is not None
 
 
-def observed_reading(calls: Sequence[ToolCallRecord], where: ObservedField) -> JsonValue:
+def observed_reading(
+    calls: Sequence[ToolCallRecord], where: ObservedField
+) -> str | int | float | bool | None:
     """The scalar the episode's last successful call to ``where.tool`` returned at
     ``where.path`` (docs/methods.md §4, ``answer_contains`` of a value that changes between
     reads); ``LookupError`` when no such call returned one.
@@ -543,7 +546,7 @@ def _check_code_tests(c: CodeTestsPass, ctx: VerifyContext) -> tuple[bool, str]:
 
 
 def state_diff(
-    gold_tables: Mapping[str, Sequence[Mapping[str, JsonValue]]], state: EnvState
+    gold_tables: Mapping[str, Sequence[dict[str, JsonValue]]], state: EnvState
 ) -> dict[str, JsonValue]:
     """Per table of ``gold_tables``: rows ``state`` has that gold lacks (added) and vice versa.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -103,7 +103,7 @@ def _num(x: float | int | None, digits: int = 3) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:,.{digits}f}"
 
 
-def _table(rows: list[dict[str, Any]], columns: dict[str, Callable[[Any], str]]) -> None:
+def _table(rows: list[dict[str, Any]], columns: Mapping[str, Callable[[Any], str]]) -> None:
     frame = pd.DataFrame(
         [{name: fmt(row.get(name)) for name, fmt in columns.items()} for row in rows],
         columns=list(columns),
@@ -193,7 +193,7 @@ def _label_positions(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> dic
     over each other."""
     positions: dict[str, list[str]] = {c: [] for c in cols}
     for r in rows:
-        values = {c: r.get(c) for c in cols if r.get(c) is not None}
+        values = {c: v for c in cols if (v := r.get(c)) is not None}
         top = max(values, key=lambda c: values[c], default=None)
         for c in cols:
             positions[c].append("top center" if c == top else "bottom center")
@@ -369,7 +369,7 @@ def _link(label: str, **params: str) -> str:
     return f"[{label}](?{query})"
 
 
-def _md_table(rows: list[dict[str, Any]], columns: dict[str, Callable[[Any], str]]) -> None:
+def _md_table(rows: list[dict[str, Any]], columns: Mapping[str, Callable[[Any], str]]) -> None:
     """A markdown table (its cells may hold links, which ``st.table`` cannot)."""
     head = "| " + " | ".join(columns) + " |"
     rule = "| " + " | ".join("---" for _ in columns) + " |"
@@ -412,6 +412,7 @@ def _task_section(path: str, run_id: str | None) -> None:
     asked = st.query_params.get("task")
     index = list(labels).index(asked) if asked in labels else 0
     task_id = st.selectbox("Task", list(labels), index=index, format_func=labels.__getitem__)
+    assert task_id is not None  # a selectbox with options and an index always has a choice
     trees = _trees(path, task_id)
     st.subheader("Rollout tree")
     if not trees:
@@ -429,7 +430,9 @@ def _task_section(path: str, run_id: str | None) -> None:
                 },
             )  # fmt: skip
             start = tree_ids.index(asked_tree) if asked_tree in tree_ids else 0
-            tree_id = st.selectbox("Tree", tree_ids, index=start)
+            chosen = st.selectbox("Tree", tree_ids, index=start)
+            assert chosen is not None  # a selectbox with options and an index has a choice
+            tree_id = chosen
         nodes, leaves = _tree(path, tree_id)
         st.caption(
             f"tree {tree_id}: {len(nodes)} nodes, {len(leaves)} leaves · drag to pan, wheel or "

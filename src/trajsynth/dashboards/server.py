@@ -44,17 +44,17 @@ def start_dashboard(
     store_path: Path | str, *, port: int, host: str = "127.0.0.1", log_path: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """Start the server in the background; the caller stops it (``terminate``)."""
-    out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    log_file = open(log_path, "wb") if log_path else None  # noqa: SIM115
     try:
         return subprocess.Popen(
             dashboard_command(store_path, port=port, host=host),
-            stdout=out,
+            stdout=log_file if log_file is not None else subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
     finally:
-        if log_path:
-            out.close()
+        if log_file is not None:
+            log_file.close()
 
 
 def wait_until_ready(

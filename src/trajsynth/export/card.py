@@ -144,6 +144,20 @@ def _counts(sft: Sequence[SFTRow], rl: Sequence[RLRow], key: str) -> Counter[str
     return Counter(str(r.metadata.get(key) or "unknown") for r in rows)
 
 
+def _numbers(rows: Sequence[SFTRow] | Sequence[RLRow], key: str) -> list[float]:
+    """The ``key`` figure of each row's metadata that has one, as floats (a metadata value is
+    any JSON; these figures are numbers, and a container raises as ``float`` would)."""
+    out = []
+    for r in rows:
+        value = r.metadata.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, (int, float, str)):
+            raise TypeError(f"metadata {key!r} is not a number: {value!r}")
+        out.append(float(value))
+    return out
+
+
 def write_plots(sft: Sequence[SFTRow], rl: Sequence[RLRow], folder: Path) -> list[Path]:
     """``domains.png``, ``modes.png`` (bars) and ``cac.png`` (histogram) of the SFT rows
     (the RL rows' domains and target modes when there is no SFT row)."""
@@ -171,7 +185,7 @@ def write_plots(sft: Sequence[SFTRow], rl: Sequence[RLRow], folder: Path) -> lis
         fig.savefig(path, dpi=100)
         plt.close(fig)
         paths.append(path)
-    cac = [float(r.metadata["cac"]) for r in sft if r.metadata.get("cac") is not None]
+    cac = _numbers(sft, "cac")
     fig, ax = plt.subplots(figsize=(6, 3.5))
     if cac:
         ax.hist(cac, bins=min(30, max(5, len(set(cac)))), color="#55a868")
@@ -251,6 +265,8 @@ def card_data(
     if report.fmt in ("openai-jsonl", "sharegpt") and report.n_sft:
         # sft/metadata.jsonl lies beside the rows (openai-jsonl): name the one data file
         configs[0]["data_files"][0]["path"] = "sft/train.jsonl"
+    # the Hub's own field for a license it has no id for ("other")
+    extra: dict[str, Any] = {"license_name": "unspecified"} if license == "other" else {}
     data = DatasetCardData(
         language=list(language),
         license=license,
@@ -259,7 +275,7 @@ def card_data(
         size_categories=[_size_category(max(report.n_sft, report.n_rl))],
         tags=["trajsynth", "synthetic", "tool-use", "agents", "function-calling"],
         configs=configs,
-        **({"license_name": "unspecified"} if license == "other" else {}),
+        **extra,
     )
     _dataset_infos(report, folder).to_dataset_card_data(data)
     return data
@@ -322,7 +338,7 @@ def card_text(
         out += _table(["figure", "value"], [[label, s.get(k)] for k, label in _FIGURES])
     else:
         out += ["No `round_stats` in the store; counted from the exported rows.", ""]
-        cac = [float(r.metadata["cac"]) for r in sft if r.metadata.get("cac") is not None]
+        cac = _numbers(sft, "cac")
         counted = [
             ["domains", len(_counts(sft, rl, "domain"))],
             ["reasoning modes", len(_counts(sft, rl, "mode" if sft else "target_mode"))],
@@ -331,7 +347,7 @@ def card_text(
         ]
         out += _table(["figure", "value"], counted)
     if rl:
-        rates = [r.metadata.get("pass_rate") for r in rl if r.metadata.get("pass_rate") is not None]
+        rates = _numbers(rl, "pass_rate")
         mean = statistics.fmean(rates) if rates else None
         out += ["", f"RL tasks: mean rollout pass rate {_fmt(mean)} over {len(rl)} tasks."]
     out += ["", "## Pass rates by cluster", ""]

@@ -389,12 +389,14 @@ def run_process(
             "stdout_total": 0,
             "stderr_total": 0,
         }
-    out = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    proc_out, proc_err = proc.stdout, proc.stderr
+    assert proc_out is not None and proc_err is not None  # both were opened with PIPE above
+    out = {proc_out.fileno(): bytearray(), proc_err.fileno(): bytearray()}
     totals = dict.fromkeys(out, 0)
     pending = memoryview(stdin or b"")
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    sel.register(proc.stderr, selectors.EVENT_READ)
+    sel.register(proc_out, selectors.EVENT_READ)
+    sel.register(proc_err, selectors.EVENT_READ)
     if proc.stdin is not None:
         os.set_blocking(proc.stdin.fileno(), False)
         sel.register(proc.stdin, selectors.EVENT_WRITE)
@@ -422,7 +424,7 @@ def run_process(
         if pidfd is None:
             wait = min(wait, 0.02)
         for key, _ in sel.select(max(wait, 0.0)):
-            if key.fileobj == pidfd:
+            if pidfd is not None and key.fileobj == pidfd:
                 sel.unregister(pidfd)
                 exited = True
             elif proc.stdin is not None and key.fileobj is proc.stdin:
@@ -460,8 +462,8 @@ def run_process(
     code = proc.wait()
     if own_tree:
         reap_orphans()
-    stdout, stderr = bytes(out[proc.stdout.fileno()]), bytes(out[proc.stderr.fileno()])
-    stdout_total, stderr_total = totals[proc.stdout.fileno()], totals[proc.stderr.fileno()]
+    stdout, stderr = bytes(out[proc_out.fileno()]), bytes(out[proc_err.fileno()])
+    stdout_total, stderr_total = totals[proc_out.fileno()], totals[proc_err.fileno()]
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None and not stream.closed:
             stream.close()
@@ -618,8 +620,10 @@ def untar_into(root: str, data: bytes) -> None:
                 dirs.append((dest, member))
             elif member.isfile():
                 os.makedirs(parent, exist_ok=True)
+                contents = tar.extractfile(member)
+                assert contents is not None  # a regular file member always has contents
                 with open(dest, "wb") as fh:
-                    fh.write(tar.extractfile(member).read())
+                    fh.write(contents.read())
                 os.chmod(dest, member.mode)
                 os.utime(dest, (member.mtime, member.mtime))
             elif member.issym():

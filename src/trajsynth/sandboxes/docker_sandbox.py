@@ -225,6 +225,8 @@ class DockerSandbox(Sandbox):
             ) from exc
         except DockerException as exc:
             raise SandboxStartError(f"cannot create the sandbox container: {exc}") from exc
+        # the engine answers a create with the new container's id (the stubs allow None)
+        assert container.id is not None
         try:
             sock = client.api.attach_socket(
                 container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}

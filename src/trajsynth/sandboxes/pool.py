@@ -75,9 +75,9 @@ class SandboxPool:
         """Give ``sandbox`` back: restored and kept for the next episode, or closed."""
         clean = self._clean.get(sandbox.sandbox_id)
         keep = not broken and clean is not None and not self._closed
-        if keep:
+        if keep and clean is not None:  # keep implies a snapshot; the test narrows it
             try:
-                sandbox.reset(clean)  # type: ignore[arg-type]
+                sandbox.reset(clean)
             except Exception as exc:  # any failure to reset means it must not be reused
                 log.info("sandbox %s not reused: restore failed: %s", sandbox.sandbox_id, exc)
                 keep = False

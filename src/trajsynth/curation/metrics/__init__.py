@@ -141,7 +141,8 @@ def compute_metrics(
     _import_all()
     items: list[tuple[MetricScope, str, TrajectoryFacts | TaskFacts]] = [
         (MetricScope.TRAJECTORY, f.trajectory.trajectory_id, f) for f in trajectories
-    ] + [(MetricScope.TASK, f.topology.task_id, f) for f in tasks]
+    ]
+    items += [(MetricScope.TASK, f.topology.task_id, f) for f in tasks]
     out: list[MetricValue] = []
     for name in METRICS.names():
         m = METRICS.get(name)
