@@ -98,7 +98,7 @@ def _pattern_issues(where: str, p: CallPattern, tools: Mapping[str, ToolSpec]) -
         for part in rest:
             if "properties" not in sub:
                 break
-            if part not in sub["properties"]:  # type: ignore[operator]
+            if part not in sub["properties"]:
                 issues.append(f"{where}: {p.tool} has no argument {path!r}")
                 break
             sub = field_schema(sub, part)

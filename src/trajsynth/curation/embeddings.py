@@ -144,7 +144,7 @@ def _candidate(label: str) -> EmbedCandidate | None:
     dtype, _, threads = name.partition("x")
     if backend not in ("", "onnx") or dtype not in ("float32", "bfloat16") or not threads.isdigit():
         return None
-    return EmbedCandidate("onnx" if backend else "torch", dtype, int(threads))  # type: ignore[arg-type]
+    return EmbedCandidate("onnx" if backend else "torch", dtype, int(threads))
 
 
 def load_per_core() -> float:

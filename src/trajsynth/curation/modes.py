@@ -101,7 +101,8 @@ def embed_texts(
             truncated += 1
         prepared.append(text)
 
-    keys = {i: text_key(t) for i, t in enumerate(prepared) if t is not None}
+    kept = {i: t for i, t in enumerate(prepared) if t is not None}
+    keys = {i: text_key(t) for i, t in kept.items()}
     found: dict[str, np.ndarray] = {}
     n_cached = 0
     if cache is not None:
@@ -113,7 +114,7 @@ def embed_texts(
     todo: dict[str, str] = {}
     for i, key in keys.items():
         if key not in found and key not in todo:
-            todo[key] = prepared[i]  # type: ignore[assignment]
+            todo[key] = kept[i]
     failed: dict[str, str] = {}
     todo_keys = list(todo)
     for start in range(0, len(todo_keys), batch_size):

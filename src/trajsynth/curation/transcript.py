@@ -97,7 +97,7 @@ def _entries(messages: list[Message], errors: dict[str, bool]) -> list[Entry]:
             continue
         if message.content:
             kind = role if role in ("system", "user", "assistant") else "assistant"
-            out.append(Entry(kind=kind, text=message.content))  # type: ignore[arg-type]
+            out.append(Entry(kind=kind, text=message.content))
         for call in message.tool_calls or []:
             out.append(
                 Entry(

@@ -389,6 +389,12 @@ def _closest(pattern: CallPattern, calls: Sequence[ToolCallRecord], ctx: VerifyC
 # --- the checkers, one per constraint kind -------------------------------------------------
 
 
+def _n_rows(table_diff: JsonValue, key: str) -> int:
+    """How many rows one table's :func:`state_diff` entry lists under ``key``."""
+    rows = table_diff.get(key) if isinstance(table_diff, dict) else None
+    return len(rows) if isinstance(rows, list) else 0
+
+
 @checker("final_state")
 def _check_final_state(c: FinalState, ctx: VerifyContext) -> tuple[bool, str]:
     state = ctx.final_state
@@ -398,7 +404,7 @@ def _check_final_state(c: FinalState, ctx: VerifyContext) -> tuple[bool, str]:
         return True, f"state hash {state.state_hash[:12]} equals the gold hash"
     diff = state_diff(c.gold_tables, state)
     changes = "; ".join(
-        f"{table}: +{len(d['added'])} -{len(d['removed'])} rows"  # type: ignore[index,arg-type]
+        f"{table}: +{_n_rows(d, 'added')} -{_n_rows(d, 'removed')} rows"
         for table, d in diff.items()
     )
     return False, (
