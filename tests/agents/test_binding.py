@@ -125,3 +125,101 @@ async def test_a_refused_value_is_tried_again_from_the_tables_other_rows(tmp_pat
                         if arg.kind == "slot":
                             assert call.arguments[name] == outcome.slots[arg.name]
     assert runs[True] > runs[False] and swapped >= 1, runs
+
+
+# ------------------------------------------------------------------ the tools' preconditions
+# Each path below failed its gold run for most seeds before the bundled clusters stated their
+# tools' preconditions (``BundledCluster.preconditions``) and the binder kept them: it drew a
+# user apart from the state a later tool needs, or a list's first item the tool refuses.
+
+
+async def _gold_by_paths(
+    cluster: ToolCluster, difficulty: str, seeds: range, tmp_path: Path, shape: str = "chain"
+) -> list[tuple[PlannedPath, GoldResult | GoldFailure]]:
+    graph = dependency_graph(cluster)
+    out = []
+    for seed in seeds:
+        env = InProcessEnvironment(cluster.cluster_id, tmp_path, seed=seed)
+        initial = await env.start()
+        cell = _chain(cluster, difficulty).model_copy(update={"path_shape": PathShape(shape)})
+        path = sample_path(cluster, graph, cell, initial, random.Random(seed))
+        assert isinstance(path, PlannedPath), path
+        outcome = await run_gold_path(env, cluster, path.steps, path.slots, initial)
+        out.append((path, outcome))
+    return out
+
+
+async def test_an_order_is_placed_from_a_cart_that_holds_products(tmp_path: Path) -> None:
+    """Was: "the cart of 'sofia_rossi_7745' is empty; add products before placing an order"
+    (the seeded carts are one or two users')."""
+    cluster = _only("shop", "find_user_by_email", "place_order")
+    tools = ["find_user_by_email", "place_order"]
+    for outcome in await _gold(cluster, tools, "easy", SEEDS, tmp_path):
+        assert isinstance(outcome, GoldResult), outcome.detail
+        assert outcome.run.calls[1].observation["items"]
+
+
+async def test_only_a_delivered_order_is_returned(tmp_path: Path) -> None:
+    """Was: "order #W1003 is pending; only delivered orders can be returned"."""
+    cluster = _only("shop", "get_order", "return_items")
+    for outcome in await _gold(cluster, ["get_order", "return_items"], "easy", SEEDS, tmp_path):
+        assert isinstance(outcome, GoldResult), outcome.detail
+        assert outcome.run.calls[0].observation["status"] == "delivered"
+
+
+async def test_an_order_cancelled_from_the_users_list_is_still_pending(tmp_path: Path) -> None:
+    """Was: "order #W1001 is delivered; only pending or processing orders can be cancelled"
+    (the user drawn had no order left to cancel, or the list's first order was shipped)."""
+    cluster = _only("shop", "find_user_by_email", "list_orders", "cancel_order")
+    tools = ["find_user_by_email", "list_orders", "cancel_order"]
+    for outcome in await _gold(cluster, tools, "medium", SEEDS, tmp_path):
+        assert isinstance(outcome, GoldResult), outcome.detail
+
+
+async def test_only_an_invited_attendee_answers_an_invitation(tmp_path: Path) -> None:
+    """Was: "hannah_schmidt organizes event EV1004 and cannot reply to it"."""
+    cluster = _only("calendar", "find_user", "respond_to_invitation")
+    tools = ["find_user", "respond_to_invitation"]
+    for outcome in await _gold(cluster, tools, "easy", SEEDS, tmp_path):
+        assert isinstance(outcome, GoldResult), outcome.detail
+
+
+async def test_a_flight_is_not_booked_twice_by_one_user(tmp_path: Path) -> None:
+    """Was: "user 'ben_carter_2314' already holds booking BK1002 on flight TS210-2025-06-10"
+    (``list_bookings -> book_flight`` books the flight of the user's first booking): every
+    user's listed flights are flights they hold, so the binder now draws another path."""
+    cluster = _only("travel", "find_user", "list_bookings", "book_flight")
+    outcomes = await _gold_by_paths(cluster, "medium", SEEDS, tmp_path)
+    for path, outcome in outcomes:
+        assert isinstance(outcome, GoldResult), (path.tools, outcome.detail)
+        booked = outcome.run.calls[-1]
+        assert booked.tool == "book_flight"
+
+
+async def test_run_tests_after_a_write_gets_the_test_file_the_listing_holds(
+    tmp_path: Path,
+) -> None:
+    """``list_files -> read_file -> write_file -> run_tests``: run_tests runs the file the
+    write wrote, so the write's path must be a test file. Was: the first file the write
+    accepted ("no tests found in 'data/sales.csv'"); now the binder points the write's
+    reference at the listing's test file (the state's files, in the listing's order)."""
+    from trajsynth.schemas import RefArg
+
+    cluster = get_cluster("code")
+    graph = dependency_graph(cluster)
+    tools = ["list_files", "read_file", "write_file", "run_tests"]
+    seen = 0
+    initial = await InProcessEnvironment("code", tmp_path).start()
+    listed = [row["path"] for row in initial.tables["files"]]
+    for seed in range(40):
+        path = sample_path(cluster, graph, _chain(cluster, "hard"), initial, random.Random(seed))
+        if not isinstance(path, PlannedPath) or path.tools != tools:
+            continue
+        seen += 1
+        written = path.steps[2].args["path"]
+        tested = path.steps[3].args["path"]
+        assert isinstance(written, RefArg) and written.step == 0, written
+        index = int(written.field.split("[")[1].split("]")[0])
+        assert listed[index].startswith("tests/test_"), (written, listed)
+        assert isinstance(tested, RefArg) and tested.step == 2, tested
+    assert seen >= 3

@@ -215,19 +215,20 @@ def _other_items(
 ) -> list[tuple[str, RefArg]]:
     """(param, reference) for each reference through a list's item (the first, or the one
     the binder pointed at): the same field of the list's next items (up to ``OTHER_ITEMS``
-    each) that hold a value."""
+    each), then of the items before it, that hold a value."""
     out: list[tuple[str, RefArg]] = []
     for name, arg in bindings.items():
         found = re.search(r"\[(\d+)\]", arg.field) if isinstance(arg, RefArg) else None
         if found is None:
             continue
         head, tail, first = arg.field[: found.start()], arg.field[found.end() :], int(found[1])
-        for k in range(first + 1, first + OTHER_ITEMS + 1):
+        # the binder's index is a guess at the tool's order (the state's): the items before
+        # it are tried too, after the ones that follow
+        later = range(first + 1, first + OTHER_ITEMS + 1)
+        for k in [*later, *range(first)]:
             path = f"{head}[{k}]{tail}"
             value = _get(observations[arg.step], _segments(path))
-            if value is _MISSING:
-                break
-            if value not in (None, "", [], {}):
+            if value is not _MISSING and value not in (None, "", [], {}):
                 out.append((name, RefArg(step=arg.step, field=path)))
     return out
 

@@ -419,7 +419,7 @@ class _Binder:
                         args[param] = RefArg(step=j, field=_ref_path(out_field))
                         break
             self.expected = self._expected(args)
-            self._predict(args)
+            self._predict(args, props)
             self.done_states = (
                 _done_states(tool) if spec.access is ToolAccess.WRITE else frozenset()
             )
@@ -429,19 +429,28 @@ class _Binder:
                 ref = self._ref_from_path(tools, i, param)
                 args[param] = ref or self._slot_or_literal(tool, param, props.get(param, {}))
                 self.expected = self._expected(args)
-                self._predict(args)
+                self._predict(args, props)
             if not args and props:
                 self._bind_one_optional(tools, i, props, args)
                 self.expected = self._expected(args)
-                self._predict(args)
+                self._predict(args, props)
             self.predicted.append(dict(self.known))
             self.origin.append(self._origins(args))
             steps.append(PlannedCall(tool=tool, args=args))
         return steps
 
-    def _predict(self, args: Mapping[str, LiteralArg | RefArg | SlotArg]) -> None:
-        """The current step's argument values as far as the binding knows them."""
-        known: dict[str, JsonValue] = {}
+    def _predict(
+        self,
+        args: Mapping[str, LiteralArg | RefArg | SlotArg],
+        props: Mapping[str, Mapping[str, JsonValue]],
+    ) -> None:
+        """The current step's argument values as far as the binding knows them (a param
+        left out takes its schema default: book_flight's cabin)."""
+        known: dict[str, JsonValue] = {
+            p: schema["default"]
+            for p, schema in props.items()
+            if p not in args and "default" in schema
+        }
         for param, arg in args.items():
             if isinstance(arg, LiteralArg):
                 known[param] = arg.value
@@ -474,14 +483,21 @@ class _Binder:
                 arg = step.args.get(pre.param)
                 if isinstance(arg, LiteralArg):
                     continue  # the tool's own default
-                verdict = _holds(pre, self.predicted[i], self.tables)
-                if verdict is None and isinstance(arg, RefArg):
-                    verdict = self._point_at_accepted(steps, i, pre)
+                # a value read from a list is judged by the list's rows (the user's orders)
+                # before any guess from a row the path chose
+                verdict: bool | None = None
+                at_fault: set[int] = set()
+                if isinstance(arg, RefArg):
+                    verdict, at_fault = self._point_at_accepted(steps, i, pre)
+                if verdict is None:
+                    verdict = _holds(pre, self.predicted[i], self.tables)
+                    at_fault = {
+                        self.origin[i][param]
+                        for param in (pre.param, *pre.same.values())
+                        if param in self.origin[i]
+                    }
                 if verdict is False:
-                    blamed = blamed or set()
-                    for param in (pre.param, *pre.same.values()):
-                        if param in self.origin[i]:
-                            blamed.add(self.origin[i][param])
+                    blamed = (blamed or set()) | at_fault
             for arg in step.args.values():
                 if not isinstance(arg, RefArg) or "[0]" not in arg.field or arg.step >= i:
                     continue
@@ -499,30 +515,30 @@ class _Binder:
 
     def _point_at_accepted(
         self, steps: list[PlannedCall], i: int, pre: Precondition
-    ) -> bool | None:
+    ) -> tuple[bool | None, set[int]]:
         """For a reference whose value comes from a list's first item (directly, or echoed
         by a call in between: write_file's path), the list's rows in the state: True when
         the first is one ``pre`` accepts, else the reference is pointed at the first that
-        is (True), or False when none is; None when the state does not say."""
+        is (True), or False when none is, with the rows that gave the list call's inputs (the
+        user whose orders these are); None when the state does not say."""
         holder, param = i, pre.param
         ref = steps[i].args[param]
         assert isinstance(ref, RefArg)
         while "[" not in ref.field and "." not in ref.field:
             echoed = steps[ref.step].args.get(ref.field)
             if not isinstance(echoed, RefArg):
-                return None
+                return None, set()
             holder, param, ref = ref.step, ref.field, echoed
         if "[0]" not in ref.field:
-            return None
+            return None, set()
         related = self._list_of(steps, ref)
         leaf = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ref.field.partition("[0]")[2])
         if not related or not leaf:
-            return None
+            return None, set()
         for k, row in enumerate(related[:LIST_ITEMS]):
             value = row.get(leaf[-1])
-            if value is None or not _holds(
-                pre, {**self.predicted[i], pre.param: value}, self.tables
-            ):
+            args = {**self.predicted[i], pre.param: value}
+            if value is None or _holds(pre, args, self.tables) is False:
                 continue
             if k:
                 moved = RefArg(step=ref.step, field=ref.field.replace("[0]", f"[{k}]", 1))
@@ -531,8 +547,8 @@ class _Binder:
                 )
             self.predicted[holder][param] = value
             self.predicted[i][pre.param] = value
-            return True
-        return False
+            return True, set()
+        return False, set(self.origin[ref.step].values())
 
     def _expected(self, args: Mapping[str, LiteralArg | RefArg | SlotArg]) -> dict[str, JsonValue]:
         """What each reference of a step will carry, where a chosen row predicts it: a
@@ -862,7 +878,9 @@ def _list_rows(
     (a refund's order of the user); all its rows when no input names one; None when no
     one table holds the list."""
     noun = singular(name.lower())
-    found = [t for t in tables.rows if noun in {singular(w) for w in name_tokens(t)}]
+    found = [t for t in tables.rows if singular(t.lower()) == noun]  # orders, not order_items
+    if not found:
+        found = [t for t in tables.rows if noun in {singular(w) for w in name_tokens(t)}]
     if len(found) > 1:
         tool_nouns = {singular(w) for w in name_tokens(tool)}
         found = [t for t in found if tool_nouns & {singular(w) for w in name_tokens(t)}]

@@ -43,7 +43,8 @@ CLUSTER = BundledCluster(
         ),
     ],
     # what the tools accept (the server's policy): only the organizer moves or cancels an
-    # event, and only a confirmed one; only an invited attendee answers an invitation
+    # event, and only a confirmed one; only an invited attendee answers an invitation, with
+    # an answer other than the one they gave
     preconditions=[
         Precondition(
             tool=tool,
@@ -76,6 +77,14 @@ CLUSTER = BundledCluster(
             table="attendees",
             column="event_id",
             same={"user_id": "user_id"},
+        ),
+        Precondition(
+            tool="respond_to_invitation",
+            param="response",
+            table="attendees",
+            column="response",
+            same={"event_id": "event_id", "user_id": "user_id"},
+            absent=True,
         ),
     ],
     facts=DomainFacts(persona="A busy professional keeping their schedule in order."),

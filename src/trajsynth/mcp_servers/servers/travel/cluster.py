@@ -48,7 +48,7 @@ CLUSTER = BundledCluster(
         ),
     ],
     # what the tools accept (the server's policy): only a scheduled flight is booked, once per
-    # user, with a
+    # user, with a free seat in the cabin, with a
     # payment method of the user; only a confirmed booking's seat is changed, never on a basic
     # fare, and only to a free seat; only a confirmed booking is cancelled
     preconditions=[
@@ -67,6 +67,14 @@ CLUSTER = BundledCluster(
             where={"status": ["confirmed"]},
             same={"user_id": "user_id"},
             absent=True,
+        ),
+        Precondition(
+            tool="book_flight",
+            param="flight_id",
+            table="seats",
+            column="flight_id",
+            where={"status": ["available"]},
+            same={"cabin": "cabin"},
         ),
         Precondition(
             tool="book_flight",
