@@ -223,3 +223,63 @@ async def test_run_tests_after_a_write_gets_the_test_file_the_listing_holds(
         assert listed[index].startswith("tests/test_"), (written, listed)
         assert isinstance(tested, RefArg) and tested.step == 2, tested
     assert seen >= 3
+
+
+@pytest.mark.parametrize("name", ["calendar", "code", "shop", "travel"])
+async def test_preconditions_name_real_tools_params_tables_and_columns(
+    name: str, tmp_path: Path
+) -> None:
+    """A precondition that names a column the state lacks would call every value refused;
+    each one the bundled clusters state names their tool's params and their state's columns,
+    and some value of the seeded state keeps it (the server's own policy holds for some)."""
+    from trajsynth.agents.paths import _holds, _Tables
+
+    cluster = get_cluster(name)
+    assert cluster.preconditions
+    initial = await InProcessEnvironment(name, tmp_path).start()
+    tables = _Tables.of(initial)
+    for pre in cluster.preconditions:
+        props = cluster.tool(pre.tool).input_schema.get("properties") or {}
+        assert pre.param in props and set(pre.same.values()) <= set(props), pre
+        columns = tables.columns[pre.table]
+        assert {pre.column, *pre.where, *pre.same} <= set(columns), pre
+        if not pre.absent and not pre.same:
+            values = [r[pre.column] for r in tables.rows[pre.table]]
+            assert any(_holds(pre, {pre.param: v}, tables) for v in values), pre
+
+
+def test_a_precondition_is_kept_by_the_row_it_names_and_refused_by_others() -> None:
+    """``_holds``: the value in a row that keeps ``where`` and ``same`` holds; another row's,
+    a row of another user's, or (``absent``) a value such a row holds does not; a value the
+    binding does not know yet is not judged."""
+    from trajsynth.agents.paths import _holds, _Tables
+    from trajsynth.schemas import EnvState, Precondition
+
+    state = EnvState(
+        state_hash="h",
+        tables={
+            "orders": [
+                {"order_id": "#1", "user_id": "u1", "status": "pending"},
+                {"order_id": "#2", "user_id": "u1", "status": "shipped"},
+                {"order_id": "#3", "user_id": "u2", "status": "pending"},
+            ]
+        },
+    )
+    tables = _Tables.of(state)
+    cancel = Precondition(
+        tool="cancel_order",
+        param="order_id",
+        table="orders",
+        column="order_id",
+        where={"status": ["pending"]},
+        same={"user_id": "user_id"},
+    )
+    assert _holds(cancel, {"order_id": "#1", "user_id": "u1"}, tables) is True
+    assert _holds(cancel, {"order_id": "#2", "user_id": "u1"}, tables) is False  # shipped
+    assert _holds(cancel, {"order_id": "#3", "user_id": "u1"}, tables) is False  # not u1's
+    assert _holds(cancel, {"order_id": "#3"}, tables) is True  # the user is not known yet
+    assert _holds(cancel, {"user_id": "u1"}, tables) is None
+    again = cancel.model_copy(update={"absent": True, "where": {}})
+    assert _holds(again, {"order_id": "#1", "user_id": "u2"}, tables) is True
+    assert _holds(again, {"order_id": "#1", "user_id": "u1"}, tables) is False
+    assert _holds(again, {"order_id": "#1"}, tables) is None

@@ -502,16 +502,25 @@ class _Binder:
                 if not isinstance(arg, RefArg) or "[0]" not in arg.field or arg.step >= i:
                     continue
                 related = self._list_of(steps, arg)
-                if related is not None and not related:
+                if related is not None and not related[0]:
                     blamed = blamed or set()
                     blamed.update(self.origin[arg.step].values())
         return blamed
 
-    def _list_of(self, steps: list[PlannedCall], ref: RefArg) -> list[dict[str, JsonValue]] | None:
+    def _list_of(
+        self, steps: list[PlannedCall], ref: RefArg
+    ) -> tuple[list[dict[str, JsonValue]], bool] | None:
+        """The state's rows of the list ``ref`` reads an item of, and whether every input of
+        the call that lists it is accounted for (an input at its schema default filters
+        nothing: list_files' ``directory='.'``; search_products' query is not a column)."""
         head = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.split(r"\[\d+\]", ref.field)[0])
         if not head:
             return None
-        return _list_rows(self.tables, steps[ref.step].tool, head[-1], self.predicted[ref.step])
+        tool = steps[ref.step].tool
+        args = self.predicted[ref.step]
+        props = _properties(self.cluster.tool(tool))
+        loose = {p for p, v in args.items() if props.get(p, {}).get("default", ...) == v}
+        return _list_rows(self.tables, tool, head[-1], args, loose)
 
     def _point_at_accepted(
         self, steps: list[PlannedCall], i: int, pre: Precondition
@@ -531,10 +540,21 @@ class _Binder:
             holder, param, ref = ref.step, ref.field, echoed
         if "[0]" not in ref.field:
             return None, set()
-        related = self._list_of(steps, ref)
+        listed = self._list_of(steps, ref)
         leaf = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ref.field.partition("[0]")[2])
-        if not related or not leaf:
+        if not listed or not listed[0] or not leaf:
             return None, set()
+        related, exact = listed
+        if not exact:
+            # more rows than the call lists: their order says nothing of the list's, and
+            # only "none of them is accepted" says something of the list
+            accepted = any(
+                _holds(pre, {**self.predicted[i], pre.param: r.get(leaf[-1])}, self.tables)
+                is not False
+                for r in related
+                if r.get(leaf[-1]) is not None
+            )
+            return (None, set()) if accepted else (False, set(self.origin[ref.step].values()))
         for k, row in enumerate(related[:LIST_ITEMS]):
             value = row.get(leaf[-1])
             args = {**self.predicted[i], pre.param: value}
@@ -870,13 +890,18 @@ def _demands(
 
 
 def _list_rows(
-    tables: _Tables, tool: str, name: str, args: Mapping[str, JsonValue]
-) -> list[dict[str, JsonValue]] | None:
+    tables: _Tables,
+    tool: str,
+    name: str,
+    args: Mapping[str, JsonValue],
+    loose: Iterable[str] = (),
+) -> tuple[list[dict[str, JsonValue]], bool] | None:
     """The rows of the table a tool's output list ``name`` reads (``refunds`` of
     ``get_refunds``, ``items`` of ``view_cart``: ``cart_items``) that belong to the call's
     known inputs, directly (a column of the same name) or through one other table's row
-    (a refund's order of the user); all its rows when no input names one; None when no
-    one table holds the list."""
+    (a refund's order of the user); all its rows when no input names one; and whether every
+    input but the ``loose`` ones was used (else the rows are more than the call lists);
+    None when no one table holds the list."""
     noun = singular(name.lower())
     found = [t for t in tables.rows if singular(t.lower()) == noun]  # orders, not order_items
     if not found:
@@ -889,13 +914,16 @@ def _list_rows(
     table = found[0]
     rows = tables.rows[table]
     columns = tables.columns.get(table, {})
+    exact = True
     for param, value in sorted(args.items()):
         if isinstance(value, dict | list):
+            exact = exact and param in loose
             continue
         if param in columns:
             rows = [r for r in rows if r.get(param) == value]
             continue
         if not _is_key_column(param):
+            exact = exact and param in loose
             continue
         hops = [
             (other, key)
@@ -905,6 +933,7 @@ def _list_rows(
             if key != param and key in columns and _is_key_column(key)
         ]
         if not hops:
+            exact = exact and param in loose
             continue
         keep = []
         for r in rows:
@@ -915,7 +944,7 @@ def _list_rows(
             ):
                 keep.append(r)
         rows = keep
-    return rows
+    return rows, exact
 
 
 def _said(value: JsonValue) -> str:

@@ -43,8 +43,9 @@ CLUSTER = BundledCluster(
         ),
     ],
     # what the tools accept (the server's policy): only the organizer moves or cancels an
-    # event, and only a confirmed one; only an invited attendee answers an invitation, with
-    # an answer other than the one they gave
+    # event, and only a confirmed one; an invitation goes to someone neither organizing nor
+    # invited yet; only an invited attendee who does not organize it answers one, with an
+    # answer other than the one they gave
     preconditions=[
         Precondition(
             tool=tool,
@@ -63,6 +64,30 @@ CLUSTER = BundledCluster(
             table="events",
             column="event_id",
             where={"status": ["confirmed"]},
+        ),
+        Precondition(
+            tool="invite_attendee",
+            param="event_id",
+            table="events",
+            column="event_id",
+            same={"organizer_id": "user_id"},
+            absent=True,
+        ),
+        Precondition(
+            tool="invite_attendee",
+            param="event_id",
+            table="attendees",
+            column="event_id",
+            same={"user_id": "user_id"},
+            absent=True,
+        ),
+        Precondition(
+            tool="respond_to_invitation",
+            param="event_id",
+            table="events",
+            column="event_id",
+            same={"organizer_id": "user_id"},
+            absent=True,
         ),
         Precondition(
             tool="respond_to_invitation",
