@@ -458,7 +458,7 @@ async def test_a_task_acts_as_one_user(tmp_path: Path) -> None:
         await plan_blueprint(
             Planner(use_llm=False), None, _factory(tmp_path, "calendar"), calendar, cell, s
         )
-        for s in (0, 2, 5)
+        for s in (0, 10, 12)  # 10 and 12: seeds whose paths act as two users
     ]
     for p in planned:
         if isinstance(p, Blueprint):
