@@ -8,7 +8,8 @@ planned, attempts and budget, rejections by reason, gold-run errors as a share o
 (a rejected attempt whose reason is ``gold_run_error``) and of the gold runs tried inside
 the attempts, and the draws per cluster. ``--paths`` also prints every gold run that failed,
 inside accepted attempts too (cluster, route, failing step, the tool's refusal), and counts
-them by cluster and tool.
+them by cluster and tool. ``--no-preconditions`` is the control: the bundled clusters'
+stated preconditions (docs/planning.md) left out, the rest of the binder as it is.
 
 Run: ``PYTHONPATH=src python bench/plan_count.py --tasks 20 [--seed 0] [--no-llm]``.
 """
@@ -63,12 +64,20 @@ class _GoldRuns:
 
 
 async def main(
-    tasks: int, seed: int, use_llm: bool, redraws: bool, verbose: bool = False, paths: bool = False
+    tasks: int,
+    seed: int,
+    use_llm: bool,
+    redraws: bool,
+    verbose: bool = False,
+    paths: bool = False,
+    preconditions: bool = True,
 ) -> None:
     runs = _GoldRuns()
     planner_module._ground_truth = runs  # type: ignore[assignment]
     config = RunConfig(tasks=tasks, seed=seed, plan_attempts=None if redraws else tasks)
     clusters = [c for c in list_clusters() if c.source != "outside"]
+    if not preconditions:  # the control: the binder without the clusters' stated preconditions
+        clusters = [c.model_copy(update={"preconditions": []}) for c in clusters]
     by_id = {c.cluster_id: c for c in clusters}
     cells = sample_cells(clusters, tasks, random.Random(config.seed * 7_919), None)
     seeds = [plan_seed(config, 0, i) for i in range(tasks)]
@@ -136,7 +145,18 @@ if __name__ == "__main__":
     parser.add_argument("--no-redraw", action="store_true", help="one attempt per task")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every rejection")
     parser.add_argument("--paths", action="store_true", help="print every failed gold run")
+    parser.add_argument(
+        "--no-preconditions", action="store_true", help="control: clusters state no preconditions"
+    )
     args = parser.parse_args()
     asyncio.run(
-        main(args.tasks, args.seed, not args.no_llm, not args.no_redraw, args.verbose, args.paths)
+        main(
+            args.tasks,
+            args.seed,
+            not args.no_llm,
+            not args.no_redraw,
+            args.verbose,
+            args.paths,
+            not args.no_preconditions,
+        )  # fmt: skip
     )
