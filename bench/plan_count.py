@@ -158,5 +158,5 @@ if __name__ == "__main__":
             args.verbose,
             args.paths,
             not args.no_preconditions,
-        )  # fmt: skip
+        )
     )

@@ -196,33 +196,38 @@ async def test_a_flight_is_not_booked_twice_by_one_user(tmp_path: Path) -> None:
         assert booked.tool == "book_flight"
 
 
-async def test_run_tests_after_a_write_gets_the_test_file_the_listing_holds(
+async def test_run_tests_is_pointed_at_the_listings_test_file_but_not_across_a_write(
     tmp_path: Path,
 ) -> None:
-    """``list_files -> read_file -> write_file -> run_tests``: run_tests runs the file the
-    write wrote, so the write's path must be a test file. Was: the first file the write
-    accepted ("no tests found in 'data/sales.csv'"); now the binder points the write's
-    reference at the listing's test file (the state's files, in the listing's order)."""
+    """``list_files -> run_tests``: the reference is pointed at the listing's test file
+    (the state's files, in the listing's order), not at its first file ("no tests found in
+    'README.md'"). ``list_files -> read_file -> write_file -> run_tests`` runs the file the
+    write wrote: pointing the write at the test file would copy README.md over the tests
+    (a task no reviewer accepts), so that reference is left alone and the path is ranked
+    below the drafts that pass the binder's checks."""
     from trajsynth.schemas import RefArg
+
+    initial = await InProcessEnvironment("code", tmp_path).start()
+    listed = [row["path"] for row in initial.tables["files"]]
+    direct = _only("code", "list_files", "run_tests")
+    path = sample_path(
+        direct, dependency_graph(direct), _chain(direct, "easy"), initial, random.Random(0)
+    )
+    assert isinstance(path, PlannedPath) and path.tools == ["list_files", "run_tests"], path
+    tested = path.steps[1].args["path"]
+    assert isinstance(tested, RefArg) and tested.field != "files[0].path", tested
+    assert listed[int(tested.field.split("[")[1].split("]")[0])].startswith("tests/test_")
 
     cluster = get_cluster("code")
     graph = dependency_graph(cluster)
     tools = ["list_files", "read_file", "write_file", "run_tests"]
-    seen = 0
-    initial = await InProcessEnvironment("code", tmp_path).start()
-    listed = [row["path"] for row in initial.tables["files"]]
+    drawn = 0
     for seed in range(40):
         path = sample_path(cluster, graph, _chain(cluster, "hard"), initial, random.Random(seed))
-        if not isinstance(path, PlannedPath) or path.tools != tools:
-            continue
-        seen += 1
-        written = path.steps[2].args["path"]
-        tested = path.steps[3].args["path"]
-        assert isinstance(written, RefArg) and written.step == 0, written
-        index = int(written.field.split("[")[1].split("]")[0])
-        assert listed[index].startswith("tests/test_"), (written, listed)
-        assert isinstance(tested, RefArg) and tested.step == 2, tested
-    assert seen >= 3
+        if isinstance(path, PlannedPath) and path.tools == tools:
+            drawn += 1
+            assert path.steps[2].args["path"] == RefArg(step=0, field="files[0].path")
+    assert drawn < 10  # most seeds plan a draft that passes the checks instead
 
 
 @pytest.mark.parametrize("name", ["calendar", "code", "shop", "travel"])

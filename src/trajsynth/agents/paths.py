@@ -520,7 +520,10 @@ class _Binder:
         args = self.predicted[ref.step]
         props = _properties(self.cluster.tool(tool))
         loose = {p for p, v in args.items() if props.get(p, {}).get("default", ...) == v}
-        return _list_rows(self.tables, tool, head[-1], args, loose)
+        leaf = re.findall(
+            r"[A-Za-z_][A-Za-z0-9_]*", re.split(r"\[\d+\]", ref.field, maxsplit=1)[-1]
+        )
+        return _list_rows(self.tables, tool, head[-1], args, loose, leaf[-1] if leaf else "")
 
     def _point_at_accepted(
         self, steps: list[PlannedCall], i: int, pre: Precondition
@@ -528,15 +531,18 @@ class _Binder:
         """For a reference whose value comes from a list's first item (directly, or echoed
         by a call in between: write_file's path), the list's rows in the state: True when
         the first is one ``pre`` accepts, else the reference is pointed at the first that
-        is (True), or False when none is, with the rows that gave the list call's inputs (the
-        user whose orders these are); None when the state does not say."""
+        is (True; not across a write), or False when none is, with the rows that gave the
+        list call's inputs (the user whose orders these are); None when the state does not
+        say."""
         holder, param = i, pre.param
         ref = steps[i].args[param]
         assert isinstance(ref, RefArg)
+        through_write = False
         while "[" not in ref.field and "." not in ref.field:
             echoed = steps[ref.step].args.get(ref.field)
             if not isinstance(echoed, RefArg):
                 return None, set()
+            through_write |= self.cluster.tool(steps[ref.step].tool).access is ToolAccess.WRITE
             holder, param, ref = ref.step, ref.field, echoed
         if "[0]" not in ref.field:
             return None, set()
@@ -555,7 +561,10 @@ class _Binder:
                 if r.get(leaf[-1]) is not None
             )
             return (None, set()) if accepted else (False, set(self.origin[ref.step].values()))
-        for k, row in enumerate(related[:LIST_ITEMS]):
+        # a write in between (write_file, then run_tests on what it wrote) is not pointed
+        # at another file for the later tool's sake: what it writes there is not what that
+        # tool needs (a README copied over the tests); only its own item is judged
+        for k, row in enumerate(related[: 1 if through_write else LIST_ITEMS]):
             value = row.get(leaf[-1])
             args = {**self.predicted[i], pre.param: value}
             if value is None or _holds(pre, args, self.tables) is False:
@@ -895,6 +904,7 @@ def _list_rows(
     name: str,
     args: Mapping[str, JsonValue],
     loose: Iterable[str] = (),
+    leaf: str = "",
 ) -> tuple[list[dict[str, JsonValue]], bool] | None:
     """The rows of the table a tool's output list ``name`` reads (``refunds`` of
     ``get_refunds``, ``items`` of ``view_cart``: ``cart_items``) that belong to the call's
@@ -909,6 +919,10 @@ def _list_rows(
     if len(found) > 1:
         tool_nouns = {singular(w) for w in name_tokens(tool)}
         found = [t for t in found if tool_nouns & {singular(w) for w in name_tokens(t)}]
+    if not found and leaf.endswith("_id"):
+        # a list named for what it means (``conflicts``) holds rows of the table its items'
+        # id names (``event_id``: events)
+        found = [t for t in tables.rows if singular(t.lower()) == leaf[: -len("_id")]]
     if len(found) != 1:
         return None
     table = found[0]
