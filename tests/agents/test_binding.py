@@ -288,3 +288,26 @@ def test_a_precondition_is_kept_by_the_row_it_names_and_refused_by_others() -> N
     assert _holds(again, {"order_id": "#1", "user_id": "u2"}, tables) is True
     assert _holds(again, {"order_id": "#1", "user_id": "u1"}, tables) is False
     assert _holds(again, {"order_id": "#1"}, tables) is None
+
+
+async def test_a_write_of_what_a_read_returned_to_where_it_read_fails_the_check(
+    tmp_path: Path,
+) -> None:
+    """``read_file -> write_file`` with the content read_file returned, to the path it read,
+    sets what the file holds: the gold run refuses it as a no-op ("write_file(...) changed
+    nothing"). The binder's check says so before the gold run, so the path ranks below the
+    drafts that pass; a write to another path passes."""
+    from trajsynth.agents.paths import _Binder, _Tables
+    from trajsynth.schemas import RefArg, SlotArg
+
+    cluster = get_cluster("code")
+    initial = await InProcessEnvironment("code", tmp_path).start()
+    binder = _Binder(cluster, dependency_graph(cluster), _Tables.of(initial), random.Random(0))
+    steps = binder.bind(["read_file", "write_file"], [(0, 1)])
+    assert steps[1].args["content"] == RefArg(step=0, field="content")
+    assert steps[1].args["path"] == steps[0].args["path"]  # the file it read
+    assert binder.violations(steps) is not None
+    other = steps[1].model_copy(
+        update={"args": {**steps[1].args, "path": SlotArg(name="another_path")}}
+    )
+    assert binder.violations([steps[0], other]) is None

@@ -471,8 +471,9 @@ class _Binder:
 
     def violations(self, steps: list[PlannedCall]) -> set[int] | None:
         """None when every predicted value is one its tool accepts in the initial state (the
-        cluster's preconditions) and every list a reference reads its first item from holds
-        rows for the call's inputs; else the ids of the rows that gave the wrong values
+        cluster's preconditions), every list a reference reads its first item from holds
+        rows for the call's inputs, and no write only writes back what a read returned;
+        else the ids of the rows that gave the wrong values
         (empty: none to blame). A reference through a list whose first item the tool would
         refuse is pointed at the first item it accepts (``steps`` is updated in place)."""
         blamed: set[int] | None = None
@@ -498,6 +499,8 @@ class _Binder:
                     }
                 if verdict is False:
                     blamed = (blamed or set()) | at_fault
+            if self._writes_back(steps, i):
+                blamed = blamed or set()  # the path's shape, not a row, is at fault
             for arg in step.args.values():
                 if not isinstance(arg, RefArg) or "[0]" not in arg.field or arg.step >= i:
                     continue
@@ -506,6 +509,25 @@ class _Binder:
                     blamed = blamed or set()
                     blamed.update(self.origin[arg.step].values())
         return blamed
+
+    def _writes_back(self, steps: list[PlannedCall], i: int) -> bool:
+        """Whether step ``i`` is a write fed only by one read's output and inputs (write_file
+        of the content read_file returned, to the path it read): it sets what that read
+        found, a no-op the gold run refuses."""
+        if self.cluster.tool(steps[i].tool).access is not ToolAccess.WRITE:
+            return False
+        args = list(steps[i].args.values())
+        producers = {a.step for a in args if isinstance(a, RefArg)}
+        if len(args) < 2 or len(producers) != 1:
+            return False
+        j = producers.pop()
+        if self.cluster.tool(steps[j].tool).access is not ToolAccess.READ:
+            return False
+        # the read's own inputs count as its output (the same path slot for both calls)
+        read_slots = {a.name for a in steps[j].args.values() if isinstance(a, SlotArg)}
+        return all(
+            isinstance(a, RefArg) or (isinstance(a, SlotArg) and a.name in read_slots) for a in args
+        )
 
     def _list_of(
         self, steps: list[PlannedCall], ref: RefArg
