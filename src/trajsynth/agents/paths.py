@@ -1207,7 +1207,9 @@ def sample_path(
 
     best: tuple[tuple[int, ...], PlannedPath] | None = None
     reasons: list[Rejection] = []
-    for _ in range(max(1, tries)):
+    for n in range(max(1, tries) * INVALID_TRIES):
+        if n >= max(1, tries) and (best is None or best[0][0]):
+            break  # more drafts only while every draft so far fails the binder's check
         length = rng.randint(low, high)
         drawn = shape
         draft = _draft_shape(shape, length, graph, weight, entries, names, uses, rng)
@@ -1269,6 +1271,10 @@ def sample_path(
     top = Counter(r.reason for r in reasons).most_common(1)[0][0]  # ties: the first seen
     return next(r for r in reasons if r.reason == top)
 
+
+# drafts per sampling, in multiples of ``tries``, while every draft fails the binder's check
+# (a thin graph: the code cluster's hard chains mostly run into run_tests)
+INVALID_TRIES = 4
 
 # items of a list a reference may point at, the state's order taken as the tool's
 LIST_ITEMS = 8
