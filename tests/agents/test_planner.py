@@ -448,7 +448,8 @@ class _Shown:
 async def test_a_task_acts_as_one_user(tmp_path: Path) -> None:
     """A calendar chain that answers an invitation as one user and sends mail as another is
     not a request anyone writes: such paths are refused (``two_users``) and the accepted
-    blueprints act as one user throughout."""
+    blueprints act as one user throughout. (The binder now rarely draws such a path for a
+    whole attempt, so the refusal is shown on a path that reads as two users.)"""
     calendar = get_cluster("calendar")
     cell = Cell(
         cluster_id="calendar", path_shape=PathShape.CHAIN,
@@ -464,8 +465,20 @@ async def test_a_task_acts_as_one_user(tmp_path: Path) -> None:
         if isinstance(p, Blueprint):
             users = {c.arguments["user_id"] for c in p.gold_run.calls if "user_id" in c.arguments}
             assert len(users) <= 1, (users, p.tool_path)
-    refused = [p for p in planned if isinstance(p, BlueprintAttempt) and "two_users" in p.detail]
-    assert refused and "acts as 2 users" in refused[0].detail
+    env = InProcessEnvironment("calendar", tmp_path)
+    initial = await env.start()
+    first, second = (row["user_id"] for row in initial.tables["users"][:2])
+    two = PlannedPath(
+        cluster_id="calendar", shape=PathShape.CHAIN, difficulty=Difficulty.EASY,
+        steps=[
+            PlannedCall(tool="list_messages", args={"user_id": SlotArg(name="user_id")}),
+            PlannedCall(tool="list_messages", args={"user_id": SlotArg(name="user_id_2")}),
+        ],
+        slots={"user_id": first, "user_id_2": second},
+    )  # fmt: skip
+    refused = await _ground_truth(env, calendar, two, initial)
+    assert not isinstance(refused, _Truth)
+    assert refused.reason == "two_users" and "acts as 2 users" in refused.detail
 
 
 async def test_a_read_only_path_whose_last_read_takes_nothing_from_the_first_is_refused(

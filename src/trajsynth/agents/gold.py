@@ -213,19 +213,22 @@ OTHER_ITEMS = 4
 def _other_items(
     observations: Sequence[JsonValue], bindings: Mapping[str, Any]
 ) -> list[tuple[str, RefArg]]:
-    """(param, reference) for each reference through a list's first item: the same field
-    of the list's next items (up to ``OTHER_ITEMS`` each) that hold a value."""
+    """(param, reference) for each reference through a list's item (the first, or the one
+    the binder pointed at): the same field of the list's next items (up to ``OTHER_ITEMS``
+    each), then of the items before it, that hold a value."""
     out: list[tuple[str, RefArg]] = []
     for name, arg in bindings.items():
-        if not isinstance(arg, RefArg) or "[0]" not in arg.field:
+        found = re.search(r"\[(\d+)\]", arg.field) if isinstance(arg, RefArg) else None
+        if found is None:
             continue
-        head, _, tail = arg.field.partition("[0]")
-        for k in range(1, OTHER_ITEMS + 1):
+        head, tail, first = arg.field[: found.start()], arg.field[found.end() :], int(found[1])
+        # the binder's index is a guess at the tool's order (the state's): the items before
+        # it are tried too, after the ones that follow
+        later = range(first + 1, first + OTHER_ITEMS + 1)
+        for k in [*later, *range(first)]:
             path = f"{head}[{k}]{tail}"
             value = _get(observations[arg.step], _segments(path))
-            if value is _MISSING:
-                break
-            if value not in (None, "", [], {}):
+            if value is not _MISSING and value not in (None, "", [], {}):
                 out.append((name, RefArg(step=arg.step, field=path)))
     return out
 

@@ -38,6 +38,7 @@ from trajsynth.schemas import (
     LiteralArg,
     PathShape,
     PlannedCall,
+    Precondition,
     Record,
     RefArg,
     SlotArg,
@@ -389,14 +390,26 @@ class _Binder:
     chosen_at: dict[str, int] = field(default_factory=dict)
     # step -> table -> (slot, column, as a list) first bound there from that table's row
     fresh: dict[int, dict[str, list[tuple[str, str, bool]]]] = field(default_factory=dict)
+    # rows a check of an earlier binding found wrong (by id): drawn only when nothing else fits
+    banned: frozenset[int] = frozenset()
+    # values the later tools of the path accept, by parameter name (their preconditions)
+    demands: dict[str, set[JsonValue]] = field(default_factory=dict)
+    # per step, each argument's value where the binding predicts it, and the row it came from
+    predicted: list[dict[str, JsonValue]] = field(default_factory=list)
+    origin: list[dict[str, int]] = field(default_factory=list)
+    known: dict[str, JsonValue] = field(default_factory=dict)  # the current step's, so far
+    slot_rows: dict[str, int] = field(default_factory=dict)  # slot name -> id of its row
+    expected_rows: dict[str, int] = field(default_factory=dict)
 
     def bind(self, tools: list[str], links: list[tuple[int, int]]) -> list[PlannedCall]:
+        self.demands = _demands(self.cluster, self.tables, tools)
         steps: list[PlannedCall] = []
         for i, tool in enumerate(tools):
             self.step = i
             spec = self.cluster.tool(tool)
             props = _properties(spec)
             args: dict[str, LiteralArg | RefArg | SlotArg] = {}
+            self.known = {}
             # data flow promised by the shape: the consumer takes at least one param per link
             producers = [j for j, k in links if k == i]
             for j in producers:
@@ -406,6 +419,7 @@ class _Binder:
                         args[param] = RefArg(step=j, field=_ref_path(out_field))
                         break
             self.expected = self._expected(args)
+            self._predict(args, props)
             self.done_states = (
                 _done_states(tool) if spec.access is ToolAccess.WRITE else frozenset()
             )
@@ -415,10 +429,177 @@ class _Binder:
                 ref = self._ref_from_path(tools, i, param)
                 args[param] = ref or self._slot_or_literal(tool, param, props.get(param, {}))
                 self.expected = self._expected(args)
+                self._predict(args, props)
             if not args and props:
                 self._bind_one_optional(tools, i, props, args)
+                self.expected = self._expected(args)
+                self._predict(args, props)
+            self.predicted.append(dict(self.known))
+            self.origin.append(self._origins(args))
             steps.append(PlannedCall(tool=tool, args=args))
         return steps
+
+    def _predict(
+        self,
+        args: Mapping[str, LiteralArg | RefArg | SlotArg],
+        props: Mapping[str, Mapping[str, JsonValue]],
+    ) -> None:
+        """The current step's argument values as far as the binding knows them (a param
+        left out takes its schema default: book_flight's cabin)."""
+        known: dict[str, JsonValue] = {
+            p: schema["default"]
+            for p, schema in props.items()
+            if p not in args and "default" in schema
+        }
+        for param, arg in args.items():
+            if isinstance(arg, LiteralArg):
+                known[param] = arg.value
+            elif isinstance(arg, SlotArg):
+                known[param] = self.slots.get(arg.name)
+            elif param in self.expected:
+                known[param] = self.expected[param]
+        self.known = {k: v for k, v in known.items() if v is not None}
+
+    def _origins(self, args: Mapping[str, LiteralArg | RefArg | SlotArg]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for param, arg in args.items():
+            if isinstance(arg, SlotArg) and arg.name in self.slot_rows:
+                out[param] = self.slot_rows[arg.name]
+            elif isinstance(arg, RefArg) and param in self.expected_rows:
+                out[param] = self.expected_rows[param]
+        return out
+
+    def violations(self, steps: list[PlannedCall]) -> set[int] | None:
+        """None when every predicted value is one its tool accepts in the initial state (the
+        cluster's preconditions), every list a reference reads its first item from holds
+        rows for the call's inputs, and no write only writes back what a read returned;
+        else the ids of the rows that gave the wrong values
+        (empty: none to blame). A reference through a list whose first item the tool would
+        refuse is pointed at the first item it accepts (``steps`` is updated in place)."""
+        blamed: set[int] | None = None
+        for i, step in enumerate(steps):
+            for pre in self.cluster.preconditions:
+                if pre.tool != step.tool:
+                    continue
+                arg = step.args.get(pre.param)
+                if isinstance(arg, LiteralArg):
+                    continue  # the tool's own default
+                # a value read from a list is judged by the list's rows (the user's orders)
+                # before any guess from a row the path chose
+                verdict: bool | None = None
+                at_fault: set[int] = set()
+                if isinstance(arg, RefArg):
+                    verdict, at_fault = self._point_at_accepted(steps, i, pre)
+                if verdict is None:
+                    verdict = _holds(pre, self.predicted[i], self.tables)
+                    at_fault = {
+                        self.origin[i][param]
+                        for param in (pre.param, *pre.same.values())
+                        if param in self.origin[i]
+                    }
+                if verdict is False:
+                    blamed = (blamed or set()) | at_fault
+            if self._writes_back(steps, i):
+                blamed = blamed or set()  # the path's shape, not a row, is at fault
+            for arg in step.args.values():
+                if not isinstance(arg, RefArg) or "[0]" not in arg.field or arg.step >= i:
+                    continue
+                related = self._list_of(steps, arg)
+                if related is not None and not related[0]:
+                    blamed = blamed or set()
+                    blamed.update(self.origin[arg.step].values())
+        return blamed
+
+    def _writes_back(self, steps: list[PlannedCall], i: int) -> bool:
+        """Whether step ``i`` is a write fed only by one read's output and inputs (write_file
+        of the content read_file returned, to the path it read): it sets what that read
+        found, a no-op the gold run refuses."""
+        if self.cluster.tool(steps[i].tool).access is not ToolAccess.WRITE:
+            return False
+        args = list(steps[i].args.values())
+        producers = {a.step for a in args if isinstance(a, RefArg)}
+        if len(args) < 2 or len(producers) != 1:
+            return False
+        j = producers.pop()
+        if self.cluster.tool(steps[j].tool).access is not ToolAccess.READ:
+            return False
+        # the read's own inputs count as its output (the same path slot for both calls)
+        read_slots = {a.name for a in steps[j].args.values() if isinstance(a, SlotArg)}
+        return all(
+            isinstance(a, RefArg) or (isinstance(a, SlotArg) and a.name in read_slots) for a in args
+        )
+
+    def _list_of(
+        self, steps: list[PlannedCall], ref: RefArg
+    ) -> tuple[list[dict[str, JsonValue]], bool] | None:
+        """The state's rows of the list ``ref`` reads an item of, and whether every input of
+        the call that lists it is accounted for (an input at its schema default filters
+        nothing: list_files' ``directory='.'``; search_products' query is not a column)."""
+        head = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.split(r"\[\d+\]", ref.field)[0])
+        if not head:
+            return None
+        tool = steps[ref.step].tool
+        args = self.predicted[ref.step]
+        props = _properties(self.cluster.tool(tool))
+        loose = {p for p, v in args.items() if props.get(p, {}).get("default", ...) == v}
+        leaf = re.findall(
+            r"[A-Za-z_][A-Za-z0-9_]*", re.split(r"\[\d+\]", ref.field, maxsplit=1)[-1]
+        )
+        return _list_rows(self.tables, tool, head[-1], args, loose, leaf[-1] if leaf else "")
+
+    def _point_at_accepted(
+        self, steps: list[PlannedCall], i: int, pre: Precondition
+    ) -> tuple[bool | None, set[int]]:
+        """For a reference whose value comes from a list's first item (directly, or echoed
+        by a call in between: write_file's path), the list's rows in the state: True when
+        the first is one ``pre`` accepts, else the reference is pointed at the first that
+        is (True; not across a write), or False when none is, with the rows that gave the
+        list call's inputs (the user whose orders these are); None when the state does not
+        say."""
+        holder, param = i, pre.param
+        ref = steps[i].args[param]
+        assert isinstance(ref, RefArg)
+        through_write = False
+        while "[" not in ref.field and "." not in ref.field:
+            echoed = steps[ref.step].args.get(ref.field)
+            if not isinstance(echoed, RefArg):
+                return None, set()
+            through_write |= self.cluster.tool(steps[ref.step].tool).access is ToolAccess.WRITE
+            holder, param, ref = ref.step, ref.field, echoed
+        if "[0]" not in ref.field:
+            return None, set()
+        listed = self._list_of(steps, ref)
+        leaf = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ref.field.partition("[0]")[2])
+        if not listed or not listed[0] or not leaf:
+            return None, set()
+        related, exact = listed
+        if not exact:
+            # more rows than the call lists: their order says nothing of the list's, and
+            # only "none of them is accepted" says something of the list
+            accepted = any(
+                _holds(pre, {**self.predicted[i], pre.param: r.get(leaf[-1])}, self.tables)
+                is not False
+                for r in related
+                if r.get(leaf[-1]) is not None
+            )
+            return (None, set()) if accepted else (False, set(self.origin[ref.step].values()))
+        # a write in between (write_file, then run_tests on what it wrote) is not pointed
+        # at another file for the later tool's sake: what it writes there is not what that
+        # tool needs (a README copied over the tests); only its own item is judged
+        for k, row in enumerate(related[: 1 if through_write else LIST_ITEMS]):
+            value = row.get(leaf[-1])
+            args = {**self.predicted[i], pre.param: value}
+            if value is None or _holds(pre, args, self.tables) is False:
+                continue
+            if k:
+                moved = RefArg(step=ref.step, field=ref.field.replace("[0]", f"[{k}]", 1))
+                steps[holder] = steps[holder].model_copy(
+                    update={"args": {**steps[holder].args, param: moved}}
+                )
+            self.predicted[holder][param] = value
+            self.predicted[i][pre.param] = value
+            return True, set()
+        return False, set(self.origin[ref.step].values())
 
     def _expected(self, args: Mapping[str, LiteralArg | RefArg | SlotArg]) -> dict[str, JsonValue]:
         """What each reference of a step will carry, where a chosen row predicts it: a
@@ -434,10 +615,19 @@ class _Binder:
             if not names:
                 continue
             leaf = names[-1]
+            if len(names) == 1 and arg.step < len(self.predicted):
+                # an output named like one of the call's inputs echoes it (write_file's path)
+                echoed = self.predicted[arg.step].get(leaf)
+                if echoed is not None:
+                    out[param] = echoed
+                    if leaf in self.origin[arg.step]:
+                        self.expected_rows[param] = self.origin[arg.step][leaf]
+                    continue
             for table, row in self.rows.items():
                 holders = {table.lower(), singular(table.lower())}
                 if (len(names) == 1 or names[-2].lower() in holders) and row.get(leaf) is not None:
                     out[param] = row[leaf]
+                    self.expected_rows[param] = id(row)
                     break
         return out
 
@@ -504,8 +694,24 @@ class _Binder:
             return LiteralArg(value=schema["default"])
         enum = _schema_enum(schema)
         ranked = _rank_columns(param, schema, tool, self.tables)
+        # the table and column a precondition names hold the values the tool accepts
+        stated = [
+            (p.table, p.column)
+            for p in self.cluster.preconditions
+            if p.tool == tool
+            and p.param == param
+            and not p.absent
+            and p.column in self.tables.columns.get(p.table, {})
+        ]
+        ranked = [(99.0, t, c) for t, c in dict.fromkeys(stated)] + [
+            r for r in ranked if (r[1], r[2]) not in stated
+        ]
+
+        def accepted(value: JsonValue) -> bool:
+            return self._accepts(tool, param, value)
+
         for _, table, column in ranked:
-            row = self._row(table, column, enum)
+            row = self._row(table, column, enum, accepted)
             if row is None:
                 continue
             value = row[column]
@@ -514,6 +720,7 @@ class _Binder:
                 value = [value]
             before = set(self.slots)
             arg = self._slot(param, value, f"{table}.{column}")
+            self.slot_rows.setdefault(arg.name, id(row))
             if arg.name not in before and self.chosen_at.get(table) == self.step:
                 self.fresh.setdefault(self.step, {}).setdefault(table, [])
                 self.fresh[self.step][table].append((arg.name, column, array))
@@ -555,12 +762,28 @@ class _Binder:
         self.sources.setdefault(name, source)
         return SlotArg(name=name)
 
+    def _accepts(self, tool: str, param: str, value: JsonValue) -> bool:
+        """Whether ``value`` for ``param`` keeps every precondition of ``tool`` that names the
+        param (its own, or another param's ``same``) true, with the step's known values."""
+        args = {**self.known, param: value}
+        for pre in self.cluster.preconditions:
+            names = pre.tool == tool and (pre.param == param or param in pre.same.values())
+            if names and _holds(pre, args, self.tables) is False:
+                return False
+        return True
+
     def _row(
-        self, table: str, column: str, enum: list[JsonValue] | None = None
+        self,
+        table: str,
+        column: str,
+        enum: list[JsonValue] | None = None,
+        accepted: Callable[[JsonValue], bool] | None = None,
     ) -> dict[str, JsonValue] | None:
         def fits(row: Mapping[str, JsonValue]) -> bool:
             value = row.get(column)
-            return value is not None and (not enum or value in enum)
+            if value is None or (enum and value not in enum):
+                return False
+            return accepted is None or accepted(value)
 
         chosen = self.rows.get(table)
         if chosen is not None and fits(chosen):
@@ -568,9 +791,16 @@ class _Binder:
         rows = [r for r in self.tables.rows.get(table, []) if fits(r)]
         if not rows:
             return None
+        rows = [r for r in rows if id(r) not in self.banned] or rows
         # the step's references agree with the row (a flight to the airport just looked up)
         agreeing = [r for r in rows if all(r[p] == v for p, v in self.expected.items() if p in r)]
         rows = agreeing or rows
+        # a value the path's later tools will get from this row is one they accept (the user
+        # whose cart is not empty, for a path that ends in place_order)
+        for name in sorted(self.demands):
+            wanted = self.demands[name]
+            narrowed = [r for r in rows if r.get(name) is None or _member(r[name], wanted)]
+            rows = narrowed or rows
         # a write does not act on a row it already acted on (cancel_event on a cancelled one)
         undone = [r for r in rows if not any(_said(v) in self.done_states for v in r.values())]
         rows = undone or rows
@@ -628,6 +858,129 @@ class _Binder:
                 elif _is_key_column(column) and value in keys:
                     checks += 1  # organizer_id of an event = user_id of the chosen user
         return checks > 0
+
+
+def _member(value: JsonValue, values: set[JsonValue]) -> bool:
+    return not isinstance(value, dict | list) and value in values
+
+
+def _matches(pre: Precondition, row: Mapping[str, JsonValue], value: JsonValue) -> bool:
+    """Whether ``row`` of ``pre.table`` has ``value`` in ``pre.column`` and keeps ``where``
+    and ``pattern`` (``same`` is the caller's)."""
+    if row.get(pre.column) != value:
+        return False
+    if any(row.get(c) not in allowed for c, allowed in pre.where.items()):
+        return False
+    return pre.pattern is None or re.search(pre.pattern, str(value)) is not None
+
+
+def _holds(pre: Precondition, args: Mapping[str, JsonValue], tables: _Tables) -> bool | None:
+    """Whether the call's ``args`` keep ``pre`` in the state ``tables`` hold; None when the
+    param's value is not known or the state has no such table (nothing to judge by)."""
+    value = args.get(pre.param)
+    rows = tables.rows.get(pre.table)
+    if value is None or rows is None:
+        return None
+    if pre.absent and any(args.get(q) is None for q in pre.same.values()):
+        return None  # "no such row of this user": the user is not known yet
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        found = any(
+            _matches(pre, r, v)
+            and all(r.get(c) == args[q] for c, q in pre.same.items() if args.get(q) is not None)
+            for r in rows
+        )
+        if found == pre.absent:
+            return False
+    return True
+
+
+def _demands(
+    cluster: ToolCluster, tables: _Tables, tools: Iterable[str]
+) -> dict[str, set[JsonValue]]:
+    """Per parameter name, the values every tool of the path that states a precondition on
+    it accepts (``same`` aside); a name whose tools accept no common value is left out."""
+    out: dict[str, set[JsonValue]] = {}
+    dropped: set[str] = set()
+    names = set(tools)
+    for pre in cluster.preconditions:
+        if pre.tool not in names or pre.table not in tables.rows or pre.absent:
+            continue
+        accepted = {
+            r[pre.column]
+            for r in tables.rows[pre.table]
+            if not isinstance(r.get(pre.column), dict | list | type(None))
+            and _matches(pre, r, r[pre.column])
+        }
+        both = out[pre.param] & accepted if pre.param in out else accepted
+        if both:
+            out[pre.param] = both
+        else:
+            dropped.add(pre.param)
+    return {k: v for k, v in out.items() if k not in dropped}
+
+
+def _list_rows(
+    tables: _Tables,
+    tool: str,
+    name: str,
+    args: Mapping[str, JsonValue],
+    loose: Iterable[str] = (),
+    leaf: str = "",
+) -> tuple[list[dict[str, JsonValue]], bool] | None:
+    """The rows of the table a tool's output list ``name`` reads (``refunds`` of
+    ``get_refunds``, ``items`` of ``view_cart``: ``cart_items``) that belong to the call's
+    known inputs, directly (a column of the same name) or through one other table's row
+    (a refund's order of the user); all its rows when no input names one; and whether every
+    input but the ``loose`` ones was used (else the rows are more than the call lists);
+    None when no one table holds the list."""
+    noun = singular(name.lower())
+    found = [t for t in tables.rows if singular(t.lower()) == noun]  # orders, not order_items
+    if not found:
+        found = [t for t in tables.rows if noun in {singular(w) for w in name_tokens(t)}]
+    if len(found) > 1:
+        tool_nouns = {singular(w) for w in name_tokens(tool)}
+        found = [t for t in found if tool_nouns & {singular(w) for w in name_tokens(t)}]
+    if not found and leaf.endswith("_id"):
+        # a list named for what it means (``conflicts``) holds rows of the table its items'
+        # id names (``event_id``: events)
+        found = [t for t in tables.rows if singular(t.lower()) == leaf[: -len("_id")]]
+    if len(found) != 1:
+        return None
+    table = found[0]
+    rows = tables.rows[table]
+    columns = tables.columns.get(table, {})
+    exact = True
+    for param, value in sorted(args.items()):
+        if isinstance(value, dict | list):
+            exact = exact and param in loose
+            continue
+        if param in columns:
+            rows = [r for r in rows if r.get(param) == value]
+            continue
+        if not _is_key_column(param):
+            exact = exact and param in loose
+            continue
+        hops = [
+            (other, key)
+            for other, cols in tables.columns.items()
+            if other != table and param in cols
+            for key in cols
+            if key != param and key in columns and _is_key_column(key)
+        ]
+        if not hops:
+            exact = exact and param in loose
+            continue
+        keep = []
+        for r in rows:
+            if any(
+                r.get(key) is not None and s.get(key) == r[key] and s.get(param) == value
+                for other, key in hops
+                for s in tables.rows[other]
+            ):
+                keep.append(r)
+        rows = keep
+    return rows, exact
 
 
 def _said(value: JsonValue) -> str:
@@ -857,7 +1210,9 @@ def sample_path(
 
     best: tuple[tuple[int, ...], PlannedPath] | None = None
     reasons: list[Rejection] = []
-    for _ in range(max(1, tries)):
+    for n in range(max(1, tries) * INVALID_TRIES):
+        if n >= max(1, tries) and (best is None or best[0][0]):
+            break  # more drafts only while every draft so far fails the binder's check
         length = rng.randint(low, high)
         drawn = shape
         draft = _draft_shape(shape, length, graph, weight, entries, names, uses, rng)
@@ -882,9 +1237,8 @@ def sample_path(
         if need_write and not any(flags):
             reasons.append(Rejection(reason="no_write", detail="->".join(draft.tools)))
             continue
-        binder = _Binder(cluster, graph, tables, rng)
         try:
-            steps = binder.bind(draft.tools, draft.links)
+            binder, steps, valid = _bind_checked(cluster, graph, tables, rng, draft)
         except _Unbindable as exc:
             reasons.append(Rejection(reason="unbindable_param", detail=exc.detail))
             continue
@@ -908,10 +1262,10 @@ def sample_path(
             n_writes=sum(flags),
             reads_before_write=_reads_before_writes(flags),
         )
-        rank = (_mode_realised(cell, path), -abs(len(steps) - length))
+        rank = (int(valid), _mode_realised(cell, path), -abs(len(steps) - length))
         if best is None or rank > best[0]:
             best = (rank, path)
-        if rank == (1, 0):
+        if rank == (1, 1, 0):
             break
     if best is not None:
         if len(best[1].steps) < low:
@@ -919,6 +1273,45 @@ def sample_path(
         return best[1]
     top = Counter(r.reason for r in reasons).most_common(1)[0][0]  # ties: the first seen
     return next(r for r in reasons if r.reason == top)
+
+
+# drafts per sampling, in multiples of ``tries``, while every draft fails the binder's check
+# (a thin graph: the code cluster's hard chains mostly run into run_tests)
+INVALID_TRIES = 4
+
+# items of a list a reference may point at, the state's order taken as the tool's
+LIST_ITEMS = 8
+
+# bindings of one draft after the first, each leaving out the rows the last one's check blamed
+REBINDS = 4
+
+
+def _bind_checked(
+    cluster: ToolCluster, graph: nx.DiGraph, tables: _Tables, rng: random.Random, draft: _Draft
+) -> tuple[_Binder, list[PlannedCall], bool]:
+    """Bind ``draft``, and bind it again without the rows that gave a value its tool would
+    refuse in this state (``_Binder.violations``), up to ``REBINDS`` times: the binder,
+    the steps, and whether every check passed (a path that fails one is still returned, for
+    the gold run to decide, but ranks below one that passes)."""
+    banned: set[int] = set()
+    best: tuple[_Binder, list[PlannedCall]] | None = None
+    for _ in range(REBINDS + 1):
+        binder = _Binder(cluster, graph, tables, rng, banned=frozenset(banned))
+        try:
+            steps = binder.bind(draft.tools, draft.links)
+        except _Unbindable:
+            if best is None:
+                raise
+            break
+        blamed = binder.violations(steps)
+        if blamed is None:
+            return binder, steps, True
+        best = best or (binder, steps)
+        if not blamed - banned:
+            break
+        banned |= blamed
+    assert best is not None
+    return best[0], best[1], False
 
 
 def _any_params(cluster: ToolCluster, names: set[str]) -> bool:

@@ -244,6 +244,7 @@ def bundled_cluster(spec: BundledCluster, *, embed: Embedder | None = None) -> T
         state_readable=True,
         source="bundled",
         facts=spec.facts,
+        preconditions=list(spec.preconditions),
     )
 
 

@@ -175,6 +175,29 @@ class DeclaredEdge(Record):
     in_param: str
 
 
+class Precondition(Record):
+    """What a tool accepts for one parameter in a given state, stated by a bundled cluster: the
+    value is ``column`` of some row of ``table`` whose columns in ``where`` hold one of the
+    listed values, whose columns in ``same`` equal the call's other parameters, and whose
+    ``column`` matches ``pattern`` (``place_order.user_id``: a ``cart_items.user_id``, since an
+    empty cart cannot be ordered); with ``absent``, in no such row (``book_flight.flight_id``:
+    no confirmed booking of the same user). The path binder draws values that satisfy it and
+    checks the values the path's references will carry against it; the tool still decides."""
+
+    tool: str
+    param: str
+    table: str
+    column: str
+    where: dict[str, list[JsonValue]] = Field(default_factory=dict)
+    same: dict[str, str] = Field(
+        default_factory=dict, description="row column -> another parameter of the same call"
+    )
+    pattern: str | None = Field(default=None, description="regex the value must match (search)")
+    absent: bool = Field(
+        default=False, description="the value must be in no such row (a flight not yet booked)"
+    )
+
+
 class BundledCluster(Record):
     """A bundled cluster's declaration: ``servers/<name>/cluster.py`` holds one, and its
     ``trajsynth.clusters`` entry point names it. The registry builds the ``ToolCluster`` from
@@ -187,6 +210,7 @@ class BundledCluster(Record):
         description="the folder's package: `python -m` runs it; its `.server` holds the server"
     )
     declared_edges: list[DeclaredEdge] = Field(default_factory=list)
+    preconditions: list[Precondition] = Field(default_factory=list)
     facts: DomainFacts
 
     @property
@@ -215,6 +239,8 @@ class ToolCluster(Record):
     warnings: list[str] = Field(default_factory=list)
     # Bundled clusters declare them; None: the words fall back to the domain's defaults.
     facts: DomainFacts | None = None
+    # Bundled clusters state them: what a tool's parameter accepts in a given state.
+    preconditions: list[Precondition] = Field(default_factory=list)
 
     def tool(self, name: str) -> ToolSpec:
         for spec in self.tools:

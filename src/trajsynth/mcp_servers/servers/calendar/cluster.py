@@ -3,7 +3,7 @@ and the facts its tasks' words use. Its ``trajsynth.clusters`` entry point names
 
 from __future__ import annotations
 
-from trajsynth.schemas import BundledCluster, DeclaredEdge, Domain, DomainFacts
+from trajsynth.schemas import BundledCluster, DeclaredEdge, Domain, DomainFacts, Precondition
 
 __all__ = ["CLUSTER"]
 
@@ -40,6 +40,76 @@ CLUSTER = BundledCluster(
             target="read_message",
             out_field="messages[].message_id",
             in_param="message_id",
+        ),
+    ],
+    # what the tools accept (the server's policy): only the organizer moves or cancels an
+    # event, and only a confirmed one; an invitation goes to someone neither organizing nor
+    # invited yet; only an invited attendee who does not organize it answers one, with an
+    # answer other than the one they gave
+    preconditions=[
+        Precondition(
+            tool=tool,
+            param="event_id",
+            table="events",
+            column="event_id",
+            where={"status": ["confirmed"]},
+            same={"organizer_id": "user_id"},
+        )
+        for tool in ("reschedule_event", "cancel_event")
+    ]
+    + [
+        Precondition(
+            tool="invite_attendee",
+            param="event_id",
+            table="events",
+            column="event_id",
+            where={"status": ["confirmed"]},
+        ),
+        Precondition(
+            tool="invite_attendee",
+            param="event_id",
+            table="events",
+            column="event_id",
+            same={"organizer_id": "user_id"},
+            absent=True,
+        ),
+        Precondition(
+            tool="invite_attendee",
+            param="event_id",
+            table="attendees",
+            column="event_id",
+            same={"user_id": "user_id"},
+            absent=True,
+        ),
+        Precondition(
+            tool="respond_to_invitation",
+            param="event_id",
+            table="events",
+            column="event_id",
+            same={"organizer_id": "user_id"},
+            absent=True,
+        ),
+        Precondition(
+            tool="respond_to_invitation",
+            param="event_id",
+            table="events",
+            column="event_id",
+            where={"status": ["confirmed"]},
+        ),
+        Precondition(
+            tool="respond_to_invitation",
+            param="event_id",
+            table="attendees",
+            column="event_id",
+            same={"user_id": "user_id"},
+        ),
+        Precondition(
+            tool="respond_to_invitation",
+            param="response",
+            table="attendees",
+            column="response",
+            same={"event_id": "event_id", "user_id": "user_id"},
+            absent=True,
         ),
     ],
     facts=DomainFacts(persona="A busy professional keeping their schedule in order."),

@@ -3,7 +3,7 @@ and the facts its tasks' words use. Its ``trajsynth.clusters`` entry point names
 
 from __future__ import annotations
 
-from trajsynth.schemas import BundledCluster, DeclaredEdge, Domain, DomainFacts
+from trajsynth.schemas import BundledCluster, DeclaredEdge, Domain, DomainFacts, Precondition
 
 __all__ = ["CLUSTER"]
 
@@ -23,6 +23,16 @@ CLUSTER = BundledCluster(
             source="list_files", target="delete_file", out_field="files[].path", in_param="path"
         ),
         DeclaredEdge(source="write_file", target="run_tests", out_field="path", in_param="path"),
+    ],
+    # what the tools accept: run_tests finds tests only in a test file (test*.py)
+    preconditions=[
+        Precondition(
+            tool="run_tests",
+            param="path",
+            table="files",
+            column="path",
+            pattern=r"(^|/)test[^/]*\.py$",
+        )
     ],
     facts=DomainFacts(persona="A developer working on a small project."),
 )
