@@ -397,7 +397,7 @@ async def test_look_first_words_come_with_a_read_before_the_write_and_an_order_c
         assert looked[0].first.tool in {c.tool for c in bp.gold_run.calls[: writes[0]]}
     for p in planned:
         if isinstance(p, BlueprintAttempt):
-            assert p.reason != "mode_unrealised" or "nothing is read" in p.detail
+            assert p.reason != "mode_unrealised" or "is read before the first write" in p.detail
 
 
 async def test_every_accepted_blueprint_has_a_gold_demonstration_the_verifier_passes(
