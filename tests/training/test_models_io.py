@@ -3,6 +3,7 @@ dequantized copy kept in the cache."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from pathlib import Path
@@ -106,7 +107,14 @@ def test_the_fused_head_scores_labelled_positions_only_with_the_same_result(
         return apply(hidden, *args)
 
     monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting)
-    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # undone after
+    # an SFT or GRPO step run earlier in this process (by another test) has tuned the head
+    # already: start from TRL's own decision, and undo what this test changes
+    decide = trl_utils._use_triton
+    while getattr(decide, "compacts_on_cpu", False):
+        decide = inspect.getclosurevars(decide).nonlocals["decide"]
+    monkeypatch.setattr(trl_utils, "_use_triton", decide)
+    chunk = trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE
+    monkeypatch.setattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", chunk)
 
     def run() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         model.zero_grad()
