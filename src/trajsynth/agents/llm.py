@@ -554,10 +554,8 @@ class OpenAILLMClient:
         )
         try:
             response = await create(**body)
-        except openai.BadRequestError as exc:
-            # a prompt too long is not a refusal of logprobs: asking again without them
-            # would be refused the same way
-            if not asks_logprobs or self._logprobs_supported is not None or _status_overflow(exc):
+        except openai.APIStatusError as exc:
+            if not asks_logprobs or not self._refuses_logprobs(exc):
                 raise
             stripped = {k: v for k, v in body.items() if k not in _LOGPROB_KEYS}
             response = await create(**stripped)
@@ -571,6 +569,18 @@ class OpenAILLMClient:
         if asks_logprobs:
             self._logprobs_supported = True
         return _completion_json(response.http_response.content)
+
+    def _refuses_logprobs(self, exc: openai.APIStatusError) -> bool:
+        """Whether the server refused the request for its logprobs: any 400 before they are
+        known to work (a prompt too long aside: asked again it would be refused the same
+        way), or an answer that names them. llama-cpp-python started with
+        ``--logits_all false`` answers 500 "logprobs is not supported ..." only on the turns
+        whose chat handler passes them on, so a server may have answered them before."""
+        if _status_overflow(exc):
+            return False
+        if "logprob" in exc.message.lower():
+            return exc.status_code in (400, 422) or exc.status_code >= 500
+        return isinstance(exc, openai.BadRequestError) and self._logprobs_supported is None
 
     # -- cache -------------------------------------------------------------------------
 
