@@ -28,9 +28,10 @@ pytestmark = [pytest.mark.llm, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def stock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """llama-cpp-python's server as a user starts it, with SmolLM2's full 8,192 tokens of
-    context: its template renders the tool list at length, so a tree's longer paths passed
-    4,096 (a 400, recorded as an infra failure of the unit) and the default 2,048 fits no
+    """llama-cpp-python's server as docs/endpoints.md tells a user to start it: 4,096 tokens
+    of context. Its handler generates a call's arguments with no ``max_tokens`` (to the end
+    of the context), so the context is what bounds a turn: 8,192 let one turn run ~5,600
+    tokens. A path that outgrows 4,096 ends as ``context_limit``; the default 2,048 fits no
     first turn."""
     port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
@@ -47,7 +48,7 @@ def stock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "--model_alias",
                 "smol",
                 "--n_ctx",
-                "8192",
+                "4096",
                 # the server's default is half the cores (one here) and no prompt cache; a
                 # user on a 2-core machine gives it both, and every turn repeats its prefix
                 "--n_threads",
@@ -79,7 +80,13 @@ def stock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield base_url
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            # on SIGTERM it waits for the request it is computing, which may run to the end
+            # of the context
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def _env(home: Path) -> dict[str, str]:
