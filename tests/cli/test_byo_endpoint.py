@@ -183,10 +183,14 @@ def test_doctor_says_what_the_stock_server_does(stock_server: str, tmp_path: Pat
         timeout=900,
     )
     checks = {c["check"]: c for c in json.loads(ran.stdout)}
-    assert list(checks) == ["reachable", "chat", "tool calls", "tool_choice", "logprobs", "n"]
+    assert list(checks) == [
+        "reachable", "chat", "tool calls", "tool_choice", "logprobs", "n", "max_tokens"
+    ]  # fmt: skip
     assert checks["reachable"]["ok"] and checks["chat"]["ok"]
     # the stock handler refuses tool_choice="required" (500); doctor says so and what to do
     assert "'required' refused" in checks["tool_choice"]["detail"]
     assert "assistant_tool_choice" in checks["tool_choice"]["run_does"]
+    # its handler decodes a call's arguments with no max_tokens: doctor names what bounds it
+    assert not checks["max_tokens"]["ok"] and "--n_ctx" in checks["max_tokens"]["run_does"]
     assert all(c["run_does"] for c in checks.values())
     assert ran.returncode == (0 if all(c["ok"] for c in checks.values() if c["required"]) else 1)

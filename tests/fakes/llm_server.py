@@ -25,6 +25,8 @@ Prefect worker or a Dask worker can all talk to it through the real ``openai`` c
   its own words and status (``OVERFLOW_ANSWERS``: llama-cpp-python, vLLM, OpenAI, llama.cpp's
   llama-server). ``prompts`` records every chat request's prompt size, so a test can place
   the window between two turns.
+* ``max_tokens`` is ignored unless ``honour_max_tokens`` (then a longer answer, a call's
+  arguments or the words, is cut there with finish reason ``length``).
 
 The same body always gets the same answer; a different ``seed`` usually a different one.
 
@@ -311,8 +313,38 @@ def _logprobs(toks: list[str], h: int, k: int) -> dict[str, Any]:
     return {"content": out, "refusal": None}
 
 
-def respond(body: dict[str, Any], *, stop_after: int = 2, model: str = "fake") -> dict[str, Any]:
-    """The chat completion for a request body: a pure, deterministic function of it."""
+def _cut_text(text: str, limit: int) -> str | None:
+    """``text`` cut after its ``limit``-th token, or None when it has no more than that."""
+    ends = [m.end() for m in _TOKEN.finditer(text)]
+    return text[: ends[limit - 1]] if len(ends) > limit else None
+
+
+def _cut(message: dict[str, Any], limit: int) -> bool:
+    """Cut ``message`` (in place) to ``limit`` generated tokens, as a server that honours
+    ``max_tokens`` does: a call's arguments, or the words; whether it was cut."""
+    calls = message.get("tool_calls") or []
+    if calls:
+        fn = calls[0]["function"]  # its name is generated too
+        cut = _cut_text(fn["arguments"], max(1, limit - len(_tokens(fn["name"]))))
+        if cut is not None:
+            fn["arguments"] = cut
+        return cut is not None
+    cut = _cut_text(message.get("content") or "", max(1, limit))
+    if cut is not None:
+        message["content"] = cut
+    return cut is not None
+
+
+def respond(
+    body: dict[str, Any],
+    *,
+    stop_after: int = 2,
+    model: str = "fake",
+    honour_max_tokens: bool = False,
+) -> dict[str, Any]:
+    """The chat completion for a request body: a pure, deterministic function of it. With
+    ``honour_max_tokens`` an answer longer than ``max_tokens`` is cut there (finish reason
+    ``length``); without, ``max_tokens`` is ignored."""
     base = _digest({k: v for k, v in body.items() if k not in ("stream", "user")})
     n = max(1, int(body.get("n") or 1))
     choices = []
@@ -320,6 +352,8 @@ def respond(body: dict[str, Any], *, stop_after: int = 2, model: str = "fake") -
     for index in range(n):
         h = _digest(base, index) if index else base
         message, finish = _message(body, h, stop_after)
+        if honour_max_tokens and body.get("max_tokens") and _cut(message, body["max_tokens"]):
+            finish = "length"
         toks = _tokens(_content_text(message))
         completion += len(toks)
         item: dict[str, Any] = {"index": index, "message": message, "finish_reason": finish}
@@ -488,9 +522,11 @@ def create_app(
     counter: list[int] | None = None,
     faults: Faults | None = None,
     slots: int | None = None,
+    honour_max_tokens: bool = False,
 ) -> FastAPI:
     """The ASGI app. ``counter`` (a one-item list) counts chat requests, if given; with
-    ``slots`` at most that many are computed at once, the rest queue (as in llama.cpp)."""
+    ``slots`` at most that many are computed at once, the rest queue (as in llama.cpp);
+    ``honour_max_tokens``: see ``respond``."""
     app = FastAPI(title="fake-llm")
     faults = faults or Faults()
     slot = asyncio.Semaphore(slots) if slots else contextlib.nullcontext()
@@ -526,7 +562,14 @@ def create_app(
                 # counted whether or not the client still waits (it is not cancelled when
                 # the client goes away, like llama.cpp's server)
                 faults.computed += 1
-            return JSONResponse(respond(body, stop_after=stop_after, model=model))
+            return JSONResponse(
+                respond(
+                    body,
+                    stop_after=stop_after,
+                    model=model,
+                    honour_max_tokens=honour_max_tokens,
+                )
+            )
         finally:
             faults.in_flight -= 1
 
@@ -554,6 +597,7 @@ class FakeLLMServer:
         slots: int | None = None,
         n_ctx: int | None = None,
         overflow: str = "llama-cpp-python",
+        honour_max_tokens: bool = False,
     ) -> None:
         self._counter = [0]
         self.faults = Faults(fail_first, fault, n_ctx, overflow)
@@ -564,6 +608,7 @@ class FakeLLMServer:
             counter=self._counter,
             faults=self.faults,
             slots=slots,
+            honour_max_tokens=honour_max_tokens,
         )
         self._sock = listening_socket(host, port)  # TCP_NODELAY: no 40 ms per kept-alive reply
         self.host, self.port = self._sock.getsockname()[:2]
