@@ -176,6 +176,33 @@ async def test_server_refusing_logprobs_is_asked_without_them_from_then_on() -> 
     assert ["logprobs" in r for r in fake.requests] == [True, False, False]
 
 
+async def test_a_500_naming_logprobs_is_answered_without_them_even_after_they_worked() -> None:
+    """llama-cpp-python with ``--logits_all false``: its chat handler passes logprobs on only
+    for some turns (a word answer, not a tool call), which then fail with a 500 naming them;
+    retried as a server fault, every such turn was an infra failure."""
+    refusal = "logprobs is not supported for models created with logits_all=False"
+
+    def words_refuse_logprobs(body: dict) -> object:
+        if body.get("logprobs"):
+            return http_error(500, refusal)
+        return say("fine")
+
+    fake = ScriptedLLM([say("ok"), words_refuse_logprobs, words_refuse_logprobs])
+    client = make_client(fake, max_retries=3)
+    await client.chat(USER, role=AgentRole.ASSISTANT)  # logprobs came back: known to work
+    answer = await client.chat([*USER, *USER], role=AgentRole.ASSISTANT)
+    fake.assert_consumed()
+    assert answer.message.content == "fine"
+    assert ["logprobs" in r for r in fake.requests] == [True, True, False]
+    # the control: a 500 that does not name them stays a server fault, retried
+    other = ScriptedLLM([say("ok"), http_error(500, "out of memory"), say("again")])
+    client = make_client(other, max_retries=1)
+    await client.chat(USER, role=AgentRole.ASSISTANT)
+    await client.chat([*USER, *USER], role=AgentRole.ASSISTANT)
+    other.assert_consumed()
+    assert ["logprobs" in r for r in other.requests] == [True, True, True]
+
+
 async def test_other_bad_request_is_not_retried_and_flags_context_overflow() -> None:
     fake = ScriptedLLM(
         [

@@ -20,12 +20,12 @@ from fakes.llm_server import FakeLLMServer
 from trajsynth.agents.embedded import free_port
 from trajsynth.cli.endpoint_check import _reachable, check_endpoint
 
-ORDER = ["reachable", "chat", "tool calls", "tool_choice", "logprobs", "n"]
+ORDER = ["reachable", "chat", "tool calls", "tool_choice", "logprobs", "n", "max_tokens"]
 
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as server:
+    with FakeLLMServer(honour_max_tokens=True) as server:
         yield server
 
 
@@ -37,6 +37,18 @@ def test_a_capable_endpoint_passes_every_check(fake: FakeLLMServer) -> None:
     assert by_name["tool calls"].detail.startswith("returned through tools")
     assert by_name["logprobs"].run_does.startswith("branches the tree on step entropy")
     assert by_name["n"].detail == "n=2 returned 2 choice(s)"
+
+
+def test_a_server_that_ignores_max_tokens_is_named_with_what_bounds_a_turn() -> None:
+    """llama-cpp-python's chatml-function-calling decodes a call's arguments with no limit;
+    the fake that ignores ``max_tokens`` stands for it (the control: the fake above cuts)."""
+    with FakeLLMServer() as unbounded:
+        checks = {c.check: c for c in check_endpoint(unbounded.base_url, "fake")}
+    check = checks["max_tokens"]
+    assert not check.ok and not check.required  # a warning: the run still works
+    assert "tokens came back" in check.detail
+    assert "--n_ctx" in check.run_does and "assistant_tool_choice_after_tool" in check.run_does
+    assert all(c.ok for name, c in checks.items() if name != "max_tokens")
 
 
 def test_a_model_the_server_does_not_list_is_named(fake: FakeLLMServer) -> None:

@@ -20,6 +20,13 @@ Prefect worker or a Dask worker can all talk to it through the real ``openai`` c
 * faults on demand: the first ``fail_first`` chat requests get a 500, a body that is not
   JSON, or JSON that is not a completion (``Faults``), then it answers, so retries can be
   tested end to end through real HTTP.
+* a context window on demand (``n_ctx``): a request whose prompt (its messages and tools, in
+  the fake's tokens) and ``max_tokens`` do not fit gets the refusal a real server sends, in
+  its own words and status (``OVERFLOW_ANSWERS``: llama-cpp-python, vLLM, OpenAI, llama.cpp's
+  llama-server). ``prompts`` records every chat request's prompt size, so a test can place
+  the window between two turns.
+* ``max_tokens`` is ignored unless ``honour_max_tokens`` (then a longer answer, a call's
+  arguments or the words, is cut there with finish reason ``length``).
 
 The same body always gets the same answer; a different ``seed`` usually a different one.
 
@@ -52,10 +59,12 @@ from trajsynth.flows.ephemeral_api import listening_socket
 
 __all__ = [
     "FAULTS",
+    "OVERFLOW_ANSWERS",
     "STOP_MARKER",
     "FakeLLMServer",
     "Faults",
     "create_app",
+    "prompt_tokens",
     "respond",
     "schema_value",
 ]
@@ -304,8 +313,38 @@ def _logprobs(toks: list[str], h: int, k: int) -> dict[str, Any]:
     return {"content": out, "refusal": None}
 
 
-def respond(body: dict[str, Any], *, stop_after: int = 2, model: str = "fake") -> dict[str, Any]:
-    """The chat completion for a request body: a pure, deterministic function of it."""
+def _cut_text(text: str, limit: int) -> str | None:
+    """``text`` cut after its ``limit``-th token, or None when it has no more than that."""
+    ends = [m.end() for m in _TOKEN.finditer(text)]
+    return text[: ends[limit - 1]] if len(ends) > limit else None
+
+
+def _cut(message: dict[str, Any], limit: int) -> bool:
+    """Cut ``message`` (in place) to ``limit`` generated tokens, as a server that honours
+    ``max_tokens`` does: a call's arguments, or the words; whether it was cut."""
+    calls = message.get("tool_calls") or []
+    if calls:
+        fn = calls[0]["function"]  # its name is generated too
+        cut = _cut_text(fn["arguments"], max(1, limit - len(_tokens(fn["name"]))))
+        if cut is not None:
+            fn["arguments"] = cut
+        return cut is not None
+    cut = _cut_text(message.get("content") or "", max(1, limit))
+    if cut is not None:
+        message["content"] = cut
+    return cut is not None
+
+
+def respond(
+    body: dict[str, Any],
+    *,
+    stop_after: int = 2,
+    model: str = "fake",
+    honour_max_tokens: bool = False,
+) -> dict[str, Any]:
+    """The chat completion for a request body: a pure, deterministic function of it. With
+    ``honour_max_tokens`` an answer longer than ``max_tokens`` is cut there (finish reason
+    ``length``); without, ``max_tokens`` is ignored."""
     base = _digest({k: v for k, v in body.items() if k not in ("stream", "user")})
     n = max(1, int(body.get("n") or 1))
     choices = []
@@ -313,6 +352,8 @@ def respond(body: dict[str, Any], *, stop_after: int = 2, model: str = "fake") -
     for index in range(n):
         h = _digest(base, index) if index else base
         message, finish = _message(body, h, stop_after)
+        if honour_max_tokens and body.get("max_tokens") and _cut(message, body["max_tokens"]):
+            finish = "length"
         toks = _tokens(_content_text(message))
         completion += len(toks)
         item: dict[str, Any] = {"index": index, "message": message, "finish_reason": finish}
@@ -334,6 +375,84 @@ def respond(body: dict[str, Any], *, stop_after: int = 2, model: str = "fake") -
     }
 
 
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The prompt of a request in the fake's tokens: its messages' text and its tools' JSON."""
+    text = sum(len(_tokens(_content_text(m))) for m in body.get("messages") or [])
+    return text + len(_tokens(json.dumps(body.get("tools") or [])))
+
+
+def _overflow_llama_cpp_python(n_ctx: int, prompt: int, completion: int) -> tuple[int, Any]:
+    # llama_cpp/server/errors.py: ErrorResponseFormatters.context_length_exceeded
+    message = (
+        f"This model's maximum context length is {n_ctx} tokens. However, you requested "
+        f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the "
+        "completion). Please reduce the length of the messages or completion."
+    )
+    error = {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+    return 400, {"error": error}
+
+
+def _overflow_llama_cpp_python_raw(n_ctx: int, prompt: int, completion: int) -> tuple[int, Any]:
+    # the same server when it cannot read the request back into its own model: llama.cpp's
+    # ValueError as it stands, as an internal error
+    message = f"Requested tokens ({prompt}) exceed context window of {n_ctx}"
+    error = {"message": message, "type": "internal_server_error", "param": None, "code": None}
+    return 500, {"error": error}
+
+
+def _overflow_vllm(n_ctx: int, prompt: int, completion: int) -> tuple[int, Any]:
+    # vllm/entrypoints/openai/serving_engine.py (ErrorResponse, top-level, code the status)
+    message = (
+        f"This model's maximum context length is {n_ctx} tokens. However, you requested "
+        f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the "
+        "completion). Please reduce the length of the messages or completion."
+    )
+    return 400, {
+        "object": "error",
+        "message": message,
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+
+
+def _overflow_openai(n_ctx: int, prompt: int, completion: int) -> tuple[int, Any]:
+    error = {
+        "message": "Your input exceeds the context window of this model. Please adjust your "
+        "input and try again.",
+        "type": "invalid_request_error",
+        "param": "input",
+        "code": "context_length_exceeded",
+    }
+    return 400, {"error": error}
+
+
+def _overflow_llama_server(n_ctx: int, prompt: int, completion: int) -> tuple[int, Any]:
+    # llama.cpp's tools/server (ERROR_TYPE_EXCEED_CONTEXT_SIZE)
+    error = {
+        "code": 400,
+        "message": "the request exceeds the available context size, try increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": prompt,
+        "n_ctx": n_ctx,
+    }
+    return 400, {"error": error}
+
+
+OVERFLOW_ANSWERS = {
+    "llama-cpp-python": _overflow_llama_cpp_python,
+    "llama-cpp-python-raw": _overflow_llama_cpp_python_raw,
+    "vllm": _overflow_vllm,
+    "openai": _overflow_openai,
+    "llama-server": _overflow_llama_server,
+}
+"""How each server refuses a request that does not fit its context: (status, JSON body)."""
+
 FAULTS = ("500", "garbage", "not-a-completion")
 
 
@@ -343,14 +462,28 @@ class Faults:
     ``fail_first`` requests get ``fault``: ``"500"`` (an OpenAI-format server error),
     ``"garbage"`` (200 with a body that is not JSON) or ``"not-a-completion"`` (200 with
     JSON that is not a chat completion); later requests are answered. ``in_flight_peak`` is
-    the most chat requests the server held at once.
+    the most chat requests the server held at once. With ``n_ctx`` a request that does not
+    fit gets ``OVERFLOW_ANSWERS[overflow]`` (``refused`` counts them); ``prompts`` holds every
+    request's prompt size (``prompt_tokens``).
     """
 
-    def __init__(self, fail_first: int = 0, fault: str = "500") -> None:
+    def __init__(
+        self,
+        fail_first: int = 0,
+        fault: str = "500",
+        n_ctx: int | None = None,
+        overflow: str = "llama-cpp-python",
+    ) -> None:
         if fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
+        if overflow not in OVERFLOW_ANSWERS:
+            raise ValueError(f"overflow must be one of {list(OVERFLOW_ANSWERS)}, got {overflow!r}")
         self.fail_first = fail_first
         self.fault = fault
+        self.n_ctx = n_ctx
+        self.overflow = overflow
+        self.prompts: list[int] = []
+        self.refused = 0
         self.failed = 0
         self.computed = 0
         self.in_flight = 0
@@ -368,6 +501,18 @@ class Faults:
             return Response(b"<html>502 Bad Gateway</html>{", media_type="application/json")
         return JSONResponse({"object": "error", "detail": ["not", "a", "completion"]})
 
+    def window(self, body: dict[str, Any]) -> Response | None:
+        """The server's refusal when ``body`` does not fit ``n_ctx``; records its size."""
+        prompt = prompt_tokens(body)
+        completion = int(body.get("max_tokens") or 0)
+        with self._lock:
+            self.prompts.append(prompt)
+            if self.n_ctx is None or prompt + completion <= self.n_ctx:
+                return None
+            self.refused += 1
+        status, answer = OVERFLOW_ANSWERS[self.overflow](self.n_ctx, prompt, completion)
+        return JSONResponse(answer, status_code=status)
+
 
 def create_app(
     *,
@@ -377,9 +522,11 @@ def create_app(
     counter: list[int] | None = None,
     faults: Faults | None = None,
     slots: int | None = None,
+    honour_max_tokens: bool = False,
 ) -> FastAPI:
     """The ASGI app. ``counter`` (a one-item list) counts chat requests, if given; with
-    ``slots`` at most that many are computed at once, the rest queue (as in llama.cpp)."""
+    ``slots`` at most that many are computed at once, the rest queue (as in llama.cpp);
+    ``honour_max_tokens``: see ``respond``."""
     app = FastAPI(title="fake-llm")
     faults = faults or Faults()
     slot = asyncio.Semaphore(slots) if slots else contextlib.nullcontext()
@@ -403,7 +550,7 @@ def create_app(
             return _error(400, "the fake LLM does not stream")
         if counter is not None:
             counter[0] += 1
-        fault = faults.take()
+        fault = faults.take() or faults.window(body)
         if fault is not None:
             return fault
         faults.in_flight += 1
@@ -415,7 +562,14 @@ def create_app(
                 # counted whether or not the client still waits (it is not cancelled when
                 # the client goes away, like llama.cpp's server)
                 faults.computed += 1
-            return JSONResponse(respond(body, stop_after=stop_after, model=model))
+            return JSONResponse(
+                respond(
+                    body,
+                    stop_after=stop_after,
+                    model=model,
+                    honour_max_tokens=honour_max_tokens,
+                )
+            )
         finally:
             faults.in_flight -= 1
 
@@ -441,9 +595,12 @@ class FakeLLMServer:
         fail_first: int = 0,
         fault: str = "500",
         slots: int | None = None,
+        n_ctx: int | None = None,
+        overflow: str = "llama-cpp-python",
+        honour_max_tokens: bool = False,
     ) -> None:
         self._counter = [0]
-        self.faults = Faults(fail_first, fault)
+        self.faults = Faults(fail_first, fault, n_ctx, overflow)
         app = create_app(
             delay_s=delay_s,
             stop_after=stop_after,
@@ -451,6 +608,7 @@ class FakeLLMServer:
             counter=self._counter,
             faults=self.faults,
             slots=slots,
+            honour_max_tokens=honour_max_tokens,
         )
         self._sock = listening_socket(host, port)  # TCP_NODELAY: no 40 ms per kept-alive reply
         self.host, self.port = self._sock.getsockname()[:2]

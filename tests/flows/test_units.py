@@ -1,25 +1,33 @@
 """The run's token budget is split over its units up front, so no run can exceed it; a unit
-given up after its retries is a failure row with its class."""
+given up after its retries is a failure row with its class; a rollout that outgrew the
+server's context is stored and its unit done."""
 
 from __future__ import annotations
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from fakes.shop import SHOP, plan_shop_task
 
 from trajsynth.cli.settings import load_settings
 from trajsynth.flows.units import (
     UnitRef,
     context_tokens,
     failure_class_of,
+    grow_unit,
     rollout_unit_id,
     unit_failure_row,
     unit_token_budget,
 )
 from trajsynth.schemas import (
     Budgets,
+    InfraError,
     LLMConfig,
     LLMError,
     MCPServerError,
     ModelOutputError,
     RolloutMode,
     RunConfig,
+    SandboxKind,
     TreeConfig,
 )
 
@@ -93,3 +101,37 @@ def test_embedded_ctx_from_synth_toml_is_the_context_rollouts_fit_tools_into(tmp
     assert config.llm.embedded_ctx == 8192 and context_tokens(config) == 8192
     remote = config.model_copy(update={"llm": LLMConfig(base_url="http://gpu:8000/v1")})
     assert context_tokens(remote) is None
+
+
+@pytest.mark.slow  # the local sandbox's MCP server: a few seconds
+async def test_a_unit_whose_rollout_outgrew_the_context_is_done_not_failed(tmp_path) -> None:
+    """A server refusing the prompt as too long for its context (llama-cpp-python's 500 with
+    llama.cpp's words, which other 5xx would retry) ends the rollout as ``context_limit``:
+    the unit stores it, judged, and is done. The control: a server failing with another 500
+    fails the unit (an ``InfraError``, retried by the next run)."""
+    blueprint = await plan_shop_task(tmp_path)
+
+    def config(base_url: str) -> RunConfig:
+        return RunConfig(
+            tasks=1, samples=1, rollout_mode=RolloutMode.LINEAR, sandbox=SandboxKind.LOCAL,
+            sandbox_pool=0, llm=LLMConfig(base_url=base_url, model="fake", max_retries=1),
+        )  # fmt: skip
+
+    with FakeLLMServer(n_ctx=1, overflow="llama-cpp-python-raw") as server:
+        run = config(server.base_url)
+        unit = await grow_unit(
+            config=run, llm=run.llm, run_id="run_c", blueprint=blueprint, cluster=SHOP
+        )
+        assert server.requests == 1  # refused once, not retried
+    (trajectory,) = unit.rows["trajectories"]
+    (verdict,) = unit.rows["verdicts"]
+    assert unit.done and trajectory["termination"] == "context_limit"
+    # judged like a rollout out of turns: it failed its task (nothing was done), as the model's
+    assert trajectory["failure_class"] == "model" and not verdict["excluded"]
+
+    with FakeLLMServer(fail_first=10) as broken:
+        run = config(broken.base_url)
+        with pytest.raises(InfraError):
+            await grow_unit(
+                config=run, llm=run.llm, run_id="run_c", blueprint=blueprint, cluster=SHOP
+            )

@@ -91,6 +91,7 @@ __all__ = [
     "LLMBadRequestError",
     "LLMClient",
     "OpenAILLMClient",
+    "context_overflow",
     "estimate_tokens",
     "open_llm_client",
     "request_key",
@@ -163,14 +164,59 @@ class LLMClient(Protocol):
 class LLMBadRequestError(LLMError):
     """The server refused the request itself (HTTP 4xx other than 429), after no retry.
 
-    ``context_overflow`` is set when the message says the prompt is too long for the
-    model's context, which a rollout records as ``Termination.CONTEXT_LIMIT``.
+    ``context_overflow`` is set when the server said the prompt (with ``max_tokens``) does
+    not fit the model's context (``context_overflow_text``); that answer is never retried,
+    whatever its status (llama-cpp-python answers 500 with llama.cpp's own words when it
+    could not read the request back), and a rollout records it as
+    ``Termination.CONTEXT_LIMIT``.
     """
 
     def __init__(self, message: str, *, status_code: int, context_overflow: bool = False):
         super().__init__(message)
         self.status_code = status_code
         self.context_overflow = context_overflow
+
+
+def context_overflow(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server's answer that the request does not fit the context."""
+    return isinstance(exc, LLMBadRequestError) and exc.context_overflow
+
+
+# What servers say when a request does not fit the context, as they word it:
+# llama-cpp-python ("This model's maximum context length is N tokens", code
+# context_length_exceeded; llama.cpp's own "Requested tokens (N) exceed context window of M"
+# when it answers 500), vLLM ("maximum context length", "longer than the maximum model
+# length", "max_model_len"), OpenAI (code context_length_exceeded; "exceeds the context
+# window"), llama.cpp's llama-server (type exceed_context_size_error), TGI ("`inputs` tokens
+# + `max_new_tokens` must be <="), LiteLLM (ContextWindowExceededError) and Anthropic's
+# compatibility layer ("prompt is too long").
+_CONTEXT_OVERFLOW = re.compile(
+    r"maximum context length|context[ _]length[ _]exceeded|exceeds? (?:the )?(?:available )?"
+    r"context (?:window|size|length)|context window of|exceed_context_size"
+    r"|maximum model length|max_model_len|context_?window_?exceeded"
+    r"|tokens \+ `?max_new_tokens`? must be <=|prompt is too long",
+    re.I,
+)
+
+
+def context_overflow_text(*parts: object) -> bool:
+    """Whether any of ``parts`` (an error's message, code, type) says the request does not
+    fit the model's context.
+
+    >>> context_overflow_text("Requested tokens (9000) exceed context window of 8192")
+    True
+    >>> context_overflow_text("Your input exceeds the context window of this model.")
+    True
+    >>> context_overflow_text("bad request", "context_length_exceeded")
+    True
+    >>> context_overflow_text("Invalid value for 'temperature': the context is fine", None)
+    False
+    """
+    return any(p is not None and _CONTEXT_OVERFLOW.search(str(p)) for p in parts)
+
+
+def _status_overflow(exc: openai.APIStatusError) -> bool:
+    return context_overflow_text(exc.message, exc.code, exc.type)
 
 
 def estimate_tokens(text: str) -> int:
@@ -508,8 +554,8 @@ class OpenAILLMClient:
         )
         try:
             response = await create(**body)
-        except openai.BadRequestError as exc:
-            if not asks_logprobs or self._logprobs_supported is not None:
+        except openai.APIStatusError as exc:
+            if not asks_logprobs or not self._refuses_logprobs(exc):
                 raise
             stripped = {k: v for k, v in body.items() if k not in _LOGPROB_KEYS}
             response = await create(**stripped)
@@ -523,6 +569,18 @@ class OpenAILLMClient:
         if asks_logprobs:
             self._logprobs_supported = True
         return _completion_json(response.http_response.content)
+
+    def _refuses_logprobs(self, exc: openai.APIStatusError) -> bool:
+        """Whether the server refused the request for its logprobs: any 400 before they are
+        known to work (a prompt too long aside: asked again it would be refused the same
+        way), or an answer that names them. llama-cpp-python started with
+        ``--logits_all false`` answers 500 "logprobs is not supported ..." only on the turns
+        whose chat handler passes them on, so a server may have answered them before."""
+        if _status_overflow(exc):
+            return False
+        if "logprob" in exc.message.lower():
+            return exc.status_code in (400, 422) or exc.status_code >= 500
+        return isinstance(exc, openai.BadRequestError) and self._logprobs_supported is None
 
     # -- cache -------------------------------------------------------------------------
 
@@ -598,6 +656,8 @@ def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, _MalformedResponse | openai.APIConnectionError):  # timeouts included
         return True
     if isinstance(exc, openai.APIStatusError):
+        if _status_overflow(exc):  # the same prompt will not fit next time either
+            return False
         return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
     return False
 
@@ -1012,6 +1072,13 @@ def _llm_error(exc: openai.APIError, base_url: str | None, role: AgentRole) -> L
         return LLMError(f"{where}: timed out after retries")
     if isinstance(exc, openai.APIConnectionError):
         return LLMError(f"{where}: cannot connect after retries: {exc.message}")
+    if isinstance(exc, openai.APIStatusError) and _status_overflow(exc):
+        return LLMBadRequestError(
+            f"{where}: the request does not fit the model's context ({exc.status_code}): "
+            f"{_error_text(exc)}",
+            status_code=exc.status_code,
+            context_overflow=True,
+        )
     if isinstance(exc, openai.RateLimitError):
         return LLMError(f"{where}: rate limited (429) after retries")
     if isinstance(exc, openai.InternalServerError):
@@ -1022,13 +1089,19 @@ def _llm_error(exc: openai.APIError, base_url: str | None, role: AgentRole) -> L
             status_code=exc.status_code,
         )
     if isinstance(exc, openai.APIStatusError):
-        text = exc.message.lower()
-        overflow = "context" in text and any(
-            w in text for w in ("length", "exceed", "too long", "maximum", "window")
-        )
         return LLMBadRequestError(
             f"{where}: request refused ({exc.status_code}): {exc.message}",
             status_code=exc.status_code,
-            context_overflow=overflow,
         )
     return LLMError(f"{where}: {type(exc).__name__}: {exc}")
+
+
+def _error_text(exc: openai.APIStatusError) -> str:
+    """The server's own words: the error object's ``message`` where it sent one (OpenAI's
+    ``{"error": {...}}`` or vLLM's top-level form), else the SDK's summary."""
+    body = exc.body
+    if isinstance(body, dict):
+        message = body.get("message")
+        if isinstance(message, str) and message:
+            return _clean(message)
+    return exc.message

@@ -3,6 +3,8 @@
 ``run_episode`` owns the loop, the budgets and the termination reasons; the agents are plain
 configurations. Model-facing failures (bad tool calls, tool errors) are recorded and the loop
 goes on; infrastructure failures end the episode with class ``infra`` and are excluded later.
+A request the server refuses because the conversation outgrew the model's context ends it as
+``context_limit``: a stop condition like the budgets, judged as it stands, never retried.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pydantic import JsonValue
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.entropy import step_uncertainty
-from trajsynth.agents.llm import ChatResult, LLMClient
+from trajsynth.agents.llm import ChatResult, LLMClient, context_overflow
 from trajsynth.agents.user_sim import (
     UserReply,
     UserSimulator,
@@ -54,7 +56,13 @@ from trajsynth.schemas import (
     content_id,
 )
 
-__all__ = ["EpisodeEnvironment", "EpisodeResult", "run_episode", "usage_totals"]
+__all__ = [
+    "EpisodeEnvironment",
+    "EpisodeResult",
+    "end_on_llm_fault",
+    "run_episode",
+    "usage_totals",
+]
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +179,17 @@ class PathState:
         detail: str | None = None,
     ) -> None:
         self.termination, self.failure, self.detail = termination, failure, detail
+
+
+def end_on_llm_fault(path: PathState, exc: InfraError) -> None:
+    """End ``path`` on an LLM request that failed for good: ``context_limit`` when the server
+    said the conversation no longer fits the model's context (the path stops where it is and
+    is judged like one that ran out of turns; a retry would send the same prompt), else
+    ``infra_error`` (excluded, and its unit retried)."""
+    if context_overflow(exc):
+        path.end(Termination.CONTEXT_LIMIT, None, str(exc))
+    else:
+        path.end(Termination.INFRA_ERROR, FailureClass.INFRA, str(exc))
 
 
 def opening_path(episode: Episode) -> PathState:
@@ -304,7 +323,7 @@ async def _user_turn(
                 seed=draw_seed,
             )
         except InfraError as exc:
-            path.end(Termination.INFRA_ERROR, FailureClass.INFRA, str(exc))
+            end_on_llm_fault(path, exc)
             return None
         path.usage.append(sim.usage)
         turn.usage.append(sim.usage)
@@ -408,7 +427,7 @@ async def run_episode(
             )
         except InfraError as exc:
             path.turns.append(_Turn())
-            path.end(Termination.INFRA_ERROR, FailureClass.INFRA, str(exc))
+            end_on_llm_fault(path, exc)
             break
         await act(episode, path, result, user_seed=user_seed(blueprint, sample, turn_index))
     state = await final_state(episode, path)

@@ -36,6 +36,7 @@ from trajsynth.agents.rollout import (
     act,
     assistant_reply,
     child_node,
+    end_on_llm_fault,
     final_state,
     leaf_trajectory,
     opening_path,
@@ -44,7 +45,6 @@ from trajsynth.agents.rollout import (
 from trajsynth.curation.signals import compute_signals
 from trajsynth.schemas import (
     EnvState,
-    FailureClass,
     InfraError,
     LLMUsage,
     Node,
@@ -380,7 +380,7 @@ class _TreeGrower:
                     result = await self._reply(node, child_path, k)
                 except InfraError as exc:
                     child_path.turns.append(_Turn())
-                    child_path.end(Termination.INFRA_ERROR, FailureClass.INFRA, str(exc))
+                    end_on_llm_fault(child_path, exc)
                     await self._leaf(child_path, chain)
                     return added
                 k += 1

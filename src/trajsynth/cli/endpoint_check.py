@@ -11,7 +11,10 @@ not only that there is one. The checks, in order:
   instead, less reliably);
 * tool_choice: a named function is the one called, and ``"none"`` gives words;
 * logprobs: per-token logprobs come back when asked (the tree branches on them);
-* n: ``n=2`` returns two choices (otherwise the client asks once per sample).
+* n: ``n=2`` returns two choices (otherwise the client asks once per sample);
+* max_tokens: a call under ``tool_choice="auto"`` stops at a small ``max_tokens``
+  (llama-cpp-python's ``chatml-function-calling`` decodes a call's arguments with no limit,
+  so one turn can run to the end of the server's context).
 """
 
 from __future__ import annotations
@@ -142,9 +145,11 @@ def _reachable(
 async def _probe(client: OpenAILLMClient) -> list[EndpointCheck]:
     checks: list[EndpointCheck] = []
 
-    async def ask(**kwargs: Any) -> ChatResult | str:
+    async def ask(max_tokens: int = 48, **kwargs: Any) -> ChatResult | str:
         try:
-            return await client.chat(_ASK, role=AgentRole.ASSISTANT, max_tokens=48, **kwargs)
+            return await client.chat(
+                _ASK, role=AgentRole.ASSISTANT, max_tokens=max_tokens, **kwargs
+            )
         except LLMError as exc:
             return str(exc)
 
@@ -236,7 +241,39 @@ async def _probe(client: OpenAILLMClient) -> list[EndpointCheck]:
             False,
         )
     )
+    checks.append(_max_tokens_check(await ask(max_tokens=_SMALL, tools=_TOOLS, seed=7)))
     return checks
+
+
+_SMALL = 4  # fewer tokens than any call's arguments take
+
+
+def _max_tokens_check(answer: ChatResult | str) -> EndpointCheck:
+    """Whether a turn under ``tool_choice="auto"`` (what the assistant sends) stops at
+    ``max_tokens``: ``answer`` was asked for ``_SMALL`` tokens."""
+    if isinstance(answer, str):
+        return EndpointCheck(
+            "max_tokens", False, f"refused: {answer[:120]}", "cannot tell; see the checks above",
+            False,
+        )  # fmt: skip
+    spent = answer.usage.completion_tokens
+    if spent <= _SMALL:
+        return EndpointCheck(
+            "max_tokens",
+            True,
+            f"max_tokens={_SMALL}: {spent} tokens, finish {answer.finish_reason}",
+            "bounds every turn by [run.llm] max_tokens",
+            False,
+        )
+    return EndpointCheck(
+        "max_tokens",
+        False,
+        f"max_tokens={_SMALL} under tool_choice='auto': {spent} tokens came back",
+        "a turn may run to the end of the server's context (minutes on a CPU): serve no more "
+        "context than the run needs (llama-cpp-python --n_ctx 4096) and set [run] "
+        "assistant_tool_choice_after_tool = 'none' (docs/endpoints.md)",
+        False,
+    )
 
 
 def _tool_calls_check(answer: ChatResult | str, asked: str) -> EndpointCheck:

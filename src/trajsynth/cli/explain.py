@@ -32,7 +32,8 @@ _STOP_HINT = {
     "max_turns": "rollouts ran out of turns: raise [run.budgets] max_turns in synth.toml",
     "tool_budget": "rollouts ran out of tool calls: raise [run.budgets] max_tool_calls",
     "token_budget": "rollouts ran out of tokens: raise [run.budgets] max_tokens",
-    "context_limit": "conversations outgrew the context: a model with a longer context",
+    "context_limit": "conversations outgrew the context: serve more of it (llama-cpp-python "
+    "--n_ctx, vLLM --max-model-len), or a model with a longer one",
     "tool_timeout": "tool calls timed out: raise [run.budgets] tool_timeout_s",
     "simulator_error": "the user simulator failed: see the simulator class above",
 }
