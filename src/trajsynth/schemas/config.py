@@ -230,10 +230,12 @@ class RunConfig(Record):
         return PLAN_ATTEMPTS_PER_TASK * self.tasks
 
     def config_hash(self) -> str:
-        # how sandboxes are recycled and how large the embedded server's context is change
-        # no result (a prompt too long for it is refused, an infra fault), so a run resumes
-        # across pool and context sizes; deterministic evaluation changes only whether the
-        # answers repeat, so a run begun without it can be resumed with it
+        # how sandboxes are recycled changes no result, so a run resumes across pool sizes;
+        # the embedded server's context size stays out of the id too, so runs begun before
+        # it mattered keep resuming, although a prompt too long for it now ends its rollout
+        # as context_limit (a judged result): resume with the size the run began with.
+        # Deterministic evaluation changes only whether the answers repeat, so a run begun
+        # without it can be resumed with it
         exclude = {"sandbox_pool": True, "llm": {"embedded_ctx", "embedded_deterministic"}}
         dump = self.model_dump(mode="json", exclude=exclude)
         if dump["policy"] is None:  # runs from before --policy keep their ids (and resume)
