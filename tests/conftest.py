@@ -25,6 +25,8 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 if worker := os.environ.get("PYTEST_XDIST_WORKER"):
     _home = os.environ.get("PREFECT_HOME") or os.path.expanduser("~/.prefect")
     os.environ["PREFECT_HOME"] = os.path.join(_home, f"xdist-{worker}")
+    # Prefect creates its home without parents; a PREFECT_HOME not made yet would fail import
+    os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
 
 
 @functools.cache
