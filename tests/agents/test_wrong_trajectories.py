@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.strangers import StrangerEnvironment, gorilla, repo, retail, stranger_cluster
+from fakes.strangers import (
+    StrangerEnvironment,
+    gorilla,
+    notebook,
+    repo,
+    retail,
+    stranger_cluster,
+)
 
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import GoldFailure, run_gold_path
@@ -22,12 +29,14 @@ from trajsynth.agents.mutants import lint_by_mutation
 from trajsynth.agents.planner import Planner, plan_blueprint
 from trajsynth.curation.verify import verify
 from trajsynth.flows.units import _blueprint_row
+from trajsynth.mcp_servers.readback import with_readbacks
 from trajsynth.schemas import (
     Blueprint,
     Cell,
     Constraint,
     Difficulty,
     EnvState,
+    FinalState,
     LiteralArg,
     Message,
     MessageRole,
@@ -96,7 +105,8 @@ async def _score(
                 obs_class=ObsClass.OK,
             )
         )
-    state: EnvState = await env.state()
+    # the end state as the rollout loop takes it: the probes, and any read-back a check asks
+    state: EnvState = await with_readbacks(env, await env.state(), constraints)
     trajectory = Trajectory(
         trajectory_id="wrong",
         run_id="r",
@@ -308,3 +318,74 @@ async def test_a_read_only_path_is_not_rejected_by_the_lint() -> None:
     )
     linted, figures = await lint_by_mutation(env, handle, cluster, outcome.run.calls, constraints)
     assert figures.variants == 0 and figures.clean and linted == constraints
+
+
+async def test_the_probe_search_finds_a_read_that_sees_the_write() -> None:
+    """A write the cluster's probes cannot see (an entity made by name, with no read that lists
+    the graph) gets a read-back from the probe search: the read its own values reach
+    (``open_nodes`` of the name it made), so a run that made another entity fails the end state
+    while the gold run passes it."""
+    cluster = await stranger_cluster("notebook", notebook)
+    grace = [{"name": "Grace Hopper", "entityType": "person", "observations": ["admiral"]}]
+    env = StrangerEnvironment(notebook, cluster)
+    initial = await env.state()
+    handle = await env.snapshot()
+    outcome = await run_gold_path(
+        env, cluster, _steps(("create_entities", {"entities": grace})), {}, initial
+    )
+    assert not isinstance(outcome, GoldFailure), outcome
+    derived = derive_constraints(
+        outcome.run.calls, outcome.run.final_state, cluster, [], initial_state=initial
+    )
+    assert not any(isinstance(c, FinalState) for c in derived)  # the probes see nothing
+    constraints, figures = await lint_by_mutation(
+        env, handle, cluster, outcome.run.calls, derived
+    )
+    checks = [c for c in constraints if isinstance(c, FinalState)]
+    assert len(checks) == 1 and checks[0].probes, constraints
+    assert checks[0].probes[0].tool == "open_nodes"
+    assert checks[0].probes[0].arguments == {"names": ["Grace Hopper"]}
+    assert figures.readback.startswith("open_nodes") and figures.readback_tried >= 1
+    assert figures.final_state_catches >= 1 and figures.clean, figures
+    passed, why = await _score(
+        cluster, notebook, constraints, ("create_entities", {"entities": grace}, None)
+    )
+    assert passed, why
+    pirate = [{"name": "Grace Hopper", "entityType": "person", "observations": ["pirate"]}]
+    only_checks = [c for c in constraints if not isinstance(c, FinalState)]
+    passed, why = await _score(
+        cluster, notebook, only_checks, ("create_entities", {"entities": pirate}, None)
+    )
+    assert passed  # what the call checks alone let through ...
+    passed, why = await _score(
+        cluster, notebook, constraints, ("create_entities", {"entities": pirate}, None)
+    )
+    assert not passed and any("read-back" in w for w in why), why  # ... the read-back does not
+
+
+async def test_the_probe_search_says_when_no_read_sees_the_write() -> None:
+    """Nothing reads the feed: the search tries the reads it can and records that none saw the
+    post, and the post is held by its call checks."""
+    cluster = await stranger_cluster("gorilla", gorilla)
+    env = StrangerEnvironment(gorilla, cluster)
+    initial = await env.state()
+    handle = await env.snapshot()
+    outcome = await run_gold_path(
+        env,
+        cluster,
+        _steps(
+            ("authenticate_twitter", {"username": "sam", "password": "hunter2"}),
+            ("post_tweet", {"content": "Budget meeting moved to 3pm"}),
+        ),
+        {},
+        initial,
+    )
+    assert not isinstance(outcome, GoldFailure), outcome
+    derived = derive_constraints(
+        outcome.run.calls, outcome.run.final_state, cluster, [], initial_state=initial
+    )
+    constraints, figures = await lint_by_mutation(
+        env, handle, cluster, outcome.run.calls, derived
+    )
+    assert figures.readback == "" and figures.readback_tried >= 1, figures
+    assert not any(isinstance(c, FinalState) and c.probes for c in constraints)

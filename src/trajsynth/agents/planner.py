@@ -64,6 +64,7 @@ from trajsynth.schemas import (
     MutationLint,
     ObservedField,
     Order,
+    ProbeCall,
     ReasoningMode,
     Record,
     RefArg,
@@ -588,6 +589,9 @@ class _DemoEnvironment:
 
     async def state(self) -> EnvState:
         return await self.env.state()
+
+    async def read_probes(self, probes: list[ProbeCall]) -> EnvState:
+        return await self.env.read_probes(probes)  # type: ignore[attr-defined]
 
     async def run_check(self, check_id: str, source: str) -> Any:
         return await self.env.run_check(check_id, source)  # type: ignore[attr-defined]
