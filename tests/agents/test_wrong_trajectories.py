@@ -10,10 +10,13 @@ another city and then reset.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from fakes.llm import ScriptedLLM, say, tool_call
 from fakes.strangers import (
     StrangerEnvironment,
     gorilla,
@@ -23,8 +26,10 @@ from fakes.strangers import (
     stranger_cluster,
 )
 
+from trajsynth.agents.argfill import FILL_TOOL
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import GoldFailure, run_gold_path
+from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.mutants import lint_by_mutation
 from trajsynth.agents.planner import Planner, plan_blueprint
 from trajsynth.curation.verify import verify
@@ -38,6 +43,7 @@ from trajsynth.schemas import (
     EnvState,
     FinalState,
     LiteralArg,
+    LLMConfig,
     Message,
     MessageRole,
     PathShape,
@@ -52,6 +58,48 @@ from trajsynth.schemas import (
 from trajsynth.schemas.rollout import ObsClass, Termination
 from trajsynth.store import Store
 from trajsynth.store.summary import summarize_run
+
+
+def _client(fake: ScriptedLLM) -> OpenAILLMClient:
+    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
+    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
+
+
+def _filler(values: dict[str, Any]) -> Any:
+    """A planner LLM that writes ``values`` for the slots it is asked to fill (the ones the
+    request names) and words the checks refuse (so the template's words are used)."""
+
+    def answer(body: dict[str, Any]) -> Any:
+        names = [t["function"]["name"] for t in body.get("tools") or []]
+        if FILL_TOOL in names:
+            [tool] = body["tools"]
+            asked = tool["function"]["parameters"]["properties"]
+            return tool_call(FILL_TOOL, {k: v for k, v in values.items() if k in asked})
+        return say("ok")
+
+    return answer
+
+
+async def _plan(
+    cluster: ToolCluster, make: Any, llm: Any, seeds: Any, difficulty: Difficulty = Difficulty.EASY
+) -> list[Blueprint | Any]:
+    cell = Cell(
+        cluster_id=cluster.cluster_id,
+        path_shape=PathShape.SINGLE,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=difficulty,
+    )
+    return [
+        await plan_blueprint(
+            Planner(use_llm=llm is not None),
+            llm,
+            lambda: StrangerEnvironment(make, cluster),
+            cluster,
+            cell,
+            seed,
+        )  # fmt: skip
+        for seed in seeds
+    ]
 
 
 def _steps(*calls: tuple[str, dict[str, Any]]) -> list[PlannedCall]:
@@ -265,19 +313,8 @@ async def test_the_planner_lints_outside_blueprints_and_the_summary_shows_it(
     """``plan_blueprint`` on an outside cluster: the blueprint carries the lint's figures, no
     harness tool is on its path, and the stored figures reach the run summary."""
     cluster = await stranger_cluster("repo", repo, hide_params=[], args={})
-    planned = []
-    for seed in range(6):
-        cell = Cell(
-            cluster_id="repo",
-            path_shape=PathShape.SINGLE,
-            target_mode=ReasoningMode.DIRECT_EXECUTE,
-            difficulty=Difficulty.EASY,
-        )
-        bp = await plan_blueprint(
-            Planner(use_llm=False), None, lambda: StrangerEnvironment(repo, cluster), cluster,
-            cell, seed,
-        )  # fmt: skip
-        planned.append(bp)
+    fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 60)
+    planned = await _plan(cluster, repo, _client(fake), range(6))
     blueprints = [b for b in planned if isinstance(b, Blueprint)]
     assert blueprints, [getattr(b, "detail", "") for b in planned]
     for bp in blueprints:
@@ -338,9 +375,7 @@ async def test_the_probe_search_finds_a_read_that_sees_the_write() -> None:
         outcome.run.calls, outcome.run.final_state, cluster, [], initial_state=initial
     )
     assert not any(isinstance(c, FinalState) for c in derived)  # the probes see nothing
-    constraints, figures = await lint_by_mutation(
-        env, handle, cluster, outcome.run.calls, derived
-    )
+    constraints, figures = await lint_by_mutation(env, handle, cluster, outcome.run.calls, derived)
     checks = [c for c in constraints if isinstance(c, FinalState)]
     assert len(checks) == 1 and checks[0].probes, constraints
     assert checks[0].probes[0].tool == "open_nodes"
@@ -384,8 +419,49 @@ async def test_the_probe_search_says_when_no_read_sees_the_write() -> None:
     derived = derive_constraints(
         outcome.run.calls, outcome.run.final_state, cluster, [], initial_state=initial
     )
-    constraints, figures = await lint_by_mutation(
-        env, handle, cluster, outcome.run.calls, derived
-    )
+    constraints, figures = await lint_by_mutation(env, handle, cluster, outcome.run.calls, derived)
     assert figures.readback == "" and figures.readback_tried >= 1, figures
     assert not any(isinstance(c, FinalState) and c.probes for c in constraints)
+
+
+_MADE_UP = ("notes", "groceries", "example", "hello from trajsynth", "travel plans", "todo.md")
+
+
+def _made_up(text: str) -> list[str]:
+    return [w for w in _MADE_UP if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", text)]
+
+
+async def test_discovery_keeps_no_made_up_value() -> None:
+    """Values the planner may bind are the server's own: what its reads returned before any
+    probe sent them, never a guess (``example``) that the server accepted or echoed back."""
+    book = await stranger_cluster("notebook", notebook)
+    assert not _made_up(canonical_json(book.arg_values)), book.arg_values
+    shop = await stranger_cluster("retail", retail, hide_params=["state_key"])
+    assert set(shop.arg_values["update_address"]["user_id"]) == {"u_alice", "u_bob"}
+    assert set(shop.arg_values["update_address"]["city"]) <= {"Austin", "Boston"}
+    files = await stranger_cluster("gorilla", gorilla)
+    # the file its own listing named stays, though a guess has the same name
+    assert files.arg_values["cat"]["file_name"][0] == "notes.txt"
+
+
+async def test_a_value_no_source_gives_is_never_a_placeholder() -> None:
+    """A branch to create has no value in the server's world: without the planner LLM the
+    path is rejected (``unbindable_param``), never run with a made-up name; with it, the
+    LLM's name is the task's."""
+    cluster = await stranger_cluster("repo", repo, hide_params=[], args={})
+    planned = await _plan(cluster, repo, None, range(4))
+    for outcome in planned:
+        assert not isinstance(outcome, Blueprint) or not outcome.slots, outcome
+        if not isinstance(outcome, Blueprint):
+            assert not _made_up(outcome.detail), outcome.detail
+    assert any(
+        getattr(o, "reason", "") == "unbindable_param" and "branch_name" in o.detail
+        for o in planned
+    ), planned
+    fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 40)
+    planned = await _plan(cluster, repo, _client(fake), range(4))
+    blueprints = [b for b in planned if isinstance(b, Blueprint)]
+    assert blueprints, [getattr(b, "detail", "") for b in planned]
+    for bp in blueprints:
+        assert not _made_up(bp.goal + canonical_json(bp.slots)), (bp.goal, bp.slots)
+        assert "release-2.0" in bp.slots.values() or not bp.slots, bp.slots

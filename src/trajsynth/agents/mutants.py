@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from trajsynth.agents.gold import observation_value
 from trajsynth.curation.verify import observed_reading, verify
-from trajsynth.mcp_servers.arguments import generate_arguments, schema_kinds
+from trajsynth.mcp_servers.arguments import generate_arguments, param_values, schema_kinds
 from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.readback import read_backs, with_readbacks
 from trajsynth.mcp_servers.tags import name_tokens
@@ -137,6 +137,22 @@ def _world_values(cluster: ToolCluster, calls: Sequence[GoldCall], tool: str, pa
     return out
 
 
+def _other_value(
+    cluster: ToolCluster, calls: Sequence[GoldCall], tool: str, param: str, gold: JsonValue
+) -> JsonValue:
+    """Another value for a write's ``param``: one of the server's world; when it holds none
+    (a name the task makes up), a guess for the parameter, else the gold one altered. A wrong
+    variant may be made up; only a task's values may not."""
+    schema = (cluster.tool(tool).input_schema.get("properties") or {}).get(param)
+    guesses = param_values(param, schema, tool) if isinstance(schema, Mapping) else []
+    for v in [*_world_values(cluster, calls, tool, param), *guesses]:
+        if v != gold and type(v) is type(gold):
+            return v
+    if isinstance(gold, str) and not (isinstance(schema, Mapping) and schema.get("enum")):
+        return f"{gold}-2" if gold else "other"
+    return None
+
+
 def variants(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[Variant]:
     """The wrong variants of a gold run (module doc)."""
     writes = _writes(cluster, calls)
@@ -151,11 +167,7 @@ def variants(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[Variant]:
         for param, gold in call.arguments.items():
             if changes >= _MAX_PER_KIND or not isinstance(gold, str | int | float):
                 continue
-            other = next(
-                (v for v in _world_values(cluster, calls, call.tool, param) if v != gold
-                 and type(v) is type(gold)),
-                None,
-            )  # fmt: skip
+            other = _other_value(cluster, calls, call.tool, param, gold)
             if other is None:
                 continue
             changed = [*calls]

@@ -24,7 +24,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajsynth.agents.argfill import fill_slots
+from trajsynth.agents.argfill import fill_slots, unfilled
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import (
     GoldFailure,
@@ -466,6 +466,11 @@ async def plan_blueprint(
                         log.debug("LLM-filled values failed (%s); the schema's run", outcome)
                         await env.restore(handle)
                         outcome = None
+            if outcome is None and unfilled(sampled):
+                # a value only a made-up record could give and the LLM gave none
+                missing = ", ".join(unfilled(sampled))
+                detail = f"{' -> '.join(sampled.tools)}: no value for {missing}"
+                outcome = _Failure("unbindable_param", detail, sampled.tools[-1])
             if outcome is None:
                 outcome = await _ground_truth(env, cluster, sampled, initial)
             if isinstance(outcome, _Truth):
