@@ -31,7 +31,7 @@ from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import GoldFailure, run_gold_path
 from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.mutants import lint_by_mutation
-from trajsynth.agents.planner import Planner, plan_blueprint
+from trajsynth.agents.planner import Planner, accepted_attempt, plan_blueprint
 from trajsynth.curation.verify import verify
 from trajsynth.flows.units import _blueprint_row
 from trajsynth.mcp_servers.readback import with_readbacks
@@ -465,3 +465,39 @@ async def test_a_value_no_source_gives_is_never_a_placeholder() -> None:
     for bp in blueprints:
         assert not _made_up(bp.goal + canonical_json(bp.slots)), (bp.goal, bp.slots)
         assert "release-2.0" in bp.slots.values() or not bp.slots, bp.slots
+
+
+async def test_a_duplicate_blueprint_is_not_kept(tmp_path: Path) -> None:
+    """Two seeds that plan the same calls with the same values (two cells of a small world):
+    the second is stored as a rejected attempt (``duplicate``), so its slot is redrawn; a
+    blueprint with other values is kept."""
+    from trajsynth.flows.stages import _kept_blueprints, _write
+    from trajsynth.flows.units import UnitRows, _attempt_row, blueprint_key, without_duplicate
+
+    cluster = await stranger_cluster(
+        "retail", retail, hide_params=["state_key"], args={"user_id": "u_alice"}
+    )
+    planned = [b for b in await _plan(cluster, retail, None, range(8)) if isinstance(b, Blueprint)]
+    rows = [_blueprint_row(b, "run_a") for b in planned]
+    keys = [blueprint_key(r) for r in rows]
+    twin = next(j for j in range(1, len(rows)) if keys[j] in keys[:j])  # the planner repeats
+    assert len(set(keys)) < len(keys) and planned[twin].seed != planned[keys.index(keys[twin])].seed
+    store = Store(tmp_path / "s.duckdb")
+
+    def unit(i: int) -> UnitRows:
+        attempt = accepted_attempt(planned[i])
+        return UnitRows(
+            unit_id=f"plan:0:{i}",
+            kind="plan",
+            rows={"blueprints": [rows[i]], "blueprint_attempts": [_attempt_row(attempt, "run_a")]},
+            summary={"blueprint_id": planned[i].blueprint_id},
+        )
+
+    with store.session():
+        for i in range(len(rows)):
+            done = without_duplicate(unit(i), _kept_blueprints(store, "run_a", unit(i)))
+            _write(store, "run_a", done)
+        stored = store.query("SELECT gold_run, cluster_id FROM blueprints WHERE run_id = 'run_a'")
+        reasons = store.query("SELECT reason FROM blueprint_attempts WHERE NOT accepted")
+    assert len(stored) == len(set(keys)) and len({blueprint_key(r) for r in stored}) == len(stored)
+    assert sum(r["reason"] == "duplicate" for r in reasons) == len(keys) - len(set(keys))

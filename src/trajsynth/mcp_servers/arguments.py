@@ -63,9 +63,7 @@ _BY_NAME: list[tuple[frozenset[str], list[JsonValue]]] = [
 # reads, from --arg, or from the schema (enum, default, examples, a format such as a date or
 # an IANA timezone, a range). One the server itself listed before any probe sent it is its
 # own (``world``) and stays.
-_INVENTED_WORDS = frozenset(
-    {"path", "file", "content", "name", "type", "city", "email", "url"}
-)
+_INVENTED_WORDS = frozenset({"path", "file", "content", "name", "type", "city", "email", "url"})
 PLACEHOLDERS: frozenset[str] = frozenset(
     {str(v) for words, values in _BY_NAME if words & _INVENTED_WORDS for v in values}
     | {str(_FORMATS[k]) for k in ("email", "uri", "url", "hostname")}
