@@ -413,6 +413,12 @@ async def discover(
                 for v in p.values
                 if canonical_json(v.value) in p.world and _key_sim(v.key, str(param)) >= 0.7
             ]
+            if "string" in schema_kinds(sub):  # then the paths and file names its text named
+                own += [
+                    v.value
+                    for v in p.values
+                    if v.key == "$text" and canonical_json(v.value) in p.world
+                ]
             known = {**p.known(), param: [*own, *p.known().get(param, [])]}
             for value in param_values(param, sub, t.name, known=known)[:4]:
                 if value in seen or budget <= 0:
