@@ -438,7 +438,8 @@ async def test_discovery_keeps_no_made_up_value() -> None:
     assert not _made_up(canonical_json(book.arg_values)), book.arg_values
     shop = await stranger_cluster("retail", retail, hide_params=["state_key"])
     assert set(shop.arg_values["update_address"]["user_id"]) == {"u_alice", "u_bob"}
-    assert set(shop.arg_values["update_address"]["city"]) <= {"Austin", "Boston"}
+    # a city to move to is the user's to say: none a probe sent or a probe's write returned
+    assert not shop.arg_values["update_address"].get("city"), shop.arg_values
     files = await stranger_cluster("gorilla", gorilla)
     # the file its own listing named stays, though a guess has the same name
     assert files.arg_values["cat"]["file_name"][0] == "notes.txt"

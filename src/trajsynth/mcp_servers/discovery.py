@@ -166,6 +166,10 @@ class _Prober:
         # any probe sent them (its own world: a file its listing named, an id a list answered)
         self.sent: set[str] = set()
         self.world: set[str] = {canonical_json(v) for v in self.fixed.values()}
+        # once a probe may have written, what reads return may be what the probes made (the
+        # columns of a table a guess created): the world is what was read before
+        self.frozen = False
+        self.added: set[str] = set()  # world values the last call added
         # this throw-away sandbox's work dir: a value under it is kept relative, so it means
         # the same file in every later environment
         self.workdir = str(getattr(getattr(env, "sandbox", None), "workdir", "") or "")
@@ -186,6 +190,7 @@ class _Prober:
 
     async def call(self, tool: str, args: dict[str, JsonValue]) -> Any | None:
         self.calls += 1
+        self.added = set()
         for leaf in _scalars(args):
             self.sent.add(canonical_json(leaf))
         try:
@@ -206,8 +211,10 @@ class _Prober:
             )
             for key, path, raw in leaves:
                 value = self._portable(raw)
-                if canonical_json(value) not in self.sent:
-                    self.world.add(canonical_json(value))
+                text = canonical_json(value)
+                if not self.frozen and text not in self.sent and text not in self.world:
+                    self.world.add(text)
+                    self.added.add(text)
                 if len(self.values) < _MAX_VALUES * 5 and not any(
                     v.value == value and v.key == key and v.tool == tool for v in self.values
                 ):
@@ -314,6 +321,7 @@ async def discover(
     async def probe_one(t: ToolSpec, args: dict[str, JsonValue], last: bool) -> None:
         before = await p.view([r for r in readers if r[0] != t.name])
         result = await p.call(t.name, args)
+        added = set(p.added)
         after = await p.view([r for r in readers if r[0] != t.name])
         shown = canonical_json(args)[:160]
         by_name = tag_from_name(t.name)
@@ -342,6 +350,10 @@ async def discover(
             final = await p.view([r for r in readers if r[0] != t.name])
             if second is not None and not any(final.get(k) != again.get(k) for k in changed):
                 changed = []
+        if changed or by_name is ToolAccess.WRITE:
+            # a write succeeded: what it answered and what reads answer from now on is made
+            p.world -= added
+            p.frozen = True
         if changed:
             what = ", ".join("work dir files" if k == "$files" else f"{k} result" for k in changed)
             tags[t.name] = (ToolAccess.WRITE, "probe", f"{t.name}({shown}) changed {what}")
@@ -379,6 +391,7 @@ async def discover(
     ]
 
     # 2. writes produce values reads can return: call each write once more if it failed
+    p.frozen = True
     for t in tagged:
         destroys = bool(set(name_tokens(t.name)) & _DESTROY)
         if t.access is ToolAccess.WRITE and t.name not in p.ok_args and not destroys:
@@ -477,19 +490,32 @@ async def discover(
 
 def _world_first(p: _Prober) -> dict[str, dict[str, list[JsonValue]]]:
     """Accepted values per parameter for the planner: those the server itself returned
-    before any probe sent them (an id a list answered, a file its listing named) first, then
-    values of the schema's kind (a timezone, a date); never a made-up record a guess sent
-    (``notes.txt``, ``groceries``, ``example``: ``arguments.is_placeholder``), even when the
-    server echoed it back or a probe's write made it."""
+    before any probe sent them or wrote (an id a list answered, a file its listing named)
+    first, then values the schema gives (an enum, a format: a timezone, a date); never a
+    made-up record a guess sent (``notes.txt``, ``groceries``, ``example``:
+    ``arguments.is_placeholder``) nor what a probe's write made (the columns of a table a
+    guess created), even when the server echoed it back."""
 
     def own(v: JsonValue) -> bool:
         return all(canonical_json(x) in p.world for x in _scalars(v))
+
+    def of_schema(tool: str, param: str) -> set[str]:
+        spec = p.tools.get(tool)
+        props = (spec.input_schema.get("properties") or {}) if spec is not None else {}
+        sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
+        return {canonical_json(v) for v in param_values(param, sub, tool) if not is_placeholder(v)}
 
     out: dict[str, dict[str, list[JsonValue]]] = {}
     for tool, params in p.accepted.items():
         kept = {
             param: sorted(
-                (v for v in values if not is_placeholder(v, p.world)), key=lambda v: not own(v)
+                (
+                    v
+                    for v in values
+                    if not is_placeholder(v, p.world)
+                    and (own(v) or canonical_json(v) in of_schema(tool, param))
+                ),
+                key=lambda v: not own(v),
             )
             for param, values in params.items()
         }
