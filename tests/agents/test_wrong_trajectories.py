@@ -24,6 +24,7 @@ from fakes.strangers import (
     repo,
     retail,
     stranger_cluster,
+    tables,
 )
 
 from trajsynth.agents.argfill import FILL_TOOL
@@ -443,6 +444,16 @@ async def test_discovery_keeps_no_made_up_value() -> None:
     files = await stranger_cluster("gorilla", gorilla)
     # the file its own listing named stays, though a guess has the same name
     assert files.arg_values["cat"]["file_name"][0] == "notes.txt"
+
+
+async def test_what_a_probe_wrote_is_not_the_servers_world() -> None:
+    """A table a probe created (a guess) has columns a read then lists; those columns are what
+    the probe made, not the user's data, so no task may describe a table called ``id``."""
+    db = await stranger_cluster("tables", tables)
+    assert set(db.arg_values.get("describe_table", {}).get("table_name", [])) <= {"orders"}, (
+        db.arg_values
+    )
+    assert not _made_up(canonical_json(db.arg_values)), db.arg_values
 
 
 async def test_a_value_no_source_gives_is_never_a_placeholder() -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "repo",
     "retail",
     "stranger_cluster",
+    "tables",
 ]
 
 State = dict[str, Any]
@@ -212,6 +213,31 @@ def notebook() -> tuple[MCPServer, State]:
     def search_nodes(query: str) -> dict:
         """Entities whose name holds the query."""
         return {"names": sorted(n for n in state["entities"] if query.lower() in n.lower())}
+
+    return server, state
+
+
+def tables() -> tuple[MCPServer, State]:
+    """A database like server-sqlite: a table a probe creates has columns a read then lists,
+    and a table that does not exist is described as having none (no error)."""
+    state: State = {"tables": {"orders": ["order_id", "total"]}}
+    server = MCPServer("tables")
+
+    @server.tool()
+    def list_tables() -> dict:
+        """The tables of the database."""
+        return {"tables": [{"name": n} for n in sorted(state["tables"])]}
+
+    @server.tool()
+    def describe_table(table_name: str) -> dict:
+        """A table's columns."""
+        return {"columns": [{"name": c} for c in state["tables"].get(table_name, [])]}
+
+    @server.tool()
+    def create_table(name: str) -> dict:
+        """Create a table with an id and a body."""
+        state["tables"].setdefault(name, ["id", "body"])
+        return {"created": name}
 
     return server, state
 
