@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from trajsynth.agents.function_call import call_function
 from trajsynth.agents.llm import LLMClient
 from trajsynth.agents.paths import PlannedPath
-from trajsynth.mcp_servers.arguments import fits_schema
+from trajsynth.mcp_servers.arguments import fits_schema, is_placeholder
 from trajsynth.schemas import LLMUsage, Message, MessageRole, SlotArg, ToolCluster
 
 __all__ = ["FILL_TOOL", "fill_slots", "fillable_slots", "unfilled"]
@@ -84,7 +85,7 @@ def _request(
     )
     user = (
         f"Service: {cluster.description.strip()[:300]}\nTools, called in this order:\n{tools}\n"
-        f"Give a realistic value, of the same kind as the example, for:\n{examples}"
+        f"Give a realistic value a user of this service would use for:\n{examples}"
     )
     messages = [
         Message(role=MessageRole.SYSTEM, content=_SYSTEM),
@@ -115,12 +116,29 @@ async def fill_slots(
     sources = dict(path.slot_sources)
     for name, (_, _, schema) in slots.items():
         value = given.get(name)
-        if value not in (None, "", [], {}) and fits_schema(value, schema):
+        if _usable(value) and fits_schema(value, schema):
             values[name], sources[name] = value, "llm"
     if values == path.slots:
         log.debug("no LLM value fits its schema for %s", list(slots))
         return None, [result.usage]
     return path.model_copy(update={"slots": values, "slot_sources": sources}), [result.usage]
+
+
+def _usable(value: Any) -> bool:
+    """A value a task may take: not empty, not a made-up record copied from the request
+    (``example``), and every text in it has a word in it (a small model's grammar-bound
+    answer can be ``");;;;"``)."""
+    if value in (None, "", [], {}) or is_placeholder(value):
+        return False
+    return all(re.search(r"[A-Za-z0-9]{2}", t) for t in _texts(value))
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, Mapping):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return [value] if isinstance(value, str) else []
 
 
 def unfilled(path: PlannedPath) -> list[str]:
