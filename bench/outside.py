@@ -7,7 +7,8 @@ under ``--npm``): ``synth clusters add`` (the server started as a run starts it)
     joined, tools, tags agreeing with the server's own annotations (probing with the
     annotations ignored), edges with evidence, blueprints planned / accepted (>= 2 calls),
     trajectories stored, verified passes, blueprints the mutation lint leaves with no wrong
-    variant passing, write tasks whose final-state check a wrong variant fails, gold runs
+    variant passing, write tasks whose final-state check a wrong variant fails, read-backs
+    the probe search found over the blueprints it searched for, gold runs
     rejected for a failing step and accepted with an error result, pseudo-calls per 100
     calls (``_checks``), minutes; and three planned goals per server, to read
 
@@ -173,6 +174,8 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
     """What the constraints can tell apart, read from the store:
 
     - lint: blueprints the mutation lint ran on, and those no wrong variant passes;
+    - readbacks: blueprints whose probe search found a read that sees the gold run's writes,
+      over those it searched for (a writing task the cluster's probes could not see);
     - state_checks: write tasks whose final-state check a wrong variant (drop, change, error)
       fails, over write tasks;
     - gold_error_rejected: gold runs rejected for a failing step (``gold_run_error``), and
@@ -222,7 +225,9 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
         for (c,) in con.execute("SELECT unnest(CAST(calls AS JSON[])) FROM trajectories").fetchall()
     ]
     pseudo = sum(1 for c in calls if c.get("tool") not in tools or c.get("arguments") is None)
+    searched = [x for x in lints if x.get("readback_tried")]
     return {
+        "readbacks": (sum(1 for x in searched if x.get("readback")), len(searched)),
         "lint": (
             sum(1 for x in lints if not x.get("survived") and x.get("gold_passes")),
             len(lints),
@@ -273,7 +278,8 @@ def main() -> None:
     header = (
         "server", "joined[all]", "tools", "tags=annot", "edges+evid (llm)", "planned",
         "accepted[>=80%]", ">=2 calls", "stored[>0]", "passes[>0 on 4/5]",
-        "lint clean[100%]", "state check fails wrong[>=80%]", "gold err rejected",
+        "lint clean[100%]", "state check fails wrong[>=80%]", "read-back found/searched",
+        "gold err rejected",
         "gold err accepted[0]", "pseudo/100", "min",
     )  # fmt: skip
     print(" | ".join(header))
@@ -290,7 +296,8 @@ def main() -> None:
                     f"{r.get('edges_evidence', '-')} ({r.get('edges_llm', '-')})", planned, rate,
                     r.get("accepted_2calls", "-"),
                     r.get("trajectories", "-"), r.get("passes", "-"), _frac(r.get("lint")),
-                    _frac(r.get("state_checks")), r.get("gold_error_rejected", "-"),
+                    _frac(r.get("state_checks")), _frac(r.get("readbacks")),
+                    r.get("gold_error_rejected", "-"),
                     r.get("gold_error_accepted", "-"), f"{r.get('pseudo_per_100', 0):.1f}",
                     f"{r['minutes']:.1f}",
                 )

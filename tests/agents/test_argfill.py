@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 from fakes.llm import ScriptedLLM, tool_call
 
-from trajsynth.agents.argfill import FILL_TOOL, fill_slots, fillable_slots
+from trajsynth.agents.argfill import FILL_TOOL, fill_slots, fillable_slots, unfilled
 from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.paths import PlannedPath
 from trajsynth.schemas import (
@@ -91,3 +91,27 @@ async def test_no_fitting_value_leaves_the_path_as_it_was() -> None:
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "", "pages": -3.5})])
     filled, usage = await fill_slots(_client(fake), NOTES, PATH, seed=1)
     assert filled is None and len(usage) == 1
+
+
+async def test_a_made_up_or_wordless_value_from_the_llm_is_not_taken() -> None:
+    """A small model asked for a value with no example to copy answered ``example`` (the
+    request's own word) and ``);;;;`` under the grammar: neither becomes a task's value, and a
+    slot with nothing else to fill it stays empty (the planner rejects the path)."""
+    path = PATH.model_copy(update={"slots": {**PATH.slots, "title": None}})
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "example", "pages": 2})])
+    filled, _ = await fill_slots(_client(fake), NOTES, path, seed=1)
+    assert filled is not None and filled.slots["title"] is None and filled.slots["pages"] == 2
+    assert unfilled(filled) == ["title"]
+    asked = fake.requests[0]["messages"][-1]["content"]
+    assert "the example" not in asked  # no example to copy is named
+    assert [line for line in asked.splitlines() if line.startswith("- title")] == [
+        "- title (put.title)"
+    ]
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": ");;;;", "pages": 2})])
+    filled, _ = await fill_slots(_client(fake), NOTES, path, seed=1)
+    assert filled is not None and unfilled(filled) == ["title"]
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "Dentist on Friday", "pages": 2})])
+    filled, _ = await fill_slots(_client(fake), NOTES, path, seed=1)
+    assert (
+        filled is not None and filled.slots["title"] == "Dentist on Friday" and not unfilled(filled)
+    )

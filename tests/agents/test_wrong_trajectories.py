@@ -10,25 +10,41 @@ another city and then reset.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from fakes.strangers import StrangerEnvironment, gorilla, repo, retail, stranger_cluster
+from fakes.llm import ScriptedLLM, say, tool_call
+from fakes.strangers import (
+    StrangerEnvironment,
+    gorilla,
+    notebook,
+    repo,
+    retail,
+    stranger_cluster,
+    tables,
+)
 
+from trajsynth.agents.argfill import FILL_TOOL
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import GoldFailure, run_gold_path
+from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.mutants import lint_by_mutation
-from trajsynth.agents.planner import Planner, plan_blueprint
+from trajsynth.agents.planner import Planner, accepted_attempt, plan_blueprint
 from trajsynth.curation.verify import verify
 from trajsynth.flows.units import _blueprint_row
+from trajsynth.mcp_servers.readback import with_readbacks
 from trajsynth.schemas import (
     Blueprint,
     Cell,
     Constraint,
     Difficulty,
     EnvState,
+    FinalState,
     LiteralArg,
+    LLMConfig,
     Message,
     MessageRole,
     PathShape,
@@ -43,6 +59,48 @@ from trajsynth.schemas import (
 from trajsynth.schemas.rollout import ObsClass, Termination
 from trajsynth.store import Store
 from trajsynth.store.summary import summarize_run
+
+
+def _client(fake: ScriptedLLM) -> OpenAILLMClient:
+    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
+    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
+
+
+def _filler(values: dict[str, Any]) -> Any:
+    """A planner LLM that writes ``values`` for the slots it is asked to fill (the ones the
+    request names) and words the checks refuse (so the template's words are used)."""
+
+    def answer(body: dict[str, Any]) -> Any:
+        names = [t["function"]["name"] for t in body.get("tools") or []]
+        if FILL_TOOL in names:
+            [tool] = body["tools"]
+            asked = tool["function"]["parameters"]["properties"]
+            return tool_call(FILL_TOOL, {k: v for k, v in values.items() if k in asked})
+        return say("ok")
+
+    return answer
+
+
+async def _plan(
+    cluster: ToolCluster, make: Any, llm: Any, seeds: Any, difficulty: Difficulty = Difficulty.EASY
+) -> list[Blueprint | Any]:
+    cell = Cell(
+        cluster_id=cluster.cluster_id,
+        path_shape=PathShape.SINGLE,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=difficulty,
+    )
+    return [
+        await plan_blueprint(
+            Planner(use_llm=llm is not None),
+            llm,
+            lambda: StrangerEnvironment(make, cluster),
+            cluster,
+            cell,
+            seed,
+        )  # fmt: skip
+        for seed in seeds
+    ]
 
 
 def _steps(*calls: tuple[str, dict[str, Any]]) -> list[PlannedCall]:
@@ -96,7 +154,8 @@ async def _score(
                 obs_class=ObsClass.OK,
             )
         )
-    state: EnvState = await env.state()
+    # the end state as the rollout loop takes it: the probes, and any read-back a check asks
+    state: EnvState = await with_readbacks(env, await env.state(), constraints)
     trajectory = Trajectory(
         trajectory_id="wrong",
         run_id="r",
@@ -255,19 +314,8 @@ async def test_the_planner_lints_outside_blueprints_and_the_summary_shows_it(
     """``plan_blueprint`` on an outside cluster: the blueprint carries the lint's figures, no
     harness tool is on its path, and the stored figures reach the run summary."""
     cluster = await stranger_cluster("repo", repo, hide_params=[], args={})
-    planned = []
-    for seed in range(6):
-        cell = Cell(
-            cluster_id="repo",
-            path_shape=PathShape.SINGLE,
-            target_mode=ReasoningMode.DIRECT_EXECUTE,
-            difficulty=Difficulty.EASY,
-        )
-        bp = await plan_blueprint(
-            Planner(use_llm=False), None, lambda: StrangerEnvironment(repo, cluster), cluster,
-            cell, seed,
-        )  # fmt: skip
-        planned.append(bp)
+    fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 60)
+    planned = await _plan(cluster, repo, _client(fake), range(6))
     blueprints = [b for b in planned if isinstance(b, Blueprint)]
     assert blueprints, [getattr(b, "detail", "") for b in planned]
     for bp in blueprints:
@@ -308,3 +356,160 @@ async def test_a_read_only_path_is_not_rejected_by_the_lint() -> None:
     )
     linted, figures = await lint_by_mutation(env, handle, cluster, outcome.run.calls, constraints)
     assert figures.variants == 0 and figures.clean and linted == constraints
+
+
+async def test_the_probe_search_finds_a_read_that_sees_the_write() -> None:
+    """A write the cluster's probes cannot see (an entity made by name, with no read that lists
+    the graph) gets a read-back from the probe search: the read its own values reach
+    (``open_nodes`` of the name it made), so a run that made another entity fails the end state
+    while the gold run passes it."""
+    cluster = await stranger_cluster("notebook", notebook)
+    grace = [{"name": "Grace Hopper", "entityType": "person", "observations": ["admiral"]}]
+    env = StrangerEnvironment(notebook, cluster)
+    initial = await env.state()
+    handle = await env.snapshot()
+    outcome = await run_gold_path(
+        env, cluster, _steps(("create_entities", {"entities": grace})), {}, initial
+    )
+    assert not isinstance(outcome, GoldFailure), outcome
+    derived = derive_constraints(
+        outcome.run.calls, outcome.run.final_state, cluster, [], initial_state=initial
+    )
+    assert not any(isinstance(c, FinalState) for c in derived)  # the probes see nothing
+    constraints, figures = await lint_by_mutation(env, handle, cluster, outcome.run.calls, derived)
+    checks = [c for c in constraints if isinstance(c, FinalState)]
+    assert len(checks) == 1 and checks[0].probes, constraints
+    assert checks[0].probes[0].tool == "open_nodes"
+    assert checks[0].probes[0].arguments == {"names": ["Grace Hopper"]}
+    assert figures.readback.startswith("open_nodes") and figures.readback_tried >= 1
+    assert figures.final_state_catches >= 1 and figures.clean, figures
+    passed, why = await _score(
+        cluster, notebook, constraints, ("create_entities", {"entities": grace}, None)
+    )
+    assert passed, why
+    pirate = [{"name": "Grace Hopper", "entityType": "person", "observations": ["pirate"]}]
+    only_checks = [c for c in constraints if not isinstance(c, FinalState)]
+    passed, why = await _score(
+        cluster, notebook, only_checks, ("create_entities", {"entities": pirate}, None)
+    )
+    assert passed  # what the call checks alone let through ...
+    passed, why = await _score(
+        cluster, notebook, constraints, ("create_entities", {"entities": pirate}, None)
+    )
+    assert not passed and any("read-back" in w for w in why), why  # ... the read-back does not
+
+
+async def test_the_probe_search_says_when_no_read_sees_the_write() -> None:
+    """Nothing reads the feed: the search tries the reads it can and records that none saw the
+    post, and the post is held by its call checks."""
+    cluster = await stranger_cluster("gorilla", gorilla)
+    env = StrangerEnvironment(gorilla, cluster)
+    initial = await env.state()
+    handle = await env.snapshot()
+    outcome = await run_gold_path(
+        env,
+        cluster,
+        _steps(
+            ("authenticate_twitter", {"username": "sam", "password": "hunter2"}),
+            ("post_tweet", {"content": "Budget meeting moved to 3pm"}),
+        ),
+        {},
+        initial,
+    )
+    assert not isinstance(outcome, GoldFailure), outcome
+    derived = derive_constraints(
+        outcome.run.calls, outcome.run.final_state, cluster, [], initial_state=initial
+    )
+    constraints, figures = await lint_by_mutation(env, handle, cluster, outcome.run.calls, derived)
+    assert figures.readback == "" and figures.readback_tried >= 1, figures
+    assert not any(isinstance(c, FinalState) and c.probes for c in constraints)
+
+
+_MADE_UP = ("notes", "groceries", "example", "hello from trajsynth", "travel plans", "todo.md")
+
+
+def _made_up(text: str) -> list[str]:
+    return [w for w in _MADE_UP if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", text)]
+
+
+async def test_discovery_keeps_no_made_up_value() -> None:
+    """Values the planner may bind are the server's own: what its reads returned before any
+    probe sent them, never a guess (``example``) that the server accepted or echoed back."""
+    book = await stranger_cluster("notebook", notebook)
+    assert not _made_up(canonical_json(book.arg_values)), book.arg_values
+    shop = await stranger_cluster("retail", retail, hide_params=["state_key"])
+    assert set(shop.arg_values["update_address"]["user_id"]) == {"u_alice", "u_bob"}
+    # a city to move to is the user's to say: none a probe sent or a probe's write returned
+    assert not shop.arg_values["update_address"].get("city"), shop.arg_values
+    files = await stranger_cluster("gorilla", gorilla)
+    # the file its own listing named stays, though a guess has the same name
+    assert files.arg_values["cat"]["file_name"][0] == "notes.txt"
+
+
+async def test_what_a_probe_wrote_is_not_the_servers_world() -> None:
+    """A table a probe created (a guess) has columns a read then lists; those columns are what
+    the probe made, not the user's data, so no task may describe a table called ``id``."""
+    db = await stranger_cluster("tables", tables)
+    assert set(db.arg_values.get("describe_table", {}).get("table_name", [])) <= {"orders"}, (
+        db.arg_values
+    )
+    assert not _made_up(canonical_json(db.arg_values)), db.arg_values
+
+
+async def test_a_value_no_source_gives_is_never_a_placeholder() -> None:
+    """A branch to create has no value in the server's world: without the planner LLM the
+    path is rejected (``unbindable_param``), never run with a made-up name; with it, the
+    LLM's name is the task's."""
+    cluster = await stranger_cluster("repo", repo, hide_params=[], args={})
+    planned = await _plan(cluster, repo, None, range(4))
+    for outcome in planned:
+        assert not isinstance(outcome, Blueprint) or not outcome.slots, outcome
+        if not isinstance(outcome, Blueprint):
+            assert not _made_up(outcome.detail), outcome.detail
+    assert any(
+        getattr(o, "reason", "") == "unbindable_param" and "branch_name" in o.detail
+        for o in planned
+    ), planned
+    fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 40)
+    planned = await _plan(cluster, repo, _client(fake), range(4))
+    blueprints = [b for b in planned if isinstance(b, Blueprint)]
+    assert blueprints, [getattr(b, "detail", "") for b in planned]
+    for bp in blueprints:
+        assert not _made_up(bp.goal + canonical_json(bp.slots)), (bp.goal, bp.slots)
+        assert "release-2.0" in bp.slots.values() or not bp.slots, bp.slots
+
+
+async def test_a_duplicate_blueprint_is_not_kept(tmp_path: Path) -> None:
+    """Two seeds that plan the same calls with the same values (two cells of a small world):
+    the second is stored as a rejected attempt (``duplicate``), so its slot is redrawn; a
+    blueprint with other values is kept."""
+    from trajsynth.flows.stages import _kept_blueprints, _write
+    from trajsynth.flows.units import UnitRows, _attempt_row, blueprint_key, without_duplicate
+
+    cluster = await stranger_cluster(
+        "retail", retail, hide_params=["state_key"], args={"user_id": "u_alice"}
+    )
+    planned = [b for b in await _plan(cluster, retail, None, range(8)) if isinstance(b, Blueprint)]
+    rows = [_blueprint_row(b, "run_a") for b in planned]
+    keys = [blueprint_key(r) for r in rows]
+    twin = next(j for j in range(1, len(rows)) if keys[j] in keys[:j])  # the planner repeats
+    assert len(set(keys)) < len(keys) and planned[twin].seed != planned[keys.index(keys[twin])].seed
+    store = Store(tmp_path / "s.duckdb")
+
+    def unit(i: int) -> UnitRows:
+        attempt = accepted_attempt(planned[i])
+        return UnitRows(
+            unit_id=f"plan:0:{i}",
+            kind="plan",
+            rows={"blueprints": [rows[i]], "blueprint_attempts": [_attempt_row(attempt, "run_a")]},
+            summary={"blueprint_id": planned[i].blueprint_id},
+        )
+
+    with store.session():
+        for i in range(len(rows)):
+            done = without_duplicate(unit(i), _kept_blueprints(store, "run_a", unit(i)))
+            _write(store, "run_a", done)
+        stored = store.query("SELECT gold_run, cluster_id FROM blueprints WHERE run_id = 'run_a'")
+        reasons = store.query("SELECT reason FROM blueprint_attempts WHERE NOT accepted")
+    assert len(stored) == len(set(keys)) and len({blueprint_key(r) for r in stored}) == len(stored)
+    assert sum(r["reason"] == "duplicate" for r in reasons) == len(keys) - len(set(keys))

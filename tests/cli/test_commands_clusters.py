@@ -78,11 +78,20 @@ def test_show_prints_the_mutation_lint_of_stored_blueprints(
     (clusters / "notes.json").write_text(cluster.model_dump_json())
     store = Store(tmp_path / "data" / "synth.duckdb")
     lint = {"variants": 4, "caught_first": 3, "survived": [], "strengthened": ["matcher put.title"],
-            "final_state_catches": 2, "gold_passes": True, "kinds": ["change", "drop"]}  # fmt: skip
+            "final_state_catches": 2, "gold_passes": True, "kinds": ["change", "drop"],
+            "readback": 'get({"title":"Dentist"})', "readback_tried": 3}  # fmt: skip
+    unseen = {**lint, "readback": "", "readback_tried": 2}
     with store.session():
         store.insert("blueprints", [{"blueprint_id": "bp1", "cluster_id": "notes",
-                                     "mutation_lint": lint}])  # fmt: skip
+                                     "mutation_lint": lint},
+                                    {"blueprint_id": "bp2", "cluster_id": "notes",
+                                     "mutation_lint": unseen}])  # fmt: skip
     shown = _run("show", "notes", "--clusters-dir", str(clusters))
     assert "hidden from the model: tools reset_state; params state_key" in shown
-    assert "mutation lint: 1 blueprints, 1 with no wrong variant passing" in shown
-    assert "4 variants, 3 caught by the planned checks, 1 checks added" in shown
+    assert "mutation lint: 2 blueprints, 2 with no wrong variant passing" in shown
+    assert "8 variants, 6 caught by the planned checks, 2 checks added" in shown
+    # the probe search: which read it put on the final-state check, and where it found none
+    assert "probe search: 2 writing blueprints the probes could not see; a read-back found" in (
+        " ".join(shown.split())
+    )
+    assert 'get({"title":"Dentist"})' in shown

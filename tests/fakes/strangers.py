@@ -26,6 +26,7 @@ from trajsynth.mcp_servers.registry import tool_spec
 from trajsynth.schemas import (
     EnvState,
     JsonValue,
+    ProbeCall,
     ServerKind,
     ServerSpec,
     SnapshotHandle,
@@ -35,7 +36,15 @@ from trajsynth.schemas import (
     stable_hash,
 )
 
-__all__ = ["StrangerEnvironment", "gorilla", "repo", "retail", "stranger_cluster"]
+__all__ = [
+    "StrangerEnvironment",
+    "gorilla",
+    "notebook",
+    "repo",
+    "retail",
+    "stranger_cluster",
+    "tables",
+]
 
 State = dict[str, Any]
 
@@ -174,6 +183,65 @@ def repo() -> tuple[MCPServer, State]:
     return server, state
 
 
+def notebook() -> tuple[MCPServer, State]:
+    """A knowledge graph like server-memory, with no read that lists it all: its entities are
+    seen only by name (``open_nodes``) or by a search."""
+    state: State = {"entities": {"Ada Lovelace": {"type": "person", "notes": ["mathematician"]}}}
+    server = MCPServer("notebook")
+
+    @server.tool()
+    def create_entities(entities: list[dict[str, Any]]) -> dict:
+        """Create entities in the knowledge graph."""
+        made = []
+        for e in entities:
+            name = str(e.get("name", ""))
+            if name and name not in state["entities"]:
+                state["entities"][name] = {
+                    "type": str(e.get("entityType", "")),
+                    "notes": list(e.get("observations") or []),
+                }
+                made.append(name)
+        return {"created": made}
+
+    @server.tool()
+    def open_nodes(names: list[str]) -> dict:
+        """The entities with these names."""
+        found = [{"name": n, **state["entities"][n]} for n in names if n in state["entities"]]
+        return {"entities": found}
+
+    @server.tool()
+    def search_nodes(query: str) -> dict:
+        """Entities whose name holds the query."""
+        return {"names": sorted(n for n in state["entities"] if query.lower() in n.lower())}
+
+    return server, state
+
+
+def tables() -> tuple[MCPServer, State]:
+    """A database like server-sqlite: a table a probe creates has columns a read then lists,
+    and a table that does not exist is described as having none (no error)."""
+    state: State = {"tables": {"orders": ["order_id", "total"]}}
+    server = MCPServer("tables")
+
+    @server.tool()
+    def list_tables() -> dict:
+        """The tables of the database."""
+        return {"tables": [{"name": n} for n in sorted(state["tables"])]}
+
+    @server.tool()
+    def describe_table(table_name: str) -> dict:
+        """A table's columns."""
+        return {"columns": [{"name": c} for c in state["tables"].get(table_name, [])]}
+
+    @server.tool()
+    def create_table(name: str) -> dict:
+        """Create a table with an id and a body."""
+        state["tables"].setdefault(name, ["id", "body"])
+        return {"created": name}
+
+    return server, state
+
+
 class StrangerEnvironment:
     """The Environment interface over an in-process stranger (module doc)."""
 
@@ -206,8 +274,11 @@ class StrangerEnvironment:
     async def state(self) -> EnvState:
         if self.cluster is None or not self.cluster.probes:
             return EnvState(state_hash=stable_hash(self.calls), readable=False)
+        return await self.read_probes(self.cluster.probes)
+
+    async def read_probes(self, probes: list[ProbeCall]) -> EnvState:
         tables: dict[str, list[dict[str, JsonValue]]] = {}
-        for i, probe in enumerate(self.cluster.probes):
+        for i, probe in enumerate(probes):
             result = await self.call_tool(probe.tool, dict(probe.arguments))
             tables[f"probe{i}:{probe.tool}"] = [
                 {

@@ -1,30 +1,33 @@
 """Argument values the planner LLM writes for an outside cluster's path (no seed data).
 
 A path over an outside server binds what it can from the user's ``--arg`` values, from values
-probing saw the server accept, from enums and ranges; what is left comes from the parameter's
-schema alone (a format's example, a name-based guess: ``"notes"``, ``"hello from
-trajsynth"``), the same values in every task. Those slots are offered to the planner LLM as
-the one tool of the request, its parameters the slots' own JSON schemas, with ``tool_choice``
-"required": servers that constrain tool calls by grammar (llama.cpp, vLLM) can only answer
-with values of the right shape. A value that still breaks its schema keeps the schema's; the
-planner runs the gold path with the filled values and falls back to the schema's when that
-run fails, so the LLM can vary the tasks but never costs one.
+the server's own reads returned (discovery's ``arg_values``), from enums and ranges; what is
+left comes from the parameter's schema alone (a format such as a date or a timezone), and a
+parameter whose schema gives nothing but a made-up record (a name, a text, a file to create:
+``arguments.is_placeholder``) is left empty (``None``). Those slots are offered to the planner
+LLM as the one tool of the request, its parameters the slots' own JSON schemas, with
+``tool_choice`` "required": servers that constrain tool calls by grammar (llama.cpp, vLLM) can
+only answer with values of the right shape. A value that still breaks its schema keeps the
+schema's; the planner runs the gold path with the filled values and falls back to the
+schema's when that run fails. A slot still empty after that (no LLM, or no value that fits)
+has no value a task may use: the path is rejected (``unfilled``), never run with a placeholder.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from trajsynth.agents.function_call import call_function
 from trajsynth.agents.llm import LLMClient
 from trajsynth.agents.paths import PlannedPath
-from trajsynth.mcp_servers.arguments import fits_schema
+from trajsynth.mcp_servers.arguments import fits_schema, is_placeholder
 from trajsynth.schemas import LLMUsage, Message, MessageRole, SlotArg, ToolCluster
 
-__all__ = ["FILL_TOOL", "fill_slots", "fillable_slots"]
+__all__ = ["FILL_TOOL", "fill_slots", "fillable_slots", "unfilled"]
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +75,17 @@ def _request(
         for name in dict.fromkeys(path.tools)
     )
     examples = "\n".join(
-        f"- {name} ({tool}.{param}), for example {json.dumps(path.slots[name])}"
+        f"- {name} ({tool}.{param})"
+        + (
+            f", for example {json.dumps(path.slots[name])}"
+            if path.slots.get(name) is not None
+            else ""
+        )
         for name, (tool, param, _) in slots.items()
     )
     user = (
         f"Service: {cluster.description.strip()[:300]}\nTools, called in this order:\n{tools}\n"
-        f"Give a realistic value, of the same kind as the example, for:\n{examples}"
+        f"Give a realistic value a user of this service would use for:\n{examples}"
     )
     messages = [
         Message(role=MessageRole.SYSTEM, content=_SYSTEM),
@@ -108,9 +116,32 @@ async def fill_slots(
     sources = dict(path.slot_sources)
     for name, (_, _, schema) in slots.items():
         value = given.get(name)
-        if value not in (None, "", [], {}) and fits_schema(value, schema):
+        if _usable(value) and fits_schema(value, schema):
             values[name], sources[name] = value, "llm"
     if values == path.slots:
         log.debug("no LLM value fits its schema for %s", list(slots))
         return None, [result.usage]
     return path.model_copy(update={"slots": values, "slot_sources": sources}), [result.usage]
+
+
+def _usable(value: Any) -> bool:
+    """A value a task may take: not empty, not a made-up record copied from the request
+    (``example``), and every text in it has a word in it (a small model's grammar-bound
+    answer can be ``");;;;"``)."""
+    if value in (None, "", [], {}) or is_placeholder(value):
+        return False
+    return all(re.search(r"[A-Za-z0-9]{2}", t) for t in _texts(value))
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, Mapping):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def unfilled(path: PlannedPath) -> list[str]:
+    """The slots left empty: no value from the server's world, ``--arg``, the schema or the
+    LLM (a task is never run with a made-up one)."""
+    return [name for name, value in path.slots.items() if value is None]

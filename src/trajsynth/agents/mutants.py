@@ -17,18 +17,31 @@ A variant that passes is a hole. The lint then strengthens the checks: an argume
 the changed field, or a ``tool_not_called`` for the stray tool, and scores every variant again.
 A blueprint that a variant still passes, or whose own gold run fails the stronger checks, is
 rejected (reason ``mutation_lint``). The figures go on the blueprint (``MutationLint``).
+
+Before the variants are scored, a gold run that writes but carries no final-state check (the
+cluster's probes did not see its writes) gets a **probe search** (``find_readback``): the
+cluster's reads are tried, with the values of the gold run's calls and results (the path a
+``write_file`` wrote, the names ``create_entities`` made), in the initial state and after the
+gold run; the first whose answer the gold run changed, and that answers the same twice, is
+put on a ``FinalState`` as its read-back (``FinalState.probes``), so a variant that leaves
+another end state fails. A bounded number of reads is tried; when none changes, the writes
+are held by their call checks alone and the figures say so.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from trajsynth.agents.gold import observation_value
 from trajsynth.curation.verify import observed_reading, verify
-from trajsynth.mcp_servers.arguments import generate_arguments
+from trajsynth.mcp_servers.arguments import generate_arguments, param_values, schema_kinds
+from trajsynth.mcp_servers.graph import singular
+from trajsynth.mcp_servers.readback import read_backs, with_readbacks
+from trajsynth.mcp_servers.tags import name_tokens
 from trajsynth.schemas import (
     AnswerContains,
     CallPattern,
@@ -40,6 +53,7 @@ from trajsynth.schemas import (
     Message,
     MessageRole,
     MutationLint,
+    ProbeCall,
     SnapshotHandle,
     ToolAccess,
     ToolCalled,
@@ -49,14 +63,17 @@ from trajsynth.schemas import (
     Trajectory,
     canonical_json,
 )
+from trajsynth.schemas.constraints import readback_hash, readback_key
 from trajsynth.schemas.results import result_error
 from trajsynth.schemas.rollout import ObsClass, Termination
 
-__all__ = ["Variant", "lint_by_mutation", "variants"]
+__all__ = ["Variant", "find_readback", "lint_by_mutation", "variants"]
 
 log = logging.getLogger(__name__)
 
 _MAX_PER_KIND = 3
+_MAX_READS = 8  # reads the probe search tries per blueprint
+_SEARCH_S = 30.0  # and the seconds it may take (reads are chosen before any is made)
 _ERROR_TEXT = '{"error": "the request was refused"}'
 
 
@@ -66,6 +83,8 @@ class LintEnvironment(Protocol):
     async def state(self) -> EnvState: ...
 
     async def restore(self, handle: SnapshotHandle) -> None: ...
+
+    async def read_probes(self, probes: list[ProbeCall]) -> EnvState: ...
 
 
 class Variant:
@@ -118,6 +137,22 @@ def _world_values(cluster: ToolCluster, calls: Sequence[GoldCall], tool: str, pa
     return out
 
 
+def _other_value(
+    cluster: ToolCluster, calls: Sequence[GoldCall], tool: str, param: str, gold: JsonValue
+) -> JsonValue:
+    """Another value for a write's ``param``: one of the server's world; when it holds none
+    (a name the task makes up), a guess for the parameter, else the gold one altered. A wrong
+    variant may be made up; only a task's values may not."""
+    schema = (cluster.tool(tool).input_schema.get("properties") or {}).get(param)
+    guesses = param_values(param, schema, tool) if isinstance(schema, Mapping) else []
+    for v in [*_world_values(cluster, calls, tool, param), *guesses]:
+        if v != gold and type(v) is type(gold):
+            return v
+    if isinstance(gold, str) and not (isinstance(schema, Mapping) and schema.get("enum")):
+        return f"{gold}-2" if gold else "other"
+    return None
+
+
 def variants(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[Variant]:
     """The wrong variants of a gold run (module doc)."""
     writes = _writes(cluster, calls)
@@ -132,11 +167,7 @@ def variants(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[Variant]:
         for param, gold in call.arguments.items():
             if changes >= _MAX_PER_KIND or not isinstance(gold, str | int | float):
                 continue
-            other = next(
-                (v for v in _world_values(cluster, calls, call.tool, param) if v != gold
-                 and type(v) is type(gold)),
-                None,
-            )  # fmt: skip
+            other = _other_value(cluster, calls, call.tool, param, gold)
             if other is None:
                 continue
             changed = [*calls]
@@ -202,7 +233,10 @@ def _text(observation: Any) -> str:
 
 
 async def _replay(
-    env: LintEnvironment, handle: SnapshotHandle, variant: Variant
+    env: LintEnvironment,
+    handle: SnapshotHandle,
+    variant: Variant,
+    constraints: Sequence[Constraint] = (),
 ) -> tuple[list[ToolCallRecord], EnvState]:
     """The variant acted out from the initial state: its call records and its end state.
     A refused call is recorded with an error result the server never flagged."""
@@ -225,7 +259,143 @@ async def _replay(
                 obs_class=obs_class,
             )
         )
-    return records, await env.state()
+    return records, await with_readbacks(env, await env.state(), constraints)
+
+
+def _scalars(value: Any, key: str = "", depth: int = 0) -> list[tuple[str, JsonValue]]:
+    """(key, value) of the scalars in a call's arguments or result, nested ones included."""
+    if depth > 5:
+        return []
+    if isinstance(value, Mapping):
+        return [kv for k, v in value.items() for kv in _scalars(v, str(k), depth + 1)]
+    if isinstance(value, list):
+        return [kv for v in value[:10] for kv in _scalars(v, key, depth + 1)]
+    if isinstance(value, str | int | float) and not isinstance(value, bool) and key:
+        return [(key, value)]
+    return []
+
+
+def _words(name: str) -> set[str]:
+    return {singular(t) for t in name_tokens(name)}
+
+
+def _gold_values(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[tuple[str, JsonValue]]:
+    """What the gold run named: its writes' arguments first, then its results' fields."""
+    writes = set(_writes(cluster, gold))
+    out = [kv for i in sorted(writes) for kv in _scalars(gold[i].arguments)]
+    out += [kv for c in gold if not c.is_error for kv in _scalars(c.arguments)]
+    for c in gold:
+        obs = c.observation
+        if isinstance(obs, str):
+            try:
+                obs = json.loads(obs)
+            except ValueError:
+                continue
+        out += _scalars(obs)
+    seen: set[str] = set()
+    unique = []
+    for k, v in out:
+        key = canonical_json([k, v])
+        if key not in seen:
+            seen.add(key)
+            unique.append((k, v))
+    return unique
+
+
+def _read_candidates(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[ProbeCall]:
+    """Reads to try as a read-back, best first: reads whose required parameters all take a
+    value the gold run named under the same name (``path`` of ``write_file`` for
+    ``read_text_file``; a ``name`` of ``create_entities`` for ``open_nodes(names)``), then
+    reads that take nothing (``read_graph``), then a read's one text parameter given a text the
+    gold writes sent (a name for ``search_nodes(query)``)."""
+    named = _gold_values(cluster, gold)
+    texts = [v for _, v in named if isinstance(v, str) and 0 < len(v) <= 200]
+    probes = {canonical_json([p.tool, p.arguments]) for p in cluster.probes}
+    matched: list[ProbeCall] = []
+    bare: list[ProbeCall] = []
+    loose: list[ProbeCall] = []
+    for spec in sorted(cluster.tools, key=lambda t: t.name):
+        if spec.access is not ToolAccess.READ:
+            continue
+        props = spec.input_schema.get("properties") or {}
+        required = [str(p) for p in spec.input_schema.get("required") or []]
+        fixed = {p: cluster.server.args[p] for p in required if p in cluster.server.args}
+        wanted = [p for p in required if p not in fixed]
+        args: dict[str, JsonValue] = dict(fixed)
+        for param in wanted:
+            sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
+            kinds = schema_kinds(sub)
+            value = next(
+                (v for k, v in named if _words(k) and _words(k) == _words(param)
+                 and (type(v) is not str or "string" in kinds or "array" in kinds or not kinds)),
+                None,
+            )  # fmt: skip
+            if value is None:
+                break
+            args[param] = [value] if "array" in kinds else value
+        else:
+            (bare if not wanted else matched).append(ProbeCall(tool=spec.name, arguments=args))
+            continue
+        if len(wanted) == 1 and texts:
+            sub = props.get(wanted[0]) if isinstance(props.get(wanted[0]), Mapping) else {}
+            if schema_kinds(sub) <= {"string"}:
+                loose.append(ProbeCall(tool=spec.name, arguments={**fixed, wanted[0]: texts[0]}))
+    out = [
+        p for p in [*matched, *bare, *loose] if canonical_json([p.tool, p.arguments]) not in probes
+    ]
+    return out[:_MAX_READS]
+
+
+async def find_readback(
+    env: LintEnvironment,
+    handle: SnapshotHandle,
+    cluster: ToolCluster,
+    gold: Sequence[GoldCall],
+) -> tuple[FinalState | None, int]:
+    """A final-state check whose read-back sees what the gold run wrote (module doc), or None;
+    and the reads tried. Leaves ``env`` after the gold run."""
+    candidates = _read_candidates(cluster, gold)
+    if not candidates:
+        return None, 0
+    started = time.monotonic()
+    await env.restore(handle)
+    before = await read_backs(env, candidates)
+    await _replay(env, handle, Variant("gold", list(gold), "the gold run"))
+    after = await read_backs(env, candidates)
+    again = await read_backs(env, candidates)
+    # a second gold run from the snapshot must answer the same: a read that moves with time
+    # or with each restart (a counter, a random sample) would fail the gold run's own replay
+    await _replay(env, handle, Variant("gold", list(gold), "the gold run"))
+    replayed = await read_backs(env, candidates)
+    for i, probe in enumerate(candidates):
+        key = readback_key(i, probe)
+        rows = after.get(key) or []
+        if not rows or any(r.get("is_error") for r in rows):
+            continue  # the read fails after the gold run: it reads something else
+        if rows == before.get(key) or rows != again.get(key) or rows != replayed.get(key):
+            continue  # the writes did not change it, or it changes by itself
+        tables = {readback_key(0, probe): rows}
+        gold_hash = readback_hash([probe], tables)
+        assert gold_hash is not None
+        log.debug("read-back %s(%s) sees the gold run's writes", probe.tool, probe.arguments)
+        check = FinalState(
+            gold_hash=gold_hash,
+            gold_tables=tables,
+            probes=[probe],
+            derived_from="mutation_lint.readback",
+        )
+        return check, len(candidates)
+    log.debug(
+        "no read-back among %d reads sees the gold run's writes (%.1f s)",
+        len(candidates), time.monotonic() - started,
+    )  # fmt: skip
+    return None, len(candidates)
+
+
+def _state_holds(check: FinalState, state: EnvState) -> bool:
+    if check.probes:
+        return readback_hash(check.probes, state.tables) == check.gold_hash
+    return state.state_hash == check.gold_hash
 
 
 def _refused(record: ToolCallRecord) -> bool:
@@ -275,7 +445,12 @@ async def lint_by_mutation(
     built = variants(cluster, gold)
     if not built:  # a read-only path: its answer is what the checks hold it to
         return constraints, MutationLint()
-    replayed = [(v, *(await _replay(env, handle, v))) for v in built]
+    readback, tried = None, 0
+    if not any(isinstance(c, FinalState) for c in constraints):
+        readback, tried = await find_readback(env, handle, cluster, gold)
+        if readback is not None:
+            constraints = [readback, *constraints]
+    replayed = [(v, *(await _replay(env, handle, v, constraints))) for v in built]
     # a stray write the server refused changed nothing: no wrong run to catch
     replayed = [r for r in replayed if not (r[0].kind == "stray" and _refused(r[1][-1]))]
     built = [r[0] for r in replayed]
@@ -296,16 +471,14 @@ async def lint_by_mutation(
         if passes(records, state, constraints)
     ]
     gold_variant = Variant("gold", list(gold), "the gold run")
-    records, state = await _replay(env, handle, gold_variant)
+    records, state = await _replay(env, handle, gold_variant, constraints)
     gold_ok = passes(records, state, constraints)
     await env.restore(handle)
-    final_check = any(isinstance(c, FinalState) for c in constraints)
     state_catches = sum(
         1
         for v, _, state in replayed
-        if final_check
-        and v.kind in ("drop", "change", "error")
-        and any(isinstance(c, FinalState) and c.gold_hash != state.state_hash for c in constraints)
+        if v.kind in ("drop", "change", "error")
+        and any(not _state_holds(c, state) for c in constraints if isinstance(c, FinalState))
     )
     lint = MutationLint(
         variants=len(built),
@@ -315,6 +488,12 @@ async def lint_by_mutation(
         final_state_catches=state_catches,
         gold_passes=gold_ok,
         kinds=sorted({v.kind for v in built}),
+        readback=(
+            f"{readback.probes[0].tool}({canonical_json(readback.probes[0].arguments)[:80]})"
+            if readback is not None
+            else ""
+        ),
+        readback_tried=tried,
     )
     log.debug("mutation lint: %s", lint)
     return constraints, lint

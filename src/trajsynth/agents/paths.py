@@ -26,7 +26,7 @@ import networkx as nx
 from pydantic import Field
 
 from trajsynth.curation.evolution import weighted_draw
-from trajsynth.mcp_servers.arguments import param_values, schema_kinds
+from trajsynth.mcp_servers.arguments import is_placeholder, param_values, schema_kinds
 from trajsynth.mcp_servers.graph import entry_tools as graph_entry_tools
 from trajsynth.mcp_servers.graph import normalize_name, output_fields, singular
 from trajsynth.mcp_servers.tags import name_tokens
@@ -747,9 +747,10 @@ class _Binder:
             if isinstance(schema.get("maximum"), int | float):
                 high = max(low, min(high, int(schema["maximum"])))
             return self._slot(param, self.rng.randint(low, high), "range")
-        if self.cluster.source == "outside":  # no seed data: format, pattern, examples, name
-            for value in param_values(param, schema, tool)[:1]:
-                return self._slot(param, value, "schema")
+        if self.cluster.source == "outside":  # no seed data: the schema's own values
+            own = [v for v in param_values(param, schema, tool) if not is_placeholder(v)]
+            # none (a made-up name is no value): the planner LLM writes it (agents.argfill)
+            return self._slot(param, own[0] if own else None, "schema")
         raise _Unbindable(f"{tool}.{param}")
 
     def _slot(self, param: str, value: JsonValue, source: str) -> SlotArg:

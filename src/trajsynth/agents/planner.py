@@ -32,7 +32,7 @@ from trajsynth.agents.admission import (
     two_users,
     unrelated_reads,
 )
-from trajsynth.agents.argfill import fill_slots
+from trajsynth.agents.argfill import fill_slots, unfilled
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import (
     GoldFailure,
@@ -70,6 +70,7 @@ from trajsynth.schemas import (
     LLMUsage,
     MutationLint,
     ObservedField,
+    ProbeCall,
     ReasoningMode,
     Record,
     SandboxKind,
@@ -453,6 +454,11 @@ async def plan_blueprint(
                         log.debug("LLM-filled values failed (%s); the schema's run", outcome)
                         await env.restore(handle)
                         outcome = None
+            if outcome is None and unfilled(sampled):
+                # a value only a made-up record could give and the LLM gave none
+                missing = ", ".join(unfilled(sampled))
+                detail = f"{' -> '.join(sampled.tools)}: no value for {missing}"
+                outcome = _Failure("unbindable_param", detail, sampled.tools[-1])
             if outcome is None:
                 outcome = await _ground_truth(env, cluster, sampled, initial)
             if isinstance(outcome, _Truth):
@@ -556,6 +562,9 @@ class _DemoEnvironment:
 
     async def state(self) -> EnvState:
         return await self.env.state()
+
+    async def read_probes(self, probes: list[ProbeCall]) -> EnvState:
+        return await self.env.read_probes(probes)  # type: ignore[attr-defined]
 
     async def run_check(self, check_id: str, source: str) -> Any:
         return await self.env.run_check(check_id, source)  # type: ignore[attr-defined]

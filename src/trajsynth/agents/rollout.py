@@ -27,6 +27,7 @@ from trajsynth.agents.user_sim import (
     goal_looks_met,
     scripted_user_turn,
 )
+from trajsynth.mcp_servers.readback import with_readbacks
 from trajsynth.mcp_servers.tool_calls import (
     SERVER_KILLED,
     ToolResult,
@@ -374,7 +375,9 @@ async def final_state(episode: Episode, path: PathState) -> EnvState | None:
     if path.failure is FailureClass.INFRA:
         return None
     try:
-        state = await episode.env.state()
+        state = await with_readbacks(
+            episode.env, await episode.env.state(), episode.blueprint.constraints
+        )
         checks = {}
         for c in episode.blueprint.constraints:
             if isinstance(c, CodeTestsPass):

@@ -33,6 +33,7 @@ from trajsynth.schemas import (
     ToolSpec,
     Trajectory,
 )
+from trajsynth.schemas.constraints import readback_hash
 
 __all__ = [
     "DO_NOTHING_PASSES",
@@ -133,6 +134,9 @@ def _sanity(
         if isinstance(c, FinalState):
             if not c.gold_hash:
                 issues.append(f"{where}: empty gold hash")
+            elif c.probes:  # read-backs: compared when the initial state carries them
+                if readback_hash(c.probes, state.tables) == c.gold_hash:
+                    issues.append(f"{where}: the read-back answers as in the initial state")
             elif not state.readable:
                 issues.append(f"{where}: the environment state is not readable")
             elif c.gold_hash == state.state_hash:

@@ -75,6 +75,7 @@ from trajsynth.schemas import (
     canonical_json,
     content_id,
 )
+from trajsynth.schemas.constraints import readback_hash
 from trajsynth.schemas.results import result_error
 
 __all__ = [
@@ -398,6 +399,14 @@ def _n_rows(table_diff: JsonValue, key: str) -> int:
 @checker("final_state")
 def _check_final_state(c: FinalState, ctx: VerifyContext) -> tuple[bool, str]:
     state = ctx.final_state
+    if c.probes:  # read-backs: their answers after the episode against the gold run's
+        got = readback_hash(c.probes, state.tables)
+        reads = ", ".join(p.tool for p in c.probes)
+        if got is None:
+            return False, f"read-back ({reads}) not taken at the end of the episode"
+        if got == c.gold_hash:
+            return True, f"read-back ({reads}) answers as after the gold run"
+        return False, f"read-back ({reads}) answers otherwise than after the gold run"
     if not state.readable:
         return False, "state not readable"
     if state.state_hash == c.gold_hash:

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from trajsynth.flows.units import (
     rollout_unit_id,
     run_id_for,
     unit_failure_row,
+    without_duplicate,
 )
 from trajsynth.schemas import (
     Blueprint,
@@ -290,6 +291,9 @@ async def plan_round(
 
         def on_done(unit: UnitRows | None, wave: dict[str, int] = wave) -> None:
             if unit is not None:
+                # an outside cluster's blueprint the run already holds (same calls and values;
+                # a small world repeats itself) is not kept: its slot is redrawn
+                unit = without_duplicate(unit, _kept_blueprints(store, run_id, unit, by_id))
                 _write(store, run_id, unit)
                 wave["filled"] += int(unit.summary.get("blueprint_id") is not None)
             wave["spent"] += 1
@@ -300,6 +304,25 @@ async def plan_round(
         done = store.done_units(run_id, "plan")
         given_up |= {a.unit_id for a in attempts if a.unit_id not in done}
     return ran
+
+
+def _kept_blueprints(
+    store: Store, run_id: str, unit: UnitRows, clusters: Mapping[str, ToolCluster] | None = None
+) -> list[dict[str, Any]]:
+    """The run's stored blueprints of the unit's cluster (their ids and gold runs); none for
+    a bundled cluster of ``clusters`` (whose seed data rarely repeats a task, and whose runs
+    a resumed run must match blueprint for blueprint)."""
+    rows = unit.rows.get("blueprints") or []
+    if not rows or not store.path.exists():
+        return []
+    cluster = (clusters or {}).get(rows[0]["cluster_id"])
+    if cluster is not None and cluster.source != "outside":
+        return []
+    return store.query(
+        "SELECT blueprint_id, cluster_id, gold_run FROM blueprints "
+        "WHERE run_id = ? AND cluster_id = ?",
+        [run_id, rows[0]["cluster_id"]],
+    )
 
 
 def _accepted_seeds(store: Store, run_id: str, round_index: int) -> set[int]:

@@ -8,9 +8,10 @@ them to the store, one transaction per unit with its done-marker. Workers never 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,12 +60,14 @@ from trajsynth.schemas import (
     TrajsynthError,
     content_id,
     counts_against_policy,
+    stable_hash,
 )
 
 __all__ = [
     "UnitRef",
     "UnitRows",
     "assistant_for",
+    "blueprint_key",
     "failure_class_of",
     "grow_unit",
     "plan_seed",
@@ -72,6 +75,7 @@ __all__ = [
     "rollout_unit_id",
     "run_id_for",
     "unit_failure_row",
+    "without_duplicate",
 ]
 
 log = logging.getLogger(__name__)
@@ -223,6 +227,39 @@ async def plan_unit(
             "seed": seed,
             "reason": None if blueprints else attempt.reason,
         },
+    )
+
+
+def blueprint_key(row: Mapping[str, Any]) -> str:
+    """What makes two blueprints the same task: the cluster and the gold run's calls (tools
+    in order, every argument value). Cells, seeds and words do not tell them apart."""
+    gold = row.get("gold_run") or {}
+    if isinstance(gold, str):
+        gold = json.loads(gold)
+    calls = [[c.get("tool"), c.get("arguments") or {}] for c in gold.get("calls") or []]
+    return stable_hash([row.get("cluster_id"), calls])
+
+
+def without_duplicate(unit: UnitRows, kept: Iterable[Mapping[str, Any]]) -> UnitRows:
+    """A plan unit whose blueprint repeats one of ``kept`` (``blueprint_key``) as a rejected
+    attempt (reason ``duplicate``): the blueprint is not stored and the slot is redrawn."""
+    rows = unit.rows.get("blueprints") or []
+    if unit.kind != "plan" or not rows:
+        return unit
+    key = blueprint_key(rows[0])
+    twin = next((k for k in kept if blueprint_key(k) == key), None)
+    if twin is None:
+        return unit
+    detail = f"the same tool path and values as {twin.get('blueprint_id')}"
+    attempts = [
+        {**a, "accepted": False, "reason": "duplicate", "detail": detail}
+        for a in unit.rows.get("blueprint_attempts") or []
+    ]
+    return unit.model_copy(
+        update={
+            "rows": {**unit.rows, "blueprints": [], "blueprint_attempts": attempts},
+            "summary": {**unit.summary, "blueprint_id": None, "reason": "duplicate"},
+        }
     )
 
 

@@ -13,9 +13,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trajsynth.mcp_servers.tags import name_tokens
-from trajsynth.schemas import JsonValue
+from trajsynth.schemas import JsonValue, canonical_json
 
-__all__ = ["fits_schema", "generate_arguments", "param_values", "schema_kinds"]
+__all__ = [
+    "PLACEHOLDERS",
+    "fits_schema",
+    "generate_arguments",
+    "is_placeholder",
+    "param_values",
+    "schema_kinds",
+]
 
 _FORMATS: dict[str, JsonValue] = {
     "date-time": "2025-03-14T15:30:00Z",
@@ -48,6 +55,49 @@ _BY_NAME: list[tuple[frozenset[str], list[JsonValue]]] = [
     (frozenset({"language", "lang"}), ["en", "fr"]),
     (frozenset({"city", "location"}), ["London", "Lisbon"]),
 ]  # fmt: skip
+
+
+# Made-up records: names, texts, paths, kinds a guess by name gives. Discovery may send them
+# to see what a tool does, but a task never takes one (a file called notes.txt that the
+# server does not hold, an entity called "groceries"): its values come from the server's own
+# reads, from --arg, or from the schema (enum, default, examples, a format such as a date or
+# an IANA timezone, a range). One the server itself listed before any probe sent it is its
+# own (``world``) and stays.
+_INVENTED_WORDS = frozenset({"path", "file", "content", "name", "type", "city", "email", "url"})
+PLACEHOLDERS: frozenset[str] = frozenset(
+    {str(v) for words, values in _BY_NAME if words & _INVENTED_WORDS for v in values}
+    | {str(_FORMATS[k]) for k in ("email", "uri", "url", "hostname")}
+    | {"example"}
+)
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, Mapping):
+        return [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+def is_placeholder(value: Any, world: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether ``value`` holds a made-up record (``PLACEHOLDERS``, or the SQL that writes one)
+    that is not in ``world`` (canonical JSON of values the server itself returned).
+
+    >>> is_placeholder("groceries"), is_placeholder(["notes.txt"]), is_placeholder("Europe/Paris")
+    (True, True, False)
+    >>> is_placeholder("notes.txt", world={'"notes.txt"'})
+    False
+    """
+    for leaf in _leaves(value):
+        if not isinstance(leaf, str) or canonical_json(leaf) in world:
+            continue
+        if leaf in PLACEHOLDERS or leaf.rsplit("/", 1)[-1] in PLACEHOLDERS:
+            return True
+        if "trajsynth" in leaf or leaf.startswith(
+            ("CREATE TABLE IF NOT EXISTS notes", "INSERT INTO notes")
+        ):
+            return True
+    return False
 
 
 def schema_kinds(schema: Mapping[str, Any]) -> set[str]:

@@ -35,6 +35,7 @@ from typing import Any
 from trajsynth.mcp_servers.arguments import (
     fits_schema,
     generate_arguments,
+    is_placeholder,
     param_values,
     schema_kinds,
 )
@@ -161,6 +162,14 @@ class _Prober:
         self.accepted: dict[str, dict[str, list[JsonValue]]] = {}
         self.ok_args: dict[str, dict[str, JsonValue]] = {}
         self.calls = 0
+        # canonical JSON of the scalars probes sent, and of those the server returned before
+        # any probe sent them (its own world: a file its listing named, an id a list answered)
+        self.sent: set[str] = set()
+        self.world: set[str] = {canonical_json(v) for v in self.fixed.values()}
+        # once a probe may have written, what reads return may be what the probes made (the
+        # columns of a table a guess created): the world is what was read before
+        self.frozen = False
+        self.added: set[str] = set()  # world values the last call added
         # this throw-away sandbox's work dir: a value under it is kept relative, so it means
         # the same file in every later environment
         self.workdir = str(getattr(getattr(env, "sandbox", None), "workdir", "") or "")
@@ -181,6 +190,9 @@ class _Prober:
 
     async def call(self, tool: str, args: dict[str, JsonValue]) -> Any | None:
         self.calls += 1
+        self.added = set()
+        for leaf in _scalars(args):
+            self.sent.add(canonical_json(leaf))
         try:
             result = await self.env.call_tool(tool, args)
         except MCPServerError as exc:
@@ -199,6 +211,10 @@ class _Prober:
             )
             for key, path, raw in leaves:
                 value = self._portable(raw)
+                text = canonical_json(value)
+                if not self.frozen and text not in self.sent and text not in self.world:
+                    self.world.add(text)
+                    self.added.add(text)
                 if len(self.values) < _MAX_VALUES * 5 and not any(
                     v.value == value and v.key == key and v.tool == tool for v in self.values
                 ):
@@ -280,7 +296,9 @@ async def discover(
         return tag_from_name(t.name) is ToolAccess.READ
 
     readers: list[tuple[str, dict[str, JsonValue]]] = []
-    for t in sorted(tools, key=lambda t: t.name):
+    # reads that take nothing first: a listing names the server's own world (a file, an id)
+    # before any guess is sent, so those values count as the server's
+    for t in sorted(tools, key=lambda t: (bool(t.input_schema.get("required")), t.name)):
         if looks_read(t):
             args = p.args_for(t)
             first = await p.call(t.name, args)
@@ -295,13 +313,15 @@ async def discover(
 
     # 1. tags by probing: reads first (they change nothing if they are reads), then the rest
     order = sorted(
-        (t for t in tools if t.name not in tags), key=lambda t: (not looks_read(t), t.name)
+        (t for t in tools if t.name not in tags),
+        key=lambda t: (not looks_read(t), bool(t.input_schema.get("required")), t.name),
     )
     failed: list[ToolSpec] = []
 
     async def probe_one(t: ToolSpec, args: dict[str, JsonValue], last: bool) -> None:
         before = await p.view([r for r in readers if r[0] != t.name])
         result = await p.call(t.name, args)
+        added = set(p.added)
         after = await p.view([r for r in readers if r[0] != t.name])
         shown = canonical_json(args)[:160]
         by_name = tag_from_name(t.name)
@@ -330,6 +350,10 @@ async def discover(
             final = await p.view([r for r in readers if r[0] != t.name])
             if second is not None and not any(final.get(k) != again.get(k) for k in changed):
                 changed = []
+        if changed or by_name is ToolAccess.WRITE:
+            # a write succeeded: what it answered and what reads answer from now on is made
+            p.world -= added
+            p.frozen = True
         if changed:
             what = ", ".join("work dir files" if k == "$files" else f"{k} result" for k in changed)
             tags[t.name] = (ToolAccess.WRITE, "probe", f"{t.name}({shown}) changed {what}")
@@ -367,6 +391,7 @@ async def discover(
     ]
 
     # 2. writes produce values reads can return: call each write once more if it failed
+    p.frozen = True
     for t in tagged:
         destroys = bool(set(name_tokens(t.name)) & _DESTROY)
         if t.access is ToolAccess.WRITE and t.name not in p.ok_args and not destroys:
@@ -382,19 +407,37 @@ async def discover(
     # 2b. more accepted values per parameter (variety for the planner's slots)
     budget = _MAX_VARIETY_CALLS
     for t in tagged:
-        if t.name not in p.ok_args or budget <= 0:
+        destroys = bool(set(name_tokens(t.name)) & _DESTROY)
+        if budget <= 0 or (t.name not in p.ok_args and destroys):
             continue
+        # a tool no guess satisfied yet is tried with the server's own values too
+        base = p.ok_args.get(t.name) or generate_arguments(
+            t.input_schema, t.name, known=p.known(), fixed=p.fixed
+        )
         props = t.input_schema.get("properties") or {}
         for param in t.input_schema.get("required") or []:
             sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
             if sub.get("enum") or param in p.fixed:
                 continue
             seen = p.accepted.get(t.name, {}).get(param, [])
-            for value in param_values(param, sub, t.name, known=p.known())[:4]:
+            # the server's own values under a like name first (``user_ids`` for ``user_id``)
+            own = [
+                v.value
+                for v in p.values
+                if canonical_json(v.value) in p.world and _key_sim(v.key, str(param)) >= 0.7
+            ]
+            if "string" in schema_kinds(sub):  # then the paths and file names its text named
+                own += [
+                    v.value
+                    for v in p.values
+                    if v.key == "$text" and canonical_json(v.value) in p.world
+                ]
+            known = {**p.known(), param: [*own, *p.known().get(param, [])]}
+            for value in param_values(param, sub, t.name, known=known)[:4]:
                 if value in seen or budget <= 0:
                     continue
                 budget -= 1
-                await p.call(t.name, {**p.ok_args[t.name], param: value})
+                await p.call(t.name, {**base, param: value})
 
     # 3. edges by value flow, then the proposed ones a probe confirms
     edges = await _value_flow(p, tagged)
@@ -446,17 +489,46 @@ async def discover(
 
 
 def _world_first(p: _Prober) -> dict[str, dict[str, list[JsonValue]]]:
-    """Accepted values per parameter, those the server itself returned (an id a list
-    answered, a file its listing named) before those that only a generated guess found
-    (``notes.txt``, ``example``): the planner takes the first ones it can bind."""
-    returned = {canonical_json(v.value) for v in p.values}
+    """Accepted values per parameter for the planner: those the server itself returned
+    before any probe sent them or wrote (an id a list answered, a file its listing named)
+    first, then values the schema gives (an enum, a format: a timezone, a date); never a
+    made-up record a guess sent (``notes.txt``, ``groceries``, ``example``:
+    ``arguments.is_placeholder``) nor what a probe's write made (the columns of a table a
+    guess created), even when the server echoed it back."""
+
+    def own(v: JsonValue) -> bool:
+        return all(canonical_json(x) in p.world for x in _scalars(v))
+
+    def of_schema(tool: str, param: str) -> set[str]:
+        spec = p.tools.get(tool)
+        props = (spec.input_schema.get("properties") or {}) if spec is not None else {}
+        sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
+        return {canonical_json(v) for v in param_values(param, sub, tool) if not is_placeholder(v)}
+
     out: dict[str, dict[str, list[JsonValue]]] = {}
     for tool, params in p.accepted.items():
-        out[tool] = {
-            param: sorted(values, key=lambda v: canonical_json(v) not in returned)
+        kept = {
+            param: sorted(
+                (
+                    v
+                    for v in values
+                    if not is_placeholder(v, p.world)
+                    and (own(v) or canonical_json(v) in of_schema(tool, param))
+                ),
+                key=lambda v: not own(v),
+            )
             for param, values in params.items()
         }
-    return out
+        out[tool] = {param: values for param, values in kept.items() if values}
+    return {tool: params for tool, params in out.items() if params}
+
+
+def _scalars(value: Any) -> list[JsonValue]:
+    if isinstance(value, Mapping):
+        return [x for v in value.values() for x in _scalars(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _scalars(v)]
+    return [value] if isinstance(value, str | int | float) and not isinstance(value, bool) else []
 
 
 def _returned_fields(p: _Prober) -> dict[str, list[str]]:

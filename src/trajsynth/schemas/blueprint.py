@@ -121,6 +121,12 @@ class MutationLint(Record):
     )
     gold_passes: bool = True
     kinds: list[str] = Field(default_factory=list)
+    readback: str = Field(
+        default="", description="the read the probe search put on the final-state check"
+    )
+    readback_tried: int = Field(
+        default=0, ge=0, description="reads the probe search tried (0: it did not search)"
+    )
 
     @property
     def clean(self) -> bool:

@@ -10,7 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from trajsynth.schemas._base import JsonValue, Record
+from trajsynth.schemas._base import JsonValue, Record, stable_hash
+from trajsynth.schemas.tools import ProbeCall
 
 __all__ = [
     "AnswerContains",
@@ -25,6 +26,8 @@ __all__ = [
     "Order",
     "ToolCalled",
     "ToolNotCalled",
+    "readback_hash",
+    "readback_key",
 ]
 
 
@@ -41,12 +44,34 @@ class _Constraint(Record):
 
 
 class FinalState(_Constraint):
-    """The canonical state hash after the trajectory equals the gold run's."""
+    """The canonical state hash after the trajectory equals the gold run's.
+
+    With ``probes`` (an outside server's read-backs: reads the mutation lint found whose
+    answer the gold run's writes change, where the cluster's own probes see nothing), the
+    state compared is those reads' answers after the episode, kept in the end state's tables
+    under ``readback_key``; ``gold_hash`` is the hash of the gold run's answers.
+    """
 
     kind: Literal["final_state"] = "final_state"
     gold_hash: str
     # tables the gold run changed, for a readable diff when the hash differs
     gold_tables: dict[str, list[dict[str, JsonValue]]] = Field(default_factory=dict)
+    probes: list[ProbeCall] = Field(default_factory=list)
+
+
+def readback_key(index: int, probe: ProbeCall) -> str:
+    """The end state's table holding a read-back's answer (``FinalState.probes``)."""
+    return f"readback{index}:{probe.tool}"
+
+
+def readback_hash(
+    probes: list[ProbeCall], tables: dict[str, list[dict[str, JsonValue]]]
+) -> str | None:
+    """The hash of the read-backs' answers in ``tables`` (None when one was not read)."""
+    keys = [readback_key(i, p) for i, p in enumerate(probes)]
+    if any(k not in tables for k in keys):
+        return None
+    return stable_hash({k: tables[k] for k in keys}, length=64)
 
 
 class ToolCalled(_Constraint):

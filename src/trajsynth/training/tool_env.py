@@ -26,11 +26,13 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from trajsynth.mcp_servers.readback import with_readbacks
 from trajsynth.mcp_servers.tool_calls import call_record, check_tool_call
 from trajsynth.schemas import (
     CodeTestsPass,
     EnvSpec,
     EnvState,
+    FinalState,
     FunctionCall,
     InfraError,
     JsonValue,
@@ -241,7 +243,13 @@ class TaskEnvironment:
         env = self._env
 
         async def read() -> EnvState:
-            state = await env.state()
+            finals = [
+                FinalState.model_validate(c)
+                for c in self._constraints
+                if (c.get("kind") if isinstance(c, Mapping) else getattr(c, "kind", None))
+                == "final_state"
+            ]
+            state = await with_readbacks(env, await env.state(), finals)
             checks = {}
             for c in self._constraints:
                 kind = c.get("kind") if isinstance(c, Mapping) else getattr(c, "kind", None)

@@ -385,10 +385,19 @@ def _lint_lines(cluster_id: str) -> list[str]:
     caught = sum(x.get("caught_first", 0) for x in lints)
     clean = sum(1 for x in lints if not x.get("survived") and x.get("gold_passes", True))
     added = sum(len(x.get("strengthened", [])) for x in lints)
-    return [
+    lines = [
         f"mutation lint: {len(lints)} blueprints, {clean} with no wrong variant passing; "
         f"{variants} variants, {caught} caught by the planned checks, {added} checks added"
     ]
+    searched = [x for x in lints if x.get("readback_tried")]
+    if searched:
+        found = sorted({x["readback"] for x in searched if x.get("readback")})
+        lines.append(
+            f"probe search: {len(searched)} writing blueprints the probes could not see; a "
+            f"read-back found for {sum(1 for x in searched if x.get('readback'))}"
+            + (f" ({', '.join(found[:4])})" if found else "; none found")
+        )
+    return lines
 
 
 def _llm_proposer() -> Proposer:
