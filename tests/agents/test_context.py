@@ -194,7 +194,10 @@ KINDS = {KINDS!r}
 DB = pathlib.Path("office.json")
 
 def load():
-    return json.loads(DB.read_text()) if DB.exists() else {{k: {{}} for k in KINDS}}
+    # one record per kind to start with: the planner binds values the server's reads return
+    if DB.exists():
+        return json.loads(DB.read_text())
+    return {{k: {{f"{{k}}-1": f"first {{k}}"}} for k in KINDS}}
 
 def save(db):
     DB.write_text(json.dumps(db))

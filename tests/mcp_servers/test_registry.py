@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zoneinfo
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,7 +195,8 @@ def test_outside_stdio_server_mcp_server_time(tmp_path: Path) -> None:
     # changes with the clock, so only convert_time is a probe (issue 17)
     assert c.state_readable is True
     assert [p.tool for p in c.probes] == ["convert_time"]
-    assert c.arg_values["get_current_time"]["timezone"][:2] == ["Europe/London", "America/New_York"]
+    zones = c.arg_values["get_current_time"]["timezone"]
+    assert len(zones) >= 2 and set(zones) <= zoneinfo.available_timezones()
     assert c.source == "outside"
     assert c.domain == Domain.OTHER
     assert c.server == ServerSpec(kind=ServerKind.STDIO, command=TIME_SERVER)
