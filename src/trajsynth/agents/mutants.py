@@ -30,13 +30,13 @@ are held by their call checks alone and the figures say so.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from trajsynth.agents.gold import observation_value
+from trajsynth.curation.canon import parse_json_maybe
 from trajsynth.curation.verify import observed_reading, verify
 from trajsynth.mcp_servers.arguments import generate_arguments, param_values, schema_kinds
 from trajsynth.mcp_servers.graph import singular
@@ -100,6 +100,15 @@ class Variant:
         self.refused: set[int] = set()
 
 
+_UNPARSED = object()
+
+
+def _parsed(observation: Any) -> Any:
+    """An observation parsed from JSON text, or ``_UNPARSED`` for text that is not JSON."""
+    value = parse_json_maybe(observation)
+    return _UNPARSED if isinstance(observation, str) and value is observation else value
+
+
 def _writes(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[int]:
     specs = {t.name: t for t in cluster.tools}
     return [
@@ -127,13 +136,9 @@ def _world_values(cluster: ToolCluster, calls: Sequence[GoldCall], tool: str, pa
                 walk(v)
 
     for c in calls:
-        obs = c.observation
-        if isinstance(obs, str):
-            try:
-                obs = json.loads(obs)
-            except ValueError:
-                continue
-        walk(obs)
+        obs = _parsed(c.observation)
+        if obs is not _UNPARSED:
+            walk(obs)
     return out
 
 
@@ -285,13 +290,9 @@ def _gold_values(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[tuple[s
     out = [kv for i in sorted(writes) for kv in _scalars(gold[i].arguments)]
     out += [kv for c in gold if not c.is_error for kv in _scalars(c.arguments)]
     for c in gold:
-        obs = c.observation
-        if isinstance(obs, str):
-            try:
-                obs = json.loads(obs)
-            except ValueError:
-                continue
-        out += _scalars(obs)
+        obs = _parsed(c.observation)
+        if obs is not _UNPARSED:
+            out += _scalars(obs)
     seen: set[str] = set()
     unique = []
     for k, v in out:
