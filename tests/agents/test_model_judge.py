@@ -120,6 +120,22 @@ async def test_the_judge_decides_passed_only_when_set_to() -> None:
     assert decided.constraints_passed and decided.clean  # what the judge overruled stays
 
 
+async def test_a_verdict_given_as_the_leaf_ended_is_judged_with_the_model_judge_not_again() -> None:
+    """The progress line verified the leaf already: judging the unit adds the model judge's
+    result to that verdict instead of verifying the trajectory a second time."""
+    fake = ScriptedLLM([say("SCORE: 0.2")])
+    on = await judge_trajectory(
+        _client(fake), CLEAN, JudgeConfig(enabled=True, decides=True), model="m"
+    )
+    _, first = judge(BLUEPRINT, CLEAN, STATE, 1)
+    marked = first.model_copy(update={"score": 0.123})  # tells the kept verdict apart
+    _, kept = judge(BLUEPRINT, CLEAN, STATE, 1, None, {CLEAN.trajectory_id: marked})
+    # a verdict kept for another trajectory is not this one's: verified here
+    _, judged = judge(BLUEPRINT, CLEAN, STATE, 1, {CLEAN.trajectory_id: on}, {"t-other": marked})
+    assert kept == marked
+    assert judged.judge == on and judged.results == first.results and not judged.passed
+
+
 async def test_infra_and_simulator_failures_are_not_judged_and_a_dead_judge_gives_no_pass() -> None:
     fake = ScriptedLLM([httpx.ConnectError("scripted")])
     excluded = CLEAN.model_copy(

@@ -10,6 +10,8 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from fakes.shop import SHOP, plan_shop_task
 
+from trajsynth.agents import judge as judge_module
+from trajsynth.curation.verify import verify
 from trajsynth.flows.progress import (
     ProgressEvent,
     close_leaves,
@@ -61,11 +63,21 @@ def test_a_retried_unit_announces_its_leaves_again() -> None:
 
 
 @pytest.mark.slow  # the local sandbox's MCP server and a 3-leaf tree: about 11 s
-async def test_a_unit_reports_each_leaf_with_its_verdict_as_it_ends(tmp_path: Path) -> None:
+async def test_a_unit_reports_each_leaf_with_its_verdict_as_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A real tree on the bundled shop (local sandbox) against the fake LLM over HTTP: one
-    event per stored trajectory, outcomes that agree with the stored verdicts, and a total
-    that ends at the leaves the tree grew."""
+    event per stored trajectory, outcomes that agree with the stored verdicts, a total
+    that ends at the leaves the tree grew, and each leaf verified once (the progress line
+    and the stored verdict share it)."""
     blueprint = await plan_shop_task(tmp_path)
+    verified_ids: list[str] = []
+
+    def counting_verify(trajectory, *args, **kwargs):  # type: ignore[no-untyped-def]
+        verified_ids.append(trajectory.trajectory_id)
+        return verify(trajectory, *args, **kwargs)
+
+    monkeypatch.setattr(judge_module, "verify", counting_verify)
     events: list[ProgressEvent] = []
     with FakeLLMServer() as server:
         config = RunConfig(
@@ -85,3 +97,4 @@ async def test_a_unit_reports_each_leaf_with_its_verdict_as_it_ends(tmp_path: Pa
     assert sum(e[3].split(";")[0].endswith(" passed") for e in leaf_events) == passed
     assert events[0][1:3] == (0, 3)  # announced before the first turn: at most 3 leaves
     assert events[-1][1] == events[-1][2] == len(verdicts)  # closed: nothing more to come
+    assert sorted(verified_ids) == sorted(v["trajectory_id"] for v in verdicts)

@@ -29,6 +29,7 @@ from trajsynth.schemas import (
 __all__ = [
     "JudgedTree",
     "Judgements",
+    "Verified",
     "classify",
     "judge",
     "judge_episode",
@@ -60,6 +61,10 @@ def classify(trajectory: Trajectory, verdict: Verdict) -> FailureClass | None:
 Judgements = Mapping[str, JudgeResult]
 """A model judge's results by trajectory id (``agents.model_judge``); empty: no judge."""
 
+Verified = Mapping[str, Verdict]
+"""Verdicts ``verify`` already gave, by trajectory id (a leaf judged as it ended, for the
+progress display), so judging the unit does not verify the same leaf again."""
+
 
 def judge(
     blueprint: Blueprint,
@@ -67,11 +72,12 @@ def judge(
     state: EnvState | None,
     attempt: int,
     judgements: Judgements | None = None,
+    verified: Verified | None = None,
 ) -> tuple[Trajectory, Verdict]:
     """Verify ``trajectory`` against the blueprint's constraints on its end state (with the
     model judge's result beside it, when there is one), and record its failure class and
-    the attempt that made it."""
-    verdict = verify(
+    the attempt that made it. A verdict in ``verified`` for this trajectory is used as is."""
+    verdict = (verified or {}).get(trajectory.trajectory_id) or verify(
         trajectory,
         blueprint.constraints,
         state or EnvState(state_hash="unavailable", readable=False),
@@ -105,12 +111,18 @@ def _valued(nodes: list[Node], trajectories: list[Trajectory], verdicts: list[Ve
 
 
 def judge_tree(
-    blueprint: Blueprint, result: TreeResult, attempt: int, judgements: Judgements | None = None
+    blueprint: Blueprint,
+    result: TreeResult,
+    attempt: int,
+    judgements: Judgements | None = None,
+    verified: Verified | None = None,
 ) -> JudgedTree:
     """Every leaf of a grown tree judged; the tree's pass rate counts only counted leaves."""
     trajectories, verdicts = [], []
     for leaf in result.leaves:
-        traj, verdict = judge(blueprint, leaf.trajectory, leaf.final_state, attempt, judgements)
+        traj, verdict = judge(
+            blueprint, leaf.trajectory, leaf.final_state, attempt, judgements, verified
+        )
         trajectories.append(traj)
         verdicts.append(verdict)
     counted = [v for v in verdicts if not v.excluded]
@@ -136,9 +148,12 @@ def judge_episode(
     result: EpisodeResult,
     attempt: int,
     judgements: Judgements | None = None,
+    verified: Verified | None = None,
 ) -> JudgedTree:
     """One linear rollout judged, as a one-leaf tree."""
-    traj, verdict = judge(blueprint, result.trajectory, result.final_state, attempt, judgements)
+    traj, verdict = judge(
+        blueprint, result.trajectory, result.final_state, attempt, judgements, verified
+    )
     tree = result.tree.model_copy(
         update={
             "pass_rate": None if verdict.excluded else float(verdict.passed),

@@ -23,6 +23,7 @@ from trajsynth.agents.context import shown_tools
 from trajsynth.agents.judge import (
     JudgedTree,
     Judgements,
+    Verified,
     judge,
     judge_episode,
     judge_tree,
@@ -58,6 +59,7 @@ from trajsynth.schemas import (
     ToolCluster,
     Trajectory,
     TrajsynthError,
+    Verdict,
     content_id,
     counts_against_policy,
     stable_hash,
@@ -306,8 +308,9 @@ def _tree_rows(
     result: TreeResult,
     attempt: int,
     judgements: Judgements | None = None,
+    verified: Verified | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    judged = judge_tree(blueprint, result, attempt, judgements)
+    judged = judge_tree(blueprint, result, attempt, judgements, verified)
     return _judged_rows(run_id, judged, result.tree.tree_id, result.usage)
 
 
@@ -317,8 +320,9 @@ def _linear_rows(
     result: EpisodeResult,
     attempt: int,
     judgements: Judgements | None = None,
+    verified: Verified | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    judged = judge_episode(blueprint, result, attempt, judgements)
+    judged = judge_episode(blueprint, result, attempt, judgements, verified)
     return _judged_rows(run_id, judged, judged.trajectories[0].trajectory_id, result.usage)
 
 
@@ -449,6 +453,7 @@ async def grow_unit(
     ``policy_llm``: the tuned policy's resolved endpoint, for the assistant role only."""
     mode = config.rollout_mode
     label = rollout_unit_id(blueprint.blueprint_id, mode, sample)
+    verified: dict[str, Verdict] = {}  # each leaf is verified once, as it ends
     # a retry announces its leaves again; an attempt that raises gives back what it did not grow
     with unit_leaves(label, config.samples if mode is RolloutMode.TREE else 1):
         async with (
@@ -484,7 +489,7 @@ async def grow_unit(
                     run_id=run_id,
                     reply_token_cap=assistant.max_tokens or config.llm.max_tokens,
                     on_leaf=lambda grown: _report_leaf(
-                        blueprint, attempt, label, grown.trajectory, grown.final_state
+                        blueprint, attempt, label, grown.trajectory, grown.final_state, verified
                     ),
                 )
                 trajectories = tree.trajectories
@@ -502,7 +507,9 @@ async def grow_unit(
                     shown=shown,
                 )
                 trajectories = [result.trajectory]
-                _report_leaf(blueprint, attempt, label, result.trajectory, result.final_state)
+                _report_leaf(
+                    blueprint, attempt, label, result.trajectory, result.final_state, verified
+                )
         infra = [t for t in trajectories if t.failure_class is FailureClass.INFRA]
         if infra and (not last_attempt or len(infra) == len(trajectories)):
             # a unit with no leaf but infra faults made nothing: it fails (recorded by the flow,
@@ -512,9 +519,9 @@ async def grow_unit(
             config, llm, api_key, trajectories, cache_dir
         )
         if mode is RolloutMode.TREE:
-            rows = _tree_rows(run_id, blueprint, tree, attempt, judgements)
+            rows = _tree_rows(run_id, blueprint, tree, attempt, judgements, verified)
         else:
-            rows = _linear_rows(run_id, blueprint, result, attempt, judgements)
+            rows = _linear_rows(run_id, blueprint, result, attempt, judgements, verified)
         if judge_usage:
             owner = f"judge:{rollout_unit_id(blueprint.blueprint_id, mode, sample)}"
             rows["llm_calls"] += _usage_rows(run_id, owner, judge_usage)
@@ -537,9 +544,15 @@ async def grow_unit(
 
 
 def _report_leaf(
-    blueprint: Blueprint, attempt: int, label: str, trajectory: Trajectory, state: EnvState | None
+    blueprint: Blueprint,
+    attempt: int,
+    label: str,
+    trajectory: Trajectory,
+    state: EnvState | None,
+    verified: dict[str, Verdict],
 ) -> None:
-    """Judges a leaf as it ends, for the progress display only (verification is cheap, no
-    model; the stored verdicts come from ``judge_tree`` once the unit is done)."""
+    """Verifies a leaf as it ends and shows its outcome; the verdict is kept in ``verified``
+    for the stored rows, which add the model judge's result (if any) once the unit is done."""
     judged, verdict = judge(blueprint, trajectory, state, attempt)
+    verified[trajectory.trajectory_id] = verdict
     leaf(label, leaf_outcome(judged, verdict))
