@@ -33,7 +33,7 @@ from trajsynth.flows.curate import curate_round  # noqa: E402
 from trajsynth.schemas import CurationConfig  # noqa: E402
 from trajsynth.store import Store  # noqa: E402
 
-TARGET_SIZE, TARGET_S = 10_000, 30.0  # issue 19 item 4: 10k trajectories, embeddings included
+TARGET_SIZE, TARGET_S = 10_000, 30.0  # 10k trajectories, embeddings included
 READS = ["get_order", "get_item", "list_items"]
 WRITES = ["cancel_order", "add_item"]
 PLANS = [

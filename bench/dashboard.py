@@ -1,4 +1,4 @@
-"""Dashboard load time on a store of 10,000 trajectories (issue 9's figure).
+"""Dashboard load time on a store of 10,000 trajectories (target: docs/testing.md's benchmarks).
 
     python bench/dashboard.py [--n 10000] [--store bench/out/dashboard-10000.duckdb] [--rebuild]
 

@@ -6,7 +6,7 @@ Builds ``n`` trajectories (assistant text, reads, writes, failing calls, a few e
 without any model, then times each part: digests + rule labels, CAC, embeddings
 (all-MiniLM-L6-v2, each distinct digest once; ``--fake`` swaps in a hashing embedder to time
 the rest alone), the mode codebook fit and assignment, near-duplicates and the report. Prints
-one JSON object of seconds and counts. Target (issue 7): 10,000 trajectories in <= 60 s on 2
+one JSON object of seconds and counts. Target: 10,000 trajectories in <= 60 s on 2
 CPU cores.
 """
 

@@ -1,5 +1,5 @@
 """An environment's own costs: an MCP tool call through the sandbox, a state read, and an
-environment's opening (new sandbox vs one from the pool), per sandbox kind (issue 19, item 5).
+environment's opening (new sandbox vs one from the pool), per sandbox kind.
 
     python bench/environment.py [--cluster shop] [--calls 200] [--opens 5] [--json PATH]
 

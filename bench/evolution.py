@@ -1,4 +1,4 @@
-"""Evolution against no evolution at the same budget (docs/methods.md §6; issue 7).
+"""Evolution against no evolution at the same budget (docs/methods.md §6).
 
     HF_HUB_OFFLINE=1 python bench/evolution.py [--tasks 6] [--samples 2] [--rounds 3]
                                                [--seed 0] [--out bench/out/evolution]

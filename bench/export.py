@@ -1,4 +1,4 @@
-"""Export time for 10,000 SFT rows and 10,000 RL rows (issue 8's figure).
+"""Export time for 10,000 SFT rows and 10,000 RL rows against its target.
 
 Builds a temp store of N tasks with one selected trajectory each (a call, its result, a
 closing answer), then times ``export_dataset`` as a whole and its phases: reading the rows,

@@ -1,4 +1,4 @@
-"""Wall time of the fast test tier (issue 19 item 7: at most 60 s on 2 cores).
+"""Wall time of the fast test tier (target: at most 60 s on 2 cores).
 
     python bench/fast_tier.py [--runs 2] [--slowest 10]
 

@@ -1,4 +1,4 @@
-"""The embedded LLM server's footprint and duplicated LLM work (issue 19 targets 1 and 2).
+"""The embedded LLM server's footprint and duplicated LLM work.
 
     python bench/llm_footprint.py footprint [--conversations 4] [--turns 6] [--concurrency 4]
     python bench/llm_footprint.py duplicates [--units 2] [--requests 3] [--timeout 2.5]

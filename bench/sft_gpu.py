@@ -1,4 +1,4 @@
-"""`synth sft` with the bundled GPU config on one CUDA device (issue 18, item 1).
+"""`synth sft` with the bundled GPU config on one CUDA device.
 
     python bench/sft_gpu.py --data EXPORT [--model embedded] [--max-steps 20] [--json PATH]
 

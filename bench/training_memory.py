@@ -1,4 +1,4 @@
-"""Peak resident memory of the training smokes (issues 18 item 6, 19 item 6), and the time
+"""Peak resident memory of the training smokes, and the time
 of one SFT epoch on this CPU.
 
     python bench/training_memory.py [grpo] [sft] [--out DIR] [--interval 0.05]

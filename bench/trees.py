@@ -15,7 +15,7 @@ rollouts per task, each rollout under the same per-rollout budgets. Prints per m
 * generated tokens (assistant and simulated user completions, wasted replies included),
   trajectories, and wall time.
 
-Target (issue 5): tree >= 1.5x linear on distinct verified trajectories per generated token,
+Target: tree >= 1.5x linear on distinct verified trajectories per generated token,
 with no fewer distinct strategies. The planner's LLM calls are shared through the response
 cache, so both modes see exactly the same tasks.
 """
