@@ -6,16 +6,35 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from pydantic import BaseModel, Field
 
-from trajsynth.schemas import InputError
+from trajsynth.schemas import (
+    InputError,
+    Node,
+    RolloutTree,
+    Selection,
+    Signals,
+    TaskTopology,
+    Trajectory,
+    TrajectoryTopology,
+    Verdict,
+)
 from trajsynth.store import SCHEMA_VERSION, TABLES, Store
 from trajsynth.store.rows import (
     EvolutionRow,
+    NodeRow,
     ScoreRow,
+    SelectionRow,
+    SignalRow,
     TaskTopologyRow,
+    TrajectoryRow,
     TrajectoryTopologyRow,
+    TreeRow,
+    VerdictRow,
     WorkUnitRow,
     column_types,
+    model_from_row,
+    stored_row,
 )
 
 OLD_STORE = Path(__file__).parent / "fixtures" / "store_v3.sql"
@@ -109,3 +128,67 @@ def test_a_row_under_a_columns_old_name_is_an_error_not_a_null(tmp_path: Path) -
     with pytest.raises(InputError, match="no column 'ebr' \\(renamed 'error_branch_ratio'\\)"):
         store.insert("task_topology", [{"task_id": "t", "ebr": 0.5}])
     assert store.insert("task_topology", [{"task_id": "t", "not_a_column": 1}]) == 1
+
+
+RELEASE_STORE = Path(__file__).parent / "fixtures" / "store_4541124.sql"
+
+
+def test_a_store_of_the_release_before_derived_rows_opens_and_reads_every_row(
+    tmp_path: Path,
+) -> None:
+    """Trees, nodes, trajectories and verdicts as trajsynth 4541124 wrote them (its own row
+    models, columns in its order): read back whole as records after the upgrade, and a new
+    row goes in beside them."""
+    path = tmp_path / "release.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(RELEASE_STORE.read_text())
+    con.close()
+    store = Store(path)
+    assert store.migrate() == SCHEMA_VERSION
+    trajectories = store.read(TrajectoryRow)
+    assert [t.trajectory_id for t in trajectories] == ["traj-1"]
+    old = model_from_row(Trajectory, trajectories[0].model_dump())
+    assert old.seed == 2**40 and old.calls[0].tool == "get_order"
+    assert trajectories[0].total_tokens == 12345678901  # BIGINT, as the release declared it
+    assert model_from_row(Verdict, store.read(VerdictRow)[0].model_dump()).passed
+    assert store.read(TreeRow)[0].total_tokens == 2**35
+    assert store.read(NodeRow)[0].value == 1.0
+    new = old.model_copy(update={"trajectory_id": "traj-2"})
+    assert store.insert("trajectories", [new]) == 1
+    assert len(store.read(TrajectoryRow)) == 2
+
+
+@pytest.mark.parametrize(
+    ("row", "record", "added"),
+    [
+        (TreeRow, RolloutTree, set()),
+        (NodeRow, Node, set()),
+        (TrajectoryRow, Trajectory, {"n_calls", "total_tokens"}),
+        (VerdictRow, Verdict, set()),
+        (SignalRow, Signals, {"run_id", "round"}),
+        (TaskTopologyRow, TaskTopology, {"run_id", "round", "cluster_id", "in_rl_pool", "graph"}),
+        (TrajectoryTopologyRow, TrajectoryTopology, {"run_id", "round"}),
+        (SelectionRow, Selection, {"run_id"}),
+    ],
+)
+def test_a_record_stored_whole_declares_its_columns_once(
+    row: type[BaseModel], record: type[BaseModel], added: set[str]
+) -> None:
+    """Its row model is derived: the record's fields in order, their descriptions as the
+    columns' meanings, plus only the columns the record does not hold (run, round, what the
+    writer computes)."""
+    fields = list(record.model_fields)
+    assert [c for c in row.model_fields if c not in added] == fields
+    assert set(row.model_fields) - set(fields) == added
+    assert all(
+        row.model_fields[f].description == record.model_fields[f].description for f in fields
+    )
+
+
+def test_a_record_field_without_a_meaning_cannot_become_a_column() -> None:
+    class Undocumented(BaseModel):
+        key: str = Field(description="the key")
+        count: int = 0
+
+    with pytest.raises(TypeError, match=r"Undocumented.count has no description"):
+        stored_row("UndocumentedRow", Undocumented)

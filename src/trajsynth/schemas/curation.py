@@ -33,27 +33,40 @@ class TaskTopology(Record):
     ``pass_rate`` is ``None`` when the task has no valid rollout (all infra/simulator/unverified).
     """
 
-    task_id: str
-    n_rollouts: int = Field(default=0, ge=0, description="valid rollouts in the graph")
-    n_excluded: int = Field(default=0, ge=0, description="left out: infra, simulator, no verdict")
-    n_success: int = Field(default=0, ge=0)
-    pass_rate: float | None = Field(default=None, ge=0.0, le=1.0, description="pass rate")
-    n_nodes: int = 0
-    n_edges: int = 0
-    n_branch_points: int = 0
+    task_id: str = Field(description="the task (blueprint id)")
+    n_rollouts: int = Field(default=0, ge=0, description="valid rollouts in the quotient graph")
+    n_excluded: int = Field(
+        default=0, ge=0, description="rollouts left out: infra, simulator, no verdict"
+    )
+    n_success: int = Field(default=0, ge=0, description="rollouts that passed")
+    pass_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="n_success / n_rollouts (NULL with no valid rollout)",
+    )
+    n_nodes: int = Field(0, description="nodes of the quotient graph")
+    n_edges: int = Field(0, description="edges of the quotient graph")
+    n_branch_points: int = Field(0, description="nodes where rollouts part")
     n_branch_edges: int = Field(default=0, description="edges leaving branch points")
     n_error_branch_edges: int = Field(default=0, description="error edges leaving branch points")
-    error_branch_ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="error branch ratio")
-    strategy_entropy: float = Field(default=0.0, ge=0.0, description="signature entropy (nats)")
-    strategy_entropy_norm: float = Field(default=0.0, ge=0.0)
-    n_signatures: int = 0
+    error_branch_ratio: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="error edges over all edges at branch points"
+    )
+    strategy_entropy: float = Field(
+        default=0.0, ge=0.0, description="entropy of the strategy signatures (nats)"
+    )
+    strategy_entropy_norm: float = Field(
+        default=0.0, ge=0.0, description="strategy_entropy over its maximum (0-1)"
+    )
+    n_signatures: int = Field(0, description="distinct strategy signatures")
     n_success_strategies: int = Field(
         default=0, description="distinct success signatures, errors removed"
     )
     shortest_success_len: int | None = Field(
         default=None, description="fewest edges of a success path"
     )
-    rl_score: float = Field(default=0.0, ge=0.0)
+    rl_score: float = Field(default=0.0, ge=0.0, description="how much signal the task gives GRPO")
 
 
 class TrajectoryTopology(Record):
@@ -64,19 +77,21 @@ class TrajectoryTopology(Record):
     succeed (efficiency is measured against the shortest *successful* path).
     """
 
-    trajectory_id: str
-    task_id: str
-    included: bool = True
-    skip_reason: str | None = None
-    success: bool = False
-    signature: str | None = Field(default=None, description="sha1[:16] of the signature")
+    trajectory_id: str = Field(description="the trajectory")
+    task_id: str = Field(description="the task")
+    included: bool = Field(True, description="in its task's quotient graph")
+    skip_reason: str | None = Field(None, description="why it was left out")
+    success: bool = Field(False, description="passed verification")
+    signature: str | None = Field(default=None, description="hash of its strategy signature")
     signature_len: int = Field(default=0, description="nodes in the signature")
     path_len: int = Field(default=0, description="edges traversed, self-loops included")
-    n_errors: int = Field(default=0, description="failing calls (edges into error nodes)")
-    n_recovered: int = Field(default=0, description="e(τ): failing calls later recovered")
-    recovered: bool = False
-    efficiency: float | None = None
-    redundancy: float | None = None
+    n_errors: int = Field(default=0, description="failing calls")
+    n_recovered: int = Field(default=0, description="failing calls later recovered")
+    recovered: bool = Field(False, description="passed an error and still succeeded")
+    efficiency: float | None = Field(
+        None, description="shortest success length over its own (successes only)"
+    )
+    redundancy: float | None = Field(None, description="1 - efficiency")
 
 
 class SelectionKind(StrEnum):
@@ -114,17 +129,17 @@ class RLSelectConfig(Record):
 class Selection(Record):
     """One selection decision, kept for selected and rejected items alike."""
 
-    selection_id: str
-    kind: SelectionKind
-    item_id: str = Field(description="trajectory id (sft) or task id (rl)")
-    task_id: str
-    round: int = 0
-    selected: bool
-    score: float | None = None
-    rank: int | None = Field(default=None, description="pick order (sft: within the task)")
-    reason: str
-    components: dict[str, float] = Field(default_factory=dict)
-    config_hash: str = ""
+    selection_id: str = Field(description="content id of the decision")
+    kind: SelectionKind = Field(description="sft or rl")
+    item_id: str = Field(description="the trajectory (sft) or task (rl)")
+    task_id: str = Field(description="the task")
+    round: int = Field(0, description="the round")
+    selected: bool = Field(description="whether it made the dataset")
+    score: float | None = Field(None, description="its selection score")
+    rank: int | None = Field(default=None, description="its rank among the candidates")
+    reason: str = Field(description="why it was taken or left")
+    components: dict[str, float] = Field(default_factory=dict, description="the score's parts")
+    config_hash: str = Field("", description="hash of the selection config")
 
 
 class CurationConfig(Record):

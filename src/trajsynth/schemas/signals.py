@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from trajsynth.schemas._base import Record
 
 __all__ = ["Signals"]
 
 
 class Signals(Record):
-    trajectory_id: str
-    misalignment_ratio: float = 0.0
-    misalignment: bool = False
-    efficiency: float = 1.0
-    no_progress: bool = False
-    stagnation: bool = False
-    disengagement: bool = False
-    satisfaction_count: int = 0
-    satisfaction_confidence: float = 0.0
-    satisfaction: bool = False
-    failure_rate: float = 0.0
-    malformed_calls: int = 0
-    failure: bool = False
-    repetition_instances: int = 0
-    loop: bool = False
-    exhaustion: bool = False
-    triage: float = 0.0
+    trajectory_id: str = Field(description="the trajectory")
+    misalignment_ratio: float = Field(0.0, description="share of turns the user had to correct")
+    misalignment: bool = Field(False, description="misalignment above its threshold")
+    efficiency: float = Field(1.0, description="planned calls over calls made")
+    no_progress: bool = Field(False, description="steps that changed nothing")
+    stagnation: bool = Field(False, description="the conversation stopped moving")
+    disengagement: bool = Field(False, description="the user gave up")
+    satisfaction_count: int = Field(0, description="satisfaction phrases of the user")
+    satisfaction_confidence: float = Field(0.0, description="how sure the satisfaction flag is")
+    satisfaction: bool = Field(False, description="the user said the task was done")
+    failure_rate: float = Field(0.0, description="share of tool calls that failed")
+    malformed_calls: int = Field(0, description="tool calls that did not parse")
+    failure: bool = Field(False, description="failure rate above its threshold")
+    repetition_instances: int = Field(0, description="repeated identical calls")
+    loop: bool = Field(False, description="a call repeated past its threshold")
+    exhaustion: bool = Field(False, description="a budget ran out")
+    triage: float = Field(0.0, description="how much the trajectory wants a look (0-1)")

@@ -37,28 +37,40 @@ class JudgeResult(Record):
 
 
 class Verdict(Record):
-    verdict_id: str
-    trajectory_id: str
-    results: list[ConstraintResult]
+    """What the verifier decided of one trajectory, with every check's result."""
+
+    verdict_id: str = Field(description="content id of the verdict")
+    trajectory_id: str = Field(description="the trajectory judged")
+    results: list[ConstraintResult] = Field(description="one result per constraint")
     passed: bool = Field(
-        description="clean and correct: every hard constraint and every hygiene check holds "
-        "(and the model judge accepts, when it is set to decide)"
+        description="clean and correct: every hard constraint and every hygiene check held "
+        "(and the model judge accepted, when set to decide)"
     )
-    score: float = Field(ge=0.0, le=1.0, description="0.9·passed + 0.1·soft fraction")
-    state_hash: str | None = None
-    state_diff: dict[str, JsonValue] = Field(default_factory=dict)
-    excluded: bool = Field(default=False, description="infra/simulator: not counted")
+    score: float = Field(
+        ge=0.0, le=1.0, description="0.9 x passed + 0.1 x the share of soft constraints that held"
+    )
+    state_hash: str | None = Field(None, description="hash of the end state checked")
+    state_diff: dict[str, JsonValue] = Field(
+        default_factory=dict, description="end state against the gold run's"
+    )
+    excluded: bool = Field(
+        default=False, description="left out of pass rates (an infra or simulator failure)"
+    )
     constraints_passed: bool | None = Field(
-        default=None, description="every hard constraint holds (None: judged before hygiene)"
+        default=None, description="every hard constraint held (None: judged before hygiene)"
     )
     clean: bool | None = Field(
-        default=None, description="every hygiene check holds (None: judged before hygiene)"
+        default=None, description="every hygiene check held (None: judged before hygiene)"
     )
-    hygiene: list[HygieneResult] = Field(default_factory=list)
+    hygiene: list[HygieneResult] = Field(
+        default_factory=list, description="one result per hygiene check: check, passed, detail"
+    )
     recovered: bool = Field(
         default=False, description="clean, with a failed call that a later call corrected"
     )
-    judge: JudgeResult | None = None
+    judge: JudgeResult | None = Field(
+        None, description="the model judge's score and reason (None: no judge)"
+    )
 
     @property
     def failed_checks(self) -> list[str]:

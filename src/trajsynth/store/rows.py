@@ -5,8 +5,10 @@ A model's fields are its columns in order; the first is the primary key. The Duc
 comes from the annotation (``str`` or a ``StrEnum`` VARCHAR, ``int`` INTEGER, ``float`` DOUBLE,
 ``bool`` BOOLEAN, ``datetime`` TIMESTAMP, anything nested JSON); ``BigInt`` and ``Vector`` name
 the two types an annotation cannot say. Each field's description is the column's meaning. A
-record the library builds whole (``schemas.Scores``, ``schemas.MetricValue``) is its own row
-model's base, so its columns are declared once, in ``schemas/``.
+record the library stores whole is declared once, in ``schemas/``: its row model is derived from
+it (``stored_row``: the record's fields, their descriptions as the columns' meanings, every
+column but the key nullable, a StrEnum or Literal as text, anything nested as JSON), or has it
+as its base (``schemas.Scores``, ``schemas.MetricValue``).
 Every column but the key may be NULL: a row written by an older release lacks later columns.
 """
 
@@ -16,11 +18,31 @@ import types
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Literal,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+)
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model
 
-from trajsynth.schemas import MetricValue, Scores
+from trajsynth.schemas import (
+    MetricValue,
+    RolloutTree,
+    Scores,
+    Selection,
+    Signals,
+    TaskTopology,
+    Trajectory,
+    TrajectoryTopology,
+    Verdict,
+)
+from trajsynth.schemas import Node as TreeNode
 
 __all__ = [
     "ROW_MODELS",
@@ -30,6 +52,7 @@ __all__ = [
     "column_types",
     "model_from_row",
     "row_model",
+    "stored_row",
 ]
 
 
@@ -39,6 +62,7 @@ class _SQLType:
 
 
 BigInt = Annotated[int, _SQLType("BIGINT")]
+_NullableBigInt = Annotated[int | None, _SQLType("BIGINT")]
 Vector = Annotated[list[float], _SQLType("FLOAT[]")]
 Json = JsonValue
 
@@ -106,6 +130,52 @@ def model_from_row(model: type[M], row: Mapping[str, Any]) -> M:
 
 def _c(meaning: str) -> Any:
     return Field(default=None, description=meaning)
+
+
+def _column_annotation(annotation: Any) -> Any:
+    """A record field's type as a nullable column: scalars keep theirs, a StrEnum or a
+    Literal is text (an older store's value outside today's enum still reads), the rest JSON."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _column_annotation(args[0])
+    if get_origin(annotation) is Literal or (
+        isinstance(annotation, type) and issubclass(annotation, StrEnum)
+    ):
+        return str | None
+    if annotation in _SCALARS:
+        return annotation | None
+    return Json
+
+
+def stored_row(
+    name: str,
+    record: type[BaseModel],
+    *,
+    bigint: frozenset[str] = frozenset(),
+    context: Mapping[str, tuple[Any, str]] | None = None,
+    computed: Mapping[str, tuple[Any, str]] | None = None,
+) -> type[Row]:
+    """The row model of a record stored whole: one column per field, in the record's order,
+    meaning its field's description; ``bigint`` names the integer columns that outgrow
+    INTEGER. Columns the record does not hold, as ``{name: (type, meaning)}``: ``context``
+    after the key (the run and round it was made in), ``computed`` at the end (what the
+    writer derives: a property, a flag set later)."""
+    fields: dict[str, Any] = {}
+    for i, (field, info) in enumerate(record.model_fields.items()):
+        if not info.description:
+            raise TypeError(f"{record.__name__}.{field} has no description (its column meaning)")
+        column = _NullableBigInt if field in bigint else _column_annotation(info.annotation)
+        if i == 0:  # the key: never NULL
+            fields[field] = (column, Field(description=info.description))
+            fields.update({c: (t, _c(meaning)) for c, (t, meaning) in (context or {}).items()})
+        else:
+            fields[field] = (column, _c(info.description))
+    for field, (column, meaning) in (computed or {}).items():
+        fields[field] = (column, _c(meaning))
+    model = create_model(name, __base__=Row, __module__=__name__, **fields)
+    model.__doc__ = f"``schemas.{record.__name__}`` as stored."
+    return model
 
 
 # --- runs and clusters -------------------------------------------------------------------
@@ -201,44 +271,10 @@ class BlueprintAttemptRow(Row):
 
 
 # --- rollouts ------------------------------------------------------------------------------
-@_table("trees")
-class TreeRow(Row):
-    tree_id: str = Field(description="content id of the rollout tree")
-    run_id: str | None = _c("the run")
-    blueprint_id: str | None = _c("the task")
-    round: int | None = _c("the round")
-    rollout_mode: str | None = _c("tree or independent samples")
-    n_nodes: int | None = _c("nodes grown")
-    n_leaves: int | None = _c("finished branches")
-    pass_rate: float | None = _c("share of leaves that passed verification")
-    total_tokens: BigInt | None = _c("prompt plus completion tokens of the tree")
-    wall_s: float | None = _c("seconds to grow it")
-    generated_tokens: BigInt | None = _c("completion tokens of the tree")
-    n_pruned: int | None = _c("branches cut early")
-    n_passed: int | None = _c("leaves that passed")
-    budget: Json = _c("the budgets and what was spent")
-
-
-@_table("nodes")
-class NodeRow(Row):
-    node_id: str = Field(description="content id of the node")
-    tree_id: str | None = _c("its tree")
-    parent_id: str | None = _c("the node it branched from (NULL at the root)")
-    depth: int | None = _c("turns from the root")
-    messages: Json = _c("the messages this node adds")
-    calls: Json = _c("the tool calls made at this node, with results")
-    usage: Json = _c("tokens and time by role")
-    step_entropy: float | None = _c("the policy's token entropy at the step (nats)")
-    confidence: float | None = _c("1 - normalised entropy")
-    branch_probability: float | None = _c("probability it was branched on")
-    n_children: int | None = _c("children grown from it")
-    snapshot_id: str | None = _c("the sandbox snapshot its children restore")
-    prune_reason: str | None = _c("why its branch was cut (NULL: not cut)")
-    value: float | None = _c("mean reward of the leaves below it")
-    advantage: float | None = _c("value minus its parent's value")
-    process_reward: float | None = _c("the step's reward as a process signal")
-    n_leaves: int | None = _c("leaves below it")
-    branch: Json = _c("why it branched: signal, candidates")
+TreeRow = _table("trees")(
+    stored_row("TreeRow", RolloutTree, bigint=frozenset({"total_tokens", "generated_tokens"}))
+)
+NodeRow = _table("nodes")(stored_row("NodeRow", TreeNode))
 
 
 @_table("final_states")
@@ -247,58 +283,18 @@ class FinalStateRow(Row):
     state: Json = _c("the end state")
 
 
-@_table("trajectories")
-class TrajectoryRow(Row):
-    trajectory_id: str = Field(description="content id of the rollout (root-to-leaf path)")
-    run_id: str | None = _c("the run")
-    blueprint_id: str | None = _c("the task")
-    tree_id: str | None = _c("its tree")
-    leaf_node_id: str | None = _c("the leaf it ends at")
-    cluster_id: str | None = _c("the cluster")
-    round: int | None = _c("the round")
-    seed: BigInt | None = _c("the rollout's seed")
-    node_ids: Json = _c("the nodes from root to leaf")
-    messages: Json = _c("the conversation, OpenAI chat format")
-    tools: Json = _c("the tool schemas the assistant saw")
-    calls: Json = _c("every tool call with its result")
-    final_answer: str | None = _c("the assistant's last words")
-    termination: str | None = _c("why it ended (user stop, max turns, error, ...)")
-    failure_class: str | None = _c("infra, simulator, tool or model (NULL: none)")
-    failure_detail: str | None = _c("the failure's message")
-    attempts: int | None = _c("tries it took (infra retries)")
-    usage: Json = _c("tokens and time by role")
-    n_turns: int | None = _c("assistant turns")
-    user_resamples: int | None = _c(
-        "user-simulator draws made again after a reply failed its checks (echo, role, leak)"
+TrajectoryRow = _table("trajectories")(
+    stored_row(
+        "TrajectoryRow",
+        Trajectory,
+        bigint=frozenset({"seed"}),
+        computed={
+            "n_calls": (int | None, "tool calls"),
+            "total_tokens": (_NullableBigInt, "tokens of the rollout, all roles"),
+        },
     )
-    user_scripted: int | None = _c(
-        "user turns written from the blueprint without a model (every simulator draw failed)"
-    )
-    n_calls: int | None = _c("tool calls")
-    total_tokens: BigInt | None = _c("tokens of the rollout, all roles")
-    final_state_hash: str | None = _c("hash of the end state (final_states)")
-    wall_s: float | None = _c("seconds it took")
-    source: str | None = _c("rollout (a policy acted it out) or gold (a replayed gold run)")
-
-
-@_table("verdicts")
-class VerdictRow(Row):
-    verdict_id: str = Field(description="content id of the verdict")
-    trajectory_id: str | None = _c("the trajectory judged")
-    results: Json = _c("one result per constraint")
-    passed: bool | None = _c(
-        "clean and correct: every hard constraint and every hygiene check held (and the model "
-        "judge accepted, when set to decide)"
-    )
-    score: float | None = _c("0.9 x passed + 0.1 x the share of soft constraints that held")
-    state_hash: str | None = _c("hash of the end state checked")
-    state_diff: Json = _c("end state against the gold run's")
-    excluded: bool | None = _c("left out of pass rates (an infra or simulator failure)")
-    constraints_passed: bool | None = _c("every hard constraint held (NULL: before hygiene)")
-    clean: bool | None = _c("every hygiene check held (NULL: judged before hygiene)")
-    hygiene: Json = _c("one result per hygiene check: check, passed, detail")
-    recovered: bool | None = _c("clean, with a failed call that a later call corrected")
-    judge: Json = _c("the model judge's score and reason (NULL: no judge)")
+)
+VerdictRow = _table("verdicts")(stored_row("VerdictRow", Verdict))
 
 
 # --- curation --------------------------------------------------------------------------------
@@ -312,88 +308,25 @@ class MetricValueRow(Row, MetricValue):
     """``schemas.MetricValue`` as stored: one registered metric's value for one item."""
 
 
-@_table("signals")
-class SignalRow(Row):
-    trajectory_id: str = Field(description="the trajectory")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round")
-    misalignment_ratio: float | None = _c("share of turns the user had to correct")
-    misalignment: bool | None = _c("misalignment above its threshold")
-    efficiency: float | None = _c("planned calls over calls made")
-    no_progress: bool | None = _c("steps that changed nothing")
-    stagnation: bool | None = _c("the conversation stopped moving")
-    disengagement: bool | None = _c("the user gave up")
-    satisfaction_count: int | None = _c("satisfaction phrases of the user")
-    satisfaction_confidence: float | None = _c("how sure the satisfaction flag is")
-    satisfaction: bool | None = _c("the user said the task was done")
-    failure_rate: float | None = _c("share of tool calls that failed")
-    malformed_calls: int | None = _c("tool calls that did not parse")
-    failure: bool | None = _c("failure rate above its threshold")
-    repetition_instances: int | None = _c("repeated identical calls")
-    loop: bool | None = _c("a call repeated past its threshold")
-    exhaustion: bool | None = _c("a budget ran out")
-    triage: float | None = _c("how much the trajectory wants a look (0-1)")
-
-
-@_table("task_topology")
-class TaskTopologyRow(Row):
-    task_id: str = Field(description="the task (blueprint id)")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round")
-    cluster_id: str | None = _c("the cluster")
-    n_rollouts: int | None = _c("valid rollouts in the quotient graph")
-    n_excluded: int | None = _c("rollouts left out: infra, simulator, no verdict")
-    n_success: int | None = _c("rollouts that passed")
-    pass_rate: float | None = _c("n_success / n_rollouts (NULL with no valid rollout)")
-    n_nodes: int | None = _c("nodes of the quotient graph")
-    n_edges: int | None = _c("edges of the quotient graph")
-    n_branch_points: int | None = _c("nodes where rollouts part")
-    n_branch_edges: int | None = _c("edges leaving branch points")
-    n_error_branch_edges: int | None = _c("error edges leaving branch points")
-    error_branch_ratio: float | None = _c("error edges over all edges at branch points")
-    strategy_entropy: float | None = _c("entropy of the strategy signatures (nats)")
-    strategy_entropy_norm: float | None = _c("strategy_entropy over its maximum (0-1)")
-    n_signatures: int | None = _c("distinct strategy signatures")
-    n_success_strategies: int | None = _c("distinct successful strategies, errors removed")
-    shortest_success_len: int | None = _c("fewest edges of a successful path")
-    rl_score: float | None = _c("how much signal the task gives GRPO")
-    in_rl_pool: bool | None = _c("selected for the RL dataset")
-    graph: Json = _c("the quotient graph (nodes, edges)")
-
-
-@_table("trajectory_topology")
-class TrajectoryTopologyRow(Row):
-    trajectory_id: str = Field(description="the trajectory")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round")
-    task_id: str | None = _c("the task")
-    included: bool | None = _c("in its task's quotient graph")
-    skip_reason: str | None = _c("why it was left out")
-    success: bool | None = _c("passed verification")
-    signature: str | None = _c("hash of its strategy signature")
-    signature_len: int | None = _c("nodes in the signature")
-    path_len: int | None = _c("edges traversed, self-loops included")
-    n_errors: int | None = _c("failing calls")
-    n_recovered: int | None = _c("failing calls later recovered")
-    recovered: bool | None = _c("passed an error and still succeeded")
-    efficiency: float | None = _c("shortest success length over its own (successes only)")
-    redundancy: float | None = _c("1 - efficiency")
-
-
-@_table("selections")
-class SelectionRow(Row):
-    selection_id: str = Field(description="content id of the decision")
-    run_id: str | None = _c("the run")
-    kind: str | None = _c("sft or rl")
-    item_id: str | None = _c("the trajectory (sft) or task (rl)")
-    task_id: str | None = _c("the task")
-    round: int | None = _c("the round")
-    selected: bool | None = _c("whether it made the dataset")
-    score: float | None = _c("its selection score")
-    rank: int | None = _c("its rank among the candidates")
-    reason: str | None = _c("why it was taken or left")
-    components: Json = _c("the score's parts")
-    config_hash: str | None = _c("hash of the selection config")
+_RUN = {"run_id": (str | None, "the run"), "round": (int | None, "the round")}
+SignalRow = _table("signals")(stored_row("SignalRow", Signals, context=_RUN))
+TaskTopologyRow = _table("task_topology")(
+    stored_row(
+        "TaskTopologyRow",
+        TaskTopology,
+        context={**_RUN, "cluster_id": (str | None, "the cluster")},
+        computed={
+            "in_rl_pool": (bool | None, "selected for the RL dataset"),
+            "graph": (Json, "the quotient graph (nodes, edges)"),
+        },
+    )
+)
+TrajectoryTopologyRow = _table("trajectory_topology")(
+    stored_row("TrajectoryTopologyRow", TrajectoryTopology, context=_RUN)
+)
+SelectionRow = _table("selections")(
+    stored_row("SelectionRow", Selection, context={"run_id": _RUN["run_id"]})
+)
 
 
 @_table("round_stats")
