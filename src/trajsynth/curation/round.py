@@ -28,14 +28,12 @@ Decisions (docs/methods.md leaves them open):
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import os
-import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -54,11 +52,12 @@ from trajsynth.curation.digests import (
 from trajsynth.curation.diversity import diversity_fields, diversity_report, near_duplicates
 from trajsynth.curation.embeddings import (
     Embedder,
-    calibrated_setting,
-    load_embedder,
-    resolve_backend,
-    resolve_dtype,
-    resolve_threads,
+    LazyEmbedder,
+    VectorCache,
+    VectorLookup,
+    default_embedder,
+    embedding_model_id,
+    no_cache,
 )
 from trajsynth.curation.metrics import TaskFacts, TrajectoryFacts, compute_metrics
 from trajsynth.curation.modes import ModeCodebook, embed_texts, needs_refit
@@ -93,16 +92,7 @@ from trajsynth.schemas import (
     Verdict,
 )
 
-__all__ = [
-    "EMBED_MODEL",
-    "RoundInput",
-    "RoundOutput",
-    "embedding_model_id",
-    "gc_paused",
-    "graph_json",
-    "run_round",
-    "stored_hash",
-]
+__all__ = ["RoundInput", "RoundOutput", "graph_json", "run_round"]
 
 log = logging.getLogger(__name__)
 
@@ -114,119 +104,8 @@ class _RunRound(TypedDict):
     round: int
 
 
-EMBED_MODEL = "all-MiniLM-L6-v2"
 # Exceptions a single bad record may raise inside a curation module; they skip that record.
 _RECORD_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, InputError)
-
-
-def embedding_model_id(config: CurationConfig) -> str:
-    """The model id cached embeddings are keyed by: the word-piece cap changes the vectors.
-    The precision does not enter it: bf16 and float32 vectors agree within cosine 0.998
-    (tests/curation/test_embeddings.py), far inside every threshold that reads them, and
-    ``auto`` picks the precision by measuring, which may differ between machines."""
-    return f"{EMBED_MODEL}@{config.embed_max_tokens}"
-
-
-# --- loading ---------------------------------------------------------------------------------
-
-
-# --- embeddings ------------------------------------------------------------------------------
-
-
-def stored_hash(model_id: str, key: str) -> str:
-    """The ``embeddings`` table's key of a text key under a model."""
-    return text_key(f"{model_id}\x00{key}")
-
-
-class _VectorCache(MutableMapping[str, np.ndarray]):
-    """The ``embed_texts`` cache: the vectors found in the store, and the new ones kept."""
-
-    def __init__(self, model_id: str, found: Mapping[str, np.ndarray]) -> None:
-        self.model_id = model_id
-        self.found: dict[str, np.ndarray] = dict(found)
-        self.new: dict[str, np.ndarray] = {}
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self.found[key] if key in self.found else self.new[key]
-
-    def __setitem__(self, key: str, value: np.ndarray) -> None:
-        self.new[key] = np.asarray(value, dtype=np.float32)
-
-    def __delitem__(self, key: str) -> None:
-        self.new.pop(key, None)
-        self.found.pop(key, None)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter({**self.found, **self.new})
-
-    def __len__(self) -> int:
-        return len({**self.found, **self.new})
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "text_hash": stored_hash(self.model_id, k),
-                "model": self.model_id,
-                "vector": v.astype(np.float32).tolist(),
-            }
-            for k, v in self.new.items()
-        ]
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block (process-wide).
-
-    A round holds millions of small objects that all stay alive until it ends; every
-    generation-2 pass walks all of them, which took about a quarter of curation's Python time
-    at 10k trajectories. Curation makes few reference cycles, so they wait for the next
-    collection (peak memory measured the same: 1.21 GB against 1.24 GB).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-@contextmanager
-def _torch_threads(n: int | None) -> Iterator[None]:
-    """Cap torch's threads while embedding (only when torch is loaded: a fake embedder in
-    tests must not pay its import)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(n or max(1, min(2, os.cpu_count() or 1)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def _default_embedder(config: CurationConfig, n_texts: int | None = None) -> Embedder:
-    """The embedder ``config`` names; where it leaves backend, precision and workers to the
-    machine, the measured candidate that embeds ``n_texts`` soonest, load included
-    (:meth:`EmbedSetting.soonest`): a few digests do not wait for torch to load."""
-    cap = config.embed_max_tokens
-    if (config.embed_backend, config.embed_dtype, config.embed_threads) == ("auto", "auto", None):
-        setting = calibrated_setting(cap)
-        chosen = setting.soonest(n_texts) if n_texts is not None else None
-        backend, dtype, threads = chosen or (setting.backend, setting.dtype, setting.threads)
-    else:
-        dtype = resolve_dtype(config.embed_dtype, max_seq_length=cap)
-        backend = resolve_backend(config.embed_backend, dtype, max_seq_length=cap)
-        threads = resolve_threads(config.embed_threads, cap)
-    return load_embedder(
-        batch_size=config.embed_batch_size,
-        max_seq_length=cap,
-        dtype=dtype,
-        threads=threads,
-        backend=backend,
-    )
 
 
 # --- graphs ----------------------------------------------------------------------------------
@@ -285,14 +164,6 @@ def _write_tools(access: Mapping[str, ToolAccess] | None) -> set[str] | None:
     return {name for name, a in access.items() if a is ToolAccess.WRITE}
 
 
-VectorLookup = Callable[[str, Sequence[str]], dict[str, np.ndarray]]
-"""``(model id, text keys) -> {key: vector}``: the embeddings already cached for those keys."""
-
-
-def _no_cache(model_id: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
-    return {}
-
-
 @dataclass
 class RoundInput:
     """What one round's curation reads: the round itself and what earlier rounds left."""
@@ -315,7 +186,7 @@ class RoundInput:
     earlier_accepted: list[dict[str, Any]] = field(default_factory=list)
     earlier_duplicates: int = 0
     earlier_error_branch_ratios: list[float] = field(default_factory=list)
-    cached_vectors: VectorLookup = _no_cache
+    cached_vectors: VectorLookup = no_cache
     embedder: Embedder | None = None  # None: all-MiniLM-L6-v2, loaded when a text needs it
 
 
@@ -489,7 +360,7 @@ class _Curation:
 
     def _get_embedder(self, n_texts: int | None = None) -> Embedder:
         if self.embedder is None:
-            self.embedder = _default_embedder(self.cfg, n_texts)
+            self.embedder = default_embedder(self.cfg, n_texts)
         return self.embedder
 
     def _embed(self) -> None:
@@ -500,9 +371,9 @@ class _Curation:
         model_id = embedding_model_id(self.cfg)
         cleaned = [" ".join(x.split()) for x in texts]
         found = self.data.cached_vectors(model_id, [text_key(x) for x in cleaned if x])
-        cache = _VectorCache(model_id, found)
+        cache = VectorCache(model_id, found)
         new = len({x for x in cleaned if x}) - len(found)  # about what the model will read
-        lazy = _LazyEmbedder(lambda: self._get_embedder(new), self.cfg.embed_threads)
+        lazy = LazyEmbedder(lambda: self._get_embedder(new), self.cfg.embed_threads)
         out = embed_texts(
             cleaned,
             lazy,
@@ -839,19 +710,6 @@ class _Curation:
             "metric_values": [v.model_dump(mode="json") for v in self.metric_values],
             "round_stats": [stats],
         }
-
-
-class _LazyEmbedder:
-    """Loads the real embedder only when a text is not in the cache."""
-
-    def __init__(self, load: Callable[[], Embedder], threads: int | None) -> None:
-        self._load = load
-        self._threads = threads
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        embed = self._load()
-        with _torch_threads(self._threads):
-            return embed(texts)
 
 
 def _mean(values: Sequence[float]) -> float | None:

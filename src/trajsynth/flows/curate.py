@@ -20,16 +20,10 @@ from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from trajsynth.curation.canon import call_key_memo
 from trajsynth.curation.complexity import cac_tertiles, difficulty_of
-from trajsynth.curation.embeddings import Embedder
+from trajsynth.curation.embeddings import Embedder, embedding_model_id, gc_paused, stored_hash
 from trajsynth.curation.evolution import next_round_weights
 from trajsynth.curation.modes import ModeCodebook
-from trajsynth.curation.round import (
-    RoundInput,
-    embedding_model_id,
-    gc_paused,
-    run_round,
-    stored_hash,
-)
+from trajsynth.curation.round import RoundInput, run_round
 from trajsynth.schemas import (
     BlueprintAttempt,
     Cell,

@@ -45,9 +45,9 @@ class TaskTopology(Record):
         le=1.0,
         description="n_success / n_rollouts (NULL with no valid rollout)",
     )
-    n_nodes: int = Field(0, description="nodes of the quotient graph")
-    n_edges: int = Field(0, description="edges of the quotient graph")
-    n_branch_points: int = Field(0, description="nodes where rollouts part")
+    n_nodes: int = Field(default=0, description="nodes of the quotient graph")
+    n_edges: int = Field(default=0, description="edges of the quotient graph")
+    n_branch_points: int = Field(default=0, description="nodes where rollouts part")
     n_branch_edges: int = Field(default=0, description="edges leaving branch points")
     n_error_branch_edges: int = Field(default=0, description="error edges leaving branch points")
     error_branch_ratio: float = Field(
@@ -59,7 +59,7 @@ class TaskTopology(Record):
     strategy_entropy_norm: float = Field(
         default=0.0, ge=0.0, description="strategy_entropy over its maximum (0-1)"
     )
-    n_signatures: int = Field(0, description="distinct strategy signatures")
+    n_signatures: int = Field(default=0, description="distinct strategy signatures")
     n_success_strategies: int = Field(
         default=0, description="distinct success signatures, errors removed"
     )
@@ -79,19 +79,19 @@ class TrajectoryTopology(Record):
 
     trajectory_id: str = Field(description="the trajectory")
     task_id: str = Field(description="the task")
-    included: bool = Field(True, description="in its task's quotient graph")
-    skip_reason: str | None = Field(None, description="why it was left out")
-    success: bool = Field(False, description="passed verification")
+    included: bool = Field(default=True, description="in its task's quotient graph")
+    skip_reason: str | None = Field(default=None, description="why it was left out")
+    success: bool = Field(default=False, description="passed verification")
     signature: str | None = Field(default=None, description="hash of its strategy signature")
     signature_len: int = Field(default=0, description="nodes in the signature")
     path_len: int = Field(default=0, description="edges traversed, self-loops included")
     n_errors: int = Field(default=0, description="failing calls")
     n_recovered: int = Field(default=0, description="failing calls later recovered")
-    recovered: bool = Field(False, description="passed an error and still succeeded")
+    recovered: bool = Field(default=False, description="passed an error and still succeeded")
     efficiency: float | None = Field(
-        None, description="shortest success length over its own (successes only)"
+        default=None, description="shortest success length over its own (successes only)"
     )
-    redundancy: float | None = Field(None, description="1 - efficiency")
+    redundancy: float | None = Field(default=None, description="1 - efficiency")
 
 
 class SelectionKind(StrEnum):
@@ -133,13 +133,13 @@ class Selection(Record):
     kind: SelectionKind = Field(description="sft or rl")
     item_id: str = Field(description="the trajectory (sft) or task (rl)")
     task_id: str = Field(description="the task")
-    round: int = Field(0, description="the round")
+    round: int = Field(default=0, description="the round")
     selected: bool = Field(description="whether it made the dataset")
-    score: float | None = Field(None, description="its selection score")
+    score: float | None = Field(default=None, description="its selection score")
     rank: int | None = Field(default=None, description="its rank among the candidates")
     reason: str = Field(description="why it was taken or left")
     components: dict[str, float] = Field(default_factory=dict, description="the score's parts")
-    config_hash: str = Field("", description="hash of the selection config")
+    config_hash: str = Field(default="", description="hash of the selection config")
 
 
 class CurationConfig(Record):

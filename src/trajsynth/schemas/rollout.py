@@ -95,29 +95,39 @@ class Node(Record):
 
     node_id: str = Field(description="content id of the node")
     tree_id: str = Field(description="its tree")
-    parent_id: str | None = Field(None, description="the node it branched from (None at the root)")
-    depth: int = Field(0, description="turns from the root")
+    parent_id: str | None = Field(
+        default=None, description="the node it branched from (None at the root)"
+    )
+    depth: int = Field(default=0, description="turns from the root")
     messages: list[Message] = Field(default_factory=list, description="the messages it adds")
     calls: list[ToolCallRecord] = Field(
         default_factory=list, description="the tool calls made at this node, with results"
     )
     usage: list[LLMUsage] = Field(default_factory=list, description="tokens and time by role")
     step_entropy: float | None = Field(
-        None, description="the policy's token entropy at the step (nats)"
+        default=None, description="the policy's token entropy at the step (nats)"
     )
-    confidence: float | None = Field(None, description="1 - normalised entropy")
-    branch_probability: float | None = Field(None, description="probability it was branched on")
-    n_children: int = Field(0, description="children grown from it")
-    snapshot_id: str | None = Field(None, description="the sandbox snapshot its children restore")
-    prune_reason: str | None = Field(None, description="why its branch was cut (None: not cut)")
-    value: float | None = Field(None, description="share of clean passes among the leaves below")
-    advantage: float | None = Field(None, description="value minus its parent's value")
+    confidence: float | None = Field(default=None, description="1 - normalised entropy")
+    branch_probability: float | None = Field(
+        default=None, description="probability it was branched on"
+    )
+    n_children: int = Field(default=0, description="children grown from it")
+    snapshot_id: str | None = Field(
+        default=None, description="the sandbox snapshot its children restore"
+    )
+    prune_reason: str | None = Field(
+        default=None, description="why its branch was cut (None: not cut)"
+    )
+    value: float | None = Field(
+        default=None, description="share of clean passes among the leaves below"
+    )
+    advantage: float | None = Field(default=None, description="value minus its parent's value")
     process_reward: float | None = Field(
-        None, description="the step's reward as a process signal: TreeRL (G + L)/sqrt(n)"
+        default=None, description="the step's reward as a process signal: TreeRL (G + L)/sqrt(n)"
     )
-    n_leaves: int | None = Field(None, description="counted leaves below it")
+    n_leaves: int | None = Field(default=None, description="counted leaves below it")
     branch: dict[str, JsonValue] | None = Field(
-        None, description="how its number of children was decided (docs/methods.md §9.2)"
+        default=None, description="how its number of children was decided (docs/methods.md §9.2)"
     )
 
 
@@ -127,16 +137,16 @@ class RolloutTree(Record):
     tree_id: str = Field(description="content id of the rollout tree")
     run_id: str = Field(description="the run")
     blueprint_id: str = Field(description="the task")
-    round: int = Field(0, description="the round")
-    rollout_mode: str = Field("linear", description="tree or independent samples")
-    n_nodes: int = Field(0, description="nodes grown")
-    n_leaves: int = Field(0, description="finished branches")
-    pass_rate: float | None = Field(None, description="share of counted leaves that passed")
-    total_tokens: int = Field(0, description="prompt plus completion tokens of the tree")
-    wall_s: float = Field(0.0, description="seconds to grow it")
-    generated_tokens: int = Field(0, description="completion tokens of the tree")
-    n_pruned: int = Field(0, description="branches cut early")
-    n_passed: int | None = Field(None, description="leaves that passed")
+    round: int = Field(default=0, description="the round")
+    rollout_mode: str = Field(default="linear", description="tree or independent samples")
+    n_nodes: int = Field(default=0, description="nodes grown")
+    n_leaves: int = Field(default=0, description="finished branches")
+    pass_rate: float | None = Field(default=None, description="share of counted leaves that passed")
+    total_tokens: int = Field(default=0, description="prompt plus completion tokens of the tree")
+    wall_s: float = Field(default=0.0, description="seconds to grow it")
+    generated_tokens: int = Field(default=0, description="completion tokens of the tree")
+    n_pruned: int = Field(default=0, description="branches cut early")
+    n_passed: int | None = Field(default=None, description="leaves that passed")
     budget: dict[str, JsonValue] = Field(
         default_factory=dict, description="the budgets and what was spent"
     )
@@ -151,8 +161,8 @@ class Trajectory(Record):
     tree_id: str = Field(description="its tree")
     leaf_node_id: str = Field(description="the leaf it ends at")
     cluster_id: str = Field(description="the cluster")
-    round: int = Field(0, description="the round")
-    seed: int = Field(0, description="the rollout's seed")
+    round: int = Field(default=0, description="the round")
+    seed: int = Field(default=0, description="the rollout's seed")
     node_ids: list[str] = Field(default_factory=list, description="the nodes from root to leaf")
     messages: list[Message] = Field(description="the conversation, OpenAI chat format")
     tools: list[dict[str, JsonValue]] = Field(
@@ -161,15 +171,15 @@ class Trajectory(Record):
     calls: list[ToolCallRecord] = Field(
         default_factory=list, description="every tool call with its result"
     )
-    final_answer: str | None = Field(None, description="the assistant's last words")
+    final_answer: str | None = Field(default=None, description="the assistant's last words")
     termination: Termination = Field(description="why it ended (user stop, max turns, error, ...)")
     failure_class: FailureClass | None = Field(
-        None, description="infra, simulator, tool or model (None: none)"
+        default=None, description="infra, simulator, tool or model (None: none)"
     )
-    failure_detail: str | None = Field(None, description="the failure's message")
-    attempts: int = Field(1, description="tries it took (infra retries)")
+    failure_detail: str | None = Field(default=None, description="the failure's message")
+    attempts: int = Field(default=1, description="tries it took (infra retries)")
     usage: list[UsageTotals] = Field(default_factory=list, description="tokens and time by role")
-    n_turns: int = Field(0, description="assistant turns")
+    n_turns: int = Field(default=0, description="assistant turns")
     user_resamples: int = Field(
         default=0,
         ge=0,
@@ -182,8 +192,10 @@ class Trajectory(Record):
         description="user turns written from the blueprint without a model (every simulator "
         "draw failed)",
     )
-    final_state_hash: str | None = Field(None, description="hash of the end state (final_states)")
-    wall_s: float = Field(0.0, description="seconds it took")
+    final_state_hash: str | None = Field(
+        default=None, description="hash of the end state (final_states)"
+    )
+    wall_s: float = Field(default=0.0, description="seconds it took")
     source: Literal["rollout", "gold"] = Field(
         default="rollout",
         description="rollout (a policy acted it out) or gold (a blueprint's gold run replayed)",

@@ -49,7 +49,7 @@ class Verdict(Record):
     score: float = Field(
         ge=0.0, le=1.0, description="0.9 x passed + 0.1 x the share of soft constraints that held"
     )
-    state_hash: str | None = Field(None, description="hash of the end state checked")
+    state_hash: str | None = Field(default=None, description="hash of the end state checked")
     state_diff: dict[str, JsonValue] = Field(
         default_factory=dict, description="end state against the gold run's"
     )
@@ -69,7 +69,7 @@ class Verdict(Record):
         default=False, description="clean, with a failed call that a later call corrected"
     )
     judge: JudgeResult | None = Field(
-        None, description="the model judge's score and reason (None: no judge)"
+        default=None, description="the model judge's score and reason (None: no judge)"
     )
 
     @property
