@@ -6,18 +6,16 @@ import math
 
 import numpy as np
 import pytest
-from fakes.trajectories import call, make_trajectory, make_verdict, verdicts_for
+from fakes.trajectories import call, make_trajectory, make_verdict, methods_example, verdicts_for
 
 from trajsynth.curation.topology import (
     FAIL,
     SUCCESS,
     build_quotient_graph,
-    draw_quotient_graph,
     entropy,
     env_state_hash,
     err_key,
     error_branch_ratio,
-    layered_positions,
     normalized_entropy,
     signature,
     state_key,
@@ -31,18 +29,6 @@ TOL = 1e-4
 ORDER = {"order_id": "W1", "status": "delivered"}
 GOOD = call("get_order", {"order_id": "W1"}, ORDER)
 BAD = call("get_order", {"order_id": "X9"}, "no such order", error="not_found")
-
-
-def methods_example():
-    """docs/methods.md §8: r1, r2: A→B→C; r3: A→E→B→C; r4: A→E→F."""
-    trajectories = [
-        make_trajectory("r1", [[GOOD]]),
-        make_trajectory("r2", [[GOOD]]),
-        make_trajectory("r3", [[BAD], [GOOD]]),
-        make_trajectory("r4", [[BAD]], final="Sorry, I could not find it."),
-    ]
-    verdicts = verdicts_for({"r1": True, "r2": True, "r3": True, "r4": False})
-    return trajectories, verdicts
 
 
 def by_id(graph):
@@ -344,40 +330,8 @@ def test_signature_and_ebr_without_branches() -> None:
 # --- the picture ------------------------------------------------------------------------------
 
 
-def test_draw_png_and_html(tmp_path) -> None:
-    graph = build_quotient_graph(*methods_example())
-    png = draw_quotient_graph(graph, tmp_path / "g.png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
-    page = draw_quotient_graph(graph, tmp_path / "g.html").read_text()
-    assert "<svg" in page and "rl_score" in page and "0.46875" in page
-    empty = draw_quotient_graph(build_quotient_graph([], {}, task_id="t0"), tmp_path / "e.png")
-    assert empty.exists()
-
-
 def test_rl_score_is_zero_for_uniform_outcomes() -> None:
     ts = [make_trajectory("x", [[GOOD]]), make_trajectory("y", [[BAD], [GOOD]])]
     m = task_metrics(build_quotient_graph(ts, verdicts_for({"x": True, "y": True})))
     assert m.strategy_entropy_norm == pytest.approx(math.log(2) / math.log(2), abs=TOL)
     assert m.rl_score == 0.0
-
-
-def test_layered_positions_order_each_layer_by_its_predecessors() -> None:
-    """The one layout of `synth topo` and the dashboard: layers by distance from the start,
-    terminals last, and each layer ordered under its predecessors (barycentre), so the two
-    chains below run straight; by name alone ``b_child`` (under ``z_state``) would sit on
-    the top row, under ``a_state``, and the edges would cross."""
-    import networkx as nx
-
-    g = nx.MultiDiGraph()
-    kinds = {"start": "start", "a_state": "state", "z_state": "state", "z_child": "state",
-             "b_child": "state", SUCCESS: SUCCESS, FAIL: FAIL}  # fmt: skip
-    for node, kind in kinds.items():
-        g.add_node(node, kind=kind)
-    g.add_edges_from([("start", "a_state"), ("start", "z_state"), ("a_state", "z_child"),
-                      ("z_state", "b_child"), ("z_child", SUCCESS), ("b_child", FAIL)])  # fmt: skip
-    pos = layered_positions(g)
-    assert set(pos) == set(kinds) and len(set(pos.values())) == len(kinds)  # none overlap
-    assert pos["start"][0] < pos["a_state"][0] < pos["z_child"][0] < pos[SUCCESS][0]
-    assert pos[SUCCESS][0] == pos[FAIL][0]  # terminals share the last layer
-    assert pos["z_child"][1] == pos["a_state"][1] == pos[SUCCESS][1]  # each chain on its row
-    assert pos["b_child"][1] == pos["z_state"][1] == pos[FAIL][1]

@@ -26,7 +26,7 @@ from trajsynth.schemas import (
     Verdict,
 )
 
-__all__ = ["Call", "call", "make_trajectory", "make_verdict", "verdicts_for"]
+__all__ = ["Call", "call", "make_trajectory", "make_verdict", "methods_example", "verdicts_for"]
 
 TOOLS = [
     {
@@ -173,3 +173,18 @@ def verdicts_for(
     outcomes: Mapping[str, bool], *, recovered: Sequence[str] = ()
 ) -> dict[str, Verdict]:
     return {tid: make_verdict(tid, ok, recovered=tid in recovered) for tid, ok in outcomes.items()}
+
+
+def methods_example() -> tuple[list[Trajectory], dict[str, Verdict]]:
+    """docs/methods.md §8: r1, r2: A→B→C; r3: A→E→B→C; r4: A→E→F."""
+    order = {"order_id": "W1", "status": "delivered"}
+    good = call("get_order", {"order_id": "W1"}, order)
+    bad = call("get_order", {"order_id": "X9"}, "no such order", error="not_found")
+    trajectories = [
+        make_trajectory("r1", [[good]]),
+        make_trajectory("r2", [[good]]),
+        make_trajectory("r3", [[bad], [good]]),
+        make_trajectory("r4", [[bad]], final="Sorry, I could not find it."),
+    ]
+    verdicts = verdicts_for({"r1": True, "r2": True, "r3": True, "r4": False})
+    return trajectories, verdicts

@@ -5,7 +5,7 @@ is laid out in layers by depth, leaves in depth-first order and each parent leve
 children (no crossing edges; networkx walks the tree). A quotient graph's layer is a state's
 distance from the start (networkx shortest paths, docs/methods.md §8), the terminals last, and each
 layer is ordered by where its predecessors sit (barycentre), so its edges seldom cross: the
-positions of ``curation.topology.layered_positions``, which ``synth topo`` draws too.
+positions of ``dashboards.quotient_drawing.layered_positions``, which ``synth topo`` draws too.
 pygraphviz is not installed, so Graphviz ``dot`` is not used. Nodes carry
 a short label under them; the long text (node id, tool, value, outcome) is in the hover, so no
 label runs over a neighbour.
@@ -152,7 +152,8 @@ def quotient_figure(graph: nx.MultiDiGraph, *, title: str = "") -> go.Figure:
     """A task's quotient graph (``curation.topology.build_quotient_graph``): layers by distance
     from the start, terminals (success, fail) in the last layer. Edges on a successful rollout
     green, error edges red, others grey; nodes labelled S1/E1 with the tool in the hover."""
-    from trajsynth.curation.topology import FAIL, SUCCESS, layered_positions
+    from trajsynth.curation.topology import FAIL, SUCCESS
+    from trajsynth.dashboards.quotient_drawing import layered_positions
 
     pos = layered_positions(graph)  # the layout `synth topo` draws too
     layer = list(pos)  # layer by layer, top row first

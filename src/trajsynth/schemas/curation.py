@@ -61,10 +61,10 @@ class TaskTopology(Record):
     )
     n_signatures: int = Field(default=0, description="distinct strategy signatures")
     n_success_strategies: int = Field(
-        default=0, description="distinct success signatures, errors removed"
+        default=0, description="distinct successful strategies, errors removed"
     )
     shortest_success_len: int | None = Field(
-        default=None, description="fewest edges of a success path"
+        default=None, description="fewest edges of a successful path"
     )
     rl_score: float = Field(default=0.0, ge=0.0, description="how much signal the task gives GRPO")
 

@@ -11,7 +11,8 @@ from rich.console import Console
 from trajsynth.cli.ids import resolve
 from trajsynth.cli.options import JsonOpt, print_json
 from trajsynth.cli.tables import Table
-from trajsynth.curation.topology import build_quotient_graph, draw_quotient_graph, task_metrics
+from trajsynth.curation.topology import build_quotient_graph, task_metrics
+from trajsynth.dashboards.quotient_drawing import draw_quotient_graph
 from trajsynth.store import Store
 from trajsynth.store.tasks import load_task
 
