@@ -71,15 +71,28 @@ class Scored:
 
 
 def load_items(folder: Path = FIXTURE) -> list[dict[str, Any]]:
-    """The items with their blueprints, tools and labels joined back (``labels.jsonl``: id,
-    accept, reason); every item must have exactly one label."""
+    """The items with their blueprints, tools, initial rows and labels joined back
+    (``labels.jsonl``: id, accept, reason); every item must have exactly one label.
+
+    ``initial_rows.jsonl`` (optional): per blueprint, the initial state's rows its gold writes
+    name, read from the environment at the blueprint's seed (``bench/audit_set.py``)."""
     blueprints = {b["blueprint_id"]: b for b in _jsonl(folder / "blueprints.jsonl")}
     tools = {t["id"]: t["tools"] for t in _jsonl(folder / "tools.jsonl")}
+    initial = folder / "initial_rows.jsonl"
+    rows = {r["blueprint_id"]: r["rows"] for r in _jsonl(initial)} if initial.exists() else {}
     items = []
     for item in _jsonl(folder / "items.jsonl"):
         trajectory = {**item["trajectory"], "tools": tools[item["trajectory"]["tools"]]}
-        blueprint = blueprints[trajectory["blueprint_id"]]
-        items.append({**item, "trajectory": trajectory, "blueprint": blueprint})
+        bp_id = trajectory["blueprint_id"]
+        blueprint = blueprints[bp_id]
+        items.append(
+            {
+                **item,
+                "trajectory": trajectory,
+                "blueprint": blueprint,
+                "initial_rows": rows.get(bp_id, []),
+            }
+        )
     labels: dict[str, dict[str, Any]] = {}
     for label in _jsonl(folder / "labels.jsonl"):
         if label:
@@ -122,7 +135,9 @@ def admitted_today(items: Sequence[Mapping[str, Any]]) -> dict[str, Blueprint | 
         if bp_id in out:
             continue
         blueprint = Blueprint.model_validate(item["blueprint"])
-        reviewed = review_blueprint(blueprint, set(item.get("write_tools") or ()))
+        reviewed = review_blueprint(
+            blueprint, set(item.get("write_tools") or ()), item.get("initial_rows") or ()
+        )
         out[bp_id] = reviewed.reason if isinstance(reviewed, Refusal) else reviewed
     for item in items:
         reviewed = out[item["blueprint"]["blueprint_id"]]
