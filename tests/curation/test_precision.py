@@ -21,22 +21,23 @@ FIXTURE = ROOT / "tests" / "fixtures" / "audit"
 # overall and per cluster: (precision of passed, recall of passed, precision of exported rows),
 # measured on this fixture with this branch's planner admission and verifier
 FLOORS: dict[str, tuple[float | None, float | None, float | None]] = {
-    "calendar": (0.882, 1.0, 0.882),  # passed 17/84, true 15, exported 17, accepted 15
-    "code": (0.923, 1.0, 0.923),  # passed 13/64, true 12, exported 13, accepted 12
+    "calendar": (1.0, 1.0, 1.0),  # passed 13/84, true 13, exported 13, accepted 13
+    "code": (1.0, 1.0, 1.0),  # passed 12/64, true 12, exported 12, accepted 12
     "memory": (1.0, 1.0, 1.0),  # passed 9/56, true 9, exported 9, accepted 9
     "shop": (1.0, 1.0, 1.0),  # passed 15/56, true 15, exported 15, accepted 15
     "sqlite": (1.0, 1.0, 1.0),  # passed 7/58, true 7, exported 7, accepted 7
     "time": (1.0, 1.0, 1.0),  # passed 9/60, true 9, exported 9, accepted 9
     "travel": (1.0, 1.0, 1.0),  # passed 21/100, true 21, exported 21, accepted 21
-    "overall": (0.967, 1.0, 0.967),  # passed 91/478, true 88, exported 91, accepted 88
+    "overall": (1.0, 1.0, 1.0),  # passed 86/478, true 86, exported 86, accepted 86
 }
-# the verifier alone, blueprints as stored: passed 123, true 88
-STORED_FLOOR = (0.715, 1.0)
+# the verifier alone, blueprints as stored: passed 123, true 86 (two round-1 reschedules
+# relabelled reject once the initial rows showed they move nothing)
+STORED_FLOOR = (0.699, 1.0)
 # what today's planner refuses: a reason ``plan_blueprint`` records (docs/planning.md), or
 # ``first_of_many``, an answer the planner no longer asks for
 PLANNER_REASONS = {
     "two_users", "unrelated_reads", "noop_write", "empty_read", "mode_unrealised", "self_check",
-    "first_of_many",
+    "first_of_many", "copy_over", "words_check",
 }  # fmt: skip
 
 
