@@ -332,6 +332,8 @@ def render(item: Mapping[str, Any], width: int = 260) -> str:
         ],
         f"offered: {', '.join(sorted(x['function']['name'] for x in t['tools']))}"[:width],
     ]
+    for row in (item.get("initial_rows") or [])[:6]:
+        out.append(f"initial row: {json.dumps(row, sort_keys=True)}"[:width])
     for m in t["messages"][1:] if t["messages"][0]["role"] == "system" else t["messages"]:
         role = m["role"]
         text = (m.get("content") or "").replace("\n", " ")
