@@ -215,12 +215,13 @@ def initial_rows(bp: Blueprint, state: EnvState, write_tools: set[str]) -> list[
         if k != ACTOR_PARAM and isinstance(v, str | int) and not isinstance(v, bool)
         and len(str(v)) <= 64
     }  # fmt: skip
-    return [
-        row
-        for table in sorted(state.tables)
-        for row in state.tables[table]
-        if any(str(row.get(k)) == v for k, v in named if k in row)
-    ]
+    rows = [row for table in sorted(state.tables) for row in state.tables[table]]
+    hits = {pair: [r for r in rows if pair[0] in r and str(r[pair[0]]) == pair[1]] for pair in named}
+    # a value that many rows hold (``fare_basis=basic``) names a kind of row, not a record
+    return [r for r in rows if any(r in hit for hit in hits.values() if len(hit) <= _NAMED_ROWS)]
+
+
+_NAMED_ROWS = 8
 
 
 def make_item(

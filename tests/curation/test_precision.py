@@ -84,7 +84,7 @@ def test_the_fixture_is_an_audit_set(items):
     origins = {i["origin"].split(":")[0] for i in items}
     assert {"rollout", "gold", "variant"} <= origins
     size = sum(p.stat().st_size for p in FIXTURE.iterdir())
-    assert size < 3_000_000, f"fixture is {size} bytes"
+    assert size < 4_000_000, f"fixture is {size} bytes"  # 4 rounds, 534 items: 3.0 MB
 
 
 def test_labels_join_items_one_to_one(bench, tmp_path):
