@@ -216,7 +216,9 @@ def initial_rows(bp: Blueprint, state: EnvState, write_tools: set[str]) -> list[
         and len(str(v)) <= 64
     }  # fmt: skip
     rows = [row for table in sorted(state.tables) for row in state.tables[table]]
-    hits = {pair: [r for r in rows if pair[0] in r and str(r[pair[0]]) == pair[1]] for pair in named}
+    hits = {
+        pair: [r for r in rows if pair[0] in r and str(r[pair[0]]) == pair[1]] for pair in named
+    }
     # a value that many rows hold (``fare_basis=basic``) names a kind of row, not a record
     return [r for r in rows if any(r in hit for hit in hits.values() if len(hit) <= _NAMED_ROWS)]
 

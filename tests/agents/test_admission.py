@@ -316,3 +316,21 @@ def test_review_refuses_words_with_two_values_under_one_label() -> None:
     assert isinstance(refused, Refusal) and refused.reason == "words_check"
     plain = _stored("Please read a text file: path: a.md.", calls, writes=0)
     assert isinstance(review_blueprint(plain, set()), Blueprint)
+
+
+def test_a_list_of_names_that_finds_nothing_is_an_empty_read() -> None:
+    """open_nodes(names=["example"]) after a relation between other names: "example" is a
+    node the graph does not have, listed or not; a name the write made is kept."""
+    relation = {"from": "notes", "to": "notes", "relationType": "note"}
+    calls = [
+        _call("create_relations", [relation], relations=[relation]),
+        _call("open_nodes", {"entities": [], "relations": []}, names=["example"]),
+    ]
+    refused = empty_read(calls, {"create_relations"})
+    assert refused is not None and "names='example'" in refused.detail
+    made = {"entities": [{"name": "notes"}], "relations": []}
+    kept = [
+        _call("create_entities", made["entities"], entities=[{"name": "notes"}]),
+        _call("open_nodes", made, names=["notes"]),
+    ]
+    assert empty_read(kept, {"create_entities"}) is None

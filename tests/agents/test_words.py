@@ -300,7 +300,7 @@ def test_a_list_whose_items_all_match_the_request_is_counted_not_answered_by_its
 
 
 def test_two_values_under_one_label_are_ambiguous() -> None:
-    """"path: README.md; path: data/sales.csv" does not say which file is read and which is
+    """The words "path: README.md; path: data/sales.csv" do not say which file is read and which is
     written; the check refuses such words, the template names each by its call's verb."""
     ambiguous = Words(
         persona="a developer",

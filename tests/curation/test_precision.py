@@ -21,18 +21,22 @@ FIXTURE = ROOT / "tests" / "fixtures" / "audit"
 # overall and per cluster: (precision of passed, recall of passed, precision of exported rows),
 # measured on this fixture with this branch's planner admission and verifier
 FLOORS: dict[str, tuple[float | None, float | None, float | None]] = {
-    "calendar": (1.0, 1.0, 1.0),  # passed 13/84, true 13, exported 13, accepted 13
-    "code": (1.0, 1.0, 1.0),  # passed 12/64, true 12, exported 12, accepted 12
-    "memory": (1.0, 1.0, 1.0),  # passed 9/56, true 9, exported 9, accepted 9
-    "shop": (1.0, 1.0, 1.0),  # passed 15/56, true 15, exported 15, accepted 15
-    "sqlite": (1.0, 1.0, 1.0),  # passed 7/58, true 7, exported 7, accepted 7
-    "time": (1.0, 1.0, 1.0),  # passed 9/60, true 9, exported 9, accepted 9
-    "travel": (1.0, 1.0, 1.0),  # passed 21/100, true 21, exported 21, accepted 21
-    "overall": (1.0, 1.0, 1.0),  # passed 86/478, true 86, exported 86, accepted 86
+    "calendar": (1.0, 1.0, 1.0),  # passed 15/92, true 15, exported 15, accepted 15
+    "code": (1.0, 1.0, 1.0),  # passed 15/72, true 15, exported 15, accepted 15
+    "memory": (1.0, 1.0, 1.0),  # passed 10/64, true 10, exported 10, accepted 10
+    "shop": (1.0, 1.0, 1.0),  # passed 18/64, true 18, exported 18, accepted 18
+    "sqlite": (1.0, 1.0, 1.0),  # passed 10/66, true 10, exported 10, accepted 10
+    "time": (1.0, 1.0, 1.0),  # passed 12/68, true 12, exported 12, accepted 12
+    "travel": (1.0, 1.0, 1.0),  # passed 24/108, true 24, exported 24, accepted 24
+    "overall": (1.0, 1.0, 1.0),  # passed 104/534, true 104, exported 104, accepted 104
 }
-# the verifier alone, blueprints as stored: passed 123, true 86 (two round-1 reschedules
-# relabelled reject once the initial rows showed they move nothing)
-STORED_FLOOR = (0.699, 1.0)
+# the verifier alone, blueprints as stored: passed 144, true 104 (rounds 1-3 before round 4:
+# 123 and 86, after two round-1 reschedules were relabelled reject once the initial rows
+# showed they move nothing)
+STORED_FLOOR = (0.722, 1.0)
+# round 4, drawn and labelled after every check above it except the list-of-names
+# ``empty_read``: held out it scored 18 of 21 (86%); the floor is what it scores now
+ROUND_FLOORS = {4: (1.0, 1.0)}
 # what today's planner refuses: a reason ``plan_blueprint`` records (docs/planning.md), or
 # ``first_of_many``, an answer the planner no longer asks for
 PLANNER_REASONS = {
@@ -154,10 +158,38 @@ def test_each_round_is_labelled_and_scored(scored):
     """Rounds drawn after the checks they measure were written: each has accepted and
     rejected items, and its own figures."""
     rounds = {s.round for s in scored}
-    assert {1, 2, 3} <= rounds
+    assert {1, 2, 3, 4} <= rounds
     for number in rounds:
         group = [s for s in scored if s.round == number]
         assert {s.accept for s in group} == {True, False}
+
+
+@pytest.mark.parametrize("number", sorted(ROUND_FLOORS))
+def test_each_round_holds_its_floor(bench, scored, number):
+    """Precision and recall of `passed` on one round's items alone, so a later round's fix
+    that costs an earlier round shows here."""
+    got = bench.figures(s for s in scored if s.round == number)["overall"]
+    precision, recall = ROUND_FLOORS[number]
+    assert got.precision is not None and got.precision >= precision - 1e-9
+    assert got.recall is not None and got.recall >= recall - 1e-9
+
+
+def test_initial_rows_replay_what_the_review_needs(items):
+    """Every writing bundled blueprint carries the initial rows its gold writes name (read at
+    its seed, hash-checked); the round-2 reschedule's row shows the time it already had."""
+    bundled = {"calendar", "shop", "travel", "code"}
+    writing = {
+        i["blueprint"]["blueprint_id"]
+        for i in items
+        if i["blueprint"]["n_writes"] and i["cluster"] in bundled
+    }
+    with_rows = {i["blueprint"]["blueprint_id"] for i in items if i["initial_rows"]}
+    assert writing <= with_rows
+    row = next(
+        r for i in items if i["blueprint"]["blueprint_id"].startswith("bp_a3baceb4bb1")
+        for r in i["initial_rows"] if r.get("event_id") == "EV1002" and "start_time" in r
+    )  # fmt: skip
+    assert (row["date"], row["start_time"]) == ("2025-06-02", "10:00")
 
 
 def test_rescoring_is_a_function_of_the_fixture(bench, items, scored):

@@ -159,9 +159,7 @@ def _same_record(after: dict[str, Any], before: dict[str, Any]) -> bool:
     aside) and agrees on each. A row that shares only some ids is another kind of record: a
     flight's fare row shares ``flight_id`` with a booking on that flight, not ``booking_id``."""
     ids = [k for k in after if _is_id(k) and k != ACTOR_PARAM]
-    return bool(ids) and all(
-        k in before and _scalar(after[k]) == _scalar(before[k]) for k in ids
-    )
+    return bool(ids) and all(k in before and _scalar(after[k]) == _scalar(before[k]) for k in ids)
 
 
 def noop_write(
@@ -204,7 +202,9 @@ def _holds_text(observation: Any, text: str) -> bool:
     value = parse_json_maybe(observation)
     if isinstance(value, str):
         return value.strip() == want
-    return any(isinstance(v, str) and v.strip() == want for r in _records(value) for v in r.values())
+    return any(
+        isinstance(v, str) and v.strip() == want for r in _records(value) for v in r.values()
+    )
 
 
 def copy_over(
@@ -309,13 +309,15 @@ def empty_read(calls: Sequence[GoldCall], write_tools: Collection[str]) -> Refus
         others = " ".join(
             json.dumps(c.arguments, default=str).casefold() for j, c in enumerate(calls) if j != i
         )
-        for name, value in call.arguments.items():
-            if _names_a_thing(value) and value.casefold() not in others:
-                detail = (
-                    f"{_route(calls)}: {call.tool}({name}={value!r}) found nothing, and no other "
-                    "call uses that value"
-                )
-                return Refusal("empty_read", detail, call.tool)
+        for name, given in call.arguments.items():
+            # a list of names (``open_nodes(names=["example"])``) names each of them
+            for value in given if isinstance(given, list) else [given]:
+                if _names_a_thing(value) and value.casefold() not in others:
+                    detail = (
+                        f"{_route(calls)}: {call.tool}({name}={value!r}) found nothing, and no "
+                        "other call uses that value"
+                    )
+                    return Refusal("empty_read", detail, call.tool)
     return None
 
 

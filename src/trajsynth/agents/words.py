@@ -716,7 +716,9 @@ def check_words(words: Words, spec: WordsSpec) -> list[str]:
 
 # a value stated under a label, as the template and most drafts write it ("path: README.md"):
 # the label follows the sentence's colon, a semicolon or an opening parenthesis
-_LABELLED = re.compile(r"(?:[:;(]\s+|\()([A-Za-z][A-Za-z0-9 ]{0,40}?):\s+(\"[^\"]*\"|[^;).]+(?:\.\w[^;).]*)*)")
+_LABELLED = re.compile(
+    r"(?:[:;(]\s+|\()([A-Za-z][A-Za-z0-9 ]{0,40}?):\s+(\"[^\"]*\"|[^;).]+(?:\.\w[^;).]*)*)"
+)
 
 
 def ambiguous_labels(goal: str) -> list[str]:
