@@ -312,7 +312,11 @@ def empty_read(calls: Sequence[GoldCall], write_tools: Collection[str]) -> Refus
         for name, given in call.arguments.items():
             # a list of names (``open_nodes(names=["example"])``) names each of them
             for value in given if isinstance(given, list) else [given]:
-                if _names_a_thing(value) and value.casefold() not in others:
+                if (
+                    isinstance(value, str)
+                    and _names_a_thing(value)
+                    and value.casefold() not in others
+                ):
                     detail = (
                         f"{_route(calls)}: {call.tool}({name}={value!r}) found nothing, and no "
                         "other call uses that value"
