@@ -18,6 +18,7 @@ nothing to measure (no item passed) is "n/a" and misses its target.
     PYTHONPATH=src python bench/precision.py --show ID  # one item as a reviewer reads it
     PYTHONPATH=src python bench/precision.py --wrong    # the items where verifier and label differ
     PYTHONPATH=src python bench/precision.py --agreement LABELS  # a second reviewer's labels
+    PYTHONPATH=src python bench/precision.py --render ITEMS  # a new round, for labelling
 """
 
 from __future__ import annotations
@@ -362,7 +363,21 @@ def main() -> None:
         help="a second reviewer's labels (jsonl: id, accept, reason) of some items: agreement "
         "with the fixture's labels and Cohen's kappa",
     )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        help="an item file as bench/audit_set.py writes it (a new round, not yet labelled): "
+        "every item rendered for labelling, grouped by blueprint, with no verdict",
+    )
     args = parser.parse_args()
+    if args.render is not None:
+        fresh = sorted(
+            _jsonl(args.render),
+            key=lambda i: (i["cluster"], i["trajectory"]["blueprint_id"], i["origin"] != "gold"),
+        )
+        print("\n\n".join(render(i) for i in fresh))
+        return
     items = load_items(args.fixture)
     if args.agreement is not None:
         print(agreement(items, _jsonl(args.agreement)))

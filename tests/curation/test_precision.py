@@ -221,3 +221,13 @@ def test_a_second_reviewer_agrees_with_the_labels(bench, items):
     report = bench.agreement(items, second).splitlines()[0]
     kappa = float(report.rsplit("kappa ", 1)[1])
     assert kappa >= 0.8, report
+
+
+def test_the_rendering_for_labelling_shows_the_initial_rows_and_no_verdict(bench, items):
+    """What a reviewer labels from: the goal, the calls, the initial rows the writes name
+    (a "move" to the time the event already has shows), never the verdict or the label."""
+    item = next(i for i in items if i["id"] == "traj_514ece193624d6d9c463c99f")
+    text = bench.render(item)
+    assert item["blueprint"]["goal"] in text
+    assert "initial row:" in text and '"start_time": "10:00"' in text
+    assert "passed" not in text.casefold() and item["label"]["reason"] not in text
