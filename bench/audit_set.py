@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trajsynth.agents.admission import ACTOR_PARAM
 from trajsynth.agents.gold import GoldPolicy, _chat, gold_demonstration, template_answer
 from trajsynth.agents.llm import ChatResult
 from trajsynth.curation.verify import extract_numbers, state_diff
@@ -200,6 +201,31 @@ def _vs_gold(bp: Blueprint, state: EnvState | None) -> dict[str, Any]:
     return {"same": False, "diff": text[:600]}
 
 
+def initial_rows(bp: Blueprint, state: EnvState, write_tools: set[str]) -> list[dict[str, Any]]:
+    """The initial state's rows that a gold write names: a row holding, under the same field,
+    a value the write passes (``event_id=EV1002``, ``path=data/sales.csv``; the acting user
+    is left out, it names every row of theirs). What the admission review needs to see a
+    write that sets what the record already was, or overwrites a file that existed, without
+    storing whole initial states."""
+    named = {
+        (k, str(v))
+        for c in bp.gold_run.calls
+        if c.tool in write_tools
+        for k, v in c.arguments.items()
+        if k != ACTOR_PARAM and isinstance(v, str | int) and not isinstance(v, bool)
+        and len(str(v)) <= 64
+    }  # fmt: skip
+    rows = [row for table in sorted(state.tables) for row in state.tables[table]]
+    hits = {
+        pair: [r for r in rows if pair[0] in r and str(r[pair[0]]) == pair[1]] for pair in named
+    }
+    # a value that many rows hold (``fare_basis=basic``) names a kind of row, not a record
+    return [r for r in rows if any(r in hit for hit in hits.values() if len(hit) <= _NAMED_ROWS)]
+
+
+_NAMED_ROWS = 8
+
+
 def make_item(
     traj: Trajectory,
     bp: Blueprint,
@@ -264,12 +290,16 @@ async def gold_and_variants(
         schemas = {t.name: t.input_schema for t in cluster.tools}
         kinds = [VARIANTS[(turn + k) % len(VARIANTS)] for k in range(per_task)]
         turn += per_task
+        rows: list[dict[str, Any]] = []
         for kind in ["gold", *kinds]:
             try:
                 async with open_environment(
                     cluster, sandbox_kind=SandboxKind.LOCAL, seed=bp.seed
                 ) as env:
                     if kind == "gold":
+                        initial = await env.state()
+                        if initial.state_hash == bp.gold_run.initial_state_hash:
+                            rows = initial_rows(bp, initial, writes)
                         traj, state = await gold_demonstration(bp, env, run_id="audit")
                         note = ""
                     else:
@@ -290,9 +320,42 @@ async def gold_and_variants(
                 log.warning("%s %s: %s: %s", bp.blueprint_id, kind, type(exc).__name__, exc)
                 continue
             origin = "gold" if kind == "gold" else f"variant:{kind}"
-            out.append(make_item(traj, bp, state, origin, writes, note))
+            out.append({**make_item(traj, bp, state, origin, writes, note), "initial_rows": rows})
             print(f"{bp.cluster_id} {bp.blueprint_id[:14]} {origin} {note}", file=sys.stderr)
     return out
+
+
+async def backfill_initial_rows(folder: Path, clusters_dir: Path | None) -> int:
+    """Write ``folder/initial_rows.jsonl`` for a packed set: each writing blueprint's
+    environment opened at its seed, kept only when its state is the one the gold run started
+    from (the same hash), so the rows are the planner's."""
+    from trajsynth.mcp_servers.environment import open_environment
+    from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.schemas import SandboxKind
+
+    out = []
+    for line in (folder / "blueprints.jsonl").read_text().splitlines():
+        bp = Blueprint.model_validate(json.loads(line))
+        if not bp.n_writes:
+            continue
+        try:
+            cluster = get_cluster(bp.cluster_id, clusters_dir=clusters_dir)
+            writes = {t.name for t in cluster.tools if t.access.value == "write"}
+            async with open_environment(
+                cluster, sandbox_kind=SandboxKind.LOCAL, seed=bp.seed
+            ) as env:
+                state = await env.state()
+        except Exception as exc:  # noqa: BLE001 - one blueprint without rows; the rest go on
+            log.warning("%s: %s: %s", bp.blueprint_id, type(exc).__name__, exc)
+            continue
+        if state.state_hash != bp.gold_run.initial_state_hash:
+            log.warning("%s: seed %d gives another initial state", bp.blueprint_id, bp.seed)
+            continue
+        rows = initial_rows(bp, state, writes)
+        out.append({"blueprint_id": bp.blueprint_id, "rows": rows})
+        print(f"{bp.cluster_id} {bp.blueprint_id[:14]} {len(rows)} rows", file=sys.stderr)
+    (folder / "initial_rows.jsonl").write_text("".join(_line(r) for r in out))
+    return len(out)
 
 
 async def _plan(
@@ -309,7 +372,7 @@ async def _plan(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--store", type=Path, required=True)
+    parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--clusters-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--variants", type=int, default=3, help="variants per blueprint")
@@ -343,8 +406,18 @@ def main() -> None:
         default=5_000,
         help="first planning seed; a new round of the set takes seeds no earlier round used",
     )
+    parser.add_argument(
+        "--initial-rows",
+        action="store_true",
+        help="write initial_rows.jsonl into the packed set --out from each writing "
+        "blueprint's environment at its seed, and stop",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.initial_rows:
+        n = asyncio.run(backfill_initial_rows(args.out, args.clusters_dir))
+        print(f"initial rows of {n} blueprints -> {args.out / 'initial_rows.jsonl'}")
+        return
     if args.pack:
         merged: dict[str, Any] = {}
         for path in args.pack:
@@ -365,6 +438,8 @@ def main() -> None:
                 fh.write(_line({**item, "round": args.round}))
         print(f"{len(items)} items -> {args.out}")
         return
+    if args.store is None:
+        parser.error("--store is needed unless --plan, --pack or --initial-rows is given")
     store = Store(args.store)
     blueprints = {
         r["blueprint_id"]: model_from_row(Blueprint, r)
@@ -393,12 +468,16 @@ def pack(items: Sequence[dict[str, Any]], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     blueprints: dict[str, Any] = {}
     tools: dict[str, Any] = {}
+    rows: dict[str, Any] = {}
     with (folder / "items.jsonl").open("w") as fh:
         for item in items:
             item = dict(item)
             traj = dict(item["trajectory"])
             bp = item.pop("blueprint")
             blueprints[bp["blueprint_id"]] = bp
+            if item.get("initial_rows"):
+                rows[bp["blueprint_id"]] = item["initial_rows"]
+            item.pop("initial_rows", None)
             key = "tools_" + hashlib.sha1(_line({"t": traj["tools"]}).encode()).hexdigest()[:16]
             tools[key] = traj["tools"]
             traj["tools"] = key
@@ -409,6 +488,9 @@ def pack(items: Sequence[dict[str, Any]], folder: Path) -> None:
     )
     (folder / "tools.jsonl").write_text(
         "".join(_line({"id": k, "tools": v}) for k, v in sorted(tools.items()))
+    )
+    (folder / "initial_rows.jsonl").write_text(
+        "".join(_line({"blueprint_id": k, "rows": v}) for k, v in sorted(rows.items()))
     )
 
 

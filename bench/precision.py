@@ -18,6 +18,7 @@ nothing to measure (no item passed) is "n/a" and misses its target.
     PYTHONPATH=src python bench/precision.py --show ID  # one item as a reviewer reads it
     PYTHONPATH=src python bench/precision.py --wrong    # the items where verifier and label differ
     PYTHONPATH=src python bench/precision.py --agreement LABELS  # a second reviewer's labels
+    PYTHONPATH=src python bench/precision.py --render ITEMS  # a new round, for labelling
 """
 
 from __future__ import annotations
@@ -71,15 +72,28 @@ class Scored:
 
 
 def load_items(folder: Path = FIXTURE) -> list[dict[str, Any]]:
-    """The items with their blueprints, tools and labels joined back (``labels.jsonl``: id,
-    accept, reason); every item must have exactly one label."""
+    """The items with their blueprints, tools, initial rows and labels joined back
+    (``labels.jsonl``: id, accept, reason); every item must have exactly one label.
+
+    ``initial_rows.jsonl`` (optional): per blueprint, the initial state's rows its gold writes
+    name, read from the environment at the blueprint's seed (``bench/audit_set.py``)."""
     blueprints = {b["blueprint_id"]: b for b in _jsonl(folder / "blueprints.jsonl")}
     tools = {t["id"]: t["tools"] for t in _jsonl(folder / "tools.jsonl")}
+    initial = folder / "initial_rows.jsonl"
+    rows = {r["blueprint_id"]: r["rows"] for r in _jsonl(initial)} if initial.exists() else {}
     items = []
     for item in _jsonl(folder / "items.jsonl"):
         trajectory = {**item["trajectory"], "tools": tools[item["trajectory"]["tools"]]}
-        blueprint = blueprints[trajectory["blueprint_id"]]
-        items.append({**item, "trajectory": trajectory, "blueprint": blueprint})
+        bp_id = trajectory["blueprint_id"]
+        blueprint = blueprints[bp_id]
+        items.append(
+            {
+                **item,
+                "trajectory": trajectory,
+                "blueprint": blueprint,
+                "initial_rows": rows.get(bp_id, []),
+            }
+        )
     labels: dict[str, dict[str, Any]] = {}
     for label in _jsonl(folder / "labels.jsonl"):
         if label:
@@ -122,7 +136,9 @@ def admitted_today(items: Sequence[Mapping[str, Any]]) -> dict[str, Blueprint | 
         if bp_id in out:
             continue
         blueprint = Blueprint.model_validate(item["blueprint"])
-        reviewed = review_blueprint(blueprint, set(item.get("write_tools") or ()))
+        reviewed = review_blueprint(
+            blueprint, set(item.get("write_tools") or ()), item.get("initial_rows") or ()
+        )
         out[bp_id] = reviewed.reason if isinstance(reviewed, Refusal) else reviewed
     for item in items:
         reviewed = out[item["blueprint"]["blueprint_id"]]
@@ -317,6 +333,8 @@ def render(item: Mapping[str, Any], width: int = 260) -> str:
         ],
         f"offered: {', '.join(sorted(x['function']['name'] for x in t['tools']))}"[:width],
     ]
+    for row in (item.get("initial_rows") or [])[:6]:
+        out.append(f"initial row: {json.dumps(row, sort_keys=True)}"[:width])
     for m in t["messages"][1:] if t["messages"][0]["role"] == "system" else t["messages"]:
         role = m["role"]
         text = (m.get("content") or "").replace("\n", " ")
@@ -345,7 +363,21 @@ def main() -> None:
         help="a second reviewer's labels (jsonl: id, accept, reason) of some items: agreement "
         "with the fixture's labels and Cohen's kappa",
     )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        help="an item file as bench/audit_set.py writes it (a new round, not yet labelled): "
+        "every item rendered for labelling, grouped by blueprint, with no verdict",
+    )
     args = parser.parse_args()
+    if args.render is not None:
+        fresh = sorted(
+            _jsonl(args.render),
+            key=lambda i: (i["cluster"], i["trajectory"]["blueprint_id"], i["origin"] != "gold"),
+        )
+        print("\n\n".join(render(i) for i in fresh))
+        return
     items = load_items(args.fixture)
     if args.agreement is not None:
         print(agreement(items, _jsonl(args.agreement)))

@@ -5,20 +5,24 @@ from __future__ import annotations
 from trajsynth.agents.admission import (
     LOOK_FIRST_SOURCE,
     Refusal,
+    copy_over,
     empty_read,
     first_of_many,
     look_first,
     noop_write,
+    review_blueprint,
     two_users,
     unrelated_reads,
 )
 from trajsynth.schemas import (
     AnswerContains,
     Blueprint,
+    Cell,
     GoldCall,
     GoldRun,
     Order,
     PlannedCall,
+    ReasoningMode,
     RefArg,
     SlotArg,
 )
@@ -225,3 +229,108 @@ def test_a_read_back_that_finds_nothing_of_what_a_write_made_is_refused() -> Non
         _call("open_nodes", {"entities": [], "relations": []}, names=["notes"]),
     ]
     assert empty_read(deleted, {"delete_entities"}) is None
+
+
+CODE_WRITES = {"write_file", "delete_file"}
+README = "# inventory\n\nA tiny inventory helper. `inventory.py` reads `data/stock.csv`.\n"
+LISTING = {"files": [{"path": "README.md", "size": 80}, {"path": "data/sales.csv", "size": 291}]}
+
+
+def test_a_file_copied_over_another_that_existed_is_refused() -> None:
+    """README.md's text written over data/sales.csv, which the listing showed: the task
+    destroys the sales data, which no request asks for."""
+    calls = [
+        _call("list_files", LISTING),
+        _call("read_file", {"path": "README.md", "content": README}, path="README.md"),
+        _call("write_file", {"path": "data/sales.csv", "created": False},
+              path="data/sales.csv", content=README),
+    ]  # fmt: skip
+    refused = copy_over(calls, CODE_WRITES)
+    assert refused is not None and refused.reason == "copy_over" and refused.tool == "write_file"
+    assert "path=data/sales.csv" in refused.detail and "path=README.md" in refused.detail
+    # without the listing, the initial state's row shows the file existed
+    rows = [{"path": "data/sales.csv", "content": "day,sku,qty\n"}]
+    assert copy_over(calls[1:], CODE_WRITES, rows) is not None
+
+
+def test_a_copy_to_a_new_file_or_an_edit_of_the_file_read_is_kept() -> None:
+    """Controls: the same copy to a path nothing showed existing (a new file), and a write
+    back to the file that was read."""
+    read = _call("read_file", {"path": "README.md", "content": README}, path="README.md")
+    new = [
+        _call("list_files", LISTING),
+        read,
+        _call("write_file", {"path": "docs/README.md", "created": True},
+              path="docs/README.md", content=README),
+    ]  # fmt: skip
+    assert copy_over(new, CODE_WRITES) is None
+    edit = [read, _call("write_file", {"path": "README.md"}, path="README.md", content=README)]
+    assert copy_over(edit, CODE_WRITES) is None
+    short = [
+        _call("list_files", LISTING),
+        _call("read_file", {"path": "README.md", "content": "ok"}, path="README.md"),
+        _call("write_file", {}, path="data/sales.csv", content="ok"),
+    ]
+    assert copy_over(short, CODE_WRITES) is None  # a short text is no copied file
+
+
+def test_a_booking_is_not_the_fare_row_it_shares_a_flight_with() -> None:
+    """The initial state's fare row shares ``flight_id`` with the new booking, not
+    ``booking_id``: another kind of record, so booking that fare is no no-op."""
+    booking = {"booking_id": "BK1007", "flight_id": "TS101", "fare_basis": "basic",
+               "user_id": "elena", "status": "confirmed"}  # fmt: skip
+    calls = [_call("book_flight", booking, flight_id="TS101", fare_basis="basic", user_id="elena")]
+    fares = [{"flight_id": "TS101", "fare_basis": "basic", "price": 276.12}]
+    assert noop_write(calls, TRAVEL_WRITES, fares) is None
+    assert noop_write(calls, TRAVEL_WRITES, [booking]) is not None  # the same booking again
+
+
+def _stored(goal: str, calls: list[GoldCall], writes: int = 1) -> Blueprint:
+    return Blueprint.model_construct(
+        n_writes=writes, slots={}, tool_path=[PlannedCall(tool=c.tool) for c in calls],
+        gold_run=GoldRun.model_construct(calls=calls), constraints=[], goal=goal,
+        cell=Cell.model_construct(target_mode=ReasoningMode.DIRECT_EXECUTE),
+    )  # fmt: skip
+
+
+def test_review_replays_a_reschedule_against_the_stored_initial_rows() -> None:
+    """A stored blueprint's "move" to the time the event already has: refused once the
+    audit set keeps the initial state's row, admitted without it or when the row differs."""
+    moved = {"event_id": "EV1002", "date": "2025-06-02", "start_time": "10:00",
+             "end_time": "10:30", "organizer_id": "priya"}  # fmt: skip
+    calls = [_call("reschedule_event", moved, user_id="priya", event_id="EV1002",
+                   date="2025-06-02", start_time="10:00", end_time="10:30")]  # fmt: skip
+    blueprint = _stored("Please move an event: event id: EV1002; date: 2025-06-02.", calls)
+    refused = review_blueprint(blueprint, {"reschedule_event"}, [{**moved, "status": "ok"}])
+    assert isinstance(refused, Refusal) and refused.reason == "noop_write"
+    assert "the initial state" in refused.detail
+    assert isinstance(review_blueprint(blueprint, {"reschedule_event"}), Blueprint)
+    earlier = [{**moved, "start_time": "09:00"}]
+    assert isinstance(review_blueprint(blueprint, {"reschedule_event"}, earlier), Blueprint)
+
+
+def test_review_refuses_words_with_two_values_under_one_label() -> None:
+    calls = [_call("read_file", {"path": "a.md", "content": "x"}, path="a.md")]
+    vague = _stored("Please read a text file: path: a.md; path: b.md.", calls, writes=0)
+    refused = review_blueprint(vague, set())
+    assert isinstance(refused, Refusal) and refused.reason == "words_check"
+    plain = _stored("Please read a text file: path: a.md.", calls, writes=0)
+    assert isinstance(review_blueprint(plain, set()), Blueprint)
+
+
+def test_a_list_of_names_that_finds_nothing_is_an_empty_read() -> None:
+    """open_nodes(names=["example"]) after a relation between other names: "example" is a
+    node the graph does not have, listed or not; a name the write made is kept."""
+    relation = {"from": "notes", "to": "notes", "relationType": "note"}
+    calls = [
+        _call("create_relations", [relation], relations=[relation]),
+        _call("open_nodes", {"entities": [], "relations": []}, names=["example"]),
+    ]
+    refused = empty_read(calls, {"create_relations"})
+    assert refused is not None and "names='example'" in refused.detail
+    made = {"entities": [{"name": "notes"}], "relations": []}
+    kept = [
+        _call("create_entities", made["entities"], entities=[{"name": "notes"}]),
+        _call("open_nodes", made, names=["notes"]),
+    ]
+    assert empty_read(kept, {"create_entities"}) is None

@@ -297,3 +297,46 @@ def test_a_list_whose_items_all_match_the_request_is_counted_not_answered_by_its
     one = two.model_copy(update={"observation": {**args, "events": events[:1]}})
     answer = pick_answer([one], {"query": "Hannah Schmidt"}, inputs=list(args))
     assert answer is not None and (answer.field, answer.value) == ("start_time", "09:00")
+
+
+def test_two_values_under_one_label_are_ambiguous() -> None:
+    """The words "path: README.md; path: data/sales.csv" do not say which file is read and which is
+    written; the check refuses such words, the template names each by its call's verb."""
+    ambiguous = Words(
+        persona="a developer",
+        goal="Please create or overwrite a text file: path: README.md; path: data/sales.csv.",
+    )
+    spec = _spec(slots={"path": "README.md", "path_2": "data/sales.csv"}, answer=None,
+                 labels={}, known_ids=[])  # fmt: skip
+    problems = check_words(ambiguous, spec)
+    assert any(p.startswith("ambiguous: 'path' labels 2 values") for p in problems), problems
+    told = ambiguous.model_copy(
+        update={"goal": "Please copy a file: path to read: README.md; path to write: b.md."}
+    )
+    assert not [p for p in check_words(told, spec) if p.startswith("ambiguous")]
+    # one value stated twice is not two values
+    again = ambiguous.model_copy(update={"goal": "Please delete: path: a.md; path: a.md."})
+    assert not [p for p in check_words(again, spec) if p.startswith("ambiguous")]
+
+
+def test_two_calls_about_one_kind_of_thing_are_named_by_their_verbs() -> None:
+    """read_file(path) then write_file(path, content): both are about a file, so the labels
+    say which path is read and which is written."""
+    cluster = _outside_cluster(
+        "files",
+        ["files-server"],
+        _string_tool("read_file", "path", access=ToolAccess.READ),
+        _string_tool("write_file", "path", "content", access=ToolAccess.WRITE),
+    )
+    slots = {"path": "README.md", "path_2": "notes.md"}
+    steps = [
+        PlannedCall(tool="read_file", args={"path": SlotArg(name="path")}),
+        PlannedCall(tool="write_file", args={"path": SlotArg(name="path_2")}),
+    ]
+    calls = [
+        GoldCall(tool="read_file", arguments={"path": "README.md"}),
+        GoldCall(tool="write_file", arguments={"path": "notes.md", "content": "x"}),
+    ]
+    spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
+    assert (spec.labels["path"], spec.labels["path_2"]) == ("path to read", "path to write")
+    assert not [p for p in check_words(template_words(spec), spec) if p.startswith("ambiguous")]

@@ -21,22 +21,27 @@ FIXTURE = ROOT / "tests" / "fixtures" / "audit"
 # overall and per cluster: (precision of passed, recall of passed, precision of exported rows),
 # measured on this fixture with this branch's planner admission and verifier
 FLOORS: dict[str, tuple[float | None, float | None, float | None]] = {
-    "calendar": (0.882, 1.0, 0.882),  # passed 17/84, true 15, exported 17, accepted 15
-    "code": (0.923, 1.0, 0.923),  # passed 13/64, true 12, exported 13, accepted 12
-    "memory": (1.0, 1.0, 1.0),  # passed 9/56, true 9, exported 9, accepted 9
-    "shop": (1.0, 1.0, 1.0),  # passed 15/56, true 15, exported 15, accepted 15
-    "sqlite": (1.0, 1.0, 1.0),  # passed 7/58, true 7, exported 7, accepted 7
-    "time": (1.0, 1.0, 1.0),  # passed 9/60, true 9, exported 9, accepted 9
-    "travel": (1.0, 1.0, 1.0),  # passed 21/100, true 21, exported 21, accepted 21
-    "overall": (0.967, 1.0, 0.967),  # passed 91/478, true 88, exported 91, accepted 88
+    "calendar": (1.0, 1.0, 1.0),  # passed 17/100, true 17, exported 17, accepted 17
+    "code": (1.0, 1.0, 1.0),  # passed 18/80, true 18, exported 18, accepted 18
+    "memory": (1.0, 1.0, 1.0),  # passed 14/72, true 14, exported 14, accepted 14
+    "shop": (1.0, 1.0, 1.0),  # passed 21/72, true 21, exported 21, accepted 21
+    "sqlite": (1.0, 1.0, 1.0),  # passed 13/74, true 13, exported 13, accepted 13
+    "time": (1.0, 1.0, 1.0),  # passed 15/76, true 15, exported 15, accepted 15
+    "travel": (1.0, 1.0, 1.0),  # passed 27/116, true 27, exported 27, accepted 27
+    "overall": (1.0, 1.0, 1.0),  # passed 125/590, true 125, exported 125, accepted 125
 }
-# the verifier alone, blueprints as stored: passed 123, true 88
-STORED_FLOOR = (0.715, 1.0)
+# the verifier alone, blueprints as stored: passed 165, true 125 (two round-1 reschedules
+# were relabelled reject once the initial rows showed they move nothing)
+STORED_FLOOR = (0.757, 1.0)
+# round 4 was drawn and labelled after every check above except the list-of-names
+# ``empty_read``: held out it scored 18 of 21 (86%). Round 5 was drawn after that fix: held
+# out 21 of 21. The floors are what each scores now.
+ROUND_FLOORS = {4: (1.0, 1.0), 5: (1.0, 1.0)}
 # what today's planner refuses: a reason ``plan_blueprint`` records (docs/planning.md), or
 # ``first_of_many``, an answer the planner no longer asks for
 PLANNER_REASONS = {
     "two_users", "unrelated_reads", "noop_write", "empty_read", "mode_unrealised", "self_check",
-    "first_of_many",
+    "first_of_many", "copy_over", "words_check",
 }  # fmt: skip
 
 
@@ -83,7 +88,7 @@ def test_the_fixture_is_an_audit_set(items):
     origins = {i["origin"].split(":")[0] for i in items}
     assert {"rollout", "gold", "variant"} <= origins
     size = sum(p.stat().st_size for p in FIXTURE.iterdir())
-    assert size < 3_000_000, f"fixture is {size} bytes"
+    assert size < 4_000_000, f"fixture is {size} bytes"  # 5 rounds, 590 items: 3.3 MB
 
 
 def test_labels_join_items_one_to_one(bench, tmp_path):
@@ -153,10 +158,38 @@ def test_each_round_is_labelled_and_scored(scored):
     """Rounds drawn after the checks they measure were written: each has accepted and
     rejected items, and its own figures."""
     rounds = {s.round for s in scored}
-    assert {1, 2, 3} <= rounds
+    assert {1, 2, 3, 4, 5} <= rounds
     for number in rounds:
         group = [s for s in scored if s.round == number]
         assert {s.accept for s in group} == {True, False}
+
+
+@pytest.mark.parametrize("number", sorted(ROUND_FLOORS))
+def test_each_round_holds_its_floor(bench, scored, number):
+    """Precision and recall of `passed` on one round's items alone, so a later round's fix
+    that costs an earlier round shows here."""
+    got = bench.figures(s for s in scored if s.round == number)["overall"]
+    precision, recall = ROUND_FLOORS[number]
+    assert got.precision is not None and got.precision >= precision - 1e-9
+    assert got.recall is not None and got.recall >= recall - 1e-9
+
+
+def test_initial_rows_replay_what_the_review_needs(items):
+    """Every writing bundled blueprint carries the initial rows its gold writes name (read at
+    its seed, hash-checked); the round-2 reschedule's row shows the time it already had."""
+    bundled = {"calendar", "shop", "travel", "code"}
+    writing = {
+        i["blueprint"]["blueprint_id"]
+        for i in items
+        if i["blueprint"]["n_writes"] and i["cluster"] in bundled
+    }
+    with_rows = {i["blueprint"]["blueprint_id"] for i in items if i["initial_rows"]}
+    assert writing <= with_rows
+    row = next(
+        r for i in items if i["blueprint"]["blueprint_id"].startswith("bp_a3baceb4bb1")
+        for r in i["initial_rows"] if r.get("event_id") == "EV1002" and "start_time" in r
+    )  # fmt: skip
+    assert (row["date"], row["start_time"]) == ("2025-06-02", "10:00")
 
 
 def test_rescoring_is_a_function_of_the_fixture(bench, items, scored):
@@ -188,3 +221,13 @@ def test_a_second_reviewer_agrees_with_the_labels(bench, items):
     report = bench.agreement(items, second).splitlines()[0]
     kappa = float(report.rsplit("kappa ", 1)[1])
     assert kappa >= 0.8, report
+
+
+def test_the_rendering_for_labelling_shows_the_initial_rows_and_no_verdict(bench, items):
+    """What a reviewer labels from: the goal, the calls, the initial rows the writes name
+    (a "move" to the time the event already has shows), never the verdict or the label."""
+    item = next(i for i in items if i["id"] == "traj_514ece193624d6d9c463c99f")
+    text = bench.render(item)
+    assert item["blueprint"]["goal"] in text
+    assert "initial row:" in text and '"start_time": "10:00"' in text
+    assert "passed" not in text.casefold() and item["label"]["reason"] not in text

@@ -19,6 +19,12 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
 - ``noop_write``: a write whose result shows, for the record it names, the values an earlier
   result already showed (a seat changed to the seat just booked): the task asks for a change
   that changes nothing.
+- ``copy_over``: a write that replaces a thing the path showed existing (a file listed) with
+  text read from another thing (``README.md`` copied over ``data/sales.csv``): the task
+  destroys the user's data with unrelated content, which no request asks for.
+- ``words_check`` (stored blueprints only, ``review_blueprint``): the goal states two values
+  under one label (``path: README.md; path: data/sales.csv``), so nobody can tell which is
+  which (``agents.words.ambiguous_labels``, the check the planner's words pass).
 - look-first (``explore_then_commit``): the words ask the assistant to look before it acts, so
   the read before the first write is held by an ``order`` constraint, or the mode is refused as
   ``mode_unrealised`` when nothing is read before the first write.
@@ -30,6 +36,7 @@ import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from trajsynth.agents.words import ambiguous_labels
 from trajsynth.curation.canon import parse_json_maybe
 from trajsynth.schemas import (
     Blueprint,
@@ -45,6 +52,7 @@ from trajsynth.schemas import (
 __all__ = [
     "ACTOR_PARAM",
     "Refusal",
+    "copy_over",
     "first_of_many",
     "empty_read",
     "look_first",
@@ -146,10 +154,12 @@ def _shows(record: dict[str, Any], fields: dict[str, str]) -> bool:
     return all(_scalar(record[k]) == fields[k] for k in present)
 
 
-def _same_record(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Both name one record: they share an id field and agree on every id field they share."""
-    ids = [k for k in a.keys() & b.keys() if _is_id(k)]
-    return bool(ids) and all(_scalar(a[k]) == _scalar(b[k]) for k in ids)
+def _same_record(after: dict[str, Any], before: dict[str, Any]) -> bool:
+    """Both name one record: ``before`` has every id field ``after`` has (the acting user
+    aside) and agrees on each. A row that shares only some ids is another kind of record: a
+    flight's fare row shares ``flight_id`` with a booking on that flight, not ``booking_id``."""
+    ids = [k for k in after if _is_id(k) and k != ACTOR_PARAM]
+    return bool(ids) and all(k in before and _scalar(after[k]) == _scalar(before[k]) for k in ids)
 
 
 def noop_write(
@@ -180,6 +190,64 @@ def noop_write(
                 shown = ", ".join(f"{k}={v}" for k, v in sorted(fields.items()))
                 detail = f"{_route(calls)}: {call.tool}({shown}) sets what {where} showed"
                 return Refusal("noop_write", detail, call.tool)
+    return None
+
+
+_COPIED_MIN_CHARS = 20  # shorter text (a name, a status) is copied between records honestly
+
+
+def _holds_text(observation: Any, text: str) -> bool:
+    """``observation`` holds ``text`` whole as one of its values."""
+    want = text.strip()
+    value = parse_json_maybe(observation)
+    if isinstance(value, str):
+        return value.strip() == want
+    return any(
+        isinstance(v, str) and v.strip() == want for r in _records(value) for v in r.values()
+    )
+
+
+def copy_over(
+    calls: Sequence[GoldCall],
+    write_tools: Collection[str],
+    initial_rows: Sequence[dict[str, Any]] = (),
+) -> Refusal | None:
+    """Refused when a write replaces an existing thing with text read from another thing.
+
+    The write's text argument (``content``) is, whole, what an earlier read returned; that
+    read named another thing by an argument the write also takes (``path=README.md`` against
+    ``path=data/sales.csv``); and the thing the write names existed before it (an earlier
+    result or the initial state's rows show its name). A copy to a new name, or a write back
+    to the thing that was read (an edit), is kept.
+    """
+    for i, call in enumerate(calls):
+        if call.tool not in write_tools or call.is_error:
+            continue
+        texts = [
+            (k, v) for k, v in call.arguments.items()
+            if isinstance(v, str) and len(v.strip()) >= _COPIED_MIN_CHARS
+        ]  # fmt: skip
+        for text_arg, text in texts:
+            for read in calls[:i]:
+                if read.tool in write_tools or read.is_error:
+                    continue
+                if not _holds_text(read.observation, text):
+                    continue
+                names = [
+                    k for k, v in read.arguments.items()
+                    if k != text_arg and k in call.arguments
+                    and _scalar(v) is not None and _scalar(v) != _scalar(call.arguments[k])
+                ]  # fmt: skip
+                for key in names:
+                    target = _scalar(call.arguments[key])
+                    seen = [c.observation for c in calls[:i]] + [list(initial_rows)]
+                    if any(target in _values(parse_json_maybe(o)) for o in seen):
+                        detail = (
+                            f"{_route(calls)}: {call.tool}({key}={call.arguments[key]}) "
+                            f"overwrites it with the {text_arg} {read.tool} read from "
+                            f"{key}={read.arguments[key]}"
+                        )
+                        return Refusal("copy_over", detail, call.tool)
     return None
 
 
@@ -241,13 +309,19 @@ def empty_read(calls: Sequence[GoldCall], write_tools: Collection[str]) -> Refus
         others = " ".join(
             json.dumps(c.arguments, default=str).casefold() for j, c in enumerate(calls) if j != i
         )
-        for name, value in call.arguments.items():
-            if _names_a_thing(value) and value.casefold() not in others:
-                detail = (
-                    f"{_route(calls)}: {call.tool}({name}={value!r}) found nothing, and no other "
-                    "call uses that value"
-                )
-                return Refusal("empty_read", detail, call.tool)
+        for name, given in call.arguments.items():
+            # a list of names (``open_nodes(names=["example"])``) names each of them
+            for value in given if isinstance(given, list) else [given]:
+                if (
+                    isinstance(value, str)
+                    and _names_a_thing(value)
+                    and value.casefold() not in others
+                ):
+                    detail = (
+                        f"{_route(calls)}: {call.tool}({name}={value!r}) found nothing, and no "
+                        "other call uses that value"
+                    )
+                    return Refusal("empty_read", detail, call.tool)
     return None
 
 
@@ -327,21 +401,30 @@ def first_of_many(blueprint: Blueprint) -> Refusal | None:
     return None
 
 
-def review_blueprint(blueprint: Blueprint, write_tools: Collection[str]) -> Blueprint | Refusal:
+def review_blueprint(
+    blueprint: Blueprint,
+    write_tools: Collection[str],
+    initial_rows: Sequence[dict[str, Any]] = (),
+) -> Blueprint | Refusal:
     """A stored blueprint as today's planner would admit it: refused by a check above, or with
     the constraints the planner adds today (the look-first order).
 
-    Checks that need an environment (the gold run itself, the mutation lint, the self-check of
-    the gold demonstration) are not repeated here; the precision bench reads the last from the
-    audit set's own gold items.
+    ``initial_rows`` are the initial state's rows the gold writes name, where the caller kept
+    them (the audit set does): ``noop_write`` and ``copy_over`` read them as the planner reads
+    the whole initial state. Checks that need an environment (the gold run itself, the
+    mutation lint, the self-check of the gold demonstration) are not repeated here; the
+    precision bench reads the last from the audit set's own gold items.
     """
     calls = blueprint.gold_run.calls
+    ambiguous = ambiguous_labels(blueprint.goal)
     refused = (
         two_users(calls)
         or unrelated_reads(blueprint.tool_path, blueprint.n_writes, calls, blueprint.slots)
-        or noop_write(calls, write_tools)
+        or noop_write(calls, write_tools, initial_rows)
+        or copy_over(calls, write_tools, initial_rows)
         or empty_read(calls, write_tools)
         or first_of_many(blueprint)
+        or (Refusal("words_check", "; ".join(ambiguous)) if ambiguous else None)
     )
     if refused:
         return refused

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trajsynth.agents.admission import (
     Refusal,
+    copy_over,
     empty_read,
     look_first,
     noop_write,
@@ -360,7 +361,11 @@ async def _ground_truth(
     write_tools = _write_tools(cluster)
     calls = outcome.run.calls
     rows = [row for table in initial.tables.values() for row in table]
-    refused = two_users(calls) or noop_write(calls, write_tools, rows)
+    refused = (
+        two_users(calls)
+        or noop_write(calls, write_tools, rows)
+        or copy_over(calls, write_tools, rows)
+    )
     if refused:
         return _Failure(*refused)
     if outcome.slots != path.slots:  # a tool refused a value; the run used another row's

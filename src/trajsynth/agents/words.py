@@ -44,6 +44,7 @@ from trajsynth.schemas import (
 __all__ = [
     "Answer",
     "Words",
+    "ambiguous_labels",
     "WordsSpec",
     "build_messages",
     "check_words",
@@ -443,6 +444,11 @@ def _slot_label(name: str, steps: Sequence[PlannedCall], cluster: ToolCluster) -
         noun = _tool_noun(step.tool)
         if len(nouns) > 1 and noun and nouns.count(noun) == 1:
             return f"{_words(param)} of the {noun}"
+        verb = name_tokens(step.tool)[0]
+        if len(nouns) > 1 and verb in READ_VERBS | WRITE_VERBS:
+            # two calls about one kind of thing (read one file, write another): the verb
+            # says which value is which ("path to read", "path to write")
+            return f"{_words(param)} to {verb}"
     return _words(name)
 
 
@@ -705,7 +711,37 @@ def check_words(words: Words, spec: WordsSpec) -> list[str]:
             issues.append(f"mode: recover_after_error, but the goal lacks the stale {name}")
         if name not in words.hidden_info:
             issues.append(f"unsolvable: the correct {name} is not in hidden_info")
-    return issues + _not_a_request(words.goal, spec)
+    return issues + ambiguous_labels(words.goal) + _not_a_request(words.goal, spec)
+
+
+# a value stated under a label, as the template and most drafts write it ("path: README.md"):
+# the label follows the sentence's colon, a semicolon or an opening parenthesis
+_LABELLED = re.compile(
+    r"(?:[:;(]\s+|\()([A-Za-z][A-Za-z0-9 ]{0,40}?):\s+(\"[^\"]*\"|[^;).]+(?:\.\w[^;).]*)*)"
+)
+
+
+def ambiguous_labels(goal: str) -> list[str]:
+    """``ambiguous: ...`` when the goal states two different values under one label
+    ("path: README.md; path: data/sales.csv"): the user does not say which value is which
+    (read from one file, write the other), so no assistant can tell what is asked.
+
+    >>> ambiguous_labels("Please create a file: path: README.md; path: data/sales.csv.")
+    ["ambiguous: 'path' labels 2 values (README.md, data/sales.csv)"]
+    >>> ambiguous_labels("Please copy a file: path to read: README.md; path to write: b.md.")
+    []
+    """
+    seen: dict[str, list[str]] = {}
+    for label, value in _LABELLED.findall(goal):
+        value = value.strip().rstrip(".")
+        values = seen.setdefault(label.strip().casefold(), [])
+        if value not in values:
+            values.append(value)
+    return [
+        f"ambiguous: {label!r} labels {len(values)} values ({', '.join(values)})"
+        for label, values in seen.items()
+        if len(values) > 1
+    ]
 
 
 _MIN_GOAL_WORDS = 5
