@@ -213,12 +213,17 @@ def test_agreement_with_a_second_reviewer(bench, items):
     assert "kappa 1.00" not in report
 
 
-def test_a_second_reviewer_agrees_with_the_labels(bench, items):
-    """Round 3 labelled again by a second reviewer who saw neither the labels nor any verdict
-    (docs/audit-rubric.md): the labels are a measurement only while two reviewers agree."""
-    second = bench._jsonl(FIXTURE / "second_reviewer_round3.jsonl")
-    assert len(second) == 56
+@pytest.mark.parametrize(
+    ("name", "n"), [("second_reviewer_round3.jsonl", 56), ("second_reviewer_rounds45.jsonl", 112)]
+)
+def test_a_second_reviewer_agrees_with_the_labels(bench, items, name, n):
+    """Rounds 3, 4 and 5 labelled again by a second reviewer who saw neither the labels nor
+    any verdict (docs/audit-rubric.md): the labels are a measurement only while two reviewers
+    agree."""
+    second = bench._jsonl(FIXTURE / name)
+    assert len(second) == n
     report = bench.agreement(items, second).splitlines()[0]
+    assert f"items {n}:" in report  # every label is of an item in the set
     kappa = float(report.rsplit("kappa ", 1)[1])
     assert kappa >= 0.8, report
 
