@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from trajsynth.agents.gold import GoldPolicy, _chat, gold_demonstration, template_answer
-from trajsynth.agents.llm import ChatResult
 from trajsynth.curation.verify import extract_numbers, state_diff
+from trajsynth.llm.client import ChatResult
 from trajsynth.schemas import (
     AgentRole,
     Blueprint,

@@ -404,8 +404,8 @@ def _llm_proposer() -> Proposer:
     """Edge proposals from the run's LLM; its client (and the embedded server, when no URL is
     set) opens inside discovery's event loop, only once the tools are known."""
     from trajsynth.agents.edge_proposals import propose_edges
-    from trajsynth.agents.llm import open_llm_client
     from trajsynth.cli import main as cli
+    from trajsynth.llm.client import open_llm_client
 
     config = cli.settings().run.llm
 

@@ -153,8 +153,8 @@ async def run_eval(
 ) -> tuple[Any, list[Any]]:
     """Serve the policy and evaluate it on ``tasks``; returns (summary, tries)."""
     from trajsynth.agents.heldout import eval_assistant, evaluate
-    from trajsynth.agents.llm import open_llm_client
     from trajsynth.agents.policy import RoleRoutedLLM, serve_policy
+    from trajsynth.llm.client import open_llm_client
     from trajsynth.mcp_servers.registry import get_cluster
     from trajsynth.training.eval import summarize
     from trajsynth.training.serve import policy_gguf

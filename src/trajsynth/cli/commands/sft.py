@@ -33,7 +33,7 @@ def write_sft_rows(pairs: Sequence[tuple[Trajectory, Verdict]], folder: Path) ->
     """Trajectories as the SFT export writes them (Parquet with the export's features, and
     the tokenizer beside them), so ``synth sft`` reads them like any export."""
     from trajsynth.export import records
-    from trajsynth.training.chat_template import TOKENIZER_DIR, save_tokenizer_files
+    from trajsynth.llm.chat_template import TOKENIZER_DIR, save_tokenizer_files
 
     rows = [
         SFTRow(

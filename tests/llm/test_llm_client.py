@@ -16,7 +16,7 @@ from fakes.llm import ScriptedLLM, UnexpectedLLMCall, http_error, say, tool_call
 from pydantic import SecretStr
 
 from trajsynth.agents.entropy import step_uncertainty, token_entropy
-from trajsynth.agents.llm import LLMBadRequestError, LLMClient, OpenAILLMClient, request_key
+from trajsynth.llm.client import LLMBadRequestError, LLMClient, OpenAILLMClient, request_key
 from trajsynth.schemas import (
     AgentRole,
     FunctionCall,
@@ -492,7 +492,7 @@ def test_fake_serves_the_sync_sdk_as_in_the_style_guide() -> None:
 def test_the_backoff_doubles_from_half_a_second_with_a_quarter_jitter() -> None:
     from tenacity import RetryCallState
 
-    from trajsynth.agents.llm import _backoff
+    from trajsynth.llm.client import _backoff
 
     def wait(attempt: int) -> float:
         state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
@@ -506,7 +506,7 @@ def test_the_backoff_doubles_from_half_a_second_with_a_quarter_jitter() -> None:
 def test_the_wait_a_server_asks_for_is_read_as_the_sdk_reads_it() -> None:
     from email.utils import format_datetime
 
-    from trajsynth.agents.llm import _retry_after_s
+    from trajsynth.llm.client import _retry_after_s
 
     in_30_s = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     assert _retry_after_s(httpx.Headers({"retry-after-ms": "250"})) == 0.25

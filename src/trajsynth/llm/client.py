@@ -6,15 +6,15 @@
   answer that is not a chat completion) through ``tenacity``, ``LLMConfig.max_retries`` of
   them, with exponential backoff and jitter that honours ``Retry-After``. They are done
   here rather than by the SDK because a retry must wait for the server to be idle: a
-  server this process runs (``agents.embedded``) is restarted before a retry after a
+  server this process runs (``llm.embedded``) is restarted before a retry after a
   timeout or a lost connection, since llama.cpp goes on computing a request the client gave
-  up on and the retry would queue behind it (``agents.endpoints``);
+  up on and the retry would queue behind it (``llm.endpoints``);
 * requests in flight bounded by what the server computes at once, across every client,
   event loop and thread of the process (one for the embedded server, ``max_concurrency``
   otherwise), so a request waits in the client and its timeout measures computing, not
   queueing; the per-attempt timeout is ``LLMConfig.timeout_s`` when set, else adapted to
-  the server's measured speed (``agents.endpoints``); a try that waits more than a few
-  seconds is reported while it waits (``agents.waiting``); optional requests-per-minute and
+  the server's measured speed (``llm.endpoints``); a try that waits more than a few
+  seconds is reported while it waits (``llm.waiting``); optional requests-per-minute and
   tokens-per-minute limits (leaky buckets, ``aiolimiter``);
 * an on-disk response cache (``diskcache``) keyed by the sha256 of the full canonical
   request (model, messages, tools, sampling parameters, seed, logprob options), so a re-run
@@ -65,9 +65,9 @@ from aiolimiter import AsyncLimiter
 from pydantic import Field, SecretStr, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from trajsynth.agents.answered import HEADER as ANSWERED_HEADER
-from trajsynth.agents.endpoints import ADAPTIVE_FLOOR_S, Endpoint, endpoint
-from trajsynth.agents.waiting import watch_reply
+from trajsynth.llm.answered import HEADER as ANSWERED_HEADER
+from trajsynth.llm.endpoints import ADAPTIVE_FLOOR_S, Endpoint, endpoint
+from trajsynth.llm.waiting import watch_reply
 from trajsynth.schemas import (
     AgentRole,
     FunctionCall,
@@ -274,7 +274,7 @@ class OpenAILLMClient:
         if not config.base_url:
             raise InputError(
                 "LLMConfig.base_url is not set: start the embedded server "
-                "(trajsynth.agents.embedded.EmbeddedLLMServer, or open_llm_client) first"
+                "(trajsynth.llm.embedded.EmbeddedLLMServer, or open_llm_client) first"
             )
         self.config = config
         self._api_key = api_key
@@ -491,7 +491,7 @@ class OpenAILLMClient:
             )
             last: BaseException | None = None
             # one id for every try: a try the server already answered is answered from its
-            # record, not computed again (agents.answered)
+            # record, not computed again (llm.answered)
             request_id = uuid.uuid4().hex
             began = time.perf_counter()  # the call's cost includes the retries' waits
             timeouts: list[float] = []
@@ -617,7 +617,7 @@ async def open_llm_client(
     """
     async with contextlib.AsyncExitStack() as stack:
         if not config.base_url:
-            from trajsynth.agents.embedded import EmbeddedLLMServer, take_launched
+            from trajsynth.llm.embedded import EmbeddedLLMServer, take_launched
 
             settings = (config.model, config.embedded_ctx, config.embedded_deterministic)
             server = take_launched(*settings) or EmbeddedLLMServer(
