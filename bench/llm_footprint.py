@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # fakes.
 try:
     from trajsynth.llm.client import OpenAILLMClient
 except ImportError:  # an old checkout (the figures before a change) keeps the client in agents/
-    from trajsynth.agents.llm import OpenAILLMClient  # type: ignore[no-redef]
+    from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.mcp_servers.registry import get_cluster  # noqa: E402
 from trajsynth.schemas import AgentRole, LLMConfig, LLMError, Message, MessageRole  # noqa: E402
 
@@ -167,7 +167,7 @@ def footprint(args: argparse.Namespace) -> None:
     try:
         from trajsynth.llm.embedded import EmbeddedLLMServer
     except ImportError:  # an old checkout keeps the embedded server in agents/
-        from trajsynth.agents.embedded import EmbeddedLLMServer  # type: ignore[no-redef]
+        from trajsynth.agents.embedded import EmbeddedLLMServer
 
     options: dict[str, Any] = {"n_ctx": args.ctx}
     if "cache_mb" in inspect.signature(EmbeddedLLMServer).parameters:
@@ -239,7 +239,7 @@ def duplicates(args: argparse.Namespace) -> None:
             try:
                 from trajsynth.llm.endpoints import register_endpoint
             except ImportError:  # an old checkout keeps it in agents/
-                from trajsynth.agents.endpoints import register_endpoint  # type: ignore[no-redef]
+                from trajsynth.agents.endpoints import register_endpoint
 
             register_endpoint(server.base_url, slots=1)
         except ImportError:  # before endpoints existed

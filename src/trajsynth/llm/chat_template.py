@@ -143,8 +143,9 @@ def _as_dict(item: Any) -> dict[str, Any]:
     if isinstance(item, Mapping):
         return dict(item)
     to_openai = getattr(item, "to_openai", None)
-    if callable(to_openai):
-        return dict(to_openai())
+    converted = to_openai() if callable(to_openai) else None
+    if isinstance(converted, Mapping):
+        return dict(converted)
     raise TypeError(f"expected a dict or a record with to_openai(), got {type(item).__name__}")
 
 

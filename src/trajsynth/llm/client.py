@@ -56,7 +56,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 import diskcache
 import httpx
@@ -590,12 +590,14 @@ class OpenAILLMClient:
         blob = self._cache.get(key)
         if blob is None:
             return None
-        try:
-            return ChatResult.model_validate_json(blob)
-        except ValidationError:
-            log.warning("dropping unreadable cache entry %s", key[:12])
-            self._cache.delete(key)
-            return None
+        if isinstance(blob, str | bytes):  # what _cache_put writes
+            try:
+                return ChatResult.model_validate_json(blob)
+            except ValidationError:
+                pass
+        log.warning("dropping unreadable cache entry %s", key[:12])
+        self._cache.delete(key)
+        return None
 
     def _cache_put(self, key: str, result: ChatResult) -> None:
         if self._cache is not None:
@@ -669,7 +671,9 @@ async def _within(seconds: float, call: Any, base_url: str) -> Any:
         async with asyncio.timeout(seconds + 1.0):
             return await call
     except TimeoutError:
-        request = httpx.Request("POST", f"{base_url.rstrip('/')}/chat/completions")
+        # the SDK types this as its own httpx's Request (httpx2 in openai 3, httpx before);
+        # the error only keeps it for the reader (method and URL), which any Request has
+        request: Any = httpx.Request("POST", f"{base_url.rstrip('/')}/chat/completions")
         raise openai.APITimeoutError(request=request) from None
 
 
@@ -814,8 +818,8 @@ def _content_text(content: Any) -> str | None:
     if content is None:
         return None
     if isinstance(content, list):  # content parts
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        if all(isinstance(t, str) for t in parts) and len(parts) == len(content):
+        parts = [t for p in content if isinstance(p, dict) and isinstance(t := p.get("text"), str)]
+        if len(parts) == len(content):  # every part a text part
             return _clean("".join(parts))
     return _as_text(content)
 
@@ -976,7 +980,7 @@ def _parse_choice(choice: dict[str, Any], *, tools_sent: bool, salt: str = "") -
     )
 
 
-def _is_logprob(value: Any) -> bool:
+def _is_logprob(value: Any) -> TypeGuard[float]:
     """Whether ``value`` can be a logprob: a number in ``[_LOGPROB_FLOOR, 0]``."""
     return (
         isinstance(value, int | float)
