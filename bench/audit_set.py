@@ -34,8 +34,8 @@ from typing import Any
 
 from trajsynth.agents.admission import ACTOR_PARAM
 from trajsynth.agents.gold import GoldPolicy, _chat, gold_demonstration, template_answer
-from trajsynth.agents.llm import ChatResult
 from trajsynth.curation.verify import extract_numbers, state_diff
+from trajsynth.llm.client import ChatResult
 from trajsynth.schemas import (
     AgentRole,
     Blueprint,

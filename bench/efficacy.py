@@ -348,7 +348,7 @@ def as_row(t: Trajectory, passed: bool) -> SFTRow:
 def renderable(rows: list[SFTRow], tokenizer: Any) -> tuple[list[SFTRow], list[int]]:
     """Rows the chat template renders (a call the model wrote as broken JSON is no SFT row;
     the export refuses it too) and their assistant tokens."""
-    from trajsynth.training.chat_template import RenderError
+    from trajsynth.llm.chat_template import RenderError
 
     kept, tokens = [], []
     for row in rows:
@@ -543,9 +543,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from trajsynth.agents.heldout import plan_eval_tasks
     from trajsynth.flows.lineage import model_lineage, read_blueprints
     from trajsynth.flows.units import _blueprint_row
+    from trajsynth.llm.chat_template import load_tokenizer
     from trajsynth.mcp_servers.registry import get_cluster
     from trajsynth.schemas import SandboxKind
-    from trajsynth.training.chat_template import load_tokenizer
     from trajsynth.training.eval import compare, summarize
     from trajsynth.training.splits import check_no_leakage, task_key
 

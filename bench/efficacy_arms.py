@@ -4,7 +4,7 @@ Pure functions over SFT rows (``schemas.SFTRow``) and trajectories, so the arms'
 tested without a model (tests/bench/test_efficacy_arms.py):
 
 * ``assistant_tokens``: the tokens the SFT loss trains on (the assistant mask of the chat
-  template ``training.chat_template.render`` gives the trainer), per row;
+  template ``llm.chat_template.render`` gives the trainer), per row;
 * ``take_budget``: rows drawn at random (seeded) until an assistant-token budget is spent, so
   every arm trains on the same number of loss tokens, whatever its rows' lengths;
 * ``swap_values``: the format control. Each trajectory's tool-call argument values are
@@ -39,7 +39,7 @@ __all__ = [
 
 def assistant_tokens(rows: Sequence[SFTRow], tokenizer: Any) -> list[int]:
     """Loss tokens of each row: the assistant mask's ones under the training template."""
-    from trajsynth.training.chat_template import render
+    from trajsynth.llm.chat_template import render
 
     out = []
     for row in rows:

@@ -102,7 +102,7 @@ def main() -> None:
     opts = parser.parse_args()
 
     from trajsynth.export import export_dataset, render_rows, rl_rows, sft_rows
-    from trajsynth.training.chat_template import load_tokenizer
+    from trajsynth.llm.chat_template import load_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

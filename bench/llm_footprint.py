@@ -41,12 +41,15 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # fakes.llm_server
 
-from trajsynth.agents.llm import OpenAILLMClient  # noqa: E402
+try:
+    from trajsynth.llm.client import OpenAILLMClient
+except ImportError:  # an old checkout (the figures before a change) keeps the client in agents/
+    from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.mcp_servers.registry import get_cluster  # noqa: E402
 from trajsynth.schemas import AgentRole, LLMConfig, LLMError, Message, MessageRole  # noqa: E402
 
 TARGET_RSS_MB = 1024
-COMPUTED_MARK = "trajsynth-chat-computed"  # chatml_tools.COMPUTED_MARK (absent before it)
+COMPUTED_MARK = "trajsynth-chat-computed"  # chat_handler.COMPUTED_MARK (absent before it)
 
 
 def _rss_mb(pid: int) -> float:
@@ -161,7 +164,10 @@ async def _footprint_workload(server: Any, args: argparse.Namespace) -> dict[str
 
 
 def footprint(args: argparse.Namespace) -> None:
-    from trajsynth.agents.embedded import EmbeddedLLMServer
+    try:
+        from trajsynth.llm.embedded import EmbeddedLLMServer
+    except ImportError:  # an old checkout keeps the embedded server in agents/
+        from trajsynth.agents.embedded import EmbeddedLLMServer
 
     options: dict[str, Any] = {"n_ctx": args.ctx}
     if "cache_mb" in inspect.signature(EmbeddedLLMServer).parameters:
@@ -229,11 +235,14 @@ def duplicates(args: argparse.Namespace) -> None:
     from fakes.llm_server import FakeLLMServer
 
     with FakeLLMServer(delay_s=args.delay, slots=1) as server:
-        try:  # a server this process runs declares its one slot (agents.embedded does)
-            from trajsynth.agents.endpoints import register_endpoint
+        try:  # a server this process runs declares its one slot (llm.embedded does)
+            try:
+                from trajsynth.llm.endpoints import register_endpoint
+            except ImportError:  # an old checkout keeps it in agents/
+                from trajsynth.agents.endpoints import register_endpoint
 
             register_endpoint(server.base_url, slots=1)
-        except ImportError:  # before agents.endpoints existed
+        except ImportError:  # before endpoints existed
             pass
         counter = {"sent": 0}
         results: list[Any] = []

@@ -45,7 +45,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from trajsynth.agents.embedded import EmbeddedLLMServer, free_port
+from trajsynth.llm.embedded import EmbeddedLLMServer, free_port
 
 TARGET_FIRST_REQUEST_S = 10.0
 TARGET_OUTSIDE_SHARE = 0.05

@@ -31,8 +31,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from trajsynth.agents.embedded import EmbeddedLLMServer  # noqa: E402
-from trajsynth.agents.llm import OpenAILLMClient  # noqa: E402
+from trajsynth.llm.client import OpenAILLMClient  # noqa: E402
+from trajsynth.llm.embedded import EmbeddedLLMServer  # noqa: E402
 from trajsynth.schemas import (  # noqa: E402
     AgentRole,
     FunctionCall,

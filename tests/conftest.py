@@ -164,7 +164,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _endpoints_start_alive() -> None:
     """Each test starts with no endpoint counted dead: tests share fake base URLs, and the
-    requests one test gives up on must not fail another's at once (agents.endpoints)."""
-    from trajsynth.agents.endpoints import forget_faults
+    requests one test gives up on must not fail another's at once (llm.endpoints)."""
+    from trajsynth.llm.endpoints import forget_faults
 
     forget_faults()

@@ -7,8 +7,8 @@ import httpx
 from fakes.llm import ScriptedLLM, tool_call
 
 from trajsynth.agents.argfill import FILL_TOOL, fill_slots, fillable_slots, unfilled
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.paths import PlannedPath
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.schemas import (
     Difficulty,
     Domain,

@@ -15,10 +15,10 @@ from fakes.shop import InProcessShop, plan_shop_task
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.context import fit_tools, shown_tools, tool_budget, tool_tokens
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.rollout import run_episode
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.schemas import (
     AnswerContains,
     Blueprint,

@@ -20,13 +20,13 @@ from fakes.llm import ScriptedLLM, http_error, say, tool_call
 from fakes.llm_server import OVERFLOW_ANSWERS, FakeLLMServer
 from fakes.shop import InProcessShop, plan_shop_task
 
-from trajsynth.agents import llm as llm_module
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.llm import OpenAILLMClient, context_overflow
 from trajsynth.agents.rollout import Episode, EpisodeResult, run_episode
 from trajsynth.agents.tree import grow_tree
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
+from trajsynth.llm import client as llm_module
+from trajsynth.llm.client import OpenAILLMClient, context_overflow
 from trajsynth.schemas import (
     AgentRole,
     Blueprint,

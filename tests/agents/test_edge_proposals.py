@@ -9,7 +9,7 @@ import pytest
 from fakes.llm import ScriptedLLM, say, tool_call
 
 from trajsynth.agents.edge_proposals import PROPOSE_TOOL, propose_edges
-from trajsynth.agents.llm import OpenAILLMClient
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.schemas import EdgeProposal, LLMConfig, ToolSpec
 
 
@@ -107,7 +107,7 @@ async def test_the_embedded_model_answers_under_the_schema() -> None:
     import json
 
     from trajsynth.agents.edge_proposals import parse_proposals, proposal_request
-    from trajsynth.agents.llm import open_llm_client
+    from trajsynth.llm.client import open_llm_client
     from trajsynth.schemas import AgentRole
 
     messages, tool = proposal_request(TICKETS)

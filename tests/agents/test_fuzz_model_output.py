@@ -31,10 +31,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.llm import ChatResult, OpenAILLMClient
 from trajsynth.agents.rollout import Episode, act, leaf_trajectory, opening_path, path_nodes
 from trajsynth.agents.tree import _action_key, _sibling_key
 from trajsynth.agents.user_sim import UserSimulator
+from trajsynth.llm.client import ChatResult, OpenAILLMClient
 from trajsynth.schemas import (
     AgentRole,
     Blueprint,

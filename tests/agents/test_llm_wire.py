@@ -20,10 +20,10 @@ from fakes.shop import InProcessShop, plan_shop_task
 from pydantic import ValidationError
 
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.rollout import Episode, run_episode
 from trajsynth.agents.tree import grow_tree
 from trajsynth.agents.user_sim import UserSimulator
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.schemas import (
     Blueprint,
     Budgets,

@@ -12,8 +12,8 @@ from fakes.llm import ScriptedLLM, say
 from fakes.llm_server import FakeLLMServer
 
 from trajsynth.agents.judge import judge
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.model_judge import judge_trajectories, judge_trajectory, read_score
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.schemas import (
     Blueprint,
     CallPattern,
@@ -174,7 +174,7 @@ async def test_against_the_fake_llm_server_over_http(fake_server: FakeLLMServer)
 async def test_against_the_embedded_llama_cpp_server() -> None:
     """The real embedded SmolLM2 as the judge: a request it answers in words, stored with
     the score it gave or none (a 135M model rarely follows the format)."""
-    from trajsynth.agents.embedded import EmbeddedLLMServer
+    from trajsynth.llm.embedded import EmbeddedLLMServer
 
     with EmbeddedLLMServer(startup_timeout_s=300) as server:
         config = LLMConfig(base_url=server.base_url, max_tokens=48, timeout_s=300)

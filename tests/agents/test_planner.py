@@ -21,7 +21,6 @@ from fakes.inprocess_env import InProcessEnvironment
 from fakes.llm import ScriptedLLM, say, tool_call
 
 from trajsynth.agents.gold import gold_demonstration
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.paths import PlannedPath
 from trajsynth.agents.planner import (
     Planner,
@@ -33,6 +32,7 @@ from trajsynth.agents.planner import (
 )
 from trajsynth.curation.constraint_lint import DO_NOTHING_PASSES, NO_OUTCOME
 from trajsynth.curation.verify import verify
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.environment import ToolResult
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import (
@@ -352,7 +352,7 @@ async def test_plan_in_a_docker_sandbox_matches_the_in_process_plan(tmp_path: Pa
 @pytest.mark.llm
 async def test_the_embedded_model_plans_an_easy_task(tmp_path: Path) -> None:
     """SmolLM2-135M rarely writes valid JSON: whatever it writes, a checked blueprint comes out."""
-    from trajsynth.agents.llm import open_llm_client
+    from trajsynth.llm.client import open_llm_client
 
     cluster = _only(SHOP, "search_products")
     async with open_llm_client(LLMConfig(max_tokens=128)) as llm:

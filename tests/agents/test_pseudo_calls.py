@@ -24,10 +24,10 @@ from fakes.store_rows import RUN, write_round
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.judge import judge_episode
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.rollout import run_episode
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.export import EmptySelectionError, sft_rows
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.schemas import Blueprint, Budgets, LLMConfig
 from trajsynth.store import Store
 

@@ -14,10 +14,10 @@ from fakes.llm import ScriptedLLM, say, tool_call
 from fakes.shop import plan_shop_task
 
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.rollout import EpisodeResult, run_episode
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.environment import Environment
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.sandboxes import LocalSandbox

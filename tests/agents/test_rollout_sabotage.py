@@ -12,10 +12,10 @@ from fakes.llm import ScriptedLLM, tool_call
 from fakes.shop import InProcessShop, plan_shop_task
 
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.rollout import run_episode
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.environment import ToolResult
 from trajsynth.mcp_servers.tool_calls import SERVER_KILLED
 from trajsynth.schemas import Budgets, FailureClass, LLMConfig, Termination

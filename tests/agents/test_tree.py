@@ -19,10 +19,10 @@ from fakes.shop import InProcessShop, plan_shop_task
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.judge import judge, leaf_outcome
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.rollout import Episode
 from trajsynth.agents.tree import TreeLeaf, grow_tree, node_values
 from trajsynth.agents.user_sim import UserSimulator
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.schemas import (
     Blueprint,
     Budgets,

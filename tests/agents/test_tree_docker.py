@@ -11,10 +11,10 @@ import pytest
 from fakes.llm import ScriptedLLM, say, tool_call
 
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.rollout import Episode
 from trajsynth.agents.tree import grow_tree
 from trajsynth.agents.user_sim import UserSimulator
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import (

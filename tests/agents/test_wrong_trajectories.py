@@ -30,11 +30,11 @@ from fakes.strangers import (
 from trajsynth.agents.argfill import FILL_TOOL
 from trajsynth.agents.constraints import derive_constraints
 from trajsynth.agents.gold import GoldFailure, run_gold_path
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.agents.mutants import lint_by_mutation
 from trajsynth.agents.planner import Planner, accepted_attempt, plan_blueprint
 from trajsynth.curation.verify import verify
 from trajsynth.flows.units import _blueprint_row
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.readback import with_readbacks
 from trajsynth.schemas import (
     Blueprint,

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from trajsynth.agents.embedded import free_port, gguf_path
+from trajsynth.llm.embedded import free_port, gguf_path
 from trajsynth.store import Store
 
 pytestmark = [pytest.mark.llm, pytest.mark.slow]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trajsynth.agents.embedded import free_port
+from trajsynth.llm.embedded import free_port
 
 
 @pytest.mark.slow

@@ -17,8 +17,8 @@ import pytest
 from fakes.cli import SynthRunner
 from fakes.llm_server import FakeLLMServer
 
-from trajsynth.agents.embedded import free_port
 from trajsynth.cli.endpoint_check import _reachable, check_endpoint
+from trajsynth.llm.embedded import free_port
 
 ORDER = ["reachable", "chat", "tool calls", "tool_choice", "logprobs", "n", "max_tokens"]
 

@@ -18,8 +18,8 @@ from trajsynth.export import (
     sft_rows,
 )
 from trajsynth.export.records import message_dict
+from trajsynth.llm.chat_template import load_tokenizer, render
 from trajsynth.store import Store
-from trajsynth.training.chat_template import load_tokenizer, render
 
 
 @pytest.fixture(scope="module")

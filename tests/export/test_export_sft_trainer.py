@@ -9,7 +9,7 @@ import pytest
 from fakes.export_store import export_store
 
 from trajsynth.export import export_sft
-from trajsynth.training.chat_template import load_tokenizer, render
+from trajsynth.llm.chat_template import load_tokenizer, render
 from trajsynth.training.models_io import load_base_model
 
 

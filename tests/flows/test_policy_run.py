@@ -156,7 +156,7 @@ def test_a_path_that_is_not_a_model_is_one_line_and_exit_2(tmp_path: Path) -> No
 @pytest.mark.llm
 @pytest.mark.docker
 def test_synth_run_with_the_embedded_gguf_copy_as_policy(tmp_path: Path) -> None:
-    from trajsynth.training.chat_template import default_gguf_path
+    from trajsynth.llm.chat_template import default_gguf_path
 
     gguf = tmp_path / "policy" / "tuned.gguf"
     gguf.parent.mkdir()

@@ -1,5 +1,5 @@
 """A request that waits for its reply shows up in the progress display as a `waiting` event
-(the listener `progress_sink` installs for `agents.waiting`), from the request's own loop."""
+(the listener `progress_sink` installs for `llm.waiting`), from the request's own loop."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import socket
 
 import pytest
 
-from trajsynth.agents import waiting
-from trajsynth.agents.llm import OpenAILLMClient
 from trajsynth.flows.progress import progress_sink
+from trajsynth.llm import waiting
+from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.schemas import AgentRole, LLMConfig, LLMError, Message, MessageRole
 
 

@@ -238,7 +238,7 @@ def test_sigterm_or_ctrl_c_stops_at_once_then_rerun_matches(
 # --------------------------------------------------------------------- the embedded model
 
 # small enough for three runs on two busy cores; evaluated from an empty context per request
-# (agents.chatml_tools), the seeded answers do not depend on what the server computed before
+# (llm.chat_handler), the seeded answers do not depend on what the server computed before
 EMBEDDED = ["--tasks", "2", "--samples", "2", "--seed", "5"]
 EMBEDDED_ENV = {"SYNTH_LLM__EMBEDDED_DETERMINISTIC": "true", "SYNTH_RUN__MAX_TURNS": "2"}
 
@@ -283,7 +283,7 @@ def test_sigkill_then_rerun_on_the_embedded_model_matches_an_uninterrupted_run(
     finally:
         proc.kill()  # the synth process alone, as `kill -9 PID` does
         proc.wait(timeout=30)
-    assert any("chatml_tools" in " ".join(p.cmdline()) for p in left), "no embedded server"
+    assert any("llm.chat_handler" in " ".join(p.cmdline()) for p in left), "no embedded server"
     _, alive = psutil.wait_procs(left, timeout=60)
     assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 

@@ -93,7 +93,7 @@ def test_an_exception_of_no_class_is_recorded_as_error() -> None:
 
 def test_embedded_ctx_from_synth_toml_is_the_context_rollouts_fit_tools_into(tmp_path) -> None:
     """``[llm] embedded_ctx`` in synth.toml reaches the run's config (the embedded server is
-    started with it, ``agents.llm.open_llm_client``) and the units' tool fitting; an
+    started with it, ``llm.client.open_llm_client``) and the units' tool fitting; an
     endpoint's context is not known, so its tools are all shown."""
     toml = tmp_path / "synth.toml"
     toml.write_text("[llm]\nembedded_ctx = 8192\n")

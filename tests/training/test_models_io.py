@@ -57,7 +57,7 @@ def test_a_gguf_is_read_once_then_loaded_from_its_saved_copy(
     import torch
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
-    from trajsynth.training.chat_template import default_gguf_path
+    from trajsynth.llm.chat_template import default_gguf_path
 
     gguf = default_gguf_path()
     first = models_io.load_gguf_model(gguf, cache_dir=tmp_path)

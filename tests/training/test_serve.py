@@ -78,7 +78,7 @@ def test_an_exported_policy_is_served_in_the_layout_it_was_trained_in(hf_model: 
     from gguf import GGUFReader
 
     from trajsynth.agents.policy import serve_policy
-    from trajsynth.agents.tool_template import TOOL_CALL_JSON, TOOL_CHAT_TEMPLATE, TOOL_FORMAT_KEY
+    from trajsynth.llm.tool_template import TOOL_CALL_JSON, TOOL_CHAT_TEMPLATE, TOOL_FORMAT_KEY
     from trajsynth.training.serve import policy_gguf
 
     gguf = policy_gguf(hf_model)

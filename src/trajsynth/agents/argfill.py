@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from trajsynth.agents.function_call import call_function
-from trajsynth.agents.llm import LLMClient
 from trajsynth.agents.paths import PlannedPath
+from trajsynth.llm.client import LLMClient
 from trajsynth.mcp_servers.arguments import fits_schema, is_placeholder
 from trajsynth.schemas import LLMUsage, Message, MessageRole, SlotArg, ToolCluster
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trajsynth.agents.function_call import call_function
-from trajsynth.agents.llm import LLMClient
+from trajsynth.llm.client import LLMClient
 from trajsynth.schemas import EdgeProposal, Message, MessageRole, ToolSpec
 
 __all__ = [

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from trajsynth.agents.llm import ChatResult, LLMClient
+from trajsynth.llm.client import ChatResult, LLMClient
 from trajsynth.schemas import AgentRole, JsonValue, Message
 
 __all__ = ["call_function", "function_arguments"]

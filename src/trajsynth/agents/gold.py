@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from pydantic import Field
 
-from trajsynth.agents.llm import ChatResult, LLMClient
 from trajsynth.curation.verify import observed_reading
+from trajsynth.llm.client import ChatResult, LLMClient
 from trajsynth.schemas import (
     AgentRole,
     AnswerContains,

@@ -19,12 +19,12 @@ from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.cells import sample_cells
 from trajsynth.agents.context import shown_tools
 from trajsynth.agents.gold import TemplateUser
-from trajsynth.agents.llm import LLMClient
 from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.agents.policy import RoleRoutedLLM
 from trajsynth.agents.rollout import run_episode
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
+from trajsynth.llm.client import LLMClient
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.schemas import (
     Blueprint,

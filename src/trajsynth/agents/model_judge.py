@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Sequence
 
-from trajsynth.agents.llm import LLMClient
+from trajsynth.llm.client import LLMClient
 from trajsynth.schemas import (
     AgentRole,
     InfraError,

@@ -41,7 +41,6 @@ from trajsynth.agents.gold import (
     observation_value,
     run_gold_path,
 )
-from trajsynth.agents.llm import LLMClient
 from trajsynth.agents.mutants import lint_by_mutation
 from trajsynth.agents.paths import PlannedPath, Rejection, sample_path
 from trajsynth.agents.words import (
@@ -57,6 +56,7 @@ from trajsynth.agents.words import (
 )
 from trajsynth.curation.canon import leaf_paths, parse_json_maybe, value_at
 from trajsynth.curation.constraint_lint import lint_constraints
+from trajsynth.llm.client import LLMClient
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.graph import dependency_graph
 from trajsynth.sandboxes.pool import SandboxPool

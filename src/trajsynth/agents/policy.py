@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from trajsynth.agents.llm import ChatResult, LLMClient, OpenAILLMClient
+from trajsynth.llm.client import ChatResult, LLMClient, OpenAILLMClient
 from trajsynth.schemas import AgentRole, InputError, LLMConfig, Message
 
 __all__ = ["RoleRoutedLLM", "serve_policy"]
@@ -42,7 +42,7 @@ async def serve_policy(
     gguf: str | Path, llm: LLMConfig, *, startup_timeout_s: float = 180.0
 ) -> AsyncIterator[OpenAILLMClient]:
     """An LLM client for the policy GGUF at ``gguf`` on its own embedded llama.cpp server."""
-    from trajsynth.agents.embedded import EmbeddedLLMServer
+    from trajsynth.llm.embedded import EmbeddedLLMServer
 
     path = Path(gguf)
     if not (path.is_file() and path.suffix == ".gguf"):

@@ -19,7 +19,6 @@ from pydantic import JsonValue
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.entropy import step_uncertainty
-from trajsynth.agents.llm import ChatResult, LLMClient, context_overflow
 from trajsynth.agents.user_sim import (
     UserReply,
     UserSimulator,
@@ -27,6 +26,7 @@ from trajsynth.agents.user_sim import (
     goal_looks_met,
     scripted_user_turn,
 )
+from trajsynth.llm.client import ChatResult, LLMClient, context_overflow
 from trajsynth.mcp_servers.readback import with_readbacks
 from trajsynth.mcp_servers.tool_calls import (
     SERVER_KILLED,

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajsynth.agents.entropy import candidate_disagreement, step_uncertainty
-from trajsynth.agents.llm import ChatResult
 from trajsynth.agents.rollout import (
     Episode,
     PathState,
@@ -43,6 +42,7 @@ from trajsynth.agents.rollout import (
     root_node,
 )
 from trajsynth.curation.signals import compute_signals
+from trajsynth.llm.client import ChatResult
 from trajsynth.schemas import (
     EnvState,
     InfraError,

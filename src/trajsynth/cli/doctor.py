@@ -61,7 +61,7 @@ def _local_sandbox(settings: Settings) -> tuple[bool, str]:
 
 
 def _embedded_files() -> tuple[bool, str]:
-    from trajsynth.agents.embedded import embedded_available
+    from trajsynth.llm.embedded import embedded_available
 
     return embedded_available()
 
@@ -79,7 +79,7 @@ def _llm_endpoint(settings: Settings, start_embedded: bool) -> tuple[bool, str]:
         return resp.status_code < 400, f"{settings.run.llm.base_url}: HTTP {resp.status_code}"
     if not start_embedded:
         return True, "embedded server (not started: --quick)"
-    from trajsynth.agents.embedded import EmbeddedLLMServer
+    from trajsynth.llm.embedded import EmbeddedLLMServer
 
     with EmbeddedLLMServer(n_ctx=settings.run.llm.embedded_ctx) as server:
         resp = httpx.get(server.base_url.rstrip("/") + "/models", timeout=10)

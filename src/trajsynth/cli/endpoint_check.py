@@ -1,6 +1,6 @@
 """`synth doctor --base-url URL --model M`: what one OpenAI-compatible endpoint can do for a run.
 
-Each check sends what a run sends (the same client, ``agents.llm``, so the same request
+Each check sends what a run sends (the same client, ``llm.client``, so the same request
 body) and reads the answer as a run reads it. A check names what the run does about a gap,
 not only that there is one. The checks, in order:
 
@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from trajsynth.agents.llm import ChatResult, OpenAILLMClient
+from trajsynth.llm.client import ChatResult, OpenAILLMClient
 from trajsynth.schemas import AgentRole, LLMConfig, LLMError, Message, MessageRole
 
 __all__ = ["EndpointCheck", "check_endpoint"]

@@ -30,9 +30,10 @@ from trajsynth.cli.commands import sft as sft_cmd
 from trajsynth.cli.commands import stats as stats_cmd
 from trajsynth.cli.commands import topo as topo_cmd
 from trajsynth.cli.commands import train as train_cmd
+from trajsynth.cli.context import current_settings, use_config
 from trajsynth.cli.logs import configure as configure_logs
 from trajsynth.cli.options import JsonOpt, StoreOpt, print_json, store_path_or_default
-from trajsynth.cli.settings import DEFAULT_CONFIG_FILE, Settings, default_toml, load_settings
+from trajsynth.cli.settings import DEFAULT_CONFIG_FILE, default_toml
 from trajsynth.cli.tables import Table
 from trajsynth.schemas import InputError, RolloutMode, TrajsynthError
 from trajsynth.store import TABLES, Store
@@ -72,10 +73,6 @@ ConfigOpt = Annotated[
 ]
 
 
-class _State:
-    config: Path | None = None
-
-
 @app.callback()
 def _main(
     config: ConfigOpt = None,
@@ -86,11 +83,7 @@ def _main(
     # Prefect logs every failed unit's traceback; a run records failures and sums them up
     # itself, so Prefect speaks only when asked (-v)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING" if verbose else "CRITICAL")
-    _State.config = config
-
-
-def settings() -> Settings:
-    return load_settings(_State.config)
+    use_config(config)
 
 
 @app.command()
@@ -125,7 +118,7 @@ def doctor(
     """Check every real part; exit 0 only when all that this configuration needs are OK.
 
     With --base-url, check that one endpoint instead (docs/endpoints.md)."""
-    loaded = settings()
+    loaded = current_settings()
     if base_url is not None:
         from trajsynth.cli.endpoint_check import check_endpoint
 
@@ -373,7 +366,7 @@ def run(
     """Synthesise, verify and store trajectories (a Prefect flow, ephemeral mode)."""
     from trajsynth.cli.run_command import run_and_report
 
-    loaded = settings()
+    loaded = current_settings()
     if store_path is not None:
         loaded = loaded.model_copy(update={"store_path": store_path})
     config = loaded.run_config(

@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
+from trajsynth.cli.context import current_settings
+
 __all__ = ["JsonOpt", "StoreOpt", "print_json", "store_path_or_default"]
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
@@ -27,6 +29,4 @@ def store_path_or_default(store_path: Path | None) -> Path:
     """``--store`` when given, else the settings' store."""
     if store_path is not None:
         return store_path
-    from trajsynth.cli import main as cli  # the CLI mounts the command modules: import it late
-
-    return cli.settings().store_path
+    return current_settings().store_path

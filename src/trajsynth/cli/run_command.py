@@ -165,7 +165,7 @@ def _run(
 
     start_api()  # overlaps the imports below; wait_api() reports a start that fails
     if not config.llm.base_url:  # the embedded model loads meanwhile too (the flow takes it)
-        from trajsynth.agents.embedded import launch_early
+        from trajsynth.llm.embedded import launch_early
 
         launch_early(config.llm.model, config.llm.embedded_ctx, config.llm.embedded_deterministic)
     from trajsynth.flows.build import build_dataset, run_id_for

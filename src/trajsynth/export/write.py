@@ -1,7 +1,7 @@
 """``export_sft``, ``export_rl`` and ``export_dataset``: the store's selections as datasets.
 
 docs/design.md §11. Every SFT row is rendered through the tool-aware chat template
-(``training.chat_template``) with SmolLM2's tokenizer before anything is written; a row
+(``llm.chat_template``) with SmolLM2's tokenizer before anything is written; a row
 that does not render, or has no assistant token to train on, is an ``ExportError`` naming
 it. Output is staged in a hidden folder next to ``out_dir`` and renamed into place at the
 end, so a failed export leaves nothing behind and an existing folder is replaced whole
@@ -79,7 +79,7 @@ def _staged(out_dir: Path) -> Iterator[Path]:
 def render_rows(rows: Sequence[SFTRow], tokenizer: Any | None = None) -> tuple[int, int]:
     """Render every row as TRL will (Parquet-shaped messages, ``tools=``); returns the total
     tokens and assistant tokens. Raises ``ExportError`` naming the first row that fails."""
-    from trajsynth.training.chat_template import RenderError, load_tokenizer, render
+    from trajsynth.llm.chat_template import RenderError, load_tokenizer, render
 
     tok = tokenizer if tokenizer is not None else load_tokenizer()
     n_tokens = n_assistant = 0
@@ -96,7 +96,7 @@ def render_rows(rows: Sequence[SFTRow], tokenizer: Any | None = None) -> tuple[i
 
 def _ship_tokenizer(folder: Path, tokenizer: Any | None) -> list[Path]:
     """The tokenizer and tool-aware chat template, in ``folder/tokenizer``."""
-    from trajsynth.training.chat_template import TOKENIZER_DIR, save_tokenizer_files
+    from trajsynth.llm.chat_template import TOKENIZER_DIR, save_tokenizer_files
 
     return save_tokenizer_files(folder / TOKENIZER_DIR, tokenizer)
 

@@ -21,11 +21,11 @@ from typing import Any
 from prefect import flow
 from pydantic import SecretStr
 
-from trajsynth.agents.endpoints import forget_faults
-from trajsynth.agents.llm import open_llm_client
 from trajsynth.flows.interrupt import rearm
 from trajsynth.flows.stages import _clusters, plan_round, rollout_round
 from trajsynth.flows.units import run_id_for
+from trajsynth.llm.client import open_llm_client
+from trajsynth.llm.endpoints import forget_faults
 from trajsynth.schemas import LLMConfig, RunConfig, SandboxError, SandboxKind, ToolCluster
 from trajsynth.store import Store
 from trajsynth.store.manifest import run_manifest

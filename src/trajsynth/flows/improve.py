@@ -113,7 +113,7 @@ def gold_rows(store: Store, run_id: str, config: RunConfig) -> list[SFTRow]:
 def write_rows(rows: Sequence[SFTRow], folder: Path) -> Path:
     """SFT rows as an export ``synth sft`` reads (Parquet, the tokenizer beside them)."""
     from trajsynth.export import EXPORT_FORMATS
-    from trajsynth.training.chat_template import TOKENIZER_DIR, save_tokenizer_files
+    from trajsynth.llm.chat_template import TOKENIZER_DIR, save_tokenizer_files
 
     folder.mkdir(parents=True, exist_ok=True)
     EXPORT_FORMATS.get("parquet").write_sft(list(rows), folder)

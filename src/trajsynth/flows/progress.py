@@ -18,7 +18,7 @@ The sink is a context variable: Prefect's thread task runner copies the context 
 task, so ticks from task threads reach the same sink (a lock guards the shared count).
 
 An LLM request that has waited more than a few seconds for its reply is a ``waiting`` event
-(``llm_waiting``, the listener ``progress_sink`` installs for ``agents.waiting``): done is
+(``llm_waiting``, the listener ``progress_sink`` installs for ``llm.waiting``): done is
 the seconds waited, the message says who waits, on which try, and when it is retried
 ("waiting for the assistant's reply, 42 s (try 1 of 4; retried at 60 s) from URL"); when
 the reply comes (or the try ends) one more event with an empty message clears it.
@@ -35,7 +35,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajsynth.agents.waiting import Waiting, wait_listener
+from trajsynth.llm.waiting import Waiting, wait_listener
 from trajsynth.schemas import AgentRole, Message
 
 __all__ = [
@@ -107,7 +107,7 @@ def report(stage: str, done: int, total: int, message: str = "") -> None:
 
 
 def llm_waiting(notice: Waiting) -> None:
-    """A request still waiting for its reply (``agents.waiting``), as a ``waiting`` event."""
+    """A request still waiting for its reply (``llm.waiting``), as a ``waiting`` event."""
     report("waiting", round(notice.waited_s), 0, "" if notice.done else notice.line())
 
 

@@ -29,7 +29,6 @@ from trajsynth.agents.judge import (
     judge_tree,
     leaf_outcome,
 )
-from trajsynth.agents.llm import LLMClient, open_llm_client
 from trajsynth.agents.model_judge import judge_trajectories
 from trajsynth.agents.planner import (
     Planner,
@@ -43,6 +42,7 @@ from trajsynth.agents.tree import TreeResult, grow_tree
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.flows.progress import TurnReporter, leaf, unit_leaves
 from trajsynth.flows.redraw import attempt_seed, attempt_unit_id
+from trajsynth.llm.client import LLMClient, open_llm_client
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.sandboxes.pool import SandboxPool, shared_pool
 from trajsynth.schemas import (

@@ -58,7 +58,7 @@ def resolve_model(model: str | Path) -> ModelLocation:
     Raises ``InputError`` naming the path when it is none of these.
     """
     if str(model) == "embedded":
-        from trajsynth.training.chat_template import default_gguf_path
+        from trajsynth.llm.chat_template import default_gguf_path
 
         path = default_gguf_path()
         return ModelLocation(path.parent, path.name)
@@ -108,7 +108,7 @@ def load_gguf_model(path: Path, *, cache_dir: Path | None = DEFAULT_MODEL_CACHE)
     """
     from transformers import AutoModelForCausalLM
 
-    from trajsynth.training.chat_template import gguf_cache_key
+    from trajsynth.llm.chat_template import gguf_cache_key
 
     key = f"{path.stem}-{gguf_cache_key(path)[:16]}"
     saved = cache_dir / key if cache_dir is not None else None
@@ -174,7 +174,7 @@ def load_base_tokenizer(model: str | Path) -> Any:
     """
     where = resolve_model(model)
     if where.is_gguf:
-        from trajsynth.training.chat_template import load_tokenizer
+        from trajsynth.llm.chat_template import load_tokenizer
 
         assert where.gguf_file is not None
         return load_tokenizer(where.folder / where.gguf_file)

@@ -80,7 +80,7 @@ def smoke_config(**overrides: Any) -> TrainConfig:
 
 def _model_location(config: TrainConfig) -> tuple[str, str | None]:
     if config.model == "embedded":
-        from trajsynth.training.chat_template import default_gguf_path
+        from trajsynth.llm.chat_template import default_gguf_path
 
         path = default_gguf_path()
         return str(path.parent), path.name
@@ -90,7 +90,7 @@ def _model_location(config: TrainConfig) -> tuple[str, str | None]:
 def load_tokenizer(config: TrainConfig) -> Any:
     """The tokenizer with a tool-aware chat template that marks assistant turns.
 
-    The embedded model gets the export's template (``training.chat_template``) and TRL's Qwen
+    The embedded model gets the export's template (``llm.chat_template``) and TRL's Qwen
     response parser for its ``<tool_call>`` blocks; another model keeps its own template (TRL
     checks that it supports tools and sets the parser of a template it knows).
     """
@@ -98,8 +98,8 @@ def load_tokenizer(config: TrainConfig) -> Any:
 
     where, gguf = _model_location(config)
     if config.model == "embedded":
-        from trajsynth.training.chat_template import add_response_parser
-        from trajsynth.training.chat_template import load_tokenizer as tool_tokenizer
+        from trajsynth.llm.chat_template import add_response_parser
+        from trajsynth.llm.chat_template import load_tokenizer as tool_tokenizer
 
         return add_response_parser(tool_tokenizer(Path(where) / gguf if gguf else None))
     return (

@@ -5,9 +5,9 @@ llama-cpp-python ships no converter script, so ``export_gguf`` uses the ``gguf``
 every metadata key of the base GGUF (architecture hyper-parameters, the tokenizer) is copied,
 ``general.file_type`` is set to the new type, and each tensor of the base file is replaced by
 the tuned weight of the same name (names mapped with ``gguf.get_tensor_name_map``). The chat
-template is the one the model was trained in (``agents.tool_template.TOOL_CHAT_TEMPLATE``),
+template is the one the model was trained in (``llm.tool_template.TOOL_CHAT_TEMPLATE``),
 and ``trajsynth.tool_format`` names its tool layout, so the embedded server prompts the
-tuned model in it (``agents.chatml_tools.tool_format``). Two details from
+tuned model in it (``llm.chat_handler.tool_format``). Two details from
 ``convert_hf_to_gguf.py``'s ``LlamaModel``:
 
 * ``attn_q``/``attn_k`` are stored with llama.cpp's rotary layout, a per-head permutation of
@@ -73,8 +73,8 @@ def export_gguf(
     import gguf
     import numpy as np
 
-    from trajsynth.agents.tool_template import TOOL_CALL_JSON, TOOL_CHAT_TEMPLATE, TOOL_FORMAT_KEY
-    from trajsynth.training.chat_template import default_gguf_path
+    from trajsynth.llm.chat_template import default_gguf_path
+    from trajsynth.llm.tool_template import TOOL_CALL_JSON, TOOL_CHAT_TEMPLATE, TOOL_FORMAT_KEY
 
     if dtype not in ("f16", "f32"):
         raise InputError(f"GGUF dtype {dtype!r}: one of f16, f32")

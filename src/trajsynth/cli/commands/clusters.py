@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.ids import id_column
 from trajsynth.cli.options import JsonOpt, print_json
 from trajsynth.cli.tables import Table
@@ -71,9 +72,8 @@ ClustersDirOpt = Annotated[
 def _clusters_dir(explicit: Path | None) -> Path:
     if explicit is not None:
         return explicit
-    from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
 
-    return cli.settings().clusters_dir
+    return current_settings().clusters_dir
 
 
 def _server_label(c: ToolCluster) -> str:
@@ -361,9 +361,7 @@ def add(
 
 def _lint_lines(cluster_id: str) -> list[str]:
     """The mutation lint's figures for the cluster's stored blueprints (``synth run``)."""
-    from trajsynth.cli import main as cli
-
-    path = cli.settings().store_path
+    path = current_settings().store_path
     if not path.exists():
         return []
     import duckdb
@@ -404,10 +402,9 @@ def _llm_proposer() -> Proposer:
     """Edge proposals from the run's LLM; its client (and the embedded server, when no URL is
     set) opens inside discovery's event loop, only once the tools are known."""
     from trajsynth.agents.edge_proposals import propose_edges
-    from trajsynth.agents.llm import open_llm_client
-    from trajsynth.cli import main as cli
+    from trajsynth.llm.client import open_llm_client
 
-    config = cli.settings().run.llm
+    config = current_settings().run.llm
 
     async def propose(
         tools: Sequence[ToolSpec], returned: Mapping[str, Sequence[str]]

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.dashboards.server import dashboard_command
 from trajsynth.schemas import InputError
 
@@ -37,9 +38,7 @@ def dashboard(
     writes.
     """
     if store_path is None:
-        from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
-
-        store_path = cli.settings().store_path
+        store_path = current_settings().store_path
     if not 0 < port < 65536:
         raise InputError(f"--port {port} is not a TCP port")
     if importlib.util.find_spec("streamlit") is None:

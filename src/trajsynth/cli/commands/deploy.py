@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.ids import id_column
 from trajsynth.cli.tables import Table
 from trajsynth.schemas import InputError
@@ -35,13 +36,12 @@ NamesOpt = Annotated[
 
 
 def _deployments(project: Path | None, names: list[str] | None) -> list:
-    from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
     from trajsynth.cli.run_command import prefect_environment
 
     prefect_environment()
     from trajsynth.flows.deployments import build_deployments
 
-    return build_deployments(project, cli.settings(), names)
+    return build_deployments(project, current_settings(), names)
 
 
 def _api_url() -> str:

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.options import JsonOpt, print_json
 from trajsynth.cli.tables import Table
 from trajsynth.flows.lineage import ModelLineage, model_lineage
@@ -153,8 +154,8 @@ async def run_eval(
 ) -> tuple[Any, list[Any]]:
     """Serve the policy and evaluate it on ``tasks``; returns (summary, tries)."""
     from trajsynth.agents.heldout import eval_assistant, evaluate
-    from trajsynth.agents.llm import open_llm_client
     from trajsynth.agents.policy import RoleRoutedLLM, serve_policy
+    from trajsynth.llm.client import open_llm_client
     from trajsynth.mcp_servers.registry import get_cluster
     from trajsynth.training.eval import summarize
     from trajsynth.training.serve import policy_gguf
@@ -237,7 +238,6 @@ def eval_policy(
     store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
 ) -> None:
     """Evaluate a policy on held-out tasks in live environments, scored by the verifier."""
-    from trajsynth.cli import main as cli
     from trajsynth.training.eval import summarize
     from trajsynth.training.models_io import resolve_model
     from trajsynth.training.records import eval_row
@@ -250,7 +250,7 @@ def eval_policy(
     if smoke:
         names, tasks, samples = ["shop", "calendar"], 1, 1
         budgets = Budgets(max_turns=3, max_tokens=600)
-    store = Store(store_path or cli.settings().store_path)
+    store = Store(store_path or current_settings().store_path)
     lineage = training_lineage(store, policy, allow_untracked=allow_untracked)
     train_keys = list(lineage.keys)
     if against is not None:
@@ -284,9 +284,9 @@ def eval_policy(
             budgets=budgets,
             sandbox=sandbox,
             template_user=template_user,
-            embedded_ctx=cli.settings().run.llm.embedded_ctx,
+            embedded_ctx=current_settings().run.llm.embedded_ctx,
             distractors=(
-                distractors if distractors is not None else cli.settings().run.llm.distractors
+                distractors if distractors is not None else current_settings().run.llm.distractors
             ),
         )
     )
@@ -381,10 +381,9 @@ def compare_evals(
     as_json: JsonOpt = False,
 ) -> None:
     """Does policy A pass more often than policy B? Two stored evals, paired by task."""
-    from trajsynth.cli import main as cli
     from trajsynth.training.eval import compare
 
-    store = Store(store_path or cli.settings().store_path)
+    store = Store(store_path or current_settings().store_path)
     if not store.path.exists():
         raise InputError(f"no store at {store.path}: run `synth eval` first")
     (row_a, tries_a), (row_b, tries_b) = _stored_tries(store, a), _stored_tries(store, b)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.ids import resolve
 from trajsynth.cli.tables import Table
 from trajsynth.export import (
@@ -106,9 +107,7 @@ def export(
     """Write SFT (messages + tools) and RL (prompt + env + constraints) datasets, a
     README.md dataset card and its plots; every SFT row is checked to render through the
     tool-aware chat template with the assistant turns masked."""
-    from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
-
-    settings = cli.settings()
+    settings = current_settings()
     store = Store(store_path or settings.store_path)
     try:
         report = export_dataset(

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.options import StoreOpt
 from trajsynth.cli.settings import Settings
 from trajsynth.cli.tables import Table
@@ -101,12 +102,11 @@ def improve(
     store_path: StoreOpt = None,
 ) -> None:
     """Expert iteration: synthesize, select, fine-tune, serve the tuned policy, again."""
-    from trajsynth.cli import main as cli
     from trajsynth.cli.run_command import run_and_report
     from trajsynth.flows.improve import expert_iteration, loop_id
     from trajsynth.training.sft import SFTConfig, load_sft_config, smoke_sft
 
-    loaded = cli.settings()
+    loaded = current_settings()
     if store_path is not None:
         loaded = loaded.model_copy(update={"store_path": store_path})
     overrides: dict[str, Any] = {

@@ -12,6 +12,7 @@ import typer
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.ids import id_column
 from trajsynth.cli.tables import Table
 from trajsynth.store import Store
@@ -126,9 +127,7 @@ def runs(
     it); times are UTC.
     """
     if store_path is None:
-        from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
-
-        store_path = cli.settings().store_path
+        store_path = current_settings().store_path
     console = Console()
     rows = list_runs(Store(store_path))
     if as_json:

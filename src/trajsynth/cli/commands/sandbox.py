@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.options import JsonOpt, print_json
 from trajsynth.cli.tables import Table
 from trajsynth.sandboxes import (
@@ -134,13 +135,12 @@ def run(
     """
     import sys
 
-    from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
     from trajsynth.sandboxes import open_sandbox
 
     command = list(ctx.args)
     if not command:
         raise typer.BadParameter("no command: use `synth sandbox run [--kind K] -- CMD ...`")
-    config = cli.settings().run_config()
+    config = current_settings().run_config()
     chosen = kind or config.sandbox
     tool_timeout = config.budgets.tool_timeout_s
     with open_sandbox(chosen, config.sandbox_limits) as sandbox:

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.tables import Table
 from trajsynth.schemas import Blueprint, InputError, SandboxKind, SFTRow, Trajectory, Verdict
 from trajsynth.store import Store
@@ -33,7 +34,7 @@ def write_sft_rows(pairs: Sequence[tuple[Trajectory, Verdict]], folder: Path) ->
     """Trajectories as the SFT export writes them (Parquet with the export's features, and
     the tokenizer beside them), so ``synth sft`` reads them like any export."""
     from trajsynth.export import records
-    from trajsynth.training.chat_template import TOKENIZER_DIR, save_tokenizer_files
+    from trajsynth.llm.chat_template import TOKENIZER_DIR, save_tokenizer_files
 
     rows = [
         SFTRow(
@@ -117,7 +118,6 @@ def sft(
     store_path: Annotated[Path | None, typer.Option("--store", help="DuckDB store")] = None,
 ) -> None:
     """Fine-tune the policy on verified trajectories (TRL SFTTrainer, assistant-only loss)."""
-    from trajsynth.cli import main as cli
     from trajsynth.training.sft import load_sft_config, smoke_sft
     from trajsynth.training.sft import sft as run_sft
 
@@ -137,7 +137,7 @@ def sft(
         cfg = SFTConfig.model_validate(overrides)
     if full:
         cfg = cfg.model_copy(update={"lora": cfg.lora.model_copy(update={"enabled": False})})
-    store = Store(store_path or cli.settings().store_path)
+    store = Store(store_path or current_settings().store_path)
     known: list[Blueprint] = []  # tasks planned here, not in the store (gold demos)
     with tempfile.TemporaryDirectory(prefix="synth-sft-") as tmp:
         if data is not None:

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.ids import id_column, resolve
 from trajsynth.cli.tables import Table
 from trajsynth.curation.entropy import entropy
@@ -284,9 +285,7 @@ def stats(
 ) -> None:
     """The dataset's figures: sizes, pass rates, diversity and topology, per round."""
     if store_path is None:
-        from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
-
-        store_path = cli.settings().store_path
+        store_path = current_settings().store_path
     data = collect_stats(Store(store_path), run)
     if as_json:
         sys.stdout.write(json.dumps(data, default=str, indent=2) + "\n")

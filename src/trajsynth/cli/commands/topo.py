@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from trajsynth.cli.context import current_settings
 from trajsynth.cli.ids import resolve
 from trajsynth.cli.options import JsonOpt, print_json
 from trajsynth.cli.tables import Table
@@ -35,9 +36,7 @@ def topo(
 ) -> None:
     """Write the task's quotient graph as a picture and print its topology metrics."""
     if store_path is None:
-        from trajsynth.cli import main as cli  # the CLI mounts this module: import it late
-
-        store_path = cli.settings().store_path
+        store_path = current_settings().store_path
     store = Store(store_path)
     task_id = resolve(store, "task", task_id)
     trajectories, verdicts, write_tools, hidden = load_task(store, task_id)

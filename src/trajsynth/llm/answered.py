@@ -2,11 +2,11 @@
 
 A client that stops waiting for a request (its timeout) has the embedded server restarted
 before it retries, so that llama.cpp does not go on computing the abandoned request while the
-retry waits (``agents.endpoints``). A request that finished just before the restart reached
+retry waits (``llm.endpoints``). A request that finished just before the restart reached
 it was computed, and its answer was lost with the process: the retry computed it again,
 and on a one-slot server that doubled the wait. Now every request carries
 ``X-Trajsynth-Request: <id>``, the same id on
-each of its tries (``agents.llm``), and :class:`AnsweredRequests`, an ASGI middleware around
+each of its tries (``llm.client``), and :class:`AnsweredRequests`, an ASGI middleware around
 llama-cpp-python's app, writes each answer to a folder the server's owner keeps
 (``EmbeddedLLMServer``) before sending it. A try whose id is in the folder gets the recorded
 answer and computes nothing, whichever process (the first server or its restart) computed it.

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from trajsynth.agents import endpoints
-from trajsynth.agents.embedded import EmbeddedLLMServer
-from trajsynth.agents.llm import OpenAILLMClient
+from trajsynth.llm import endpoints
+from trajsynth.llm.client import OpenAILLMClient
+from trajsynth.llm.embedded import EmbeddedLLMServer
 from trajsynth.schemas import AgentRole, LLMConfig, LLMError, Message, MessageRole, ToolCall
 
 pytestmark = [pytest.mark.llm, pytest.mark.slow]
@@ -93,7 +93,7 @@ async def test_a_request_given_up_on_is_never_computed(
             assert server.restarts in ([], ["timeout"])
             # a first try that ends within the restart's latency of its 0.2 s deadline (a 7-token
             # answer in 0.21 s, seen in CI) was computed before the kill reached it: its retry
-            # is answered from the server's record (agents.answered), not computed again
+            # is answered from the server's record (llm.answered), not computed again
             before = server.computed_requests()
             assert before == 1
     async with _client(server) as client:
@@ -106,7 +106,7 @@ async def test_an_answer_outlives_the_restart_that_follows_it(server: EmbeddedLL
     timeout, and the same request id is answered from the record without a computation."""
     import httpx
 
-    from trajsynth.agents.answered import HEADER
+    from trajsynth.llm.answered import HEADER
 
     messages = [{"role": m.role.value, "content": m.content} for m in ASK]
     body = {"model": server.model_alias, "messages": messages, "max_tokens": 16, "seed": 4}

@@ -9,14 +9,22 @@ import math
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import diskcache
 import httpx
 import pytest
 from fakes.llm import ScriptedLLM, UnexpectedLLMCall, http_error, say, tool_call, tool_calls
 from pydantic import SecretStr
 
 from trajsynth.agents.entropy import step_uncertainty, token_entropy
-from trajsynth.agents.llm import LLMBadRequestError, LLMClient, OpenAILLMClient, request_key
+from trajsynth.llm.client import (
+    LLMBadRequestError,
+    LLMClient,
+    OpenAILLMClient,
+    _content_text,
+    request_key,
+)
 from trajsynth.schemas import (
     AgentRole,
     FunctionCall,
@@ -492,7 +500,7 @@ def test_fake_serves_the_sync_sdk_as_in_the_style_guide() -> None:
 def test_the_backoff_doubles_from_half_a_second_with_a_quarter_jitter() -> None:
     from tenacity import RetryCallState
 
-    from trajsynth.agents.llm import _backoff
+    from trajsynth.llm.client import _backoff
 
     def wait(attempt: int) -> float:
         state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
@@ -506,7 +514,7 @@ def test_the_backoff_doubles_from_half_a_second_with_a_quarter_jitter() -> None:
 def test_the_wait_a_server_asks_for_is_read_as_the_sdk_reads_it() -> None:
     from email.utils import format_datetime
 
-    from trajsynth.agents.llm import _retry_after_s
+    from trajsynth.llm.client import _retry_after_s
 
     in_30_s = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     assert _retry_after_s(httpx.Headers({"retry-after-ms": "250"})) == 0.25
@@ -570,3 +578,42 @@ async def test_calls_written_as_text_on_two_turns_never_share_an_id() -> None:
     second = await client.chat(USER, role=AgentRole.ASSISTANT, tools=TOOLS, seed=2)
     ids = [c.id for r in (first, second) for c in r.message.tool_calls]
     assert len(set(ids)) == 2 and all(i.startswith("call_") for i in ids)
+
+
+@pytest.mark.parametrize("stored", ["not json", 42], ids=["broken-text", "not-text"])
+async def test_an_unreadable_cache_entry_is_dropped_and_asked_again(
+    tmp_path: Path, stored: object
+) -> None:
+    fake = ScriptedLLM([say("first")])
+    client = make_client(fake, cache_dir=tmp_path)
+    await client.chat(USER, role=AgentRole.ASSISTANT, seed=1)
+    await client.aclose()
+    with diskcache.Cache(str(tmp_path)) as cache:
+        (key,) = list(cache)
+        cache.set(key, stored)
+    again = ScriptedLLM([say("again")])
+    rerun = make_client(again, cache_dir=tmp_path)
+    result = await rerun.chat(USER, role=AgentRole.ASSISTANT, seed=1)
+    await rerun.aclose()
+    again.assert_consumed()
+    assert result.message.content == "again" and result.usage.cached is False
+    with diskcache.Cache(str(tmp_path)) as cache:  # the fresh answer replaced the bad entry
+        assert json.loads(cache[key])["message"]["content"] == "again"
+
+
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        ([{"type": "text", "text": "a red "}, {"type": "text", "text": "mug"}], "a red mug"),
+        # a part that is not text: the whole content kept as JSON, nothing dropped
+        (
+            [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "u"}}],
+            '[{"text":"see","type":"text"},{"image_url":{"url":"u"},"type":"image_url"}]',
+        ),
+        (["a bare string"], '["a bare string"]'),
+        (None, None),
+    ],
+    ids=["text-parts", "mixed-parts", "not-parts", "none"],
+)
+def test_content_parts_become_one_text(content: list[Any] | None, text: str | None) -> None:
+    assert _content_text(content) == text

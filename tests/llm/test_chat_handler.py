@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
-from trajsynth.agents import chatml_tools  # noqa: E402
-from trajsynth.agents.chatml_tools import (  # noqa: E402
+from trajsynth.llm import chat_handler  # noqa: E402
+from trajsynth.llm.chat_handler import (  # noqa: E402
     call_probability,
     chatml_tools_handler,
     render_prompt,
@@ -89,18 +89,18 @@ def test_own_options_leave_the_servers_argv_in_order() -> None:
     embedded server is started with; llama_cpp.server gets the rest unchanged, in order."""
     argv = ["--model", "m.gguf", "--max_parallel_calls", "1", "--chat_format", "x",
             "--call_bias", "-1.5", "--port", "8080"]  # fmt: skip
-    ours, rest = chatml_tools.own_options(argv)
+    ours, rest = chat_handler.own_options(argv)
     assert (ours.max_parallel_calls, ours.call_bias) == (1, -1.5)  # a negative value too
     assert rest == ["--model", "m.gguf", "--chat_format", "x", "--port", "8080"]
-    ours, rest = chatml_tools.own_options(["--max_parallel_calls=3", "--max_parallel", "2"])
+    ours, rest = chat_handler.own_options(["--max_parallel_calls=3", "--max_parallel", "2"])
     assert ours.max_parallel_calls == 3 and ours.call_bias is None
     assert rest == ["--max_parallel", "2"]  # a prefix of ours is not taken for ours
     with pytest.raises(SystemExit):  # argparse's own error for a value that is no number
-        chatml_tools.own_options(["--call_bias", "high"])
+        chat_handler.own_options(["--call_bias", "high"])
 
 
 def test_module_doctests() -> None:
-    failures, tried = doctest.testmod(chatml_tools)
+    failures, tried = doctest.testmod(chat_handler)
     assert tried >= 8 and failures == 0
 
 
@@ -200,7 +200,7 @@ def test_a_model_trained_here_is_served_in_its_own_layout() -> None:
     """A GGUF naming ``tool-call-json`` (what ``export_gguf`` writes) is prompted with the
     training template and writes ``<tool_call>`` blocks; the decision, the name grammar and
     the argument grammar work as for the base layout."""
-    from trajsynth.agents.tool_template import TOOL_CALL_JSON, TOOL_FORMAT_KEY
+    from trajsynth.llm.tool_template import TOOL_CALL_JSON, TOOL_FORMAT_KEY
 
     VOCAB[FUNCTIONS] = "<tool_call>"  # the first token of a call in this layout
     try:
@@ -217,7 +217,7 @@ def test_a_model_trained_here_is_served_in_its_own_layout() -> None:
         )  # fmt: skip
     finally:
         VOCAB[FUNCTIONS] = "functions"
-        chatml_tools._call_tokens.clear()  # scanned with the changed vocabulary
+        chat_handler._call_tokens.clear()  # scanned with the changed vocabulary
     (call,) = out["choices"][0]["message"]["tool_calls"]
     assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     prompt = llama.calls[0]["prompt"]
@@ -237,7 +237,7 @@ def test_the_base_model_keeps_the_functions_layout() -> None:
     llama.metadata = {"tokenizer.chat_template": "{{ messages }}"}
     chatml_tools_handler(llama, ASK, tools=TOOLS, tool_choice="required", seed=3)
     assert "functions.get_weather:" in llama.calls[0]["prompt"]
-    assert chatml_tools.tool_format(llama) is chatml_tools.FUNCTIONS_FORMAT
+    assert chat_handler.tool_format(llama) is chat_handler.FUNCTIONS_FORMAT
 
 
 def test_a_text_answer_ends_where_the_model_starts_writing_a_tool_result() -> None:
@@ -258,7 +258,7 @@ def test_a_text_answer_ends_where_the_model_starts_writing_a_tool_result() -> No
         assert message == {"role": "assistant", "content": "It is sunny."}
         assert out["choices"][0]["finish_reason"] == "stop"
         (stop,) = llama.calls[-1]["stopping_criteria"]
-        assert isinstance(stop, chatml_tools.ResultStop)
+        assert isinstance(stop, chat_handler.ResultStop)
 
 
 def test_result_stop_fires_on_the_generated_text_only() -> None:
@@ -270,7 +270,7 @@ def test_result_stop_fires_on_the_generated_text_only() -> None:
         def detokenize(self, tokens: list[int], prev_tokens: object = None) -> bytes:
             return "".join(vocab[t] for t in tokens).encode()
 
-    stop = chatml_tools.ResultStop(Detok())
+    stop = chat_handler.ResultStop(Detok())
     prompt = [0, 1, 2, 3, 5]  # the prompt ends with a result header of its own
     assert not stop(np.array([*prompt, 4]), None)
     assert not stop(np.array([*prompt, 4, 5, 6]), None)
@@ -284,7 +284,7 @@ def test_argument_strings_cannot_hold_a_raw_control_character() -> None:
         "type": "object",
         "properties": {"body": {"type": "string"}, "code": {"type": "string", "pattern": "^a.*$"}},
     }
-    gbnf = chatml_tools.args_gbnf(json.dumps(schema))
+    gbnf = chat_handler.args_gbnf(json.dumps(schema))
     rules = dict(line.split(" ::= ", 1) for line in gbnf.splitlines() if " ::= " in line)
     assert rules["char"].startswith('[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt]')
     assert rules["dot"] == '[^"\\\\\\x7F\\x00-\\x1F]'
@@ -298,7 +298,7 @@ def test_a_text_answer_cannot_start_a_line_with_a_call_token() -> None:
     """Where a line of a text answer starts, the tokens that begin ``functions.`` are
     masked, so the model writes words instead of imitating a tool turn; mid-line they stay."""
     llama = FakeLlama([], p_functions=0.5)
-    mask = chatml_tools.MaskCallStart(llama, np.array([FUNCTIONS]))
+    mask = chat_handler.MaskCallStart(llama, np.array([FUNCTIONS]))
     prompt = np.array([0, 0, 0])
     first = mask(prompt, np.zeros(len(VOCAB)))
     assert first[FUNCTIONS] == -np.inf and first[THE] == 0.0
@@ -308,5 +308,5 @@ def test_a_text_answer_cannot_start_a_line_with_a_call_token() -> None:
     llama = FakeLlama(["It is sunny."], p_functions=1e-6)
     chatml_tools_handler(llama, history, tools=TOOLS, tool_choice="none", seed=1)
     assert any(
-        isinstance(p, chatml_tools.MaskCallStart) for p in llama.calls[-1]["logits_processor"]
+        isinstance(p, chat_handler.MaskCallStart) for p in llama.calls[-1]["logits_processor"]
     )

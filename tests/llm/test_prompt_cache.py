@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trajsynth.agents.chatml_tools import CompactRAMCache
+from trajsynth.llm.chat_handler import CompactRAMCache
 
 llama = pytest.importorskip("llama_cpp.llama")
 

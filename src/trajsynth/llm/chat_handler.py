@@ -1,6 +1,6 @@
 """The llama.cpp chat handler the embedded server uses for tool calling, and its launcher.
 
-Run as ``python -m trajsynth.agents.chatml_tools <llama_cpp.server options>``: it registers
+Run as ``python -m trajsynth.llm.chat_handler <llama_cpp.server options>``: it registers
 the handler under ``CHAT_FORMAT`` and starts ``llama_cpp.server`` with the same options.
 
 Why not llama-cpp-python's own ``chatml-function-calling`` (read in 0.3.36):
@@ -37,7 +37,7 @@ written as ``functions.<name>:`` and a JSON object) and changes the rest:
 * every turn returns the logprobs of the tokens it generated (``LogprobRecorder``).
 
 A model trained here is served in the layout its rows were rendered in: a GGUF whose metadata
-names ``agents.tool_template.TOOL_CALL_JSON`` under ``TOOL_FORMAT_KEY`` (what
+names ``llm.tool_template.TOOL_CALL_JSON`` under ``TOOL_FORMAT_KEY`` (what
 ``training.serve.export_gguf`` writes) gets ``TOOL_CHAT_TEMPLATE``'s prompt, writes a call as
 ``<tool_call>\\n{"name": "<name>", "arguments": {...}}\\n</tool_call>`` and reads results in
 ``<tool_response>``; the decision, the name grammar and the argument grammar work the same way
@@ -244,7 +244,7 @@ class ToolFormat:
 
 
 def _render_json(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> str:
-    from trajsynth.agents.tool_template import render_tool_template
+    from trajsynth.llm.tool_template import render_tool_template
 
     return render_tool_template(messages, tools)
 
@@ -278,12 +278,12 @@ TOOL_CALL_JSON_FORMAT = ToolFormat(
     name_of=_json_name,
     starts_call=_starts_tool_call,
 )
-"""``agents.tool_template.TOOL_CHAT_TEMPLATE``'s layout: a model trained here."""
+"""``llm.tool_template.TOOL_CHAT_TEMPLATE``'s layout: a model trained here."""
 
 
 def tool_format(llama: Any) -> ToolFormat:
     """The layout the loaded model was trained in, from its GGUF metadata."""
-    from trajsynth.agents.tool_template import TOOL_CALL_JSON, TOOL_FORMAT_KEY
+    from trajsynth.llm.tool_template import TOOL_CALL_JSON, TOOL_FORMAT_KEY
 
     metadata = getattr(llama, "metadata", None) or {}
     named = metadata.get(TOOL_FORMAT_KEY)
@@ -818,7 +818,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     under ``tool_choice="auto"``; default 0, the model's own probability) and
     ``--deterministic true`` (every request evaluated from an empty context, so a seeded
     request gets the same answer whatever ran before it; pair it with ``--cache false``) and
-    ``--record_dir DIR`` (answers kept by request id across restarts: ``agents.answered``).
+    ``--record_dir DIR`` (answers kept by request id across restarts: ``llm.answered``).
     """
     ours, args = own_options(sys.argv[1:] if argv is None else argv)
     if ours.max_parallel_calls is not None:
@@ -839,8 +839,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _record_answers(server: Any, folder: Path) -> None:
-    """Wrap the app ``llama_cpp.server`` builds in ``agents.answered.AnsweredRequests``."""
-    from trajsynth.agents.answered import AnsweredRequests
+    """Wrap the app ``llama_cpp.server`` builds in ``llm.answered.AnsweredRequests``."""
+    from trajsynth.llm.answered import AnsweredRequests
 
     create_app = server.create_app
 

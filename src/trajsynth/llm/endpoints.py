@@ -19,7 +19,7 @@ Every ``OpenAILLMClient`` of the process that talks to one base URL shares one `
   up on (every try timed out or found no server) fails the next requests at once, so a run
   against a server that answers nothing ends in minutes with one clear line, not after
   every unit has waited out its own retries.
-* ``keeper``: for a server this process started (``agents.embedded``), a function that
+* ``keeper``: for a server this process started (``llm.embedded``), a function that
   makes it idle before a retry: a dead server is started again, and one that was given up
   on mid-request is restarted, since llama.cpp goes on computing an abandoned request and a
   retry would queue behind it (the work would be done twice).

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from trajsynth.agents.answered import HEADER, AnsweredRequests
+from trajsynth.llm.answered import HEADER, AnsweredRequests
 
 
 def _app(computed: list[str]) -> Starlette:

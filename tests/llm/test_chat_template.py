@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trajsynth.training.chat_template import (
+from trajsynth.llm.chat_template import (
     TOOL_CHAT_TEMPLATE,
     RenderError,
     add_response_parser,
@@ -120,9 +120,9 @@ def test_bad_rows_raise_naming_the_row(tokenizer, messages, tools, match) -> Non
 
 
 def test_the_server_renders_the_template_as_transformers_does(tokenizer) -> None:
-    """``agents.tool_template.render_tool_template`` (what the embedded server prompts a tuned
+    """``llm.tool_template.render_tool_template`` (what the embedded server prompts a tuned
     policy with) and transformers' rendering (what SFT trained it on) agree on every prefix."""
-    from trajsynth.agents.tool_template import render_tool_template
+    from trajsynth.llm.tool_template import render_tool_template
 
     messages = [dict(m) for m in MESSAGES]
     for cut in range(1, len(messages) + 1):
@@ -145,7 +145,7 @@ def test_the_tokenizer_cache_is_keyed_by_the_ggufs_content_not_its_path(tmp_path
     it must find the tokenizer the last one saved, and a changed file must not."""
     import os
 
-    from trajsynth.training.chat_template import _cache_key
+    from trajsynth.llm.chat_template import _cache_key
 
     a, b = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
     for path in (a, b):

@@ -20,7 +20,7 @@ response parser reads the policy's calls back. It differs from TRL's template in
 
 It lives here, below ``training``, because the embedded server renders it too: a GGUF that
 ``training.serve.export_gguf`` writes carries it as its chat template and names its tool
-format under ``TOOL_FORMAT_KEY``, and ``agents.chatml_tools`` then serves that model in the
+format under ``TOOL_FORMAT_KEY``, and ``llm.chat_handler`` then serves that model in the
 very layout it was trained in (``render_tool_template``; the base model keeps the
 ``functions.<name>:`` layout). A tuned model served in another layout than its rows met the
 held-out tasks out of distribution: it made the right first call, under the grammar, then
@@ -151,7 +151,7 @@ def render_tool_template(
     add_generation_prompt: bool = True,
 ) -> str:
     """``TOOL_CHAT_TEMPLATE`` rendered as transformers' ``apply_chat_template(tokenize=False)``
-    renders it (same environment options and filters; tests/training/test_chat_template.py
+    renders it (same environment options and filters; tests/llm/test_chat_template.py
     holds the two equal)."""
     return _compiled().render(
         messages=[dict(m) for m in messages],

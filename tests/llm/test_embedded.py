@@ -1,7 +1,7 @@
 """The real embedded LLM: llama.cpp's server with SmolLM2-135M-Instruct (llm tier).
 
 SmolLM2-135M almost never chooses a call by itself under ``tool_choice="auto"`` (see
-``trajsynth.agents.chatml_tools``), so the call is asked for with ``"required"``; the
+``trajsynth.llm.chat_handler``), so the call is asked for with ``"required"``; the
 answer after the tool result is left to ``"auto"``.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from trajsynth.agents.embedded import EmbeddedLLMServer, embedded_available, gguf_path
-from trajsynth.agents.llm import OpenAILLMClient, open_llm_client
+from trajsynth.llm.client import OpenAILLMClient, open_llm_client
+from trajsynth.llm.embedded import EmbeddedLLMServer, embedded_available, gguf_path
 from trajsynth.schemas import (
     AgentRole,
     LLMConfig,
@@ -233,7 +233,7 @@ def test_ctrl_c_or_a_killed_parent_stops_the_server(sig: signal.Signals) -> None
     script = textwrap.dedent(
         """
         import time
-        from trajsynth.agents.embedded import EmbeddedLLMServer
+        from trajsynth.llm.embedded import EmbeddedLLMServer
         with EmbeddedLLMServer() as server:
             print(server._proc.pid, flush=True)
             time.sleep(300)
@@ -264,7 +264,7 @@ def test_ctrl_c_or_a_killed_parent_stops_the_server(sig: signal.Signals) -> None
 
 
 async def test_a_server_launched_early_is_taken_by_the_run_that_opens_it() -> None:
-    from trajsynth.agents import embedded
+    from trajsynth.llm import embedded
 
     config = LLMConfig(embedded_ctx=2048)
     embedded.launch_early(config.model, config.embedded_ctx, config.embedded_deterministic)

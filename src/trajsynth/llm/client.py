@@ -6,15 +6,15 @@
   answer that is not a chat completion) through ``tenacity``, ``LLMConfig.max_retries`` of
   them, with exponential backoff and jitter that honours ``Retry-After``. They are done
   here rather than by the SDK because a retry must wait for the server to be idle: a
-  server this process runs (``agents.embedded``) is restarted before a retry after a
+  server this process runs (``llm.embedded``) is restarted before a retry after a
   timeout or a lost connection, since llama.cpp goes on computing a request the client gave
-  up on and the retry would queue behind it (``agents.endpoints``);
+  up on and the retry would queue behind it (``llm.endpoints``);
 * requests in flight bounded by what the server computes at once, across every client,
   event loop and thread of the process (one for the embedded server, ``max_concurrency``
   otherwise), so a request waits in the client and its timeout measures computing, not
   queueing; the per-attempt timeout is ``LLMConfig.timeout_s`` when set, else adapted to
-  the server's measured speed (``agents.endpoints``); a try that waits more than a few
-  seconds is reported while it waits (``agents.waiting``); optional requests-per-minute and
+  the server's measured speed (``llm.endpoints``); a try that waits more than a few
+  seconds is reported while it waits (``llm.waiting``); optional requests-per-minute and
   tokens-per-minute limits (leaky buckets, ``aiolimiter``);
 * an on-disk response cache (``diskcache``) keyed by the sha256 of the full canonical
   request (model, messages, tools, sampling parameters, seed, logprob options), so a re-run
@@ -56,7 +56,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 import diskcache
 import httpx
@@ -65,9 +65,9 @@ from aiolimiter import AsyncLimiter
 from pydantic import Field, SecretStr, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from trajsynth.agents.answered import HEADER as ANSWERED_HEADER
-from trajsynth.agents.endpoints import ADAPTIVE_FLOOR_S, Endpoint, endpoint
-from trajsynth.agents.waiting import watch_reply
+from trajsynth.llm.answered import HEADER as ANSWERED_HEADER
+from trajsynth.llm.endpoints import ADAPTIVE_FLOOR_S, Endpoint, endpoint
+from trajsynth.llm.waiting import watch_reply
 from trajsynth.schemas import (
     AgentRole,
     FunctionCall,
@@ -274,7 +274,7 @@ class OpenAILLMClient:
         if not config.base_url:
             raise InputError(
                 "LLMConfig.base_url is not set: start the embedded server "
-                "(trajsynth.agents.embedded.EmbeddedLLMServer, or open_llm_client) first"
+                "(trajsynth.llm.embedded.EmbeddedLLMServer, or open_llm_client) first"
             )
         self.config = config
         self._api_key = api_key
@@ -491,7 +491,7 @@ class OpenAILLMClient:
             )
             last: BaseException | None = None
             # one id for every try: a try the server already answered is answered from its
-            # record, not computed again (agents.answered)
+            # record, not computed again (llm.answered)
             request_id = uuid.uuid4().hex
             began = time.perf_counter()  # the call's cost includes the retries' waits
             timeouts: list[float] = []
@@ -590,12 +590,14 @@ class OpenAILLMClient:
         blob = self._cache.get(key)
         if blob is None:
             return None
-        try:
-            return ChatResult.model_validate_json(blob)
-        except ValidationError:
-            log.warning("dropping unreadable cache entry %s", key[:12])
-            self._cache.delete(key)
-            return None
+        if isinstance(blob, str | bytes):  # what _cache_put writes
+            try:
+                return ChatResult.model_validate_json(blob)
+            except ValidationError:
+                pass
+        log.warning("dropping unreadable cache entry %s", key[:12])
+        self._cache.delete(key)
+        return None
 
     def _cache_put(self, key: str, result: ChatResult) -> None:
         if self._cache is not None:
@@ -617,7 +619,7 @@ async def open_llm_client(
     """
     async with contextlib.AsyncExitStack() as stack:
         if not config.base_url:
-            from trajsynth.agents.embedded import EmbeddedLLMServer, take_launched
+            from trajsynth.llm.embedded import EmbeddedLLMServer, take_launched
 
             settings = (config.model, config.embedded_ctx, config.embedded_deterministic)
             server = take_launched(*settings) or EmbeddedLLMServer(
@@ -669,7 +671,9 @@ async def _within(seconds: float, call: Any, base_url: str) -> Any:
         async with asyncio.timeout(seconds + 1.0):
             return await call
     except TimeoutError:
-        request = httpx.Request("POST", f"{base_url.rstrip('/')}/chat/completions")
+        # the SDK types this as its own httpx's Request (httpx2 in openai 3, httpx before);
+        # the error only keeps it for the reader (method and URL), which any Request has
+        request: Any = httpx.Request("POST", f"{base_url.rstrip('/')}/chat/completions")
         raise openai.APITimeoutError(request=request) from None
 
 
@@ -814,8 +818,8 @@ def _content_text(content: Any) -> str | None:
     if content is None:
         return None
     if isinstance(content, list):  # content parts
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        if all(isinstance(t, str) for t in parts) and len(parts) == len(content):
+        parts = [t for p in content if isinstance(p, dict) and isinstance(t := p.get("text"), str)]
+        if len(parts) == len(content):  # every part a text part
             return _clean("".join(parts))
     return _as_text(content)
 
@@ -976,7 +980,7 @@ def _parse_choice(choice: dict[str, Any], *, tools_sent: bool, salt: str = "") -
     )
 
 
-def _is_logprob(value: Any) -> bool:
+def _is_logprob(value: Any) -> TypeGuard[float]:
     """Whether ``value`` can be a logprob: a number in ``[_LOGPROB_FLOOR, 0]``."""
     return (
         isinstance(value, int | float)

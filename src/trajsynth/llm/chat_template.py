@@ -1,7 +1,7 @@
 """The tokenizer and the tool-aware chat template that SFT export, SFT and GRPO render with.
 
 The template itself (``TOOL_CHAT_TEMPLATE``: its layout and why) lives in
-``agents.tool_template``, because the embedded server serves a tuned model in it too;
+``llm.tool_template``, because the embedded server serves a tuned model in it too;
 this module loads SmolLM2's tokenizer from the GGUF with that template set, renders rows
 with their assistant-token mask, and sets TRL's Qwen3 response parser for GRPO
 (``add_response_parser``: the template's ``<tool_call>`` layout is Qwen's).
@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trajsynth.agents.embedded import GGUF_NAME, gguf_path
-from trajsynth.agents.tool_template import TOOL_CHAT_TEMPLATE
+from trajsynth.llm.embedded import GGUF_NAME, gguf_path
+from trajsynth.llm.tool_template import TOOL_CHAT_TEMPLATE
 from trajsynth.schemas import paths
 from trajsynth.schemas.failures import InputError, LLMError
 
@@ -143,8 +143,9 @@ def _as_dict(item: Any) -> dict[str, Any]:
     if isinstance(item, Mapping):
         return dict(item)
     to_openai = getattr(item, "to_openai", None)
-    if callable(to_openai):
-        return dict(to_openai())
+    converted = to_openai() if callable(to_openai) else None
+    if isinstance(converted, Mapping):
+        return dict(converted)
     raise TypeError(f"expected a dict or a record with to_openai(), got {type(item).__name__}")
 
 

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from trajsynth.agents import waiting
-from trajsynth.agents.llm import OpenAILLMClient
-from trajsynth.agents.waiting import Waiting, wait_listener
+from trajsynth.llm import waiting
+from trajsynth.llm.client import OpenAILLMClient
+from trajsynth.llm.waiting import Waiting, wait_listener
 from trajsynth.schemas import AgentRole, LLMConfig, LLMError, Message, MessageRole
 
 USER = [Message(role=MessageRole.USER, content="hello")]
@@ -113,7 +113,7 @@ def test_without_a_listener_a_long_wait_goes_to_the_log(
             await client.chat(USER, role=AgentRole.USER)
         await client.aclose()
 
-    with caplog.at_level("WARNING", logger="trajsynth.agents.waiting"):
+    with caplog.at_level("WARNING", logger="trajsynth.llm.waiting"):
         asyncio.run(ask())
-    lines = [r.getMessage() for r in caplog.records if r.name == "trajsynth.agents.waiting"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "trajsynth.llm.waiting"]
     assert len(lines) == 1 and lines[0].startswith("waiting for the user's reply")

