@@ -35,6 +35,8 @@ __all__ = [
     "fillable_slots",
     "new_file_path",
     "new_file_slots",
+    "new_table_slots",
+    "new_table_sql",
     "unfilled",
 ]
 
@@ -96,22 +98,94 @@ def new_file_path(value: Any, folder: str, cluster: ToolCluster) -> str | None:
     return joined if under_listed_dir(joined, dirs) else None
 
 
+_CREATE_TABLE = re.compile(r"\bcreate\s+table\b", re.I)
+_SQL_PARAMS = frozenset({"query", "sql", "statement"})
+_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]{1,39}$")
+_SQL_WORDS = frozenset(
+    {"select", "table", "create", "insert", "update", "delete", "drop", "from", "where",
+     "values", "index", "null", "primary", "key", "integer", "text", "into", "name"}
+)  # fmt: skip
+TABLE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "table": {"type": "string", "description": "the new table's name, one word"},
+        "columns": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "the names of its columns, one word each",
+        },
+    },
+    "required": ["table", "columns"],
+}
+
+
+def new_table_slots(cluster: ToolCluster, slots: Mapping[str, tuple[str, str, dict]]) -> set[str]:
+    """The slots that hold the SQL statement a write runs to create a table (server-sqlite's
+    ``create_table(query)``: "CREATE TABLE SQL statement"): the statement's form is the
+    tool's, the table's and columns' names are the user's, written by the LLM as names."""
+    out: set[str] = set()
+    for name, (tool, param, schema) in slots.items():
+        spec = cluster.tool(tool)
+        said = f"{schema.get('description') or ''} {spec.description}"
+        if (
+            spec.access is ToolAccess.WRITE
+            and set(name_tokens(param)) & _SQL_PARAMS
+            and _CREATE_TABLE.search(said)
+            and schema_kinds(schema) <= {"string"}
+        ):
+            out.add(name)
+    return out
+
+
+def _sql_name(value: Any, cluster: ToolCluster) -> str | None:
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    ok = _IDENT.match(text) and text.lower() not in _SQL_WORDS and _usable(text, cluster)
+    return text if ok else None
+
+
+def new_table_sql(value: Any, cluster: ToolCluster) -> str | None:
+    """``CREATE TABLE name (column TEXT, ...)`` from the names the LLM gave (``TABLE_SCHEMA``),
+    or None when the table's name or every column's is no usable name (a placeholder such as
+    ``notes``, a tool's name, an SQL word, punctuation)."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("columns"), list):
+        return None
+    table = _sql_name(value.get("table"), cluster)
+    if table is None:
+        return None
+    columns: list[str] = []
+    for raw in value["columns"][:6]:
+        column = _sql_name(raw, cluster)
+        if column and column.lower() not in {c.lower() for c in [table, *columns]}:
+            columns.append(column)
+    if not columns:
+        return None
+    return f"CREATE TABLE {table} ({', '.join(f'{c} TEXT' for c in columns)})"
+
+
 def _request(
     cluster: ToolCluster,
     path: PlannedPath,
     slots: Mapping[str, tuple[str, str, dict]],
     folders: Mapping[str, str] | None = None,
+    tables: set[str] | None = None,
 ) -> tuple[list[Message], dict[str, Any]]:
     folders = folders or {}
+    tables = tables or set()
     properties = {
-        name: {
-            **schema,
-            "description": (
-                f"the name of a new file in the folder {folders[name]} (no folder in it)"
-                if name in folders
-                else f"{tool}.{param}: {schema.get('description') or param}"
-            )[:200],
-        }
+        name: (
+            TABLE_SCHEMA
+            if name in tables
+            else {
+                **schema,
+                "description": (
+                    f"the name of a new file in the folder {folders[name]} (no folder in it)"
+                    if name in folders
+                    else f"{tool}.{param}: {schema.get('description') or param}"
+                )[:200],
+            }
+        )
         for name, (tool, param, schema) in slots.items()
     }
     tool = {
@@ -130,6 +204,8 @@ def _request(
         (
             f"- {name}: the name of a new file in the folder {folders[name]}"
             if name in folders
+            else f"- {name}: the name of a new table and the names of its columns"
+            if name in tables
             else f"- {name} ({tool}.{param})"
             + (
                 f", for example {json.dumps(path.slots[name])}"
@@ -165,7 +241,8 @@ async def fill_slots(
     if not slots:
         return None, []
     folders = new_file_slots(cluster, slots, seed)
-    messages, tool = _request(cluster, path, slots, folders)
+    tables = new_table_slots(cluster, slots) - set(folders)
+    messages, tool = _request(cluster, path, slots, folders, tables)
     given, result = await call_function(
         llm, messages, tool, seed=seed, temperature=temperature, max_tokens=max_tokens
     )
@@ -173,9 +250,14 @@ async def fill_slots(
     sources = dict(path.slot_sources)
     for name, (_, _, schema) in slots.items():
         value = given.get(name)
-        if name in folders:
-            # a file the task creates: a new name in a folder the server lists, or nothing
-            value = new_file_path(value, folders[name], cluster)
+        if name in folders or name in tables:
+            # a file the task creates: a new name in a folder the server lists; a table: the
+            # tool's statement around the names given; or nothing
+            value = (
+                new_file_path(value, folders[name], cluster)
+                if name in folders
+                else new_table_sql(value, cluster)
+            )
             if value is not None and fits_schema(value, schema):
                 values[name], sources[name] = value, "llm"
             continue
