@@ -602,8 +602,17 @@ def _world_first(p: _Prober) -> dict[str, dict[str, list[JsonValue]]]:
             )
             for param, values in params.items()
         }
+        # a text with no word in it (".") is a value only for a path (the work dir)
+        kept = {
+            param: [v for v in values if is_path_param(param) or not _wordless(v)]
+            for param, values in kept.items()
+        }
         out[tool] = {param: values for param, values in kept.items() if values}
     return {tool: params for tool, params in out.items() if params}
+
+
+def _wordless(value: JsonValue) -> bool:
+    return isinstance(value, str) and re.search(r"[A-Za-z0-9]{2}", value) is None
 
 
 def _scalars(value: Any) -> list[JsonValue]:

@@ -26,8 +26,9 @@ __all__ = ["is_path_param", "listed_dirs", "listed_entries", "under_listed_dir"]
 
 _PATH_WORDS = frozenset({"path", "dir", "directory", "folder", "file", "filename", "destination"})
 _DIR_WORDS = frozenset({"dir", "directory", "directories", "folder", "folders", "tree"})
-# one entry per line, as file servers print them: "[DIR] docs", "[FILE] a.txt"
-_LINE = re.compile(r"^\s*\[(DIR|FILE)\]\s+(\S(?:.*\S)?)\s*$", re.M)
+# one entry per line, as file servers print them: "[DIR] docs", "[FILE] a.txt", with a size
+# after two or more spaces ("[FILE] a.txt          16 B")
+_LINE = re.compile(r"^\s*\[(DIR|FILE)\]\s+(\S+(?: \S+)*?)(?:\s{2,}.*)?\s*$", re.M)
 _NAME = re.compile(r"^[\w][\w.\- ]{0,127}$")
 
 
@@ -83,6 +84,8 @@ def listed_entries(args: Mapping[str, JsonValue], observed: JsonValue) -> list[t
     >>> listed_entries({"path": "."}, '[{"name": "docs", "type": "directory", "children": '
     ...     '[{"name": "a.txt", "type": "file"}]}]')
     [('docs', True), ('docs/a.txt', False)]
+    >>> listed_entries({"path": "docs"}, "[FILE] a b.txt      16 B\\n\\nTotal: 1 file")
+    [('docs/a b.txt', False)]
     >>> listed_entries({"path": "."}, "Echo: [FILE] a.txt is here")
     []
     """
@@ -93,7 +96,8 @@ def listed_entries(args: Mapping[str, JsonValue], observed: JsonValue) -> list[t
     out: list[tuple[str, bool]] = []
     for text in _texts(observed):
         lines = list(_LINE.finditer(text))
-        if lines and len(lines) == len([ln for ln in text.splitlines() if ln.strip()]):
+        bracketed = [ln for ln in text.splitlines() if ln.lstrip().startswith("[")]
+        if lines and len(lines) == len(bracketed):  # a summary line after them may follow
             for m in lines[:40]:
                 path = _join(folder, m.group(2))
                 if path is not None:
