@@ -115,3 +115,90 @@ async def test_a_made_up_or_wordless_value_from_the_llm_is_not_taken() -> None:
     assert (
         filled is not None and filled.slots["title"] == "Dentist on Friday" and not unfilled(filled)
     )
+
+
+FILES = ToolCluster(
+    cluster_id="files",
+    domain=Domain.PRODUCTIVITY,
+    description="A folder of documents.",
+    server=ServerSpec(kind=ServerKind.STDIO, command=["files-mcp"]),
+    source="outside",
+    tools=[
+        ToolSpec(
+            name="list_directory",
+            access="read",
+            input_schema={
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        ),
+        ToolSpec(
+            name="write_file",
+            access="write",
+            description="Create a new file or completely overwrite an existing file.",
+            input_schema={
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        ),
+    ],
+    # discovery listed the work dir and the folder it named (mcp_servers.listings)
+    arg_values={"list_directory": {"path": [".", "docs"]}},
+)
+WRITE = PlannedPath(
+    cluster_id="files",
+    shape=PathShape.SINGLE,
+    difficulty=Difficulty.EASY,
+    steps=[
+        PlannedCall(
+            tool="write_file",
+            args={"path": SlotArg(name="path"), "content": SlotArg(name="content")},
+        )
+    ],
+    slots={"path": None, "content": None},
+    slot_sources={"path": "schema", "content": "schema"},
+)
+
+
+async def test_a_new_file_is_named_by_the_llm_in_a_folder_the_server_lists() -> None:
+    """server-filesystem's writes need a path to create, which no read returns: the folder is
+    one its listings name (``docs``), the name the user's (the LLM's)."""
+    fake = ScriptedLLM(
+        [tool_call(FILL_TOOL, {"path": "budget-2027.txt", "content": "Rent 1200, food 300"})]
+    )
+    filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+    assert filled is not None and not unfilled(filled)
+    assert filled.slots["path"] == "docs/budget-2027.txt"
+    assert filled.slots["content"] == "Rent 1200, food 300"
+    asked = fake.requests[0]["messages"][-1]["content"]
+    assert "- path: the name of a new file in the folder docs" in asked
+    # a path it gives directly in a listed folder is kept as given
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "./plan.md", "content": "Plan A"})])
+    filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+    assert filled is not None and filled.slots["path"] is None  # "./plan.md" is not normal
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "plan.md", "content": "Plan A"})])
+    filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+    assert filled is not None and filled.slots["path"] == "docs/plan.md"
+
+
+async def test_a_path_outside_the_listed_folders_a_placeholder_or_a_tool_name_is_refused() -> None:
+    """Controls: a folder the server never listed, an escape, an absolute path, a
+    placeholder name, and a tool's identifier (the bench's goals named ``write_file``)."""
+    for made_up in ("/etc/budget.txt", "../budget.txt", "private/budget.txt", "notes.txt",
+                    "write_file.txt", "docs/../budget.txt"):  # fmt: skip
+        fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": made_up, "content": "Rent 1200"})])
+        filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+        assert filled is not None and unfilled(filled) == ["path"], made_up
+    fake = ScriptedLLM(
+        [tool_call(FILL_TOOL, {"path": "rent.txt", "content": "use write_file for rent"})]
+    )
+    filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+    assert filled is not None and unfilled(filled) == ["content"]
+    # with no folder listed, a path is an ordinary slot: no new file may be named
+    bare = FILES.model_copy(update={"arg_values": {}})
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "budget.txt", "content": "Rent 1200"})])
+    filled, _ = await fill_slots(_client(fake), bare, WRITE, seed=3)
+    asked = fake.requests[0]["messages"][-1]["content"]
+    assert "- path (write_file.path)" in asked and "new file in the folder" not in asked

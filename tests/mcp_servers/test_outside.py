@@ -150,10 +150,16 @@ BOOT_SERVER = textwrap.dedent(
     from mcp.server.mcpserver import MCPServer
 
     server = MCPServer("boot")
+    BOOT = time.time_ns() % 10**12  # a boot id: differs in every process
     STARTED = time.strftime("%H:%M:%S")  # to the second, as logs and headers print it
 
     @server.tool()
     def status() -> str:
+        \"\"\"Which boot of this server answers.\"\"\"
+        return json.dumps({"boot": BOOT})
+
+    @server.tool()
+    def uptime() -> str:
         \"\"\"When this server started.\"\"\"
         return json.dumps({"started": STARTED})
 
@@ -170,7 +176,9 @@ BOOT_SERVER = textwrap.dedent(
 @pytest.mark.slow
 def test_a_probe_that_answers_with_the_server_start_is_dropped(tmp_path: Path) -> None:
     """`status` answers the same twice in one process, so only the two fresh environments, the
-    second started a clock tick after the first, tell that it cannot read an end state."""
+    second started a clock tick after the first, tell that it cannot read an end state.
+    `uptime` prints its start as a time of day, a reading of the clock that every probe result
+    masks (`<time>`): it reads the same in both and stays, telling no two states apart."""
     tmp_path.chmod(0o755)
     script = tmp_path / "boot_server.py"
     script.write_text(BOOT_SERVER)
@@ -180,9 +188,10 @@ def test_a_probe_that_answers_with_the_server_start_is_dropped(tmp_path: Path) -
     )  # fmt: skip
     assert {t.name: t.access for t in c.tools} == {
         "status": ToolAccess.READ,
+        "uptime": ToolAccess.READ,
         "colours": ToolAccess.READ,
     }
-    assert [p.tool for p in c.probes] == ["colours"]
+    assert [p.tool for p in c.probes] == ["colours", "uptime"]
 
 
 # `open_ticket` returns `ref`, which `close_ticket` calls `ticket_number`: value flow (equal

@@ -1169,7 +1169,7 @@ def sample_path(
     >>> p.tools, p.slots
     (['find_user'], {'email': 'a@x.io'})
     """
-    uses = uses or {}
+    uses = _unseen_writes_counted(cluster, uses or {})
     names = {t for t in cluster.tool_names if t in graph} or set(cluster.tool_names)
     entries = entry_tools(cluster, graph, state)
     if not entries:
@@ -1274,6 +1274,25 @@ def sample_path(
         return best[1]
     top = Counter(r.reason for r in reasons).most_common(1)[0][0]  # ties: the first seen
     return next(r for r in reasons if r.reason == top)
+
+
+# uses counted for an outside write no probed read was seen to change (server-sqlite's
+# append_insight writes a memo no tool reads): drawn a quarter as often as a write a read sees
+# (create_table, whose table list_tables shows), since only the latter's end state can be
+# checked
+UNSEEN_WRITE_USES = 3
+
+
+def _unseen_writes_counted(cluster: ToolCluster, uses: Mapping[str, int]) -> dict[str, int]:
+    """``uses`` with each outside write tagged by its name or by default (its probe changed
+    nothing a read or the work dir showed, or failed) counted ``UNSEEN_WRITE_USES`` more."""
+    out = dict(uses)
+    if cluster.source != "outside":
+        return out
+    for spec in cluster.tools:
+        if spec.access is ToolAccess.WRITE and spec.access_source in ("name", "default"):
+            out[spec.name] = out.get(spec.name, 0) + UNSEEN_WRITE_USES
+    return out
 
 
 # drafts per sampling, in multiples of ``tries``, while every draft fails the binder's check

@@ -40,6 +40,7 @@ from trajsynth.mcp_servers.arguments import (
     schema_kinds,
 )
 from trajsynth.mcp_servers.graph import singular
+from trajsynth.mcp_servers.listings import is_path_param, listed_entries
 from trajsynth.mcp_servers.tags import name_tokens, tag_from_name
 from trajsynth.schemas import (
     EdgeOrigin,
@@ -71,6 +72,7 @@ _MAX_VALUES = 40
 _MAX_EDGE_CALLS = 40
 _MAX_VARIETY_CALLS = 30
 _MAX_PROBES = 6
+_MAX_FOLDERS = 4  # listed folders tried with the tool that listed them
 _MAX_PROPOSALS = 16
 # A value no tool returned: what the target answers to it is the control a proposal's probe
 # is compared with.
@@ -170,6 +172,8 @@ class _Prober:
         # columns of a table a guess created): the world is what was read before
         self.frozen = False
         self.added: set[str] = set()  # world values the last call added
+        # folders a listing tool named, by that tool: each is listed with it once
+        self.folders: dict[str, list[JsonValue]] = {}
         # this throw-away sandbox's work dir: a value under it is kept relative, so it means
         # the same file in every later environment
         self.workdir = str(getattr(getattr(env, "sandbox", None), "workdir", "") or "")
@@ -209,6 +213,8 @@ class _Prober:
             leaves = (
                 _leaves(observed["$literal"], path="$literal") if literal else _leaves(observed)
             )
+            if listed_entries(args, observed):
+                leaves = []  # a listing's names mean their paths (``_listed``), not themselves
             for key, path, raw in leaves:
                 value = self._portable(raw)
                 text = canonical_json(value)
@@ -219,10 +225,54 @@ class _Prober:
                     v.value == value and v.key == key and v.tool == tool for v in self.values
                 ):
                     self.values.append(_Value(value, key, tool, path))
+            self._listed(tool, args, observed)
         return result
+
+    def _listed(self, tool: str, args: dict[str, JsonValue], observed: JsonValue) -> None:
+        """A listing's entries joined with the folder it listed (``docs/a.txt``): paths of
+        the server's world, kept under ``path`` (``mcp_servers.listings``); its folders
+        are tried with the same tool later (``self.folders``)."""
+        for raw, is_dir in listed_entries(args, observed):
+            value = self._portable(raw)
+            text = canonical_json(value)
+            if not self.frozen and text not in self.sent and text not in self.world:
+                self.world.add(text)
+                self.added.add(text)
+            if not any(v.value == value and v.key == "path" for v in self.values):
+                self.values.append(_Value(value, "path", tool, "$listing"))
+            if is_dir and text in self.world:
+                self.folders.setdefault(tool, [])
+                if value not in self.folders[tool]:
+                    self.folders[tool].append(value)
 
     def args_for(self, spec: ToolSpec) -> dict[str, JsonValue]:
         return generate_arguments(spec.input_schema, spec.name, known={}, fixed=self.fixed)
+
+    def own_values(self, param: str, schema: Mapping[str, Any]) -> list[JsonValue]:
+        """The server's own values for ``param``: returned under a like name (``user_ids``
+        for ``user_id``), then, for a string, the paths and file names its text named."""
+        own = [
+            v.value
+            for v in self.values
+            if canonical_json(v.value) in self.world and _key_sim(v.key, param) >= 0.7
+        ]
+        if "string" in schema_kinds(schema):
+            own += [
+                v.value
+                for v in self.values
+                if v.key == "$text" and canonical_json(v.value) in self.world
+            ]
+        return own
+
+    def own_args(self, spec: ToolSpec) -> dict[str, JsonValue]:
+        """Arguments for ``spec`` with the server's own values first."""
+        props = spec.input_schema.get("properties") or {}
+        known = {
+            str(k): self.own_values(str(k), sub)
+            for k, sub in props.items()
+            if isinstance(sub, Mapping) and self.own_values(str(k), sub)
+        }
+        return generate_arguments(spec.input_schema, spec.name, known=known, fixed=self.fixed)
 
     async def files(self) -> str:
         try:
@@ -302,6 +352,19 @@ async def discover(
         if looks_read(t):
             args = p.args_for(t)
             first = await p.call(t.name, args)
+            required = [str(r) for r in t.input_schema.get("required") or []]
+            if (
+                first is not None
+                and first.is_error
+                and required
+                and all(map(is_path_param, required))
+            ):
+                # a guessed path failed: the folder an earlier read named (a listing of the
+                # allowed directories), before any write, so what it lists is the server's own
+                own = p.own_args(t)
+                if own != args:
+                    args = own
+                    first = await p.call(t.name, args)
             again = await p.call(t.name, args) if first is not None else None
             if (
                 first is not None
@@ -310,6 +373,23 @@ async def discover(
                 and (first.text, first.structured) == (again.text, again.structured)
             ):
                 readers.append((t.name, args))
+
+    # a folder a listing named is listed with the same tool, before any probe may write: its
+    # entries are the server's own, and the folders its reads list are among the values
+    # they accepted (where a task may create a file, ``listings.listed_dirs``)
+    for tool in list(p.folders):
+        spec = p.tools[tool]
+        props = spec.input_schema.get("properties") or {}
+        params = [str(k) for k in props if is_path_param(str(k)) and k not in p.fixed]
+        base = p.ok_args.get(tool)
+        if base is None or len(params) != 1:
+            continue
+        i = 0
+        while i < min(len(p.folders[tool]), _MAX_FOLDERS):  # grows as listings name sub-folders
+            folder = p.folders[tool][i]
+            i += 1
+            if folder not in p.accepted.get(tool, {}).get(params[0], []):
+                await p.call(tool, {**base, params[0]: folder})
 
     # 1. tags by probing: reads first (they change nothing if they are reads), then the rest
     order = sorted(
@@ -421,17 +501,7 @@ async def discover(
                 continue
             seen = p.accepted.get(t.name, {}).get(param, [])
             # the server's own values under a like name first (``user_ids`` for ``user_id``)
-            own = [
-                v.value
-                for v in p.values
-                if canonical_json(v.value) in p.world and _key_sim(v.key, str(param)) >= 0.7
-            ]
-            if "string" in schema_kinds(sub):  # then the paths and file names its text named
-                own += [
-                    v.value
-                    for v in p.values
-                    if v.key == "$text" and canonical_json(v.value) in p.world
-                ]
+            own = p.own_values(str(param), sub)
             known = {**p.known(), param: [*own, *p.known().get(param, [])]}
             for value in param_values(param, sub, t.name, known=known)[:4]:
                 if value in seen or budget <= 0:
@@ -496,8 +566,21 @@ def _world_first(p: _Prober) -> dict[str, dict[str, list[JsonValue]]]:
     ``arguments.is_placeholder``) nor what a probe's write made (the columns of a table a
     guess created), even when the server echoed it back."""
 
+    # made-up values the probes sent: a text that quotes one back ("example: Error - ENOENT:
+    # no such file ... 'example'", a per-item failure inside a successful result) is the
+    # answer to a guess, not the server's own
+    guesses = [
+        g
+        for g in (json.loads(x) for x in p.sent)
+        if isinstance(g, str) and len(g) >= 4 and is_placeholder(g, p.world)
+    ]
+
     def own(v: JsonValue) -> bool:
-        return all(canonical_json(x) in p.world for x in _scalars(v))
+        return all(
+            canonical_json(x) in p.world
+            and not (isinstance(x, str) and any(g in x and g != x for g in guesses))
+            for x in _scalars(v)
+        )
 
     def of_schema(tool: str, param: str) -> set[str]:
         spec = p.tools.get(tool)
@@ -519,8 +602,17 @@ def _world_first(p: _Prober) -> dict[str, dict[str, list[JsonValue]]]:
             )
             for param, values in params.items()
         }
+        # a text with no word in it (".") is a value only for a path (the work dir)
+        kept = {
+            param: [v for v in values if is_path_param(param) or not _wordless(v)]
+            for param, values in kept.items()
+        }
         out[tool] = {param: values for param, values in kept.items() if values}
     return {tool: params for tool, params in out.items() if params}
+
+
+def _wordless(value: JsonValue) -> bool:
+    return isinstance(value, str) and re.search(r"[A-Za-z0-9]{2}", value) is None
 
 
 def _scalars(value: Any) -> list[JsonValue]:

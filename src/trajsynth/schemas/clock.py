@@ -32,7 +32,47 @@ _JS = rf"{_DAY} {_MONTH} \d{{1,2}} \d{{4}} \d{{2}}:\d{{2}}:\d{{2}} GMT[+-]\d{{4}
 _RFC = rf"{_DAY}, \d{{1,2}} {_MONTH} \d{{4}} \d{{2}}:\d{{2}}:\d{{2}} (?:GMT|UTC|[+-]\d{{4}})"
 # C's ctime / Python's datetime.ctime: "Thu Nov 26 17:13:56 2026"
 _CTIME = rf"{_DAY} {_MONTH} [ \d]\d \d{{2}}:\d{{2}}:\d{{2}} \d{{4}}"
-_READING = re.compile(rf"(?<![\w-])(?:{_ISO}|{_JS}|{_RFC}|{_CTIME})(?![\w:])")
+# A time of day to the second, as JavaScript's toLocaleTimeString and many logs print it:
+# "10:44:08 PM", "22:44:08" (a server's "resource created at ..."); without seconds it is
+# more often data (a meeting at 10:30) than a reading of the clock.
+_TOD = r"\d{1,2}:\d{2}:\d{2}(?:\.\d+)?(?: ?[AaPp]\.?[Mm]\.?(?![\w.]))?"
+_READING = re.compile(rf"(?<![\w:.-])(?:{_ISO}|{_JS}|{_RFC}|{_CTIME}|{_TOD})(?![\w:])")
+# A time of day has no date: it reads the clock when it is this near the time now (in UTC or
+# in local time; a server prints either), around midnight included.
+_TOD_WINDOW = timedelta(hours=3)
+
+
+def _time_of_day(text: str) -> timedelta | None:
+    """The time since midnight a time-of-day text names ("10:44:08 PM"), or None."""
+    match = re.fullmatch(r"(\d{1,2}):(\d{2}):(\d{2})(?:\.\d+)?(?: ?([AaPp])\.?[Mm]\.?)?", text)
+    if match is None:
+        return None
+    hour, minute, second = (int(match.group(i)) for i in (1, 2, 3))
+    half = (match.group(4) or "").lower()
+    if minute > 59 or second > 60 or hour > (12 if half else 23) or (half and hour == 0):
+        return None
+    if half:
+        hour = hour % 12 + (12 if half == "p" else 0)
+    return timedelta(hours=hour, minutes=minute, seconds=second)
+
+
+def _near_time_of_day(of_day: timedelta, now: datetime) -> bool:
+    day = timedelta(days=1)
+    for clock in (now.astimezone(UTC), now.astimezone()):
+        since = timedelta(hours=clock.hour, minutes=clock.minute, seconds=clock.second)
+        gap = abs(since - of_day)
+        if min(gap, day - gap) <= _TOD_WINDOW:
+            return True
+    return False
+
+
+def _reads_now(text: str, now: datetime) -> bool:
+    """Whether a matched date-time or time-of-day text is a reading of the clock ``now``."""
+    of_day = _time_of_day(text)
+    if of_day is not None:
+        return _near_time_of_day(of_day, now)
+    moment = _moment(text)
+    return moment is not None and _near(moment, now)
 
 
 def _moment(text: str) -> datetime | None:
@@ -64,12 +104,13 @@ def reads_the_clock(value: Any, now: datetime | None = None) -> bool:
     ...     "2024-01-05T10:00:00", 1795704480, 1795704480123, 54.2, "Thursday",
     ...     "Thu Nov 26 2026 14:13:56 GMT+0000 (Coordinated Universal Time)")]
     [True, False, False, True, True, False, False, True]
+    >>> [reads_the_clock(v, now) for v in ("2:48:07 PM", "14:47:59", "3:10:00 AM", "14:48")]
+    [True, True, False, False]
     """
     now = now or datetime.now(UTC)
     if isinstance(value, str):
         match = _READING.fullmatch(value.strip())
-        moment = _moment(match.group(0)) if match else None
-        return moment is not None and _near(moment, now)
+        return match is not None and _reads_now(match.group(0), now)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return any(
             abs(value / scale - now.timestamp()) <= _WINDOW.total_seconds()
@@ -86,6 +127,9 @@ def mask_clock_readings(value: Any, now: datetime | None = None) -> Any:
     >>> mask_clock_readings("size: 32\\nmodified: Thu Nov 26 2026 17:13:56 GMT+0000 (UTC)\\n"
     ...                     "born: 1990-05-01T08:00:00Z", now)
     'size: 32\\nmodified: <time>\\nborn: 1990-05-01T08:00:00Z'
+    >>> mask_clock_readings("Resource 1: a plaintext resource created at 5:19:58 PM; "
+    ...                     "open 09:00:00-17:00:00", now)
+    'Resource 1: a plaintext resource created at <time>; open 09:00:00-17:00:00'
     >>> mask_clock_readings({"mtime": 1795713180, "size": 1795713180, "at": ["2026-11-26 17:19"]},
     ...                     now)
     {'mtime': '<time>', 'size': 1795713180, 'at': ['<time>']}
@@ -94,8 +138,7 @@ def mask_clock_readings(value: Any, now: datetime | None = None) -> Any:
 
     def text(s: str) -> str:
         def swap(match: re.Match[str]) -> str:
-            moment = _moment(match.group(0))
-            return CLOCK_MASK if moment is not None and _near(moment, now) else match.group(0)
+            return CLOCK_MASK if _reads_now(match.group(0), now) else match.group(0)
 
         return _READING.sub(swap, s)
 
