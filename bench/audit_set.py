@@ -4,7 +4,7 @@ Three origins, each recorded per item:
 
 - ``rollout``: trajectories a ``synth run`` stored (any store; the embedded model by default);
 - ``gold``: each stored blueprint's gold run replayed as a demonstration
-  (``agents.gold.gold_demonstration``), as ``synth sft`` and the improve flow make them;
+  (``planning.gold.gold_demonstration``), as ``synth sft`` and the improve flow make them;
 - ``variant:<kind>``: the gold demonstration acted out again by a scripted policy with one
   deliberate fault (or, for ``recovered``, a failed call it then corrects), in a fresh
   environment, so the variant's end state is the one its calls really produced.
@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trajsynth.agents.admission import ACTOR_PARAM
-from trajsynth.agents.gold import GoldPolicy, _chat, gold_demonstration, template_answer
 from trajsynth.curation.verify import extract_numbers, state_diff
 from trajsynth.llm.client import ChatResult
+from trajsynth.planning.admission import ACTOR_PARAM
+from trajsynth.planning.gold import GoldPolicy, _chat, gold_demonstration, template_answer
 from trajsynth.schemas import (
     AgentRole,
     Blueprint,
@@ -361,8 +361,8 @@ async def backfill_initial_rows(folder: Path, clusters_dir: Path | None) -> int:
 async def _plan(
     names: Sequence[str], n: int, clusters_dir: Path | None, seed_base: int
 ) -> dict[str, Blueprint]:
-    from trajsynth.agents.heldout import plan_eval_tasks
     from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.planning.heldout import plan_eval_tasks
     from trajsynth.schemas import SandboxKind
 
     clusters = [get_cluster(name, clusters_dir=clusters_dir) for name in names]

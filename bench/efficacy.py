@@ -4,7 +4,7 @@ Every arm's data comes through the user's path, run as a user runs it (the `synt
 in a subprocess, one store under ``--work``):
 
 0. round 0 (the same for every arm): gold demonstrations of training tasks planned from
-   their own seeds (``agents.heldout.plan_eval_tasks`` at seed base 1,000; the blueprints are
+   their own seeds (``planning.heldout.plan_eval_tasks`` at seed base 1,000; the blueprints are
    stored so the lineage names them) train a *generator* with ``synth sft --data``;
 1. ``synth run --policy GENERATOR`` twice on the seen clusters, ``--rollout tree`` and
    ``--rollout linear``, each capped at the same generation tokens
@@ -539,12 +539,12 @@ def parse(argv: Sequence[str] | None = None) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from trajsynth.agents.gold import gold_demos
-    from trajsynth.agents.heldout import plan_eval_tasks
     from trajsynth.flows.lineage import model_lineage, read_blueprints
     from trajsynth.flows.units import _blueprint_row
     from trajsynth.llm.chat_template import load_tokenizer
     from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.planning.gold import gold_demos
+    from trajsynth.planning.heldout import plan_eval_tasks
     from trajsynth.schemas import SandboxKind
     from trajsynth.training.eval import compare, summarize
     from trajsynth.training.splits import check_no_leakage, task_key

@@ -25,13 +25,13 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 
-from trajsynth.agents import planner as planner_module
-from trajsynth.agents.cells import sample_cells
-from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.flows.redraw import next_attempts, plan_budget
 from trajsynth.flows.units import plan_seed
 from trajsynth.llm.client import LLMClient, open_llm_client
 from trajsynth.mcp_servers.registry import list_clusters
+from trajsynth.planning import planner as planner_module
+from trajsynth.planning.cells import sample_cells
+from trajsynth.planning.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.schemas import Blueprint, RunConfig
 
 

@@ -33,12 +33,12 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from trajsynth.agents.admission import Refusal, review_blueprint
 from trajsynth.curation.select import sft_eligibility
 from trajsynth.curation.signals import compute_signals
 from trajsynth.curation.verify import verify
 from trajsynth.export.report import ExportError
 from trajsynth.export.rows import _check_tools, openai_messages
+from trajsynth.planning.admission import Refusal, review_blueprint
 from trajsynth.schemas import (
     Blueprint,
     Constraint,
@@ -126,7 +126,7 @@ def judge_item(
 
 
 def admitted_today(items: Sequence[Mapping[str, Any]]) -> dict[str, Blueprint | str]:
-    """Each blueprint of the items as today's planner admits it (``agents.admission``): with
+    """Each blueprint of the items as today's planner admits it (``planning.admission``): with
     the constraints it adds, or the reason it refuses. The planner's self-check (its gold
     demonstration must pass the verifier) is read from the blueprint's gold item where the
     set has one."""

@@ -246,9 +246,9 @@ async def test_a_36_tool_server_fits_a_small_context_end_to_end(tmp_path: Path) 
     and a few distractors, not all 36, and the fake LLM was sent exactly those."""
     from fakes.llm_server import FakeLLMServer
 
-    from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
     from trajsynth.flows.units import grow_unit
     from trajsynth.mcp_servers.registry import add_outside_cluster
+    from trajsynth.planning.planner import Planner, environment_factory, plan_blueprint
     from trajsynth.schemas import Cell, Difficulty, PathShape, ReasoningMode, RolloutMode, RunConfig
 
     tmp_path.chmod(0o755)  # the sandbox's unprivileged user reads the server, as in a venv

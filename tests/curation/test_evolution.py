@@ -226,8 +226,8 @@ def test_next_round_weights_move_toward_the_rare_cluster() -> None:
     shop2 = next(c for c in rw.changes if c.option == "shop-02")
     assert (shop2.level, shop2.parent, shop2.reason) == ("cluster", "retail", WeightReason.RARITY)
     assert len(rw.changes) == sum(len(ws) for ws in rw.weights.values())
-    # the weights are what agents.cells.sample_cells reads
-    from trajsynth.agents import cells
+    # the weights are what planning.cells.sample_cells reads
+    from trajsynth.planning import cells
 
     assert cells.LEVELS == LEVELS
 

@@ -1,6 +1,6 @@
 """The verifier against the hand-labelled audit set (docs/audit-rubric.md, bench/precision.py).
 
-The figures below are floors: what this branch's planner admission (``agents.admission``,
+The figures below are floors: what this branch's planner admission (``planning.admission``,
 applied to the set's stored blueprints) and verifier achieve on the fixture, so a change that
 makes "passed" less right fails here. ``STORED_FLOOR`` holds the verifier alone, every
 blueprint as it was planned: the control that shows what the admission checks add.

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fakes.inprocess_env import InProcessEnvironment
-from trajsynth.agents.planner import Planner, plan_blueprint
 from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.planner import Planner, plan_blueprint
 from trajsynth.schemas import Blueprint, Cell, Difficulty, PathShape, ReasoningMode
 
 __all__ = ["SHOP", "InProcessShop", "plan_shop_task"]

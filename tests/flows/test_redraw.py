@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 
-from trajsynth.agents.cells import sample_cells
 from trajsynth.flows.redraw import (
     SAME_CLUSTER_TRIES,
     attempt_seed,
@@ -14,6 +13,7 @@ from trajsynth.flows.redraw import (
     redraw_cell,
 )
 from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.cells import sample_cells
 from trajsynth.schemas import RunConfig
 
 CLUSTERS = [get_cluster(name) for name in ("calendar", "code", "shop", "travel")]

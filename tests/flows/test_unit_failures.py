@@ -83,7 +83,7 @@ CALENDAR_TOOLS = ('"list_events"', '"check_availability"', '"create_event"', '"s
 SHOP_TOOLS = ('"search_products"', '"add_to_cart"', '"place_order"', '"view_cart"')
 
 
-PLANNER = "You write realistic requests"  # the planner's system prompt (agents/planner.py)
+PLANNER = "You write realistic requests"  # the planner's system prompt (planning/planner.py)
 CALENDAR = "A team calendar with email"  # the calendar cluster's description
 SHOP = "An online shop"
 

@@ -22,9 +22,9 @@ import pytest
 from fakes.inprocess_env import InProcessEnvironment
 
 import trajsynth.mcp_servers.servers as servers_package
-from trajsynth.agents.planner import Planner, plan_blueprint
 from trajsynth.mcp_servers import registry
 from trajsynth.mcp_servers.servers._state import dump_state
+from trajsynth.planning.planner import Planner, plan_blueprint
 from trajsynth.schemas import (
     Blueprint,
     Cell,

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from trajsynth.agents.constraints import derive_constraints
-from trajsynth.agents.gold import GoldFailure, run_gold_path
-from trajsynth.agents.mutants import lint_by_mutation
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.registry import add_outside_cluster
+from trajsynth.planning.constraints import derive_constraints
+from trajsynth.planning.gold import GoldFailure, run_gold_path
+from trajsynth.planning.mutants import lint_by_mutation
 from trajsynth.schemas import (
     Constraint,
     LiteralArg,

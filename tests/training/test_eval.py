@@ -235,9 +235,9 @@ async def test_a_split_drops_what_leaks_and_counts_it(
 
     from fakes.inprocess_env import InProcessEnvironment
 
-    from trajsynth.agents import heldout
     from trajsynth.cli.commands.eval import plan_split
     from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.planning import heldout
     from trajsynth.schemas import SandboxKind
     from trajsynth.training.splits import task_key
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from fakes.inprocess_env import InProcessEnvironment
 
-from trajsynth.agents.planner import Planner, plan_blueprint
-from trajsynth.agents.rl_tasks import blueprint_row
 from trajsynth.agents.rollout import _execute
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.planner import Planner, plan_blueprint
+from trajsynth.planning.rl_tasks import blueprint_row
 from trajsynth.schemas import (
     AnswerContains,
     Blueprint,

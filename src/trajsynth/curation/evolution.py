@@ -64,7 +64,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LEVELS = ("domain", "cluster", "path_shape", "target_mode", "difficulty")
-"""The sampling levels, in drawing order (the names ``agents.cells.sample_cells`` reads)."""
+"""The sampling levels, in drawing order (the names ``planning.cells.sample_cells`` reads)."""
 
 _DIFFICULTY_ORDER = list(Difficulty)
 _TINY = 1e-12

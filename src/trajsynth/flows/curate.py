@@ -411,7 +411,7 @@ def next_weights(
     ``config`` defaults to the run's stored ``RunConfig.curation`` (else the defaults).
     Every option's change is stored in ``evolution`` (``round`` = the round the weights are
     for) with its reason; computing them again replaces that round's rows. The returned
-    ``weights`` is what ``agents.cells.sample_cells`` takes.
+    ``weights`` is what ``planning.cells.sample_cells`` takes.
     """
     run_cfg = _run_config(store, run_id)
     cfg = config or (run_cfg.curation if run_cfg is not None else CurationConfig())

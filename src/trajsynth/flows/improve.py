@@ -4,7 +4,7 @@ Round ``i`` builds a run (``synthesize``: the caller's way of running ``build_da
 its progress display) whose assistant is the policy trained after round ``i-1`` (round 0:
 the run's own model). The run's curated SFT selection (verified trajectories only) is the
 round's training data; when the policy passed almost nothing (fewer than ``min_verified``)
-the verified gold demonstrations of the run's tasks are added (``agents.gold.gold_demos``,
+the verified gold demonstrations of the run's tasks are added (``planning.gold.gold_demos``,
 ``source = 'gold'`` in each row's metadata), so a policy that solves nothing still has
 something to learn from (STaR's rationalization, with the planner's gold path). The next
 policy is fine-tuned from the current one (ReST-style: the chain of ``models.parent`` is the
@@ -93,8 +93,8 @@ def _gold_row(trajectory: Trajectory, verdict: Verdict) -> SFTRow:
 def gold_rows(store: Store, run_id: str, config: RunConfig) -> list[SFTRow]:
     """The verified gold demonstrations of the run's tasks (each replayed in a fresh
     environment and verified like a rollout; a replay that fails its checks is left out)."""
-    from trajsynth.agents.gold import gold_demos
     from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.planning.gold import gold_demos
 
     tasks = _run_blueprints(store, run_id)
     clusters = {c: get_cluster(c) for c in sorted({t.cluster_id for t in tasks})}

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from trajsynth.agents.cells import sample_cells
+from trajsynth.planning.cells import sample_cells
 from trajsynth.schemas import Cell, RunConfig, ToolCluster, stable_hash
 
 __all__ = [

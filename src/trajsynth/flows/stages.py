@@ -33,7 +33,6 @@ from prefect.cache_policies import INPUTS, CacheKeyFnPolicy
 from prefect.futures import PrefectFuture, as_completed
 from pydantic import SecretStr, TypeAdapter
 
-from trajsynth.agents.cells import sample_cells
 from trajsynth.flows.progress import expect_leaves, report
 from trajsynth.flows.redraw import next_attempts, plan_budget
 from trajsynth.flows.units import (
@@ -47,6 +46,7 @@ from trajsynth.flows.units import (
     unit_failure_row,
     without_duplicate,
 )
+from trajsynth.planning.cells import sample_cells
 from trajsynth.schemas import (
     Blueprint,
     Constraint,

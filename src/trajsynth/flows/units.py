@@ -30,12 +30,6 @@ from trajsynth.agents.judge import (
     leaf_outcome,
 )
 from trajsynth.agents.model_judge import judge_trajectories
-from trajsynth.agents.planner import (
-    Planner,
-    accepted_attempt,
-    environment_factory,
-    plan_blueprint,
-)
 from trajsynth.agents.policy import RoleRoutedLLM
 from trajsynth.agents.rollout import Episode, EpisodeResult, run_episode
 from trajsynth.agents.tree import TreeResult, grow_tree
@@ -44,6 +38,12 @@ from trajsynth.flows.progress import TurnReporter, leaf, unit_leaves
 from trajsynth.flows.redraw import attempt_seed, attempt_unit_id
 from trajsynth.llm.client import LLMClient, open_llm_client
 from trajsynth.mcp_servers.environment import open_environment
+from trajsynth.planning.planner import (
+    Planner,
+    accepted_attempt,
+    environment_factory,
+    plan_blueprint,
+)
 from trajsynth.sandboxes.pool import SandboxPool, shared_pool
 from trajsynth.schemas import (
     Blueprint,
@@ -104,7 +104,7 @@ def assistant_for(config: RunConfig) -> Assistant:
     """The assistant of a run. The embedded 135M model needs its tool use steered: it almost
     never calls a tool when free to, and repeats calls instead of answering after a result.
     A tuned policy (``config.policy``, served in the layout it was trained in) decides for
-    itself at every turn, as in ``synth eval`` (``agents.heldout.eval_assistant``): it can
+    itself at every turn, as in ``synth eval`` (``planning.heldout.eval_assistant``): it can
     ask for what the user held back, chain calls, and answer."""
     tuned = config.policy is not None
     embedded = config.llm.base_url is None and not tuned

@@ -11,7 +11,7 @@ Runs in a throw-away environment started exactly as a run starts it (``Environme
    path- and name-like tokens of plain text) feed later calls.
 3. **Edges by value flow.** For a tool B whose parameter accepts a value that tool A returned,
    B is called with that value; when the call succeeds, A -> B is an edge with that evidence.
-3b. **Edges the LLM proposes** from the descriptions (``propose``; ``agents.edge_proposals``)
+3b. **Edges the LLM proposes** from the descriptions (``propose``; ``planning.edge_proposals``)
    catch what the key names hide (a ``ref`` that is a ticket number). Each is kept only when
    a probe confirms it: B called with the value A returned under the proposed field succeeds,
    and a control call with a value no tool returned fails (a tool that takes any string, a
@@ -62,7 +62,7 @@ Proposer = Callable[
     [Sequence[ToolSpec], Mapping[str, Sequence[str]]], Awaitable[Sequence[EdgeProposal]]
 ]
 """Edges read from the tools' descriptions and the fields each tool was seen returning (the
-LLM's, in ``agents.edge_proposals``)."""
+LLM's, in ``planning.edge_proposals``)."""
 
 log = logging.getLogger(__name__)
 

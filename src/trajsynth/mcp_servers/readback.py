@@ -2,7 +2,7 @@
 
 An outside server's end state is what its probes answer (``ToolCluster.probes``); a write
 they cannot see (a file's content, an entity in a knowledge graph) is invisible to them. The
-mutation lint (``agents.mutants``) then searches the cluster's reads for one whose answer the
+mutation lint (``planning.mutants``) then searches the cluster's reads for one whose answer the
 gold run's writes change and puts it on the blueprint's ``FinalState`` (``probes``). Every
 place that takes an episode's end state (the rollout loop, the planner's replays, the RL
 environment) reads those calls too and keeps their answers in the state's tables under

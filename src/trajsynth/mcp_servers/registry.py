@@ -427,7 +427,7 @@ def add_outside_cluster(
     ``env`` values are used for this start only: the cluster keeps the names, and a run reads
     the values from its own environment. Returns the saved cluster, or its parts
     (``<name>.1``, ...) when a connected component has more than 40 tools (§2 step 5).
-    ``propose``: edges read from the descriptions (``agents.edge_proposals``, given by the
+    ``propose``: edges read from the descriptions (``planning.edge_proposals``, given by the
     CLI layer), called inside discovery's event loop; each is kept only when a probe confirms
     it, and the rejected ones are logged with the reason.
     """

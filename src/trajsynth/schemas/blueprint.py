@@ -107,7 +107,7 @@ class GoldRun(Record):
 
 
 class MutationLint(Record):
-    """What the mutation lint found (``agents.mutants``): wrong variants of the gold run
+    """What the mutation lint found (``planning.mutants``): wrong variants of the gold run
     replayed and scored against the constraints."""
 
     variants: int = Field(default=0, ge=0, description="wrong variants built and replayed")
@@ -159,14 +159,14 @@ class Blueprint(Record):
     words_attempts: int = Field(default=0, ge=0)
     reads_before_write: list[int] = Field(default_factory=list)
     usage: list[LLMUsage] = Field(default_factory=list)
-    # the mutation lint's figures (agents.mutants); None where it did not run
+    # the mutation lint's figures (planning.mutants); None where it did not run
     mutation_lint: MutationLint | None = None
 
     def signature(self) -> str:
         """The task as an exercise: its cluster, its tool path (the tools in order) and its
         constraints (canonical JSON). Two blueprints with one signature are the same exercise
         with other data and words: the leakage check (``training.splits``) and the held-out
-        planner (``agents.heldout``) compare these."""
+        planner (``planning.heldout``) compare these."""
         path = [call.tool for call in self.tool_path]
         checks = sorted(canonical_json(c.model_dump(mode="json")) for c in self.constraints)
         return stable_hash([self.cluster_id, path, checks], length=24)

@@ -271,7 +271,7 @@ class CellCatalog(Record):
 class RoundWeights(Record):
     """The next round's sampling weights, level -> option -> p, and every change's row.
 
-    ``weights`` has the layout ``agents.cells.sample_cells`` takes; at the cluster level the
+    ``weights`` has the layout ``planning.cells.sample_cells`` takes; at the cluster level the
     weights sum to 1 within each domain.
     """
 

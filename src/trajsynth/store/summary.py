@@ -44,7 +44,7 @@ class RunSummary(BaseModel):
     # trajectories each hygiene check failed (docs/verification.md)
     constraints_passed: int = 0
     hygiene_failed: dict[str, int] = {}
-    # the mutation lint over the run's blueprints (agents.mutants): blueprints linted, those
+    # the mutation lint over the run's blueprints (planning.mutants): blueprints linted, those
     # no wrong variant passes, variants replayed, caught by the planned checks, checks added
     mutation_lint: dict[str, int] = {}
 

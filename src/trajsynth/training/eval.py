@@ -1,6 +1,6 @@
 """pass@1 and pass@k of a held-out eval, per cluster and overall (docs/methods.md §15).
 
-``summarize`` takes the tries ``agents.heldout.evaluate`` recorded: excluded tries (``infra``,
+``summarize`` takes the tries ``planning.heldout.evaluate`` recorded: excluded tries (``infra``,
 ``simulator``) are left out; pass@1 is the mean over tasks of each task's pass rate and
 pass@k the mean of the unbiased estimator, each with a bootstrap interval over tasks
 (``training.passk``). Tasks, not tries, are the independent units: the tries of one task

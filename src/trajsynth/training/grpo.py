@@ -33,8 +33,8 @@ def rl_rows(config: TrainConfig) -> list[RLRow]:
         from trajsynth.training.tasks import export_rows
 
         return export_rows(config)
-    from trajsynth.agents.rl_tasks import plan_rl_rows
     from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.planning.rl_tasks import plan_rl_rows
 
     clusters = [get_cluster(name) for name in config.clusters] if config.clusters else None
     return asyncio.run(

@@ -1,5 +1,5 @@
 """RL tasks for the GRPO stage: rows of the RL export (or rows the caller planned with
-``agents.rl_tasks.plan_rl_rows``).
+``planning.rl_tasks.plan_rl_rows``).
 
 ``load_rl_rows`` reads an RL export (Parquet written through ``datasets``, or JSONL) into
 ``RLRow`` records. ``trl_dataset`` turns rows
@@ -52,7 +52,7 @@ def export_rows(config: TrainConfig) -> list[RLRow]:
     if not config.tasks:
         raise InputError(
             "no RL tasks: set `tasks` to an RL export folder, or pass rows "
-            "(`synth train` plans them with agents.rl_tasks.plan_rl_rows)"
+            "(`synth train` plans them with planning.rl_tasks.plan_rl_rows)"
         )
     rows = load_rl_rows(Path(config.tasks))
     return rows[: config.n_tasks] if config.n_tasks else rows

@@ -401,8 +401,8 @@ def _lint_lines(cluster_id: str) -> list[str]:
 def _llm_proposer() -> Proposer:
     """Edge proposals from the run's LLM; its client (and the embedded server, when no URL is
     set) opens inside discovery's event loop, only once the tools are known."""
-    from trajsynth.agents.edge_proposals import propose_edges
     from trajsynth.llm.client import open_llm_client
+    from trajsynth.planning.edge_proposals import propose_edges
 
     config = current_settings().run.llm
 

@@ -1,6 +1,6 @@
 """`synth eval --policy X --split NAME --samples k`: a policy on held-out tasks.
 
-Wiring only: the split's tasks are planned from held-out seeds (``agents.heldout``; the eval
+Wiring only: the split's tasks are planned from held-out seeds (``planning.heldout``; the eval
 seed draws them) and checked against the policy's training data (``training.splits``) as
 its ``models`` row and its ancestors' record it (``flows.lineage``): a task that leaks is
 dropped and the drop is said; a policy whose training data cannot be named in full is
@@ -109,8 +109,8 @@ async def plan_split(
     """Plan the split's candidates from the eval seed and drop every one that leaks into
     ``train_keys`` (``training.splits.make_split``); a one-stratum split keeps the first
     ``per_cluster`` of that stratum per cluster."""
-    from trajsynth.agents.heldout import plan_eval_tasks
     from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.planning.heldout import plan_eval_tasks
     from trajsynth.training.splits import make_split, task_key
 
     kind, held_cluster = parse_split(split)
@@ -153,10 +153,10 @@ async def run_eval(
     distractors: int | None = None,
 ) -> tuple[Any, list[Any]]:
     """Serve the policy and evaluate it on ``tasks``; returns (summary, tries)."""
-    from trajsynth.agents.heldout import eval_assistant, evaluate
     from trajsynth.agents.policy import RoleRoutedLLM, serve_policy
     from trajsynth.llm.client import open_llm_client
     from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.planning.heldout import eval_assistant, evaluate
     from trajsynth.training.eval import summarize
     from trajsynth.training.serve import policy_gguf
 

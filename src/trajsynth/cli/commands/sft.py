@@ -68,9 +68,9 @@ def gold_export(
     verified ones and write them as an SFT export; returns it and the tasks planned.
     ``distractors``: each row lists the needed tools plus that many nearest
     (``LLMConfig.distractors``); None: every tool."""
-    from trajsynth.agents.gold import gold_demos
-    from trajsynth.agents.heldout import plan_eval_tasks
     from trajsynth.mcp_servers.registry import get_cluster
+    from trajsynth.planning.gold import gold_demos
+    from trajsynth.planning.heldout import plan_eval_tasks
 
     found = {c: get_cluster(c) for c in clusters}
 

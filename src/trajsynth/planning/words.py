@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import Field
 
-from trajsynth.agents.gold import resolve_field
 from trajsynth.curation.canon import is_identifier, parse_json_maybe
 from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.tags import READ_VERBS, WRITE_VERBS, name_tokens
+from trajsynth.planning.gold import resolve_field
 from trajsynth.schemas import (
     Domain,
     EnvState,

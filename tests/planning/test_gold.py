@@ -1,4 +1,4 @@
-"""The gold run's references (``agents.gold.run_gold_path``) on the shop's real tools."""
+"""The gold run's references (``planning.gold.run_gold_path``) on the shop's real tools."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 from fakes.inprocess_env import InProcessEnvironment
 from fakes.shop import SHOP, InProcessShop
 
-from trajsynth.agents.gold import GoldFailure, GoldResult, run_gold_path
 from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.gold import GoldFailure, GoldResult, run_gold_path
 from trajsynth.schemas import LiteralArg, PlannedCall, RefArg, SlotArg
 
 

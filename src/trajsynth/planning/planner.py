@@ -1,10 +1,10 @@
 """The planner: from a cell to a blueprint whose success can be checked without a model.
 
 docs/methods.md §3 (blueprints), steps 1-10, and §4 (constraints derived from the gold run). The
-tool path is sampled in code (``agents.paths``), run once in a fresh environment to record the
-ground truth (``agents.gold``), the constraints are derived from that run
-(``agents.constraints``) and linted against the initial state (``curation.constraint_lint``);
-only then does the planner LLM write persona, goal and hidden info (``agents.words``). A draft
+tool path is sampled in code (``planning.paths``), run once in a fresh environment to record the
+ground truth (``planning.gold``), the constraints are derived from that run
+(``planning.constraints``) and linted against the initial state (``curation.constraint_lint``);
+only then does the planner LLM write persona, goal and hidden info (``planning.words``). A draft
 that fails its checks is retried with a fresh seed; after ``retries`` the words come from a
 deterministic template, and the blueprint records which. A path that cannot be bound, whose
 gold run fails or whose constraints do not lint is returned as a ``BlueprintAttempt`` with the
@@ -24,7 +24,12 @@ from typing import Any, Literal, NamedTuple, Protocol
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajsynth.agents.admission import (
+from trajsynth.curation.canon import leaf_paths, parse_json_maybe, value_at
+from trajsynth.curation.constraint_lint import lint_constraints
+from trajsynth.llm.client import LLMClient
+from trajsynth.mcp_servers.environment import open_environment
+from trajsynth.mcp_servers.graph import dependency_graph
+from trajsynth.planning.admission import (
     Refusal,
     copy_over,
     empty_read,
@@ -33,17 +38,17 @@ from trajsynth.agents.admission import (
     two_users,
     unrelated_reads,
 )
-from trajsynth.agents.argfill import fill_slots, unfilled
-from trajsynth.agents.constraints import derive_constraints
-from trajsynth.agents.gold import (
+from trajsynth.planning.argfill import fill_slots, unfilled
+from trajsynth.planning.constraints import derive_constraints
+from trajsynth.planning.gold import (
     GoldFailure,
     GoldResult,
     observation_value,
     run_gold_path,
 )
-from trajsynth.agents.mutants import lint_by_mutation
-from trajsynth.agents.paths import PlannedPath, Rejection, sample_path
-from trajsynth.agents.words import (
+from trajsynth.planning.mutants import lint_by_mutation
+from trajsynth.planning.paths import PlannedPath, Rejection, sample_path
+from trajsynth.planning.words import (
     Answer,
     Words,
     WordsSpec,
@@ -54,11 +59,6 @@ from trajsynth.agents.words import (
     template_words,
     words_spec,
 )
-from trajsynth.curation.canon import leaf_paths, parse_json_maybe, value_at
-from trajsynth.curation.constraint_lint import lint_constraints
-from trajsynth.llm.client import LLMClient
-from trajsynth.mcp_servers.environment import open_environment
-from trajsynth.mcp_servers.graph import dependency_graph
 from trajsynth.sandboxes.pool import SandboxPool
 from trajsynth.schemas import (
     AgentRole,
@@ -153,7 +153,7 @@ class Planner(BaseModel):
     min_turns: int = Field(default=4, ge=1)
     mutation_lint: Literal["outside", "all", "off"] = Field(
         default="outside",
-        description="which clusters' blueprints face the mutation lint (agents.mutants)",
+        description="which clusters' blueprints face the mutation lint (planning.mutants)",
     )
 
 
@@ -585,15 +585,15 @@ async def _self_check(
     """Why the blueprint's own gold demonstration fails the product's verifier (hygiene
     included), or None when it passes.
 
-    The demonstration (``agents.gold.gold_demonstration``: the gold calls replayed through the
+    The demonstration (``planning.gold.gold_demonstration``: the gold calls replayed through the
     real rollout loop, the template user, the template answer) is the best trajectory the
     task admits; when the verifier rejects it, the task's constraints and words disagree (an
     answer that names nothing the user asked, words the path does not honour) and no rollout
     of it can be a clean example. Runs in the planning environment restored to the initial
     state, or a fresh one when there is no snapshot.
     """
-    from trajsynth.agents.gold import gold_demonstration
     from trajsynth.curation.verify import verify
+    from trajsynth.planning.gold import gold_demonstration
 
     async def run(target: PlannerEnvironment) -> str | None:
         demo_env = _DemoEnvironment(target, cluster)

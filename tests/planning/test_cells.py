@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from trajsynth.agents.cells import cluster_shares, sample_cells
 from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.cells import cluster_shares, sample_cells
 
 BUNDLED = [get_cluster(name) for name in ("calendar", "code", "shop", "travel")]
 

@@ -21,12 +21,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from trajsynth.agents.function_call import call_function
-from trajsynth.agents.paths import PlannedPath
 from trajsynth.llm.client import LLMClient
 from trajsynth.mcp_servers.arguments import fits_schema, is_placeholder, schema_kinds
 from trajsynth.mcp_servers.listings import is_path_param, listed_dirs, under_listed_dir
 from trajsynth.mcp_servers.tags import name_tokens
+from trajsynth.planning.function_call import call_function
+from trajsynth.planning.paths import PlannedPath
 from trajsynth.schemas import LLMUsage, Message, MessageRole, SlotArg, ToolAccess, ToolCluster
 
 __all__ = [

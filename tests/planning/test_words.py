@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trajsynth.agents.words import (
+from trajsynth.planning.words import (
     Answer,
     Words,
     WordsSpec,

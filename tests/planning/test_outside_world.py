@@ -8,7 +8,7 @@ need from the server's own world.
   is the tool's form around the names the planner LLM gives, and its tasks are drawn over a
   write no read sees (a memo); a placeholder, a tool's name or an SQL word is no name.
 
-The file server's new paths are tested with ``agents.argfill`` (tests/agents/test_argfill.py)
+The file server's new paths are tested with ``planning.argfill`` (tests/planning/test_argfill.py)
 and its listings with discovery (tests/mcp_servers/test_listings.py).
 """
 
@@ -27,15 +27,15 @@ from fakes.strangers import StrangerEnvironment, stranger_cluster
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
-from trajsynth.agents.argfill import FILL_TOOL, new_table_sql
-from trajsynth.agents.constraints import derive_constraints
-from trajsynth.agents.gold import GoldFailure, run_gold_path
-from trajsynth.agents.mutants import lint_by_mutation
-from trajsynth.agents.paths import Rejection, sample_path
-from trajsynth.agents.planner import Planner, plan_blueprint
 from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.environment import ToolResult, _probe_value
 from trajsynth.mcp_servers.graph import dependency_graph
+from trajsynth.planning.argfill import FILL_TOOL, new_table_sql
+from trajsynth.planning.constraints import derive_constraints
+from trajsynth.planning.gold import GoldFailure, run_gold_path
+from trajsynth.planning.mutants import lint_by_mutation
+from trajsynth.planning.paths import Rejection, sample_path
+from trajsynth.planning.planner import Planner, plan_blueprint
 from trajsynth.schemas import (
     Blueprint,
     Cell,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-from trajsynth.agents.constraints import (
+from trajsynth.curation.constraint_lint import lint_constraints
+from trajsynth.curation.verify import reward, verify
+from trajsynth.planning.constraints import (
     changed_tables,
     deciding_fields,
     derive_constraints,
     max_calls_for,
     salient_value,
 )
-from trajsynth.curation.constraint_lint import lint_constraints
-from trajsynth.curation.verify import reward, verify
 from trajsynth.schemas import (
     AnswerContains,
     CallPattern,
@@ -333,7 +333,7 @@ def test_helpers() -> None:
 def test_docstring_examples() -> None:
     import doctest
 
-    from trajsynth.agents import constraints as module
+    from trajsynth.planning import constraints as module
 
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trajsynth.agents.admission import (
+from trajsynth.planning.admission import (
     LOOK_FIRST_SOURCE,
     Refusal,
     copy_over,

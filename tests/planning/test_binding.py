@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from fakes.inprocess_env import InProcessEnvironment
 
-from trajsynth.agents.gold import GoldFailure, GoldResult, run_gold_path
-from trajsynth.agents.paths import PlannedPath, sample_path
 from trajsynth.mcp_servers.graph import dependency_graph
 from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.gold import GoldFailure, GoldResult, run_gold_path
+from trajsynth.planning.paths import PlannedPath, sample_path
 from trajsynth.schemas import Cell, Difficulty, PathShape, ReasoningMode, ToolCluster
 
 SEEDS = range(12)
@@ -237,7 +237,7 @@ async def test_preconditions_name_real_tools_params_tables_and_columns(
     """A precondition that names a column the state lacks would call every value refused;
     each one the bundled clusters state names their tool's params and their state's columns,
     and some value of the seeded state keeps it (the server's own policy holds for some)."""
-    from trajsynth.agents.paths import _holds, _Tables
+    from trajsynth.planning.paths import _holds, _Tables
 
     cluster = get_cluster(name)
     assert cluster.preconditions
@@ -257,7 +257,7 @@ def test_a_precondition_is_kept_by_the_row_it_names_and_refused_by_others() -> N
     """``_holds``: the value in a row that keeps ``where`` and ``same`` holds; another row's,
     a row of another user's, or (``absent``) a value such a row holds does not; a value the
     binding does not know yet is not judged."""
-    from trajsynth.agents.paths import _holds, _Tables
+    from trajsynth.planning.paths import _holds, _Tables
     from trajsynth.schemas import EnvState, Precondition
 
     state = EnvState(
@@ -297,7 +297,7 @@ async def test_a_write_of_what_a_read_returned_to_where_it_read_fails_the_check(
     sets what the file holds: the gold run refuses it as a no-op ("write_file(...) changed
     nothing"). The binder's check says so before the gold run, so the path ranks below the
     drafts that pass; a write to another path passes."""
-    from trajsynth.agents.paths import _Binder, _Tables
+    from trajsynth.planning.paths import _Binder, _Tables
     from trajsynth.schemas import RefArg, SlotArg
 
     cluster = get_cluster("code")

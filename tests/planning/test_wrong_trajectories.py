@@ -27,15 +27,15 @@ from fakes.strangers import (
     tables,
 )
 
-from trajsynth.agents.argfill import FILL_TOOL
-from trajsynth.agents.constraints import derive_constraints
-from trajsynth.agents.gold import GoldFailure, run_gold_path
-from trajsynth.agents.mutants import lint_by_mutation
-from trajsynth.agents.planner import Planner, accepted_attempt, plan_blueprint
 from trajsynth.curation.verify import verify
 from trajsynth.flows.units import _blueprint_row
 from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.readback import with_readbacks
+from trajsynth.planning.argfill import FILL_TOOL
+from trajsynth.planning.constraints import derive_constraints
+from trajsynth.planning.gold import GoldFailure, run_gold_path
+from trajsynth.planning.mutants import lint_by_mutation
+from trajsynth.planning.planner import Planner, accepted_attempt, plan_blueprint
 from trajsynth.schemas import (
     Blueprint,
     Cell,

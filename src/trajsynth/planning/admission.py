@@ -2,7 +2,7 @@
 
 Each check reads the gold run's calls (their arguments and results), the planned steps and the
 cluster's write tools, never an environment, so the same function decides while the planner
-plans (``agents.planner``) and when a stored blueprint is looked at again by today's planner
+plans (``planning.planner``) and when a stored blueprint is looked at again by today's planner
 (``review_blueprint``: the precision bench re-admits the blueprints of its audit set, so a task
 the planner would now refuse is not counted as one the product hands to the verifier).
 
@@ -24,7 +24,7 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
   destroys the user's data with unrelated content, which no request asks for.
 - ``words_check`` (stored blueprints only, ``review_blueprint``): the goal states two values
   under one label (``path: README.md; path: data/sales.csv``), so nobody can tell which is
-  which (``agents.words.ambiguous_labels``, the check the planner's words pass).
+  which (``planning.words.ambiguous_labels``, the check the planner's words pass).
 - look-first (``explore_then_commit``): the words ask the assistant to look before it acts, so
   the read before the first write is held by an ``order`` constraint, or the mode is refused as
   ``mode_unrealised`` when nothing is read before the first write.
@@ -36,8 +36,8 @@ import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from trajsynth.agents.words import ambiguous_labels
 from trajsynth.curation.canon import parse_json_maybe
+from trajsynth.planning.words import ambiguous_labels
 from trajsynth.schemas import (
     Blueprint,
     CallPattern,
@@ -365,7 +365,7 @@ def look_first(
 def first_of_many(blueprint: Blueprint) -> Refusal | None:
     """Refused when a stored read-only blueprint's answer is a field of the first of several
     records that all match what the user said (a day's events, each carrying the date asked):
-    the planner now counts such records (``agents.words.pick_answer``) instead of asking for
+    the planner now counts such records (``planning.words.pick_answer``) instead of asking for
     whichever came first."""
     calls = blueprint.gold_run.calls
     if blueprint.n_writes or not calls:

@@ -7,12 +7,12 @@ import random
 
 import pytest
 
-from trajsynth.agents.cells import sample_cells
-from trajsynth.agents.gold import gold_demonstration, gold_demos, template_answer
-from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.cells import sample_cells
+from trajsynth.planning.gold import gold_demonstration, gold_demos, template_answer
+from trajsynth.planning.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.schemas import (
     AnswerContains,
     Blueprint,

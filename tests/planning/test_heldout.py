@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from fakes.inprocess_env import InProcessEnvironment
 
-from trajsynth.agents import heldout
-from trajsynth.agents.cells import sample_cells
-from trajsynth.agents.heldout import plan_eval_tasks
 from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning import heldout
+from trajsynth.planning.cells import sample_cells
+from trajsynth.planning.heldout import plan_eval_tasks
 from trajsynth.schemas import ToolCluster
 
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 from fakes.llm import ScriptedLLM, say, tool_call
 
-from trajsynth.agents.edge_proposals import PROPOSE_TOOL, propose_edges
 from trajsynth.llm.client import OpenAILLMClient
+from trajsynth.planning.edge_proposals import PROPOSE_TOOL, propose_edges
 from trajsynth.schemas import EdgeProposal, LLMConfig, ToolSpec
 
 
@@ -106,8 +106,8 @@ async def test_the_embedded_model_answers_under_the_schema() -> None:
     that fit its schema (names from the enums), so what it proposes reaches the probe."""
     import json
 
-    from trajsynth.agents.edge_proposals import parse_proposals, proposal_request
     from trajsynth.llm.client import open_llm_client
+    from trajsynth.planning.edge_proposals import parse_proposals, proposal_request
     from trajsynth.schemas import AgentRole
 
     messages, tool = proposal_request(TICKETS)

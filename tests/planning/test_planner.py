@@ -20,9 +20,14 @@ import pytest
 from fakes.inprocess_env import InProcessEnvironment
 from fakes.llm import ScriptedLLM, say, tool_call
 
-from trajsynth.agents.gold import gold_demonstration
-from trajsynth.agents.paths import PlannedPath
-from trajsynth.agents.planner import (
+from trajsynth.curation.constraint_lint import DO_NOTHING_PASSES, NO_OUTCOME
+from trajsynth.curation.verify import verify
+from trajsynth.llm.client import OpenAILLMClient
+from trajsynth.mcp_servers.environment import ToolResult
+from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.gold import gold_demonstration
+from trajsynth.planning.paths import PlannedPath
+from trajsynth.planning.planner import (
     Planner,
     _ground_truth,
     _Truth,
@@ -30,11 +35,6 @@ from trajsynth.agents.planner import (
     environment_factory,
     plan_blueprint,
 )
-from trajsynth.curation.constraint_lint import DO_NOTHING_PASSES, NO_OUTCOME
-from trajsynth.curation.verify import verify
-from trajsynth.llm.client import OpenAILLMClient
-from trajsynth.mcp_servers.environment import ToolResult
-from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import (
     AnswerContains,
     Blueprint,

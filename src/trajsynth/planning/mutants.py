@@ -35,13 +35,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from trajsynth.agents.gold import observation_value
 from trajsynth.curation.canon import parse_json_maybe
 from trajsynth.curation.verify import observed_reading, verify
 from trajsynth.mcp_servers.arguments import generate_arguments, param_values, schema_kinds
 from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.readback import read_backs, with_readbacks
 from trajsynth.mcp_servers.tags import name_tokens
+from trajsynth.planning.gold import observation_value
 from trajsynth.schemas import (
     AnswerContains,
     CallPattern,

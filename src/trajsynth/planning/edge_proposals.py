@@ -18,8 +18,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trajsynth.agents.function_call import call_function
 from trajsynth.llm.client import LLMClient
+from trajsynth.planning.function_call import call_function
 from trajsynth.schemas import EdgeProposal, Message, MessageRole, ToolSpec
 
 __all__ = [

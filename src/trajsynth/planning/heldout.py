@@ -16,16 +16,16 @@ import random
 from collections.abc import Callable, Sequence
 
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.cells import sample_cells
 from trajsynth.agents.context import shown_tools
-from trajsynth.agents.gold import TemplateUser
-from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.agents.policy import RoleRoutedLLM
 from trajsynth.agents.rollout import run_episode
 from trajsynth.agents.user_sim import UserSimulator
 from trajsynth.curation.verify import verify
 from trajsynth.llm.client import LLMClient
 from trajsynth.mcp_servers.environment import open_environment
+from trajsynth.planning.cells import sample_cells
+from trajsynth.planning.gold import TemplateUser
+from trajsynth.planning.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.schemas import (
     Blueprint,
     Budgets,
@@ -132,7 +132,7 @@ async def evaluate(
 ) -> list[TryResult]:
     """Act every task out ``samples`` times and verify each try (see the module doc).
 
-    ``template_user``: the user's turns come from ``agents.gold.TemplateUser`` (reveals what
+    ``template_user``: the user's turns come from ``planning.gold.TemplateUser`` (reveals what
     is asked, then thanks) instead of the simulator on ``llm``: no model in the user's seat,
     so policies are compared on the assistant alone, at half the LLM calls.
     ``context_tokens``: the model's context, when known (tools fitted to it,

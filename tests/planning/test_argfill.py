@@ -6,9 +6,9 @@ from __future__ import annotations
 import httpx
 from fakes.llm import ScriptedLLM, tool_call
 
-from trajsynth.agents.argfill import FILL_TOOL, fill_slots, fillable_slots, unfilled
-from trajsynth.agents.paths import PlannedPath
 from trajsynth.llm.client import OpenAILLMClient
+from trajsynth.planning.argfill import FILL_TOOL, fill_slots, fillable_slots, unfilled
+from trajsynth.planning.paths import PlannedPath
 from trajsynth.schemas import (
     Difficulty,
     Domain,
@@ -175,12 +175,12 @@ async def test_a_new_file_is_named_by_the_llm_in_a_folder_the_server_lists() -> 
     asked = fake.requests[0]["messages"][-1]["content"]
     assert "- path: the name of a new file in the folder docs" in asked
     # a path it gives directly in a listed folder is kept as given
-    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "./plan.md", "content": "Plan A"})])
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "./plan.txt", "content": "Plan A"})])
     filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
-    assert filled is not None and filled.slots["path"] is None  # "./plan.md" is not normal
-    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "plan.md", "content": "Plan A"})])
+    assert filled is not None and filled.slots["path"] is None  # "./plan.txt" is not normal
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "plan.txt", "content": "Plan A"})])
     filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
-    assert filled is not None and filled.slots["path"] == "docs/plan.md"
+    assert filled is not None and filled.slots["path"] == "docs/plan.txt"
 
 
 async def test_a_path_outside_the_listed_folders_a_placeholder_or_a_tool_name_is_refused() -> None:

@@ -749,7 +749,7 @@ class _Binder:
             return self._slot(param, self.rng.randint(low, high), "range")
         if self.cluster.source == "outside":  # no seed data: the schema's own values
             own = [v for v in param_values(param, schema, tool) if not is_placeholder(v)]
-            # none (a made-up name is no value): the planner LLM writes it (agents.argfill)
+            # none (a made-up name is no value): the planner LLM writes it (planning.argfill)
             return self._slot(param, own[0] if own else None, "schema")
         raise _Unbindable(f"{tool}.{param}")
 
@@ -1195,7 +1195,7 @@ def sample_path(
         # a blueprint over a multi-tool outside cluster has >= 2 calls, since one call of a
         # server exercises none of its dependencies; a "single" cell becomes a two-call chain
         # (the second call unlinked when the graph has no edge). Not on a read-only server:
-        # there a second, unlinked read asks a second question (agents.admission's
+        # there a second, unlinked read asks a second question (planning.admission's
         # unrelated_reads), and one read answers one
         low, high = max(low, 2), max(high, 2)
         shape = PathShape.CHAIN if shape is PathShape.SINGLE else shape

@@ -12,8 +12,8 @@ import random
 from collections.abc import Sequence
 
 from trajsynth.agents.assistant import Assistant
-from trajsynth.agents.cells import sample_cells
-from trajsynth.agents.planner import Planner, environment_factory, plan_blueprint
+from trajsynth.planning.cells import sample_cells
+from trajsynth.planning.planner import Planner, environment_factory, plan_blueprint
 from trajsynth.schemas import (
     Blueprint,
     EnvSpec,

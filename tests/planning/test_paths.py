@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from trajsynth.agents.cells import sample_cells, supported_shapes
-from trajsynth.agents.paths import PlannedPath, Rejection, entry_tools, sample_path
 from trajsynth.mcp_servers.graph import dependency_graph
+from trajsynth.planning.cells import sample_cells, supported_shapes
+from trajsynth.planning.paths import PlannedPath, Rejection, entry_tools, sample_path
 from trajsynth.schemas import (
     Cell,
     Difficulty,
