@@ -1,4 +1,4 @@
-"""Outside MCP servers end to end (issue 17): join, discover, plan, act, verify.
+"""Outside MCP servers end to end: join, discover, plan, act, verify.
 
 For each public server installed from a registry (PyPI venvs under ``--venvs``, npm packages
 under ``--npm``): ``synth clusters add`` (the server started as a run starts it), then

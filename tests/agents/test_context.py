@@ -1,4 +1,4 @@
-"""Fitting an episode's tools into the model's context (issue 17, item 2): a generated 36-tool
+"""Fitting an episode's tools into the model's context: a generated 36-tool
 cluster and the shop's real tools with the scripted fake LLM; the real embedder and a real
 36-tool MCP server in the slow tier."""
 

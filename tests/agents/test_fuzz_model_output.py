@@ -1,4 +1,4 @@
-"""No model output crashes anything (issue 16 item 5), fuzzed with hypothesis.
+"""No model output crashes anything, fuzzed with hypothesis.
 
 Each case is one HTTP answer of the LLM: bytes that are not JSON, JSON that is not a
 completion, or a completion whose message holds any content and any tool calls, with

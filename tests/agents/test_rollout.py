@@ -166,7 +166,7 @@ async def test_simulator_echoing_the_assistant_is_a_role_break(
     assert "echoed" in (result.trajectory.failure_detail or "")
 
 
-# --- a user turn that fails the checks is drawn again, then scripted (issues 17/18) ----------
+# --- a user turn that fails the checks is drawn again, then scripted ----------
 
 ECHOED = "The lowest fare for this route on that date is 157.69 dollars in economy."
 

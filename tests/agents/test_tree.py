@@ -182,7 +182,7 @@ async def test_repeated_failing_call_is_pruned_with_its_signal(
 async def test_each_leaf_is_seen_as_it_ends_with_its_outcome(
     task: Blueprint, tmp_path: Path
 ) -> None:
-    """Per-leaf progress (issue 20): ``on_leaf`` sees every leaf while the tree still grows,
+    """Per-leaf progress: ``on_leaf`` sees every leaf while the tree still grows,
     and a leaf cut as a dead end reads as ``pruned``."""
     seen: list[tuple[str, int]] = []
     fake = _fake(

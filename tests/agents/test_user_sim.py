@@ -1,4 +1,4 @@
-"""The scripted user turn (issues 17/18): written from the blueprint when every simulator draw
+"""The scripted user turn: written from the blueprint when every simulator draw
 failed its checks, and never a hidden fact the assistant did not ask for by name."""
 
 from __future__ import annotations

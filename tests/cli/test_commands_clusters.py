@@ -46,7 +46,7 @@ def test_add_a_stdio_server_then_use_it_like_any_cluster(tmp_path: Path) -> None
     assert {t["name"] for t in saved["tools"]} == {"get_current_time", "convert_time"}
     assert "time" in _run("list", "--clusters-dir", str(tmp_path))
     shown = _run("show", "time", "--clusters-dir", str(tmp_path))
-    # issue 17: the state is read through stable read-only probe calls, shown with evidence
+    # the state is read through stable read-only probe calls, shown with evidence
     assert "convert_time" in shown and "end-state probe: convert_time" in shown
     assert "readOnlyHint=True" in shown
     _run("remove", "time", "--clusters-dir", str(tmp_path))

@@ -1,6 +1,6 @@
 """`synth improve --smoke` end to end: a base run, gold demonstrations (the embedded model
 passes almost nothing), two LoRA steps, a GGUF served back, a second run with the tuned
-policy as the assistant; both rounds stored and shown by `synth stats` (issue 18)."""
+policy as the assistant; both rounds stored and shown by `synth stats`."""
 
 from __future__ import annotations
 

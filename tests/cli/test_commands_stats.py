@@ -1,4 +1,4 @@
-"""`synth stats [--json]`: the dataset's figures per round, from curated rows (issue 7)."""
+"""`synth stats [--json]`: the dataset's figures per round, from curated rows."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_stats_table_and_topo_from_the_store(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert "pass rate by cluster" in result.output and "per round" in result.output
     assert "registered metrics" in result.output and "tokens_per_success" in result.output
-    # each entropy says which set it is over and its unit (issue 20): the dataset's accepted
+    # each entropy says which set it is over and its unit: the dataset's accepted
     # rows, and the run's every trajectory (3 shop and 2 air: 0.673 nats)
     assert "domain_entropy (accepted, nats)" in result.output
     assert "cluster_entropy (all, nats)" in result.output and "0.673" in result.output

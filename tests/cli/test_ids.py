@@ -1,4 +1,4 @@
-"""Issue 20 item 7: ids whole in every table at 80 columns; any unique prefix accepted."""
+"""Ids whole in every table at 80 columns; any unique prefix accepted."""
 
 from __future__ import annotations
 

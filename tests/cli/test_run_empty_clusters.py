@@ -1,4 +1,4 @@
-"""Issue 17, item 7: a cluster that yields no task is a warning naming why."""
+"""A cluster that yields no task is a warning naming why."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The end of `synth run` explains a run that produced little: top failure reasons with
-counts and what to change (issue 20, item 2)."""
+counts and what to change."""
 
 from __future__ import annotations
 

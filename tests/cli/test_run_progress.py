@@ -1,4 +1,4 @@
-"""Per-turn progress (issue 20, item 2): every assistant reply of a rollout is a `turns`
+"""Per-turn progress: every assistant reply of a rollout is a `turns`
 event that reaches the CLI's sink, from Prefect task threads too."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The dashboard's evals section: stored held-out evals read back newest first, with their
-intervals and the trained model's parent (issue 18)."""
+intervals and the trained model's parent."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Curation wired to the store (issue 7): hand-built rollout sets give the exact stored rows."""
+"""Curation wired to the store: hand-built rollout sets give the exact stored rows."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def test_deploy_serve_and_run_grows_the_store(
     store_path = _project(tmp_path, llm)
     env = _prefect_env(tmp_path / "client_home", prefect_api)
     env["SYNTH_LLM__API_KEY"] = "sk-never-in-prefect-7"
-    # from a folder that is not the checkout: the packaged definitions (issue 20)
+    # from a folder that is not the checkout: the packaged definitions
     deployed = subprocess.run(
         [*SYNTH, "deploy"],
         cwd=tmp_path,

@@ -1,4 +1,4 @@
-"""Expert iteration (`synth improve`, issue 18): a round's training data is the run's verified
+"""Expert iteration (`synth improve`): a round's training data is the run's verified
 selection, its row carries the run's pass rate, entropies and cost, a loop with nothing to
 train on stops with one line, and `synth stats` shows the newest loop. The full loop (real
 runs, SFT, GGUF, serving) is the slow `synth improve --smoke` test."""

@@ -1,4 +1,4 @@
-"""Infra retries fire (issue 16 item 4): the retry condition of the unit tasks sees the
+"""Infra retries fire: the retry condition of the unit tasks sees the
 task's exception for async tasks too (``state.result()`` there is a coroutine, which made
 every retry silently not happen)."""
 

@@ -1,5 +1,5 @@
 """`synth run --policy`: the tuned policy answers the assistant's turns on its own server while
-the planner and the user simulator keep the run's model (issue 18).
+the planner and the user simulator keep the run's model.
 
 Fast tier: two fake OpenAI-compatible servers over real HTTP stand in for the run's model and
 the policy's llama.cpp server; a unit's client routes each role to one of them, and a rollout

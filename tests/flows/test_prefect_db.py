@@ -1,4 +1,4 @@
-"""The Prefect database template (issue 19, item 3): a new home starts from a migrated copy;
+"""The Prefect database template: a new home starts from a migrated copy;
 an existing database, a configured Postgres or a database being created is never touched."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-leaf progress (issue 20, item 2): every leaf a unit grows is a `leaves` event with
+"""Per-leaf progress: every leaf a unit grows is a `leaves` event with
 its outcome as it ends, and the total (leaves still possible) shrinks when a tree stops
 early, so the bar's ETA is computed over the leaves that can still come."""
 

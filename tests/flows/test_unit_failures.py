@@ -1,4 +1,4 @@
-"""A unit that fails after its retries is data, not the end of the run (issue 16 item 6): its
+"""A unit that fails after its retries is data, not the end of the run: its
 row names the class and the error, the other units are stored and curated, the summary counts
 it, and the next run of the same config retries that unit alone and ends where a run that
 never failed ends. Real parts: Prefect (ephemeral API), the local sandbox, the fake LLM over

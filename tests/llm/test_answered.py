@@ -1,4 +1,4 @@
-"""The embedded server's record of answered requests (issue 19, item 2): a try whose request
+"""The embedded server's record of answered requests: a try whose request
 was answered, by this process or by the one before a restart, is answered from the record
 and computes nothing."""
 

@@ -1,5 +1,5 @@
 """``Environment.call_tool``'s tries, with the live call scripted: the first try runs outside
-tenacity (issue 19, item 5), and a fault worth sending again enters tenacity's loop as its
+tenacity, and a fault worth sending again enters tenacity's loop as its
 first attempt, so the count of tries, the waits and the fault raised after the last try are
 what they were. The real servers' faults are tested in ``test_environment.py``."""
 

@@ -1,6 +1,6 @@
 """``ServerConnection``'s check of results against the tool's output schema: kept for outside
 servers (the SDK's check, a broken result raises), skipped for bundled ones, whose server
-validates the structured content with the model the schema comes from (issue 19, item 5).
+validates the structured content with the model the schema comes from.
 
 The server here speaks raw JSON-RPC, so it can send what an ``MCPServer`` never would."""
 

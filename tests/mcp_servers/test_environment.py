@@ -158,7 +158,7 @@ async def test_bundled_shop_in_a_local_sandbox(shop_local: Environment) -> None:
     assert (await shop_local.state()).checks == {"db": True, "nope": False}
 
 
-# Slow: `clusters add` starts the real server three times and waits two clock ticks (issue 19).
+# Slow: `clusters add` starts the real server three times and waits two clock ticks.
 @pytest.mark.slow
 async def test_mcp_server_time_as_an_outside_cluster(tmp_path: Path) -> None:
     [cluster] = add_outside_cluster(
@@ -169,7 +169,7 @@ async def test_mcp_server_time_as_an_outside_cluster(tmp_path: Path) -> None:
         cluster, sandbox_kind=SandboxKind.LOCAL, limits=LIMITS, tool_timeout_s=20
     ) as env:
         start = await env.state()
-        # read through the probe discovery found (issue 17): convert_time's stable answer
+        # read through the probe discovery found: convert_time's stable answer
         assert start.readable is True
         assert list(start.tables) == ["probe0:convert_time"]
         now = await env.call_tool("get_current_time", {"timezone": "Europe/Paris"})
@@ -193,7 +193,7 @@ async def _fault_round_trip(env: Environment) -> str:
 
     Returns the state hash after the first write, which the caller checks survived."""
     start = await env.state()
-    assert start.readable  # through the cluster's read probes (list_items), issue 17
+    assert start.readable  # through the cluster's read probes (list_items)
     added = await env.call_tool("add_item", {"name": "a"})
     assert added.structured == {"item_id": "a", "count": 1}
     after_a = await env.state()
@@ -569,7 +569,7 @@ async def test_pooled_containers_start_each_episode_fresh() -> None:
 
 @pytest.mark.slow
 async def test_the_state_served_over_mcp_is_the_sandbox_dump(shop_local: Environment) -> None:
-    # bench/environment.py: a served read takes a few ms, a dump process 45-83 ms (issue 19)
+    # bench/environment.py: a served read takes a few ms, a dump process 45-83 ms
     served = await shop_local._served_state()
     assert served is not None and served == await shop_local._dump_state()
     user = served.tables["users"][0]["user_id"]

@@ -1,4 +1,4 @@
-"""Outside servers (issue 17): launch roots, env keys never stored, argument values, discovery
+"""Outside servers: launch roots, env keys never stored, argument values, discovery
 against a real MCP server started exactly as a run starts it, and the slow tier with two
 servers installed from PyPI into a tmp dir."""
 
@@ -244,7 +244,7 @@ def _tickets_server(tmp_path: Path) -> Path:
 def test_a_proposed_edge_is_kept_only_when_a_probe_confirms_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 17, item 3: proposals (here scripted, as an LLM would send them) become edges
+    """Proposals (here scripted, as an LLM would send them) become edges
     only when the target accepts the value the source returned and a made-up value does not
     get the same answer; the others are rejected with the reason."""
     script = _tickets_server(tmp_path)

@@ -183,7 +183,7 @@ def test_entry_points_extend_the_registry(
         get_cluster("ep-bad", clusters_dir=tmp_path)
 
 
-# Slow: discovery starts the real server three times and waits two clock ticks (issue 19).
+# Slow: discovery starts the real server three times and waits two clock ticks.
 @pytest.mark.slow
 def test_outside_stdio_server_mcp_server_time(tmp_path: Path) -> None:
     parts = add_outside_cluster("time", command=TIME_SERVER, clusters_dir=tmp_path)
@@ -192,7 +192,7 @@ def test_outside_stdio_server_mcp_server_time(tmp_path: Path) -> None:
     assert sorted(c.tool_names) == ["convert_time", "get_current_time"]
     assert all(t.access == ToolAccess.READ and t.access_source == "annotation" for t in c.tools)
     # discovery: the end state is read through stable read calls; get_current_time's answer
-    # changes with the clock, so only convert_time is a probe (issue 17)
+    # changes with the clock, so only convert_time is a probe
     assert c.state_readable is True
     assert [p.tool for p in c.probes] == ["convert_time"]
     zones = c.arg_values["get_current_time"]["timezone"]

@@ -1,5 +1,5 @@
-"""Schema-only argument values written by the planner LLM under the parameters' JSON schemas
-(issue 17, item 4), with the scripted fake LLM behind the real openai client."""
+"""Schema-only argument values written by the planner LLM under the parameters' JSON schemas,
+with the scripted fake LLM behind the real openai client."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Edges the LLM reads into tool descriptions (issue 17, item 3): the request, what of a reply
+"""Edges the LLM reads into tool descriptions: the request, what of a reply
 is kept, and (llm tier) the embedded model answering it. Whether a proposal becomes an edge is
 decided by a probe: tests/mcp_servers/test_outside.py."""
 

@@ -161,7 +161,7 @@ async def test_valid_llm_words_are_kept(tmp_path: Path) -> None:
 async def test_outside_cluster_words_come_from_a_schema_constrained_tool_call(
     tmp_path: Path,
 ) -> None:
-    """Issue 17: for an outside cluster the planner offers the words as the one tool of the
+    """For an outside cluster the planner offers the words as the one tool of the
     request (tool_choice required), and reads the goal from the call's JSON arguments."""
     cluster = _only(SHOP, "search_products").model_copy(update={"source": "outside"})
     first = await plan_blueprint(

@@ -1,4 +1,4 @@
-"""The hostile corpus (issue 16): code that attacks its sandbox, run in both sandboxes.
+"""The hostile corpus: code that attacks its sandbox, run in both sandboxes.
 
 Each case asserts precisely how it was contained and that the sandbox still works afterwards.
 Every bomb is bounded (at most 3,000 forks, 2 GB of memory, 1 GB of disk, 600 MB of output) so

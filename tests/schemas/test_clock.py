@@ -1,4 +1,4 @@
-"""Readings of the clock: told apart from stored dates, masked in probe results (issue 17)."""
+"""Readings of the clock: told apart from stored dates, masked in probe results."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bf16 autocast only where the hardware multiplies bf16 (issue 18, item 6); the GGUF's
+"""bf16 autocast only where the hardware multiplies bf16; the GGUF's
 dequantized copy kept in the cache."""
 
 from __future__ import annotations
