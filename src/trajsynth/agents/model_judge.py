@@ -64,9 +64,8 @@ def judge_messages(trajectory: Trajectory, rubric: str) -> list[Message]:
             lines.append(f"{m.role.value.upper()}: {_clip(m.content)}")
         for call in m.tool_calls or []:
             lines.append(f"ASSISTANT CALLS {call.function.name}({_clip(call.function.arguments)})")
-    offered = ", ".join(
-        str(t.get("function", {}).get("name")) for t in trajectory.tools if isinstance(t, dict)
-    )
+    functions = [t.get("function") for t in trajectory.tools]
+    offered = ", ".join(str(f.get("name")) for f in functions if isinstance(f, dict))
     body = f"Tools offered: {offered or 'none'}\n\n" + "\n".join(lines)
     return [
         Message(role=MessageRole.SYSTEM, content=rubric),

@@ -47,6 +47,7 @@ from trajsynth.schemas import (
     MessageRole,
     Node,
     RolloutTree,
+    SnapshotHandle,
     Termination,
     ToolCall,
     ToolCallRecord,
@@ -72,11 +73,16 @@ class EpisodeEnvironment(Protocol):
     """What the loop needs of an environment (``mcp_servers.Environment`` provides it)."""
 
     cluster: ToolCluster
-    tools: list[ToolSpec]
+
+    @property
+    def tools(self) -> list[ToolSpec]: ...
 
     async def call_tool(self, name: str, arguments: dict[str, JsonValue]) -> ToolResult: ...
     async def state(self) -> EnvState: ...
     async def run_check(self, check_id: str, source: str) -> bool: ...
+    # a tree forks its branches from snapshots; a linear rollout never calls these
+    async def snapshot(self) -> SnapshotHandle: ...
+    async def restore(self, handle: SnapshotHandle) -> None: ...
 
 
 @dataclass

@@ -215,10 +215,12 @@ async def _probe(client: OpenAILLMClient) -> list[EndpointCheck]:
             "logprobs",
             has_lp,
             (
-                f"{len(lp.token_logprobs or [])} token logprobs, "
+                lp
+                if isinstance(lp, str)
+                else f"{len(lp.token_logprobs or [])} token logprobs, "
                 f"top {max((len(t) for t in lp.top_logprobs or []), default=0)} alternatives"
                 if has_lp
-                else (lp if isinstance(lp, str) else "none returned (or refused)")
+                else "none returned (or refused)"
             ),
             "branches the tree on step entropy"
             if has_lp

@@ -138,7 +138,7 @@ def watch(parent_pid: int, *, poll_s: float = 0.5, grace_s: float = 5.0) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "reaper").splitlines()[0])
     parser.add_argument("--parent", type=int, required=True)
     parser.add_argument("--poll-s", type=float, default=0.5)
     parser.add_argument("--grace-s", type=float, default=5.0)

@@ -16,6 +16,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -60,7 +61,7 @@ def _with_bars(build: Callable[[], RunSummary], console: Console) -> RunSummary:
         TextColumn("{task.fields[note]}"),
     )
     with Progress(*columns, console=console, transient=False) as progress, logs_to(console):
-        bars: dict[str, int] = {}
+        bars: dict[str, TaskID] = {}
         tokens = [0]
 
         def on_event(event: tuple[str, int, int, str]) -> None:

@@ -192,7 +192,7 @@ class Settings(BaseSettings):
         return RunConfig.model_validate(data)
 
 
-def _describe_error(err: dict[str, Any], source: str) -> str:
+def _describe_error(err: Mapping[str, Any], source: str) -> str:
     key = ".".join(str(p) for p in err["loc"])
     value = err.get("input")
     if err["type"] == "extra_forbidden":

@@ -264,8 +264,8 @@ def build_deployments(
 ) -> list[Any]:
     """``RunnerDeployment``s (Prefect's ``Flow.to_deployment``) for the deployments of
     ``project`` (default: the packaged definitions), all or those in ``names``."""
-    from prefect.deployments.runner import EntrypointType
     from prefect.schedules import Schedule
+    from prefect.types.entrypoint import EntrypointType
 
     project = Path(project).resolve() if project is not None else packaged()
     root = project.parent

@@ -39,7 +39,7 @@ def task_runner_for(kind: str, address: str | None = None, workers: int = 2) -> 
         return ThreadPoolTaskRunner(max_workers=workers)
     if kind == "dask":
         try:
-            from prefect_dask import DaskTaskRunner
+            from prefect_dask.task_runners import DaskTaskRunner
         except ImportError:
             raise InputError(
                 "task_runner = 'dask' needs prefect-dask: pip install 'trajsynth[dask]'"

@@ -166,7 +166,7 @@ def record_failure(
 
 
 async def _drain(
-    submitted: Sequence[tuple[UnitRef, PrefectFuture[UnitRows]]],
+    submitted: Sequence[tuple[UnitRef, PrefectFuture[Any]]],  # an async task: its UnitRows
     task: Task[..., Any],
     store: Store,
     run_id: str,

@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -427,7 +427,7 @@ class Store:
         """Insert rows (records or dicts), skipping ids already present. One transaction."""
         return self.insert_many({table: rows})
 
-    def insert_many(self, batches: dict[str, Iterable[BaseModel | dict[str, Any]]]) -> int:
+    def insert_many(self, batches: Mapping[str, Iterable[BaseModel | dict[str, Any]]]) -> int:
         """Insert into several tables in ONE transaction: all of it commits or none does.
 
         Returns the number of new rows. Rows go in as Arrow tables (``insert_bulk``):
@@ -438,7 +438,7 @@ class Store:
     @_retry_on_lock
     def insert_bulk(
         self,
-        batches: dict[str, Iterable[BaseModel | dict[str, Any]]],
+        batches: Mapping[str, Iterable[BaseModel | dict[str, Any]]],
         *,
         delete: Sequence[tuple[str, Sequence[Any]]] = (),
     ) -> int:
