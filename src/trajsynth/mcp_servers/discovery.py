@@ -17,7 +17,8 @@ Runs in a throw-away environment started exactly as a run starts it (``Environme
    and a control call with a value no tool returned fails (a tool that takes any string, a
    free-text subject, proves nothing). Rejected proposals are noted with the reason.
 4. **Probes.** Read calls that succeed and answer the same twice in a row become the cluster's
-   end-state probes (``ToolCluster.probes``): the verifier compares their results after the gold
+   end-state probes (``ToolCluster.probes``), with the server's static resources that read the
+   same twice (``ProbeCall.resource``): the verifier compares their results after the gold
    run and after a rollout.
 """
 
@@ -534,6 +535,10 @@ async def discover(
         if t.access is ToolAccess.READ and t.name in p.ok_args
     ]
     first_round = {t.name: await p.call(t.name, p.ok_args[t.name]) for t in candidates}
+    # and the server's static resources (a memo no tool reads), read across the same tick
+    listing = getattr(env, "list_resources", None)
+    resources = [ProbeCall(resource=u) for u in (await listing() if listing is not None else [])]
+    first_read = await env.read_probes(resources) if resources else None
     await asyncio.sleep(_TICK_S)
     probes: list[ProbeCall] = []
     for t in candidates:
@@ -548,6 +553,14 @@ async def discover(
             probes.append(ProbeCall(tool=t.name, arguments=p.ok_args[t.name]))
         if len(probes) >= _MAX_PROBES:
             break
+    if first_read is not None:
+        again_read = await env.read_probes(resources)
+        for (key, rows), probe in zip(first_read.tables.items(), resources, strict=True):
+            if rows and not rows[0]["is_error"] and again_read.tables.get(key) == rows:
+                probes.append(probe)
+            else:
+                notes.append(f"resource {probe.resource} is no end-state probe: its read "
+                             "failed or changed between two reads")  # fmt: skip
     return Discovery(
         tools=tagged,
         edges=edges,
