@@ -83,6 +83,11 @@ async def test_a_static_resource_that_reads_the_same_twice_is_an_end_state_probe
     resources = [p.resource for p in cluster.probes if p.resource is not None]
     assert resources == ["memo://insights"]  # not the clock, not the template
     assert ProbeCall(tool="list_tables") in cluster.probes  # tool probes as before
+    # the write is tagged by what its probe changed: the memo, not its name
+    [insight] = [t for t in cluster.tools if t.name == "append_insight"]
+    assert insight.access_source == "probe", insight.access_evidence
+    assert "memo://insights" in (insight.access_evidence or "")
+    assert "clock://now" not in (insight.access_evidence or "")
 
 
 async def test_a_memo_write_fails_a_wrong_variant_through_its_resource() -> None:
