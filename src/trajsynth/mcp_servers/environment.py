@@ -16,9 +16,10 @@ State:
   work dir. Their state is read through the cluster's read-only probe calls (``probes``): the
   same calls after the gold run and after a rollout give the same tables when the end states
   agree. A probe may read a static MCP resource instead of a tool (``ProbeCall.resource``: a
-  memo no tool reads); its text contents are read the same way as a tool's text. Without probes, ``state()`` is ``readable=False`` with the hash of the successful
-  writes. Reset (``ServerSpec.reset``): ``snapshot`` restores the work dir's files and restarts
-  the server; ``fresh`` and ``replay`` restart it from its initial work dir and replay writes.
+  memo no tool reads); its text contents are read the same way as a tool's text. Without
+  probes, ``state()`` is ``readable=False`` with the hash of the successful writes. Reset
+  (``ServerSpec.reset``): ``snapshot`` restores the work dir's files and restarts the server;
+  ``fresh`` and ``replay`` restart it from its initial work dir and replay writes.
 """
 
 from __future__ import annotations

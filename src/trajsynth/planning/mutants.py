@@ -342,7 +342,9 @@ def _read_candidates(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[Pro
             if schema_kinds(sub) <= {"string"}:
                 loose.append(ProbeCall(tool=spec.name, arguments={**fixed, wanted[0]: texts[0]}))
     out = [
-        p for p in [*matched, *bare, *loose] if canonical_json([p.tool, p.arguments, p.resource]) not in probes
+        p
+        for p in [*matched, *bare, *loose]
+        if canonical_json([p.tool, p.arguments, p.resource]) not in probes
     ]
     return out[:_MAX_READS]
 
