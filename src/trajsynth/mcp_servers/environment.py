@@ -368,8 +368,10 @@ class Environment:
         async with self._lock:
             if self._conn is None or not self._conn.alive:
                 return []
-            with anyio.fail_after(self.tool_timeout_s + _CALL_GRACE_S):
+            with anyio.move_on_after(self.tool_timeout_s + _CALL_GRACE_S):
                 return await static_resources(self._conn.session)
+            log.info("%s: resources/list timed out: no resource probes", self.cluster.cluster_id)
+            return []
 
     async def _read_resource(self, uri: str) -> ToolResult:
         assert self._conn is not None
