@@ -8,7 +8,8 @@ parameter that sends a call to another namespace; ``repo`` creates branches by n
 
 ``StrangerEnvironment`` is the Environment interface over one of them: results go through the
 product's own ``tool_result`` (the same reading of error results as a run), the end state is
-read through the cluster's probes with the product's ``_probe_value``, and injected parameters
+read through the cluster's probes with the product's ``_probe_value`` (a resource probe over an
+in-process MCP session, with the product's ``read_resource_result``), and injected parameters
 (``ToolSpec.injected``) are added as the real environment adds them.
 """
 
@@ -19,9 +20,16 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from mcp.client.client import Client
 from mcp.server.mcpserver import MCPServer
 
-from trajsynth.mcp_servers.environment import ToolResult, _probe_value, tool_result
+from trajsynth.mcp_servers.environment import (
+    ToolResult,
+    _probe_value,
+    read_resource_result,
+    static_resources,
+    tool_result,
+)
 from trajsynth.mcp_servers.registry import tool_spec
 from trajsynth.schemas import (
     EnvState,
@@ -276,11 +284,20 @@ class StrangerEnvironment:
             return EnvState(state_hash=stable_hash(self.calls), readable=False)
         return await self.read_probes(self.cluster.probes)
 
+    async def list_resources(self) -> list[str]:
+        """The product's listing of static resources, over an in-process MCP session."""
+        async with Client(self.server) as client:
+            return await static_resources(client.session)
+
     async def read_probes(self, probes: list[ProbeCall]) -> EnvState:
         tables: dict[str, list[dict[str, JsonValue]]] = {}
         for i, probe in enumerate(probes):
-            result = await self.call_tool(probe.tool, dict(probe.arguments))
-            tables[f"probe{i}:{probe.tool}"] = [
+            if probe.resource is not None:
+                async with Client(self.server) as client:
+                    result = await read_resource_result(client.session, probe.resource)
+            else:
+                result = await self.call_tool(probe.tool, dict(probe.arguments))
+            tables[f"probe{i}:{probe.label}"] = [
                 {
                     "arguments": canonical_json(probe.arguments),
                     "is_error": result.is_error,

@@ -401,7 +401,7 @@ def _check_final_state(c: FinalState, ctx: VerifyContext) -> tuple[bool, str]:
     state = ctx.final_state
     if c.probes:  # read-backs: their answers after the episode against the gold run's
         got = readback_hash(c.probes, state.tables)
-        reads = ", ".join(p.tool for p in c.probes)
+        reads = ", ".join(p.label for p in c.probes)
         if got is None:
             return False, f"read-back ({reads}) not taken at the end of the episode"
         if got == c.gold_hash:

@@ -17,7 +17,8 @@ Runs in a throw-away environment started exactly as a run starts it (``Environme
    and a control call with a value no tool returned fails (a tool that takes any string, a
    free-text subject, proves nothing). Rejected proposals are noted with the reason.
 4. **Probes.** Read calls that succeed and answer the same twice in a row become the cluster's
-   end-state probes (``ToolCluster.probes``): the verifier compares their results after the gold
+   end-state probes (``ToolCluster.probes``), with the server's static resources that read the
+   same twice (``ProbeCall.resource``): the verifier compares their results after the gold
    run and after a rollout.
 """
 
@@ -177,6 +178,8 @@ class _Prober:
         # this throw-away sandbox's work dir: a value under it is kept relative, so it means
         # the same file in every later environment
         self.workdir = str(getattr(getattr(env, "sandbox", None), "workdir", "") or "")
+        # the server's static resources, read with the views (set by ``discover``)
+        self.resources: list[str] = []
 
     def _portable(self, value: JsonValue) -> JsonValue:
         if self.workdir and isinstance(value, str) and self.workdir in value:
@@ -291,6 +294,10 @@ class _Prober:
                 continue
             self.calls += 1
             out[tool] = stable_hash([result.is_error, result.text, result.structured])
+        if self.resources:  # a write that changes only a resource (a memo) shows there
+            reading = await self.env.read_probes([ProbeCall(resource=u) for u in self.resources])
+            for uri, rows in zip(self.resources, reading.tables.values(), strict=True):
+                out[uri] = stable_hash(rows)
         return out
 
 
@@ -334,6 +341,8 @@ async def discover(
     ``propose``: edges read from the descriptions, each kept only when a probe confirms it.
     """
     p = _Prober(env, tools, fixed or {})
+    listing = getattr(env, "list_resources", None)
+    p.resources = await listing() if listing is not None else []
     tags: dict[str, tuple[ToolAccess, str, str]] = {}
     for t in tools:
         if _annotated(t) and not ignore_annotations:
@@ -422,6 +431,7 @@ async def discover(
             again = await p.view([r for r in readers if r[0] != t.name])
             volatile = {k for k in changed if again.get(k) != after.get(k)}
             readers[:] = [r for r in readers if r[0] not in volatile]
+            p.resources = [u for u in p.resources if u not in volatile]
             changed = [k for k in changed if k not in volatile]
         if changed and "$files" not in changed and by_name is not ToolAccess.WRITE:
             # only a read result moved: call again; a change that does not happen again is
@@ -534,6 +544,9 @@ async def discover(
         if t.access is ToolAccess.READ and t.name in p.ok_args
     ]
     first_round = {t.name: await p.call(t.name, p.ok_args[t.name]) for t in candidates}
+    # and the server's static resources (a memo no tool reads), read across the same tick
+    resources = [ProbeCall(resource=u) for u in p.resources]
+    first_read = await env.read_probes(resources) if resources else None
     await asyncio.sleep(_TICK_S)
     probes: list[ProbeCall] = []
     for t in candidates:
@@ -548,6 +561,14 @@ async def discover(
             probes.append(ProbeCall(tool=t.name, arguments=p.ok_args[t.name]))
         if len(probes) >= _MAX_PROBES:
             break
+    if first_read is not None:
+        again_read = await env.read_probes(resources)
+        for (key, rows), probe in zip(first_read.tables.items(), resources, strict=True):
+            if rows and not rows[0]["is_error"] and again_read.tables.get(key) == rows:
+                probes.append(probe)
+            else:
+                notes.append(f"resource {probe.resource} is no end-state probe: its read "
+                             "failed or changed between two reads")  # fmt: skip
     return Discovery(
         tools=tagged,
         edges=edges,

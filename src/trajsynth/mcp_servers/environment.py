@@ -15,9 +15,11 @@ State:
   in a sandbox with the server's own files mounted read-only, with the ``--copy`` files in its
   work dir. Their state is read through the cluster's read-only probe calls (``probes``): the
   same calls after the gold run and after a rollout give the same tables when the end states
-  agree. Without probes, ``state()`` is ``readable=False`` with the hash of the successful
-  writes. Reset (``ServerSpec.reset``): ``snapshot`` restores the work dir's files and restarts
-  the server; ``fresh`` and ``replay`` restart it from its initial work dir and replay writes.
+  agree. A probe may read a static MCP resource instead of a tool (``ProbeCall.resource``: a
+  memo no tool reads); its text contents are read the same way as a tool's text. Without
+  probes, ``state()`` is ``readable=False`` with the hash of the successful writes. Reset
+  (``ServerSpec.reset``): ``snapshot`` restores the work dir's files and restarts the server;
+  ``fresh`` and ``replay`` restart it from its initial work dir and replay writes.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from mcp.shared.exceptions import MCPError
-from mcp.types import CONNECTION_CLOSED, INVALID_PARAMS, REQUEST_TIMEOUT, CallToolResult
+from mcp.types import (
+    CONNECTION_CLOSED,
+    INVALID_PARAMS,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    PaginatedRequestParams,
+)
 from pydantic import ValidationError
 from tenacity import (
     AsyncRetrying,
@@ -93,6 +101,8 @@ __all__ = [
     "OpenEnvironment",
     "ToolResult",
     "open_environment",
+    "read_resource_result",
+    "static_resources",
     "tool_result",
 ]
 
@@ -104,6 +114,8 @@ SEED_ENV = "TRAJSYNTH_SEED"
 # to a server that stopped reading its stdin can block before the request clock starts).
 _CALL_GRACE_S = 5.0
 _PROBE_CHARS = 4000  # a probe result longer than this is hashed, not kept as text
+_MAX_RESOURCES = 16  # static resources listed as probe candidates
+_MAX_RESOURCE_PAGES = 4
 _T = TypeVar("_T")
 
 
@@ -199,6 +211,42 @@ def _probe_value(result: ToolResult, workdir: str = "") -> JsonValue:
     if isinstance(value, str) and len(value) > _PROBE_CHARS:
         return {"sha256": stable_hash(value, length=64)}
     return value
+
+
+async def static_resources(session: Any) -> list[str]:
+    """The URIs of the static resources (not templates) a live session's server lists; none
+    when it does not declare the resources capability or the listing fails."""
+    caps = getattr(session, "server_capabilities", None)
+    if caps is None or caps.resources is None:
+        return []
+    uris: list[str] = []
+    cursor: str | None = None
+    try:
+        for _ in range(_MAX_RESOURCE_PAGES):
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            listed = await session.list_resources(params=params)
+            uris += [str(r.uri) for r in listed.resources]
+            cursor = listed.next_cursor
+            if not cursor:
+                break
+    except (MCPError, ValidationError, TimeoutError, OSError) as exc:
+        log.info("resources/list failed (%r): no resource probes", exc)
+        return []
+    return sorted(set(uris))[:_MAX_RESOURCES]
+
+
+async def read_resource_result(session: Any, uri: str) -> ToolResult:
+    """A resource read as a tool result: its text contents joined (a blob reads as its
+    hash), or an error result when the server refuses the read."""
+    try:
+        read = await session.read_resource(uri)
+    except MCPError as exc:
+        return ToolResult(text=exc.message, is_error=True, error_type="tool_error")
+    parts = []
+    for c in read.contents:
+        text = getattr(c, "text", None)
+        parts.append(text if text is not None else f"blob:{stable_hash(c.blob, length=64)}")
+    return ToolResult(text="\n".join(parts))
 
 
 class Environment:
@@ -314,6 +362,26 @@ class Environment:
             self._initial_state = await self.state()
         self._started = True
         return self._initial_state
+
+    async def list_resources(self) -> list[str]:
+        """The static resources the server lists (none without the resources capability)."""
+        async with self._lock:
+            if self._conn is None or not self._conn.alive:
+                return []
+            with anyio.move_on_after(self.tool_timeout_s + _CALL_GRACE_S):
+                return await static_resources(self._conn.session)
+            log.info("%s: resources/list timed out: no resource probes", self.cluster.cluster_id)
+            return []
+
+    async def _read_resource(self, uri: str) -> ToolResult:
+        assert self._conn is not None
+        what = f"{self.cluster.cluster_id}: resource {uri!r}"
+        try:
+            with anyio.fail_after(self.tool_timeout_s + _CALL_GRACE_S):
+                return await read_resource_result(self._conn.session, uri)
+        except (TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            await self._restart_after(f"{what}: no answer ({exc!r})", self._conn)
+            raise MCPServerError(f"{what}: no answer; server restarted") from exc
 
     async def read_probes(self, probes: Sequence[ProbeCall]) -> EnvState:
         """The results of ``probes`` now, as the tables ``state()`` would give."""
@@ -772,13 +840,16 @@ class Environment:
             if self._conn is None or not self._conn.alive:
                 await self.restart("the server was not running before reading the state")
             for i, probe in enumerate(probes if probes is not None else self.cluster.probes):
-                result = await self._call(probe.tool, dict(probe.arguments))
+                if probe.resource is not None:
+                    result = await self._read_resource(probe.resource)
+                else:
+                    result = await self._call(probe.tool, dict(probe.arguments))
                 row: dict[str, JsonValue] = {
                     "arguments": canonical_json(probe.arguments),
                     "is_error": result.is_error,
                     "result": _probe_value(result, self.sandbox.workdir),
                 }
-                tables[f"probe{i}:{probe.tool}"] = [row]
+                tables[f"probe{i}:{probe.label}"] = [row]
         return EnvState(
             state_hash=stable_hash(tables, length=64),
             tables=tables,

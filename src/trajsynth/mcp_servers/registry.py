@@ -660,7 +660,7 @@ async def _stable_across_environments(
     answers = await asyncio.gather(answer(0.0), answer(1.1))
     keep = []
     for i, probe in enumerate(probes):
-        key = f"probe{i}:{probe.tool}"
+        key = f"probe{i}:{probe.label}"
         if answers[0].get(key) == answers[1].get(key):
             keep.append(probe)
         else:

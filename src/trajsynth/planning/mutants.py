@@ -311,7 +311,7 @@ def _read_candidates(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[Pro
     gold writes sent (a name for ``search_nodes(query)``)."""
     named = _gold_values(cluster, gold)
     texts = [v for _, v in named if isinstance(v, str) and 0 < len(v) <= 200]
-    probes = {canonical_json([p.tool, p.arguments]) for p in cluster.probes}
+    probes = {canonical_json([p.tool, p.arguments, p.resource]) for p in cluster.probes}
     matched: list[ProbeCall] = []
     bare: list[ProbeCall] = []
     loose: list[ProbeCall] = []
@@ -342,7 +342,9 @@ def _read_candidates(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[Pro
             if schema_kinds(sub) <= {"string"}:
                 loose.append(ProbeCall(tool=spec.name, arguments={**fixed, wanted[0]: texts[0]}))
     out = [
-        p for p in [*matched, *bare, *loose] if canonical_json([p.tool, p.arguments]) not in probes
+        p
+        for p in [*matched, *bare, *loose]
+        if canonical_json([p.tool, p.arguments, p.resource]) not in probes
     ]
     return out[:_MAX_READS]
 
@@ -356,6 +358,12 @@ async def find_readback(
     """A final-state check whose read-back sees what the gold run wrote (module doc), or None;
     and the reads tried. Leaves ``env`` after the gold run."""
     candidates = _read_candidates(cluster, gold)
+    # the server's static resources (a memo no tool reads), after the tool reads
+    probes = {p.resource for p in cluster.probes if p.resource}
+    listing = getattr(env, "list_resources", None)
+    uris = await listing() if listing is not None else []
+    candidates += [ProbeCall(resource=u) for u in uris if u not in probes]
+    candidates = candidates[:_MAX_READS]
     if not candidates:
         return None, 0
     started = time.monotonic()
@@ -378,7 +386,7 @@ async def find_readback(
         tables = {readback_key(0, probe): rows}
         gold_hash = readback_hash([probe], tables)
         assert gold_hash is not None
-        log.debug("read-back %s(%s) sees the gold run's writes", probe.tool, probe.arguments)
+        log.debug("read-back %s(%s) sees the gold run's writes", probe.label, probe.arguments)
         check = FinalState(
             gold_hash=gold_hash,
             gold_tables=tables,
@@ -490,7 +498,10 @@ async def lint_by_mutation(
         gold_passes=gold_ok,
         kinds=sorted({v.kind for v in built}),
         readback=(
-            f"{readback.probes[0].tool}({canonical_json(readback.probes[0].arguments)[:80]})"
+            (
+                readback.probes[0].resource
+                or f"{readback.probes[0].tool}({canonical_json(readback.probes[0].arguments)[:80]})"
+            )
             if readback is not None
             else ""
         ),

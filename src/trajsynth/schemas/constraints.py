@@ -61,7 +61,7 @@ class FinalState(_Constraint):
 
 def readback_key(index: int, probe: ProbeCall) -> str:
     """The end state's table holding a read-back's answer (``FinalState.probes``)."""
-    return f"readback{index}:{probe.tool}"
+    return f"readback{index}:{probe.label}"
 
 
 def readback_hash(

@@ -130,10 +130,19 @@ class CopiedFile(Record):
 
 class ProbeCall(Record):
     """A read-only call whose result is part of an outside cluster's end state (§2):
-    the same probes run after the gold run and after a rollout, and their results compared."""
+    the same probes run after the gold run and after a rollout, and their results compared.
 
-    tool: str
+    A probe reads a tool (``tool`` with ``arguments``) or, with ``resource`` set, a static MCP
+    resource by its URI (a memo no tool reads); a spec without ``resource`` is a tool probe."""
+
+    tool: str = ""
     arguments: dict[str, JsonValue] = Field(default_factory=dict)
+    resource: str | None = Field(default=None, description="URI of a static MCP resource")
+
+    @property
+    def label(self) -> str:
+        """What the probe reads, for table keys and messages: the tool, or the resource URI."""
+        return self.resource or self.tool
 
 
 class ServerSpec(Record):

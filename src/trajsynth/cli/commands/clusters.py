@@ -196,7 +196,8 @@ def show(
             f"fixed args {json.dumps(s.args) if s.args else 'none'}"
         )
         for probe in c.probes:
-            _console().print(f"end-state probe: {probe.tool}({json.dumps(probe.arguments)})")
+            read = probe.resource or f"{probe.tool}({json.dumps(probe.arguments)})"
+            _console().print(f"end-state probe: {read}")
         if s.hidden_tools or s.hidden_params:
             _console().print(
                 f"hidden from the model: tools {', '.join(s.hidden_tools) or 'none'}; "
