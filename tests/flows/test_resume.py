@@ -60,9 +60,12 @@ def _env(home: Path) -> dict[str, str]:
     }
 
 
-def _run(cwd: Path, llm: FakeLLMServer) -> subprocess.CompletedProcess[str]:
+def _run(
+    cwd: Path, llm: FakeLLMServer, api: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**_env(cwd), **(api or {})}
     return subprocess.run(
-        _command(llm), cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=600
+        _command(llm), cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
 
 
@@ -78,10 +81,13 @@ def _count(store: Store, sql: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLMServer) -> Store:
-    """The uninterrupted run with the same seeds, in its own directory and store."""
+def reference(
+    tmp_path_factory: pytest.TempPathFactory, llm: FakeLLMServer, prefect_api: dict[str, str]
+) -> Store:
+    """The uninterrupted run with the same seeds, in its own directory and store. It talks to
+    the session's Prefect API: only the runs that are killed or resumed start their own."""
     whole = tmp_path_factory.mktemp("whole")
-    done = _run(whole, llm)
+    done = _run(whole, llm, prefect_api)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return Store(whole / "data" / "synth.duckdb")
 
@@ -243,9 +249,11 @@ EMBEDDED = ["--tasks", "2", "--samples", "2", "--seed", "5"]
 EMBEDDED_ENV = {"SYNTH_LLM__EMBEDDED_DETERMINISTIC": "true", "SYNTH_RUN__MAX_TURNS": "2"}
 
 
-def _embedded(cwd: Path, **popen: object) -> subprocess.Popen[str]:
+def _embedded(
+    cwd: Path, api: dict[str, str] | None = None, **popen: object
+) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "trajsynth.cli", "-q", "run", *EMBEDDED]
-    env = {**_env(cwd), **EMBEDDED_ENV}
+    env = {**_env(cwd), **EMBEDDED_ENV, **(api or {})}
     return subprocess.Popen(argv, cwd=cwd, env=env, text=True, **popen)  # type: ignore[call-overload]
 
 
@@ -256,12 +264,13 @@ def _finish(proc: subprocess.Popen[str]) -> None:
 
 @pytest.mark.llm
 def test_sigkill_then_rerun_on_the_embedded_model_matches_an_uninterrupted_run(
-    tmp_path: Path,
+    tmp_path: Path, prefect_api: dict[str, str]
 ) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     whole.mkdir()
     killed.mkdir()
-    _finish(_embedded(whole, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    # the uninterrupted run on the session's Prefect API; the killed and resumed ones start theirs
+    _finish(_embedded(whole, prefect_api, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     reference = Store(whole / "data" / "synth.duckdb")
     ref_ids = _ids(reference)
     assert len(ref_ids["trajectories"]) >= 2
