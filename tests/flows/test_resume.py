@@ -96,6 +96,12 @@ def reference(
 PROGRESS = {"plan": "blueprint_attempts", "rollout": "trajectories"}
 
 
+# how the run is killed at each stage: its whole process group (its sandboxes and servers die
+# with it), or the `synth` process alone, as an OOM kill or `kill -9 PID` does, when Prefect's
+# API server and every other descendant must still end (the watchdog reaps them)
+KILL = {"plan": "synth alone", "rollout": "group"}
+
+
 @pytest.mark.parametrize("stage", ["plan", "rollout"])
 def test_sigkill_then_rerun_matches_an_uninterrupted_run(
     tmp_path: Path, llm: FakeLLMServer, reference: Store, stage: str
@@ -107,7 +113,7 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(
     table = PROGRESS[stage]
     assert len(ref_ids[table]) >= 4 and ref_ids["trajectories"]
 
-    # start the same run elsewhere; kill it (and its sandboxes) once some units are stored
+    # start the same run elsewhere; kill it once some units are stored
     store = Store(killed / "data" / "synth.duckdb")
     proc = subprocess.Popen(
         _command(llm),
@@ -120,16 +126,27 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(
     )
     progress = f"SELECT count(*) AS n FROM {table}"
     deadline = time.monotonic() + 300
+    descendants: list[psutil.Process] = []
     try:
         while _count(store, progress) < 1:
             assert proc.poll() is None, f"the run ended before it was killed: {proc.stderr.read()}"
             assert time.monotonic() < deadline, f"no {stage} unit was stored in 300 s"
             time.sleep(0.05)
+        if KILL[stage] == "synth alone":
+            descendants = [
+                p for p in psutil.Process(proc.pid).children(recursive=True)
+                if "trajsynth.cli.reaper" not in " ".join(p.cmdline())
+            ]  # fmt: skip
+            assert descendants, "the run started no server or sandbox"
+            proc.kill()
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
+    _, alive = psutil.wait_procs(descendants, timeout=60)
+    assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
     partial = _ids(store)
     assert 1 <= len(partial[table]) < len(ref_ids[table])  # killed in the middle
@@ -157,33 +174,6 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(
     assert [(r.state, r.trajectories) for r in runs] == [
         ("completed", len(ref_ids["trajectories"]))
     ]
-
-
-def test_sigkill_of_synth_alone_leaves_no_process_behind(
-    tmp_path: Path, llm: FakeLLMServer
-) -> None:
-    """Only the `synth` process is killed (not its group, as an OOM kill or `kill -9 PID`
-    does): Prefect's API server and every other descendant still end."""
-    store = Store(tmp_path / "data" / "synth.duckdb")
-    proc = subprocess.Popen(
-        _command(llm), cwd=tmp_path, env=_env(tmp_path),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 300
-    try:
-        while _count(store, "SELECT count(*) AS n FROM blueprint_attempts") < 1:
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        descendants = [
-            p for p in psutil.Process(proc.pid).children(recursive=True)
-            if "trajsynth.cli.reaper" not in " ".join(p.cmdline())
-        ]  # fmt: skip
-        assert descendants, "the run started no server or sandbox"
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-    _, alive = psutil.wait_procs(descendants, timeout=60)
-    assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
