@@ -9,7 +9,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -64,6 +66,44 @@ def gpu_missing() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "vllm not installed (extra `gpu`)"
     return None
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[dict[str, str]]:
+    """One Prefect API for the session's `synth` processes: the environment a test passes to
+    one (``{**os.environ, **prefect_api}``) names it, as a deployment's configured server, so
+    a process does not start its own. Each start costs about 5 s of CPU (uvicorn, Prefect's
+    app, its database) that a run's LLM waits behind on 2 cores: 20-30 s against 6 s of
+    wall time for a fake-LLM run at load 9. It is the server a command would start itself
+    (``trajsynth.flows.ephemeral_api``). Tests of a command's own server, its start, its
+    death with the command or its home (tests/flows/test_resume.py, test_api.py,
+    test_prefect_db.py, ...) do not use it. Empty where Prefect's settings already name an
+    API: the processes use that one, as they would without this fixture."""
+    from trajsynth.schemas.health import wait_until_answers
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trajsynth.flows.ephemeral_api"], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http"):  # "configured": it has exited
+        proc.wait(timeout=30)
+        yield {}
+        return
+    try:
+        ready = wait_until_answers(
+            f"{url}/health", process=proc, timeout_s=300,
+            exited=lambda code: RuntimeError(f"the session's Prefect API exited with {code}"),
+        )  # fmt: skip
+        assert ready, f"the session's Prefect API at {url} did not answer in 300 s"
+        yield {"PREFECT_API_URL": url}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 _CHECKS = {"docker": docker_missing, "llm": llm_missing, "gpu": gpu_missing}

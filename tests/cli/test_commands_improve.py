@@ -31,9 +31,9 @@ def test_the_smoke_path_is_tiny_and_the_command_line_wins() -> None:
 @pytest.mark.slow
 @pytest.mark.llm
 @pytest.mark.docker
-def test_synth_improve_smoke_closes_the_loop(tmp_path: Path) -> None:
+def test_synth_improve_smoke_closes_the_loop(tmp_path: Path, prefect_api: dict[str, str]) -> None:
     # docker: this checkout's local sandbox cannot see the layered venv's packages
-    env = {**os.environ, "SYNTH_SANDBOX__KIND": "docker"}
+    env = {**os.environ, **prefect_api, "SYNTH_SANDBOX__KIND": "docker"}
     synth = [sys.executable, "-m", "trajsynth.cli"]
     proc = subprocess.run(
         [*synth, "improve", "--smoke", "--work", str(tmp_path / "work")],

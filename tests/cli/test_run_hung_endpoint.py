@@ -53,10 +53,11 @@ def wedged_server() -> Iterator[str]:
 
 @pytest.mark.slow  # a `synth run` process: Prefect's ephemeral API starts (20-60 s)
 def test_a_wedged_endpoint_ends_the_run_with_a_clear_summary(
-    wedged_server: str, tmp_path: Path
+    wedged_server: str, tmp_path: Path, prefect_api: dict[str, str]
 ) -> None:
     env = {
         **os.environ,
+        **prefect_api,
         "SYNTH_RUN__LLM__TIMEOUT_S": "2",
         "SYNTH_RUN__LLM__MAX_RETRIES": "1",
         "SYNTH_STORE_PATH": str(tmp_path / "store.duckdb"),
@@ -85,7 +86,7 @@ def test_a_wedged_endpoint_ends_the_run_with_a_clear_summary(
 
 @pytest.mark.slow  # a `synth run` process, and the startup check's 10 s wait
 def test_a_server_that_accepts_and_never_answers_ends_the_run_in_bounded_time(
-    tmp_path: Path,
+    tmp_path: Path, prefect_api: dict[str, str]
 ) -> None:
     """The startup check cannot tell such a socket from a busy server (it goes on), so the
     run's own timeouts must end it: exit 1, bounded, with the summary that names the URL."""
@@ -97,6 +98,7 @@ def test_a_server_that_accepts_and_never_answers_ends_the_run_in_bounded_time(
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
         env = {
             **os.environ,
+            **prefect_api,
             "SYNTH_RUN__LLM__TIMEOUT_S": "2",
             "SYNTH_RUN__LLM__MAX_RETRIES": "1",
             "SYNTH_STORE_PATH": str(tmp_path / "s.duckdb"),

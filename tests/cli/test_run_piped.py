@@ -27,7 +27,9 @@ STATUS = re.compile(r"^\[\d\d:\d\d:\d\d\] (.*\| )?eta (\?|\d\d:\d\d:\d\d)$")
 _TABLE_RULES = set("┏┓┡┩┗┛┳╇┻┃")
 
 
-def test_a_piped_run_prints_status_lines_while_it_runs(tmp_path: Path) -> None:
+def test_a_piped_run_prints_status_lines_while_it_runs(
+    tmp_path: Path, prefect_api: dict[str, str]
+) -> None:
     with FakeLLMServer(delay_s=0.2) as llm:
         command = [
             sys.executable, "-m", "trajsynth.cli", "run",
@@ -37,6 +39,7 @@ def test_a_piped_run_prints_status_lines_while_it_runs(tmp_path: Path) -> None:
         ]  # fmt: skip
         env = {
             **os.environ,
+            **prefect_api,
             "SYNTH_SANDBOX__KIND": "local",
             "PREFECT_HOME": str(tmp_path / "prefect"),
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

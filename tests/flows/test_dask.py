@@ -37,10 +37,11 @@ def llm() -> Iterator[FakeLLMServer]:
         yield server
 
 
-def _run(cwd: Path, llm: FakeLLMServer, **env: str) -> Store:
+def _run(cwd: Path, llm: FakeLLMServer, api: dict[str, str], **env: str) -> Store:
     cwd.mkdir(parents=True, exist_ok=True)
     full_env = {
         **os.environ,
+        **api,
         "SYNTH_SANDBOX__KIND": "local",
         "SYNTH_LLM__CACHE": "false",
         "PREFECT_HOME": str(cwd / "prefect"),
@@ -62,14 +63,16 @@ def _ids(store: Store) -> dict[str, set[str]]:
 
 
 @pytest.fixture(scope="module")
-def threads(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLMServer) -> Store:
-    return _run(tmp_path_factory.mktemp("threads"), llm)
+def threads(
+    tmp_path_factory: pytest.TempPathFactory, llm: FakeLLMServer, prefect_api: dict[str, str]
+) -> Store:
+    return _run(tmp_path_factory.mktemp("threads"), llm, prefect_api)
 
 
 def test_a_local_dask_cluster_stores_what_threads_store(
-    tmp_path: Path, llm: FakeLLMServer, threads: Store
+    tmp_path: Path, llm: FakeLLMServer, threads: Store, prefect_api: dict[str, str]
 ) -> None:
-    dask = _run(tmp_path, llm, SYNTH_RUN__TASK_RUNNER="dask")
+    dask = _run(tmp_path, llm, prefect_api, SYNTH_RUN__TASK_RUNNER="dask")
     expected = _ids(threads)
     assert expected["trajectories"] and expected["verdicts"]
     assert _ids(dask) == expected
@@ -79,7 +82,7 @@ def test_a_local_dask_cluster_stores_what_threads_store(
 
 
 def test_a_worker_killed_mid_round_loses_nothing(
-    tmp_path: Path, llm: FakeLLMServer, threads: Store
+    tmp_path: Path, llm: FakeLLMServer, threads: Store, prefect_api: dict[str, str]
 ) -> None:
     from distributed import LocalCluster  # imported here: collecting it cost every worker 0.3 s
 
@@ -109,6 +112,7 @@ def test_a_worker_killed_mid_round_loses_nothing(
         _run(
             tmp_path,
             llm,
+            prefect_api,
             SYNTH_RUN__TASK_RUNNER="dask",
             SYNTH_RUN__TASK_RUNNER_ADDRESS=cluster.scheduler_address,
         )

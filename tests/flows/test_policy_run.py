@@ -155,14 +155,16 @@ def test_a_path_that_is_not_a_model_is_one_line_and_exit_2(tmp_path: Path) -> No
 @pytest.mark.slow
 @pytest.mark.llm
 @pytest.mark.docker
-def test_synth_run_with_the_embedded_gguf_copy_as_policy(tmp_path: Path) -> None:
+def test_synth_run_with_the_embedded_gguf_copy_as_policy(
+    tmp_path: Path, prefect_api: dict[str, str]
+) -> None:
     from trajsynth.llm.chat_template import default_gguf_path
 
     gguf = tmp_path / "policy" / "tuned.gguf"
     gguf.parent.mkdir()
     shutil.copy(default_gguf_path(), gguf)
     # docker: this checkout's local sandbox cannot see the layered venv's packages
-    env = {**os.environ, "SYNTH_SANDBOX__KIND": "docker"}
+    env = {**os.environ, **prefect_api, "SYNTH_SANDBOX__KIND": "docker"}
     run = [sys.executable, "-m", "trajsynth.cli", "run", "--tasks", "1", "--samples", "1"]
     run += ["--rollout", "linear", "--clusters", "shop", "--seed", "3", "--policy", str(gguf)]
     proc = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

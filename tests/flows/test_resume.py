@@ -60,9 +60,12 @@ def _env(home: Path) -> dict[str, str]:
     }
 
 
-def _run(cwd: Path, llm: FakeLLMServer) -> subprocess.CompletedProcess[str]:
+def _run(
+    cwd: Path, llm: FakeLLMServer, api: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**_env(cwd), **(api or {})}
     return subprocess.run(
-        _command(llm), cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=600
+        _command(llm), cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
 
 
@@ -78,16 +81,25 @@ def _count(store: Store, sql: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLMServer) -> Store:
-    """The uninterrupted run with the same seeds, in its own directory and store."""
+def reference(
+    tmp_path_factory: pytest.TempPathFactory, llm: FakeLLMServer, prefect_api: dict[str, str]
+) -> Store:
+    """The uninterrupted run with the same seeds, in its own directory and store. It talks to
+    the session's Prefect API: only the runs that are killed or resumed start their own."""
     whole = tmp_path_factory.mktemp("whole")
-    done = _run(whole, llm)
+    done = _run(whole, llm, prefect_api)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return Store(whole / "data" / "synth.duckdb")
 
 
 # what must be stored before the kill, per stage: a table that fills as its units commit
 PROGRESS = {"plan": "blueprint_attempts", "rollout": "trajectories"}
+
+
+# how the run is killed at each stage: its whole process group (its sandboxes and servers die
+# with it), or the `synth` process alone, as an OOM kill or `kill -9 PID` does, when Prefect's
+# API server and every other descendant must still end (the watchdog reaps them)
+KILL = {"plan": "synth alone", "rollout": "group"}
 
 
 @pytest.mark.parametrize("stage", ["plan", "rollout"])
@@ -101,7 +113,7 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(
     table = PROGRESS[stage]
     assert len(ref_ids[table]) >= 4 and ref_ids["trajectories"]
 
-    # start the same run elsewhere; kill it (and its sandboxes) once some units are stored
+    # start the same run elsewhere; kill it once some units are stored
     store = Store(killed / "data" / "synth.duckdb")
     proc = subprocess.Popen(
         _command(llm),
@@ -114,16 +126,27 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(
     )
     progress = f"SELECT count(*) AS n FROM {table}"
     deadline = time.monotonic() + 300
+    descendants: list[psutil.Process] = []
     try:
         while _count(store, progress) < 1:
             assert proc.poll() is None, f"the run ended before it was killed: {proc.stderr.read()}"
             assert time.monotonic() < deadline, f"no {stage} unit was stored in 300 s"
             time.sleep(0.05)
+        if KILL[stage] == "synth alone":
+            descendants = [
+                p for p in psutil.Process(proc.pid).children(recursive=True)
+                if "trajsynth.cli.reaper" not in " ".join(p.cmdline())
+            ]  # fmt: skip
+            assert descendants, "the run started no server or sandbox"
+            proc.kill()
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
+    _, alive = psutil.wait_procs(descendants, timeout=60)
+    assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
     partial = _ids(store)
     assert 1 <= len(partial[table]) < len(ref_ids[table])  # killed in the middle
@@ -151,33 +174,6 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(
     assert [(r.state, r.trajectories) for r in runs] == [
         ("completed", len(ref_ids["trajectories"]))
     ]
-
-
-def test_sigkill_of_synth_alone_leaves_no_process_behind(
-    tmp_path: Path, llm: FakeLLMServer
-) -> None:
-    """Only the `synth` process is killed (not its group, as an OOM kill or `kill -9 PID`
-    does): Prefect's API server and every other descendant still end."""
-    store = Store(tmp_path / "data" / "synth.duckdb")
-    proc = subprocess.Popen(
-        _command(llm), cwd=tmp_path, env=_env(tmp_path),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 300
-    try:
-        while _count(store, "SELECT count(*) AS n FROM blueprint_attempts") < 1:
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        descendants = [
-            p for p in psutil.Process(proc.pid).children(recursive=True)
-            if "trajsynth.cli.reaper" not in " ".join(p.cmdline())
-        ]  # fmt: skip
-        assert descendants, "the run started no server or sandbox"
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-    _, alive = psutil.wait_procs(descendants, timeout=60)
-    assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
@@ -243,9 +239,11 @@ EMBEDDED = ["--tasks", "2", "--samples", "2", "--seed", "5"]
 EMBEDDED_ENV = {"SYNTH_LLM__EMBEDDED_DETERMINISTIC": "true", "SYNTH_RUN__MAX_TURNS": "2"}
 
 
-def _embedded(cwd: Path, **popen: object) -> subprocess.Popen[str]:
+def _embedded(
+    cwd: Path, api: dict[str, str] | None = None, **popen: object
+) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "trajsynth.cli", "-q", "run", *EMBEDDED]
-    env = {**_env(cwd), **EMBEDDED_ENV}
+    env = {**_env(cwd), **EMBEDDED_ENV, **(api or {})}
     return subprocess.Popen(argv, cwd=cwd, env=env, text=True, **popen)  # type: ignore[call-overload]
 
 
@@ -256,12 +254,13 @@ def _finish(proc: subprocess.Popen[str]) -> None:
 
 @pytest.mark.llm
 def test_sigkill_then_rerun_on_the_embedded_model_matches_an_uninterrupted_run(
-    tmp_path: Path,
+    tmp_path: Path, prefect_api: dict[str, str]
 ) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     whole.mkdir()
     killed.mkdir()
-    _finish(_embedded(whole, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    # the uninterrupted run on the session's Prefect API; the killed and resumed ones start theirs
+    _finish(_embedded(whole, prefect_api, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     reference = Store(whole / "data" / "synth.duckdb")
     ref_ids = _ids(reference)
     assert len(ref_ids["trajectories"]) >= 2

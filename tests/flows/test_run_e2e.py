@@ -19,8 +19,13 @@ RUN = [sys.executable, "-m", "trajsynth.cli", "run", "--tasks", "3", "--seed", "
 RUN += ["--samples", "3"]
 
 
-def test_synth_run_writes_judged_trajectories(tmp_path: Path) -> None:
-    env = {**os.environ, "SYNTH_SANDBOX__KIND": "docker", "SYNTH_LLM__API_KEY": SECRET}
+def test_synth_run_writes_judged_trajectories(tmp_path: Path, prefect_api: dict[str, str]) -> None:
+    env = {
+        **os.environ,
+        **prefect_api,
+        "SYNTH_SANDBOX__KIND": "docker",
+        "SYNTH_LLM__API_KEY": SECRET,
+    }
     proc = subprocess.run(
         RUN,
         cwd=tmp_path,

@@ -28,6 +28,7 @@ from trajsynth.schemas import (
     ServerSpec,
     ToolAccess,
 )
+from trajsynth.store import Store
 
 NOTES_SERVER = textwrap.dedent(
     """
@@ -314,12 +315,15 @@ REGISTRY = {
 
 
 def _install(tmp_path: Path, name: str) -> list[str]:
-    """One registry server in its own venv; skip when the registry cannot be reached."""
+    """One registry server in its own venv; skip when the registry cannot be reached. The
+    venv is made without pip and filled by this interpreter's pip (``--python``): the same
+    install, without bootstrapping a second pip into each venv first."""
     package, extra, args = REGISTRY[name]
     venv = tmp_path / package
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     pip = subprocess.run(
-        [str(venv / "bin/pip"), "install", "-q", package, *extra],
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q",
+         package, *extra],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     if pip.returncode != 0:
@@ -329,11 +333,16 @@ def _install(tmp_path: Path, name: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.llm
-def test_two_registry_servers_join_and_yield_trajectories(tmp_path: Path) -> None:
-    env = {**os.environ, "COLUMNS": "200"}
+def test_two_registry_servers_join_and_yield_trajectories(
+    tmp_path: Path, prefect_api: dict[str, str]
+) -> None:
+    """Both servers installed from PyPI, added, then acted out in one `synth run` over the
+    two clusters (two tasks each, as two runs of two tasks did: one run's start, planning
+    and Prefect API instead of two)."""
+    env = {**os.environ, **prefect_api, "COLUMNS": "200"}
     (tmp_path / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n")
     # both installs start at once (network and unpacking): the sqlite server installs while
-    # the time server is added and run on the embedded model
+    # the time server is added
     with ThreadPoolExecutor(max_workers=2) as pool:
         installs = {name: pool.submit(_install, tmp_path, name) for name in REGISTRY}
         for name, install in installs.items():
@@ -345,12 +354,22 @@ def test_two_registry_servers_join_and_yield_trajectories(tmp_path: Path) -> Non
             assert added.returncode == 0, added.stderr[-2000:]
             saved = json.loads((tmp_path / "data/clusters" / f"{name}.json").read_text())
             assert saved["probes"], name
-            ran = subprocess.run(
-                [sys.executable, "-m", "trajsynth.cli", "run", "--clusters", name,
-                 "--tasks", "2", "--samples", "1", "--rollout", "linear"],
-                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False,
-            )  # fmt: skip
-            assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    ran = subprocess.run(
+        [sys.executable, "-m", "trajsynth.cli", "run", "--clusters", ",".join(REGISTRY),
+         "--tasks", str(2 * len(REGISTRY)), "--samples", "1", "--rollout", "linear"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    store = Store(tmp_path / "data" / "synth.duckdb")
+    per_cluster = store.query(
+        "SELECT b.cluster_id, count(DISTINCT b.blueprint_id) AS tasks, "
+        "count(t.trajectory_id) AS trajectories FROM blueprints b "
+        "LEFT JOIN trajectories t USING (blueprint_id) GROUP BY b.cluster_id"
+    )
+    by_cluster = {r["cluster_id"]: r for r in per_cluster}
+    assert sorted(by_cluster) == sorted(REGISTRY), per_cluster  # each server got its tasks
+    for name in REGISTRY:  # a task or a rollout may fail (recorded; the run goes on), not all
+        assert by_cluster[name]["trajectories"] >= 1, per_cluster
 
 
 @pytest.mark.slow
