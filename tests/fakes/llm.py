@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 __all__ = [
+    "slot_filler",
     "DEFAULT_PROBS",
     "ScriptedLLM",
     "UnexpectedLLMCall",
@@ -113,6 +114,22 @@ def tool_call(
     return tool_calls(
         [(name, {} if args is None and not raw else args)], raw=raw, content=content, probs=probs
     )
+
+
+def slot_filler(values: dict[str, Any], fill_tool: str) -> Callable[[dict[str, Any]], Any]:
+    """A planner LLM that answers each request offering ``fill_tool`` with ``values`` for the
+    slots it asks (the tool's parameters), and says "ok" to anything else (words the checks
+    refuse, so the template's words are used)."""
+
+    def answer(body: dict[str, Any]) -> Any:
+        names = [t["function"]["name"] for t in body.get("tools") or []]
+        if fill_tool in names:
+            [tool] = body["tools"]
+            asked = tool["function"]["parameters"]["properties"]
+            return tool_call(fill_tool, {k: v for k, v in values.items() if k in asked})
+        return say("ok")
+
+    return answer
 
 
 def http_error(

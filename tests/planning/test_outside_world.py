@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import httpx
-from fakes.llm import ScriptedLLM, say, tool_call
+from fakes.llm import ScriptedLLM, slot_filler
 from fakes.strangers import StrangerEnvironment, stranger_cluster
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
@@ -200,17 +200,7 @@ def database() -> tuple[MCPServer, State]:
 
 
 def _fill(values: dict[str, Any]) -> Any:
-    """A planner LLM that answers each fill request with ``values`` for the slots it asks."""
-
-    def answer(body: dict[str, Any]) -> Any:
-        names = [t["function"]["name"] for t in body.get("tools") or []]
-        if FILL_TOOL in names:
-            [tool] = body["tools"]
-            asked = tool["function"]["parameters"]["properties"]
-            return tool_call(FILL_TOOL, {k: v for k, v in values.items() if k in asked})
-        return say("ok")
-
-    return answer
+    return slot_filler(values, FILL_TOOL)
 
 
 def _client(fake: ScriptedLLM) -> OpenAILLMClient:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes.llm import ScriptedLLM, say, tool_call
+from fakes.llm import ScriptedLLM, slot_filler
 from fakes.strangers import (
     StrangerEnvironment,
     gorilla,
@@ -67,18 +67,7 @@ def _client(fake: ScriptedLLM) -> OpenAILLMClient:
 
 
 def _filler(values: dict[str, Any]) -> Any:
-    """A planner LLM that writes ``values`` for the slots it is asked to fill (the ones the
-    request names) and words the checks refuse (so the template's words are used)."""
-
-    def answer(body: dict[str, Any]) -> Any:
-        names = [t["function"]["name"] for t in body.get("tools") or []]
-        if FILL_TOOL in names:
-            [tool] = body["tools"]
-            asked = tool["function"]["parameters"]["properties"]
-            return tool_call(FILL_TOOL, {k: v for k, v in values.items() if k in asked})
-        return say("ok")
-
-    return answer
+    return slot_filler(values, FILL_TOOL)
 
 
 async def _plan(
