@@ -42,6 +42,7 @@ from trajsynth.mcp_servers.arguments import (
 )
 from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.listings import is_path_param, listed_entries
+from trajsynth.mcp_servers.readback import listed_resources
 from trajsynth.mcp_servers.tags import name_tokens, tag_from_name
 from trajsynth.schemas import (
     EdgeOrigin,
@@ -341,8 +342,7 @@ async def discover(
     ``propose``: edges read from the descriptions, each kept only when a probe confirms it.
     """
     p = _Prober(env, tools, fixed or {})
-    listing = getattr(env, "list_resources", None)
-    p.resources = await listing() if listing is not None else []
+    p.resources = await listed_resources(env)
     tags: dict[str, tuple[ToolAccess, str, str]] = {}
     for t in tools:
         if _annotated(t) and not ignore_annotations:

@@ -17,7 +17,14 @@ from typing import Any
 from trajsynth.schemas import Constraint, EnvState, FinalState, JsonValue, ProbeCall
 from trajsynth.schemas.constraints import readback_key
 
-__all__ = ["read_backs", "readbacks_of", "with_readbacks"]
+__all__ = ["listed_resources", "read_backs", "readbacks_of", "with_readbacks"]
+
+
+async def listed_resources(env: Any) -> list[str]:
+    """The static resources ``env``'s server lists (an environment that cannot list them,
+    such as a test's in-process one: none)."""
+    listing = getattr(env, "list_resources", None)
+    return await listing() if listing is not None else []
 
 
 def readbacks_of(constraints: Sequence[Any]) -> list[ProbeCall]:

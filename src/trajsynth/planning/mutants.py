@@ -39,7 +39,7 @@ from trajsynth.curation.canon import parse_json_maybe
 from trajsynth.curation.verify import observed_reading, verify
 from trajsynth.mcp_servers.arguments import generate_arguments, param_values, schema_kinds
 from trajsynth.mcp_servers.graph import singular
-from trajsynth.mcp_servers.readback import read_backs, with_readbacks
+from trajsynth.mcp_servers.readback import listed_resources, read_backs, with_readbacks
 from trajsynth.mcp_servers.tags import name_tokens
 from trajsynth.planning.gold import observation_value
 from trajsynth.schemas import (
@@ -360,9 +360,7 @@ async def find_readback(
     candidates = _read_candidates(cluster, gold)
     # the server's static resources (a memo no tool reads), after the tool reads
     probes = {p.resource for p in cluster.probes if p.resource}
-    listing = getattr(env, "list_resources", None)
-    uris = await listing() if listing is not None else []
-    candidates += [ProbeCall(resource=u) for u in uris if u not in probes]
+    candidates += [ProbeCall(resource=u) for u in await listed_resources(env) if u not in probes]
     candidates = candidates[:_MAX_READS]
     if not candidates:
         return None, 0
