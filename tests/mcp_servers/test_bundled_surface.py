@@ -147,4 +147,5 @@ if __name__ == "__main__":
         raise SystemExit(f"usage: python {sys.argv[0]} --write")
     everything = {n: surface(n, m, _scripts()) for n, m in sorted(_bundled().items())}
     SURFACE.write_text(json.dumps(everything, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"wrote {SURFACE}: " + ", ".join(f"{n} {len(s['tools'])} tools" for n, s in everything.items()))
+    counts = ", ".join(f"{n} {len(s['tools'])} tools" for n, s in everything.items())
+    print(f"wrote {SURFACE}: {counts}")
