@@ -8,7 +8,7 @@ parameter that sends a call to another namespace; ``repo`` creates branches by n
 
 ``StrangerEnvironment`` is the Environment interface over one of them: results go through the
 product's own ``tool_result`` (the same reading of error results as a run), the end state is
-read through the cluster's probes with the product's ``_probe_value`` (a resource probe over an
+read through the cluster's probes with the product's ``probe_value`` (a resource probe over an
 in-process MCP session, with the product's ``read_resource_result``), and injected parameters
 (``ToolSpec.injected``) are added as the real environment adds them.
 """
@@ -23,9 +23,9 @@ from typing import Any
 from mcp.client.client import Client
 from mcp.server.mcpserver import MCPServer
 
-from trajsynth.mcp_servers.environment import (
+from trajsynth.mcp_servers.environment.results import (
     ToolResult,
-    _probe_value,
+    probe_value,
     read_resource_result,
     static_resources,
     tool_result,
@@ -301,7 +301,7 @@ class StrangerEnvironment:
                 {
                     "arguments": canonical_json(probe.arguments),
                     "is_error": result.is_error,
-                    "result": _probe_value(result),
+                    "result": probe_value(result),
                 }
             ]
         return EnvState(state_hash=stable_hash(tables, length=64), tables=tables, readable=True)

@@ -18,6 +18,7 @@ import pytest
 from fakes.kill import kill_code_server
 
 from trajsynth.mcp_servers.environment import Environment, ToolResult, open_environment
+from trajsynth.mcp_servers.environment.bundled import BundledServer
 from trajsynth.mcp_servers.registry import add_outside_cluster, get_cluster
 from trajsynth.mcp_servers.tool_calls import SERVER_KILLED
 from trajsynth.sandboxes import Sandbox, ensure_image, open_sandbox
@@ -386,14 +387,14 @@ async def test_sandbox_faults_are_retried_with_backoff_in_docker(
         exec_ = _Flaky(docker_sandbox.exec, failures=2)
         monkeypatch.setattr(docker_sandbox, "exec", exec_)
         # the state dump in the sandbox (what state() runs when no session serves it)
-        assert (await env._dump_state()).state_hash == initial.state_hash
+        assert (await BundledServer(env).dump_state()).state_hash == initial.state_hash
         assert (exec_.calls, env.retries) == (3, 4)
         await env.restore(handle)
 
         broken = _Flaky(docker_sandbox.exec, failures=10**6)
         monkeypatch.setattr(docker_sandbox, "exec", broken)
         with pytest.raises(SandboxError, match="injected fault 3"):
-            await env._dump_state()  # infra after call_attempts tries
+            await BundledServer(env).dump_state()  # infra after call_attempts tries
         assert broken.calls == env.call_attempts
 
 

@@ -28,7 +28,7 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
 from trajsynth.llm.client import OpenAILLMClient
-from trajsynth.mcp_servers.environment import ToolResult, _probe_value
+from trajsynth.mcp_servers.environment.results import ToolResult, probe_value
 from trajsynth.mcp_servers.graph import dependency_graph
 from trajsynth.planning.argfill import FILL_TOOL, new_table_sql
 from trajsynth.planning.constraints import derive_constraints
@@ -102,11 +102,11 @@ def _steps(*calls: tuple[str, dict[str, Any]]) -> list[PlannedCall]:
 
 def test_a_time_of_day_read_of_the_clock_is_masked_in_a_probe() -> None:
     now = datetime.now().strftime("%I:%M:%S %p")
-    seen = _probe_value(ToolResult(text=f"Resource 1: created at {now}"))
+    seen = probe_value(ToolResult(text=f"Resource 1: created at {now}"))
     assert seen == "Resource 1: created at <time>"
     # control: a time of day far from now is data (opening hours), not a reading
     far = (datetime.now() + timedelta(hours=7)).strftime("%H:%M:%S")
-    assert _probe_value(ToolResult(text=f"opens at {far}")) == f"opens at {far}"
+    assert probe_value(ToolResult(text=f"opens at {far}")) == f"opens at {far}"
 
 
 async def test_a_toggle_task_on_a_server_that_restarts_passes_its_own_checks() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from trajsynth.mcp_servers.environment import ToolResult, _probe_value
+from trajsynth.mcp_servers.environment.results import ToolResult, probe_value
 from trajsynth.schemas import clock
 from trajsynth.schemas.clock import CLOCK_MASK, mask_clock_readings, reads_the_clock
 
@@ -54,10 +54,10 @@ def test_server_filesystems_file_info_reads_the_same_in_the_same_state() -> None
         )
         return ToolResult(text=text)
 
-    gold, rollout = _probe_value(info(6)), _probe_value(info(0))
+    gold, rollout = probe_value(info(6)), probe_value(info(0))
     assert gold == rollout
     assert isinstance(gold, str) and gold.count(CLOCK_MASK) == 2 and "size: 32" in gold
-    assert _probe_value(info(0, size=33)) != gold
+    assert probe_value(info(0, size=33)) != gold
     # structured results: a time field masked, a stored date kept
     row = {"id": 7, "updated_at": "2026-11-26T17:19:00Z", "due": "2024-01-05"}
     masked = mask_clock_readings(row, NOW)

@@ -6,20 +6,14 @@ stdio with the SDK's ``ClientSession`` (through ``Sandbox.stdio_command``, e.g. 
 ``MCPServerError`` (an ``infra`` failure, never blamed on the policy); a tool's own error comes
 back as ``ToolResult(is_error=True)`` (a ``tool`` failure the policy sees; docs/style.md §3).
 
-State:
-- bundled clusters keep their state in the sandbox's work directory (SQLite, files), so
-  ``state()`` runs ``python -m trajsynth.mcp_servers.servers._state <name>`` there, and
-  snapshot/restore are the sandbox's. The servers open their database per call, so a restored
-  work directory is seen by the next call without a restart.
-- outside clusters run exactly the command the user gave (``mcp_servers.launch``),
-  in a sandbox with the server's own files mounted read-only, with the ``--copy`` files in its
-  work dir. Their state is read through the cluster's read-only probe calls (``probes``): the
-  same calls after the gold run and after a rollout give the same tables when the end states
-  agree. A probe may read a static MCP resource instead of a tool (``ProbeCall.resource``: a
-  memo no tool reads); its text contents are read the same way as a tool's text. Without
-  probes, ``state()`` is ``readable=False`` with the hash of the successful writes. Reset
-  (``ServerSpec.reset``): ``snapshot`` restores the work dir's files and restarts the server;
-  ``fresh`` and ``replay`` restart it from its initial work dir and replay writes.
+``Environment`` is the one door, whatever the server: its life (start, restart, close), the
+calls and their tries, checks, and the sandbox. What differs by server kind is one side object
+of it: ``bundled.BundledServer`` (a bundled cluster: ``python -m`` of our package in the
+sandbox, its state served or dumped from the work directory, snapshots the sandbox's) or
+``outside.OutsideServer`` (an outside server: the user's command, a URL or the host; its state
+read through probe calls; reset by snapshot or by replaying writes). ``results`` reads what a
+server answered. Without a readable state, ``state()`` is ``readable=False`` with the hash of
+the successful writes.
 """
 
 from __future__ import annotations
@@ -28,20 +22,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import shlex
 import uuid
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 from mcp.shared.exceptions import MCPError
-from mcp.types import (
-    CONNECTION_CLOSED,
-    INVALID_PARAMS,
-    REQUEST_TIMEOUT,
-    CallToolResult,
-    PaginatedRequestParams,
-)
+from mcp.types import CONNECTION_CLOSED, INVALID_PARAMS, REQUEST_TIMEOUT, CallToolResult
 from pydantic import ValidationError
 from tenacity import (
     AsyncRetrying,
@@ -51,30 +38,22 @@ from tenacity import (
     wait_exponential,
 )
 
-from trajsynth.mcp_servers.client import (
-    ServerConnection,
-    TransportFactory,
-    http_transport,
-    stdio_transport,
+from trajsynth.mcp_servers.client import ServerConnection, TransportFactory
+from trajsynth.mcp_servers.environment.bundled import STATE_MODULE, BundledServer, bundled_module
+from trajsynth.mcp_servers.environment.outside import OutsideServer, probe_state
+from trajsynth.mcp_servers.environment.results import (
+    ToolResult,
+    read_resource_result,
+    static_resources,
+    tool_result,
 )
-from trajsynth.mcp_servers.launch import (
-    copy_files,
-    open_mounted_sandbox,
-    server_env,
-    server_mounts,
-)
-from trajsynth.mcp_servers.servers._backend import STATE_URI
+from trajsynth.mcp_servers.launch import copy_files, open_mounted_sandbox, server_mounts
 from trajsynth.mcp_servers.tool_calls import SERVER_KILLED
 from trajsynth.schemas import (
     Domain,
     EnvState,
-    InputError,
-    JsonValue,
     MCPServerError,
-    MCPServerStartError,
     ProbeCall,
-    Record,
-    ResetMode,
     SandboxError,
     SandboxGone,
     SandboxKind,
@@ -85,11 +64,8 @@ from trajsynth.schemas import (
     ToolAccess,
     ToolCluster,
     ToolSpec,
-    canonical_json,
     stable_hash,
 )
-from trajsynth.schemas.clock import mask_clock_readings
-from trajsynth.schemas.results import result_error
 
 if TYPE_CHECKING:
     from trajsynth.sandboxes import Sandbox
@@ -108,15 +84,27 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STATE_MODULE = "trajsynth.mcp_servers.servers._state"
 SEED_ENV = "TRAJSYNTH_SEED"
 # Extra wall-clock time over the request timeout before the whole call is abandoned (a write
 # to a server that stopped reading its stdin can block before the request clock starts).
 _CALL_GRACE_S = 5.0
-_PROBE_CHARS = 4000  # a probe result longer than this is hashed, not kept as text
-_MAX_RESOURCES = 16  # static resources listed as probe candidates
-_MAX_RESOURCE_PAGES = 4
 _T = TypeVar("_T")
+
+
+class ServerSide(Protocol):
+    """What differs by server kind (``BundledServer``, ``OutsideServer``)."""
+
+    read_errors: bool  # read "error" in a result's text as a failure (``tool_result``)
+
+    @property
+    def state_readable(self) -> bool: ...
+    def server_env(self) -> dict[str, str]: ...
+    async def transport(self) -> tuple[TransportFactory, str]: ...
+    async def start(self) -> EnvState: ...
+    async def state(self) -> EnvState: ...
+    async def snapshot(self) -> SnapshotHandle: ...
+    async def restore(self, handle: SnapshotHandle) -> None: ...
+    async def after_restart(self) -> None: ...
 
 
 def _transient_sandbox_fault(exc: BaseException) -> bool:
@@ -132,121 +120,6 @@ class _ServerLost(MCPServerError):
     def __init__(self, message: str, *, delivered: bool) -> None:
         super().__init__(message)
         self.delivered = delivered
-
-
-def _local() -> type:
-    from trajsynth.sandboxes import LocalSandbox
-
-    return LocalSandbox
-
-
-class ToolResult(Record):
-    """What a tool call returned, as the policy will see it.
-
-    ``is_error`` marks a tool-level failure (the MCP result's ``isError``, or a JSON-RPC
-    "invalid params" answer): class ``tool``. Infra faults never become a ToolResult.
-    """
-
-    text: str
-    structured: JsonValue = None
-    is_error: bool = False
-    error_type: str | None = None
-
-
-def _content_text(result: CallToolResult) -> str:
-    parts: list[str] = []
-    for block in result.content:
-        kind = getattr(block, "type", "")
-        if kind == "text":
-            parts.append(str(getattr(block, "text", "")))
-        elif kind == "resource":
-            resource = getattr(block, "resource", None)
-            text = getattr(resource, "text", None)
-            parts.append(str(text) if text is not None else f"[resource {resource}]")
-        else:
-            mime = getattr(block, "mime_type", None) or getattr(block, "uri", "") or ""
-            parts.append(f"[{kind} {mime}]".replace(" ]", "]"))
-    if not parts and result.structured_content is not None:
-        parts.append(canonical_json(result.structured_content))
-    return "\n".join(parts)
-
-
-def tool_result(raw: CallToolResult, *, read_errors: bool = True) -> ToolResult:
-    """An MCP result as the policy sees it: a failure when the server flags it (``isError``)
-    or, with ``read_errors``, when the result itself says so (``{"error": ...}``,
-    ``Error: ...``; ``result_error``), so discovery, the gold run and a rollout all read a
-    refused call as a failure. A bundled server raises its errors (``ToolError``), so its
-    results are taken as flagged."""
-    structured = raw.structured_content
-    try:
-        json.dumps(structured)
-    except (TypeError, ValueError):
-        structured = None
-    text = _content_text(raw)
-    if raw.is_error:
-        return ToolResult(text=text, structured=structured, is_error=True, error_type="tool_error")
-    if read_errors and result_error(text, structured) is not None:
-        return ToolResult(
-            text=text, structured=structured, is_error=True, error_type="error_result"
-        )
-    return ToolResult(text=text, structured=structured)
-
-
-def _probe_value(result: ToolResult, workdir: str = "") -> JsonValue:
-    """A probe result as a comparable value: structured content, else parsed JSON text, else
-    the text (hashed when long). The sandbox's own work dir path reads ``<workdir>`` and a
-    reading of the clock (a file's modification time) ``<time>``, so two environments in the
-    same state give the same value."""
-    value: JsonValue
-    if result.structured is not None:
-        value = result.structured
-    else:
-        try:
-            value = json.loads(result.text)
-        except ValueError:
-            value = result.text
-    if workdir:
-        value = json.loads(json.dumps(value).replace(workdir, "<workdir>"))
-    value = mask_clock_readings(value)
-    if isinstance(value, str) and len(value) > _PROBE_CHARS:
-        return {"sha256": stable_hash(value, length=64)}
-    return value
-
-
-async def static_resources(session: Any) -> list[str]:
-    """The URIs of the static resources (not templates) a live session's server lists; none
-    when it does not declare the resources capability or the listing fails."""
-    caps = getattr(session, "server_capabilities", None)
-    if caps is None or caps.resources is None:
-        return []
-    uris: list[str] = []
-    cursor: str | None = None
-    try:
-        for _ in range(_MAX_RESOURCE_PAGES):
-            params = PaginatedRequestParams(cursor=cursor) if cursor else None
-            listed = await session.list_resources(params=params)
-            uris += [str(r.uri) for r in listed.resources]
-            cursor = listed.next_cursor
-            if not cursor:
-                break
-    except (MCPError, ValidationError, TimeoutError, OSError) as exc:
-        log.info("resources/list failed (%r): no resource probes", exc)
-        return []
-    return sorted(set(uris))[:_MAX_RESOURCES]
-
-
-async def read_resource_result(session: Any, uri: str) -> ToolResult:
-    """A resource read as a tool result: its text contents joined (a blob reads as its
-    hash), or an error result when the server refuses the read."""
-    try:
-        read = await session.read_resource(uri)
-    except MCPError as exc:
-        return ToolResult(text=exc.message, is_error=True, error_type="tool_error")
-    parts = []
-    for c in read.contents:
-        text = getattr(c, "text", None)
-        parts.append(text if text is not None else f"blob:{stable_hash(c.blob, length=64)}")
-    return ToolResult(text="\n".join(parts))
 
 
 class Environment:
@@ -294,13 +167,15 @@ class Environment:
         self._initial_state: EnvState | None = None
         self._initial_snapshot: SnapshotHandle | None = None
         self._writes: list[tuple[str, dict[str, Any]]] = []
-        self._replay_points: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self._checks: dict[str, bool] = {}
         self._lock = asyncio.Lock()
         self._pidfile = f"/tmp/trajsynth-mcp-{uuid.uuid4().hex[:12]}.pid"
         # where the server process runs: "sandbox", "host" (an outside command the sandbox
         # cannot run, started through a LocalSandbox) or "remote" (streamable HTTP)
         self.server_location: str | None = None
+        # what differs by server kind: how it starts, where its state is read, how it resets
+        bundled = cluster.server.kind == ServerKind.BUNDLED
+        self._server: ServerSide = BundledServer(self) if bundled else OutsideServer(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -314,23 +189,12 @@ class Environment:
 
     @property
     def state_readable(self) -> bool:
-        if self.bundled:
-            return self.cluster.state_readable
-        return bool(self.cluster.probes) and self.cluster.state_readable
-
-    @property
-    def _files_reset(self) -> bool:
-        """Outside state lives in the work dir's files: restore them and restart the server."""
-        return not self.bundled and self.cluster.server.reset is ResetMode.SNAPSHOT
+        return self._server.state_readable
 
     @property
     def bundled_module(self) -> str:
-        """The package a bundled cluster runs as (``ServerSpec.module``, from its folder's
-        ``BundledCluster``); there is no default derived from the cluster's name."""
-        module = self.cluster.server.module
-        if not module:
-            raise InputError(f"cluster {self.cluster.cluster_id}: a bundled server needs a module")
-        return module
+        """The package a bundled cluster runs as (``bundled.bundled_module``)."""
+        return bundled_module(self.cluster)
 
     @property
     def server_name(self) -> str:
@@ -348,20 +212,20 @@ class Environment:
         """Seed the state and start the server; the initial state. Idempotent."""
         if self._started and self._initial_state is not None:
             return self._initial_state
-        if self.bundled and self.state_readable:
-            # the server seeds a missing state as it starts and then serves it: one interpreter
-            # start per opening, not two (a `--init` dump first cost 0.6-0.8 s of a 1.25 s open)
-            await self._connect()
-            self._initial_state = await self._served_state() or await self._dump_state(init=True)
-        else:
-            if self.cluster.server.copies:
-                await asyncio.to_thread(copy_files, self.sandbox, self.cluster.server.copies)
-            self._initial_snapshot = await self._in_sandbox(self.sandbox.snapshot)
-            await self._connect()
-            self._started = True
-            self._initial_state = await self.state()
+        self._initial_state = await self._server.start()
         self._started = True
         return self._initial_state
+
+    async def _open_in_snapshot(self) -> EnvState:
+        """Copy the server's files in, snapshot the work dir as the episode begins it, start
+        the server and read the state (the opening of every server but a bundled one whose
+        state is readable)."""
+        if self.cluster.server.copies:
+            await asyncio.to_thread(copy_files, self.sandbox, self.cluster.server.copies)
+        self._initial_snapshot = await self._in_sandbox(self.sandbox.snapshot)
+        await self._connect()
+        self._started = True
+        return await self.state()
 
     async def list_resources(self) -> list[str]:
         """The static resources the server lists (none without the resources capability)."""
@@ -385,7 +249,7 @@ class Environment:
 
     async def read_probes(self, probes: Sequence[ProbeCall]) -> EnvState:
         """The results of ``probes`` now, as the tables ``state()`` would give."""
-        return await self._probe_state(probes)
+        return await probe_state(self, probes)
 
     async def list_tools(self) -> list[Any]:
         """The server's ``tools/list`` (MCP ``Tool`` objects), through the live connection."""
@@ -436,13 +300,7 @@ class Environment:
     def _server_env(self) -> dict[str, str]:
         # the call's limit, so a server can stop its own work first (code.py TOOL_TIMEOUT_ENV)
         timeout = {"TRAJSYNTH_TOOL_TIMEOUT_S": f"{self.tool_timeout_s:g}"}
-        if self.bundled:
-            return {SEED_ENV: str(self.seed), **timeout, **self.cluster.server.env}
-        return {
-            SEED_ENV: str(self.seed),
-            **timeout,
-            **server_env(self.cluster.server, self.environ),
-        }
+        return {SEED_ENV: str(self.seed), **timeout, **self._server.server_env()}
 
     def _in_container(self) -> bool:
         from trajsynth.sandboxes import DockerSandbox
@@ -457,53 +315,8 @@ class Environment:
             inner = ["sh", "-c", 'echo $$ > "$0"; exec "$@"', self._pidfile, *inner]
         return self.sandbox.stdio_command(inner, env=env)
 
-    async def _transport(self) -> tuple[TransportFactory, str]:
-        spec = self.cluster.server
-        env = self._server_env()
-        if spec.kind == ServerKind.BUNDLED:
-            module = self.bundled_module
-            argv = self._sandbox_stdio([self.sandbox.python, "-m", module], env)
-            self.server_location = "sandbox"
-            return stdio_transport(argv), f"{self.cluster.cluster_id} ({module})"
-        if spec.kind == ServerKind.HTTP:
-            if not spec.url:
-                raise InputError(f"cluster {self.cluster.cluster_id}: HTTP server without a url")
-            self.server_location = "remote"
-            return http_transport(spec.url), f"{self.cluster.cluster_id} ({spec.url})"
-        command = list(spec.command or [])
-        if not command:
-            raise InputError(f"cluster {self.cluster.cluster_id}: stdio server without a command")
-        label = f"{self.cluster.cluster_id} (`{shlex.join(command)}`)"
-        if spec.on_host:
-            # the user asked for it (--on-host-state-not-isolated): the exact command, on the
-            # host, in the sandbox's work dir when it has one on this machine
-            self.server_location = "host"
-            log.warning("%s runs on the host: its state is not isolated", label)
-            cwd = self.sandbox.workdir if isinstance(self.sandbox, _local()) else None
-            return stdio_transport(command, env, cwd=cwd), label + " on the host"
-        await self._check_runnable(command, label)
-        self.server_location = "sandbox"
-        return stdio_transport(self._sandbox_stdio(command, env)), label
-
-    async def _check_runnable(self, command: list[str], label: str) -> None:
-        """MCPServerError (the same at ``clusters add`` and in a run) when the sandbox cannot
-        find the command's executable: the command is run as given, never rewritten."""
-        probe = ["sh", "-c", 'command -v "$1" >/dev/null', "sh", command[0]]
-        try:
-            result = await asyncio.to_thread(self.sandbox.exec, probe, timeout=30.0)
-        except SandboxError as exc:
-            raise MCPServerStartError(f"{label}: the sandbox failed: {exc}") from exc
-        if result.exit_code != 0:
-            mounts = getattr(self.sandbox, "mounts", [])
-            raise MCPServerStartError(
-                f"{label}: `{command[0]}` cannot be found inside the "
-                f"{type(self.sandbox).__name__} (mounted read-only: "
-                f"{', '.join(mounts) or 'nothing'}); name the folder that holds it with "
-                "--mount, or run the server on the host with --on-host-state-not-isolated"
-            )
-
     async def _connect(self) -> None:
-        transport, label = await self._transport()
+        transport, label = await self._server.transport()
         conn = ServerConnection(
             transport,
             label=label,
@@ -542,26 +355,7 @@ class Environment:
             await conn.close()
         await self._reap()
         await self._connect()
-        http = self.cluster.server.kind == ServerKind.HTTP
-        if not self.bundled and not self._files_reset and not http:
-            await self._replay(self._writes)
-
-    async def _start_over(self) -> None:
-        """Stop the server and start it again on the sandbox as the episode began it: the
-        initial work dir and, in a container, an empty ``/tmp`` with no process left
-        (``Sandbox.reset``; mounts stay). For a ``replay`` restore; a crash ``restart``
-        keeps the work dir. A server may keep its state in ``/tmp``
-        (``MEMORY_FILE_PATH=/tmp/memory.jsonl``): restoring only the work dir gave every
-        branch of a tree the entities its siblings had made. A LocalSandbox gives each
-        command its own ``/tmp`` already."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
-        await self._reap()
-        if self._initial_snapshot is not None:
-            back = self.sandbox.reset if self._in_container() else self.sandbox.restore
-            await self._in_sandbox(back, self._initial_snapshot)
-        await self._connect()
+        await self._server.after_restart()
 
     # ------------------------------------------------------------------ tool calls
 
@@ -714,7 +508,7 @@ class Environment:
             raise MCPServerError(f"{what}: invalid result: {exc}") from exc
         if not isinstance(raw, CallToolResult):
             raise MCPServerError(f"{what}: unexpected result type {type(raw).__name__}")
-        return tool_result(raw, read_errors=not self.bundled)
+        return tool_result(raw, read_errors=self._server.read_errors)
 
     def _runs_code(self, name: str) -> bool:
         """Whether tool ``name`` runs a program the model wrote (the code cluster's write
@@ -756,14 +550,6 @@ class Environment:
         except MCPServerError as exc:
             log.error("%s: restart failed: %s", self.cluster.cluster_id, exc)
 
-    async def _replay(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        for name, arguments in writes:
-            result = await self._call(name, arguments)
-            if result.is_error:
-                raise MCPServerError(
-                    f"{self.cluster.cluster_id}: replaying {name} failed: {result.text[:200]}"
-                )
-
     # ------------------------------------------------------------------ state
 
     def _trace_state(self) -> EnvState:
@@ -771,27 +557,6 @@ class Environment:
         return EnvState(
             state_hash=stable_hash(trace, length=64), checks=dict(self._checks), readable=False
         )
-
-    async def _dump_state(self, *, init: bool = False) -> EnvState:
-        argv = [self.sandbox.python, "-m", STATE_MODULE, self.server_name]
-        if init:
-            argv.append("--init")
-        result = await self._in_sandbox(
-            self.sandbox.exec, argv, env=self._server_env(), timeout=self.start_timeout_s
-        )
-        if result.exit_code != 0 or result.timed_out:
-            raise MCPServerError(
-                f"{self.cluster.cluster_id}: `{shlex.join(argv)}` failed "
-                f"(exit {result.exit_code}{', timed out' if result.timed_out else ''}): "
-                f"{result.stderr.strip()[-1500:]}"
-            )
-        try:
-            state = _dumped_state(result.stdout)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise MCPServerError(
-                f"{self.cluster.cluster_id}: state dump is not an EnvState: {result.stdout[:300]!r}"
-            ) from exc
-        return state.model_copy(update={"checks": dict(self._checks)})
 
     async def state(self) -> EnvState:
         """The canonical state now (``readable=False`` with the write-trace hash when the
@@ -802,101 +567,23 @@ class Environment:
         """
         if not self.state_readable:
             return self._trace_state()
-        if not self.bundled:
-            return await self._probe_state()
-        return await self._served_state() or await self._dump_state()
-
-    async def _served_state(self) -> EnvState | None:
-        """The state the bundled server serves at ``STATE_URI`` over the live session (a few
-        ms); None when there is no live session or the answer is not a state, and then the
-        caller dumps it with a process in the sandbox (~45-83 ms), which needs no server."""
-        async with self._lock:
-            conn = self._conn
-            if conn is None or not conn.alive:
-                return None
-            try:
-                with anyio.fail_after(self.tool_timeout_s):
-                    result = await conn.session.read_resource(STATE_URI)
-                state = _dumped_state(result.contents[0].text)  # type: ignore[union-attr]
-            except (
-                MCPError,
-                TimeoutError,
-                anyio.BrokenResourceError,
-                anyio.ClosedResourceError,
-                OSError,
-                ValueError,
-                KeyError,
-                TypeError,
-                IndexError,
-                AttributeError,
-            ) as exc:
-                log.debug("%s: served state unreadable (%r); dumping", self.cluster.cluster_id, exc)
-                return None
-        return state.model_copy(update={"checks": dict(self._checks)})
-
-    async def _probe_state(self, probes: Sequence[ProbeCall] | None = None) -> EnvState:
-        tables: dict[str, list[dict[str, JsonValue]]] = {}
-        async with self._lock:
-            if self._conn is None or not self._conn.alive:
-                await self.restart("the server was not running before reading the state")
-            for i, probe in enumerate(probes if probes is not None else self.cluster.probes):
-                if probe.resource is not None:
-                    result = await self._read_resource(probe.resource)
-                else:
-                    result = await self._call(probe.tool, dict(probe.arguments))
-                row: dict[str, JsonValue] = {
-                    "arguments": canonical_json(probe.arguments),
-                    "is_error": result.is_error,
-                    "result": _probe_value(result, self.sandbox.workdir),
-                }
-                tables[f"probe{i}:{probe.label}"] = [row]
-        return EnvState(
-            state_hash=stable_hash(tables, length=64),
-            tables=tables,
-            checks=dict(self._checks),
-            readable=True,
-        )
+        return await self._server.state()
 
     async def snapshot(self) -> SnapshotHandle:
         """Save the state: the sandbox's work directory, or a point in the write trace."""
         async with self._lock:
-            if self.bundled or self._files_reset:
-                handle = await self._in_sandbox(self.sandbox.snapshot)
-                self._taken.append(handle)
-                return handle
-            writes = list(self._writes)
-            snapshot_id = f"replay-{stable_hash(writes, length=16)}-{len(writes)}"
-            self._replay_points[snapshot_id] = writes
-            return SnapshotHandle(
-                snapshot_id=snapshot_id, sandbox_id=self.sandbox.sandbox_id, method="replay"
-            )
+            return await self._server.snapshot()
+
+    async def _snapshot_sandbox(self) -> SnapshotHandle:
+        """A snapshot of the sandbox's work dir, freed when a borrowed sandbox goes back."""
+        handle = await self._in_sandbox(self.sandbox.snapshot)
+        self._taken.append(handle)
+        return handle
 
     async def restore(self, handle: SnapshotHandle) -> None:
         """Go back to a snapshot taken by this environment."""
         async with self._lock:
-            if handle.method != "replay":
-                await self._in_sandbox(self.sandbox.restore, handle)
-                if self._files_reset:  # the server may hold the old files open: restart it
-                    conn, self._conn = self._conn, None
-                    if conn is not None:
-                        await conn.close()
-                    await self._reap()
-                    await self._connect()
-                return
-            if handle.snapshot_id not in self._replay_points:
-                raise MCPServerError(f"unknown snapshot {handle.snapshot_id} for this environment")
-            writes = self._replay_points[handle.snapshot_id]
-            if self.cluster.server.kind == ServerKind.HTTP:
-                log.warning(
-                    "%s: an HTTP server cannot be reset; only the trace goes back",
-                    self.cluster.cluster_id,
-                )
-                self._writes = list(writes)
-                return
-            self._writes = []
-            await self._start_over()
-            await self._replay(writes)
-            self._writes = list(writes)
+            await self._server.restore(handle)
 
     async def run_check(self, check_id: str, source: str) -> bool:
         """Run python ``source`` in the work directory; True when it exits 0 in time.
@@ -953,14 +640,6 @@ class OpenEnvironment(Coroutine[Any, Any, Environment]):
         env, self._env = self._env, None
         if env is not None:
             await env.close()
-
-
-def _dumped_state(text: str) -> EnvState:
-    """The EnvState of a bundled server's state dump (``servers._state`` or ``STATE_URI``)."""
-    data = json.loads(text)
-    return EnvState.model_validate(
-        {"state_hash": data["state_hash"], "tables": data.get("tables", {})}
-    )
 
 
 def open_environment(
