@@ -220,7 +220,8 @@ def test_state_cli_prints_canonical_envstate(tmp_path: Path) -> None:
 
 
 def test_dumping_state_loads_no_server(tmp_path: Path) -> None:
-    """The environment dumps state after every rollout: it must not pay for importing mcp."""
+    """The environment dumps state after every rollout: it must not pay for importing mcp.
+    Seeding a state (``--init``) imports the cluster's ``state`` module alone, not its server."""
     for name in BUNDLED:
         dump_state(name, tmp_path / name, init=True, seed=1)
     probe = (
@@ -228,6 +229,7 @@ def test_dumping_state_loads_no_server(tmp_path: Path) -> None:
         "from trajsynth.mcp_servers.servers._state import dump_state\n"
         f"for name in {BUNDLED!r}:\n"
         f"    dump_state(name, {str(tmp_path)!r} + '/' + name)\n"
+        f"    dump_state(name, {str(tmp_path)!r} + '/fresh-' + name, init=True)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'pydantic')))\n"
     )
     out = subprocess.run(

@@ -1,11 +1,13 @@
 """The bundled clusters, one folder each, and the server machinery they share.
 
 A folder ``<name>/`` holds the whole cluster: ``server.py`` (a real MCP server on the SDK's
-``MCPServer``, with ``server`` and its state store ``STORE``), ``seed.json`` (the seed data its
-state is built from), ``cluster.py`` (``CLUSTER``, a ``BundledCluster``: domain, description,
-declared edges and the domain facts the planner's words use) and ``__main__.py`` (``python -m
-trajsynth.mcp_servers.servers.<name>`` serves it over stdio). Its entry point in the
-``trajsynth.clusters`` group names ``CLUSTER``; that group is the only list of bundled clusters.
+``MCPServer``: ``server`` and its tools, which import their state), ``state.py`` (the state store
+``STORE``: the SQLite tables or the files, and the seeder that builds them; it imports no ``mcp``),
+``seed.json`` (the seed data its state is built from), ``cluster.py`` (``CLUSTER``, a
+``BundledCluster``: domain, description, declared edges and the domain facts the planner's words
+use) and ``__main__.py`` (``python -m trajsynth.mcp_servers.servers.<name>`` serves it over stdio).
+Its entry point in the ``trajsynth.clusters`` group names ``CLUSTER``; that group is the only list
+of bundled clusters.
 
 ``_backend`` (SQLite and file state, tool annotations, errors) and ``_state`` (the canonical
 state dump run inside the sandbox) are shared, and ``_stdio`` serves a cluster over stdio.

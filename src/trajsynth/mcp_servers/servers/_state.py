@@ -11,7 +11,7 @@ it a missing state is an error (exit status 3).
 ``ServerSpec.module``). Runs inside the sandbox, where there are no entry points: the folder is
 the only thing asked. Dumping reads the state alone (the SQLite file records its own volatile
 columns; a file cluster's state is marked by ``.trajsynth/<name>.json``), so it imports only
-the stdlib; ``--init`` imports the folder's ``server`` module (and ``mcp``) for its seeder.
+the stdlib; ``--init`` imports the folder's ``state`` module for its seeder (no ``mcp``).
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ class _StateStore(Protocol):
 
 
 def state_store(name: str) -> _StateStore:
-    """The state store of bundled cluster ``name`` (its server module's ``STORE``)."""
+    """The state store of bundled cluster ``name`` (its ``state`` module's ``STORE``)."""
     _check(name)
-    module = importlib.import_module(f"{_PACKAGE}.{name}.server")
+    module = importlib.import_module(f"{_PACKAGE}.{name}.state")
     store: _StateStore = module.STORE
     return store
 
@@ -60,11 +60,11 @@ def state_store(name: str) -> _StateStore:
 def _check(name: str) -> None:
     """ValueError unless ``name`` is a cluster folder here (it names a path in the work dir)."""
     try:
-        found = _NAME.match(name) and importlib.util.find_spec(f"{_PACKAGE}.{name}.server")
+        found = _NAME.match(name) and importlib.util.find_spec(f"{_PACKAGE}.{name}.state")
     except ModuleNotFoundError:
         found = None
     if not found:
-        raise ValueError(f"unknown bundled cluster '{name}': no {_PACKAGE}.{name}.server module")
+        raise ValueError(f"unknown bundled cluster '{name}': no {_PACKAGE}.{name}.state module")
 
 
 def _file_cluster(name: str, root: Path) -> bool:

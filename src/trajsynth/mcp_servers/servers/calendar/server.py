@@ -1,8 +1,8 @@
 """Calendar and email for a small team: events, invitations, conflicts, messages (MCP server).
 
-State: ``$TRAJSYNTH_WORKDIR/calendar.sqlite``, seeded from ``seed.json`` (beside this module)
-perturbed by ``$TRAJSYNTH_SEED`` (which pending invitations were answered, which messages are
-unread). Policy the tools enforce, as a calendar service would: nothing is scheduled in the past
+This module is the MCP server and its tools; their state
+(``$TRAJSYNTH_WORKDIR/calendar.sqlite``, its tables and seeding) is ``state.py``'s ``STORE``.
+Policy the tools enforce, as a calendar service would: nothing is scheduled in the past
 or with an end before its start; an organizer cannot double-book, and an attendee cannot accept
 an invitation that overlaps an event they organize or accepted (a conflict names the other
 event); only the organizer may reschedule or cancel; cancelled events take no invitations or
@@ -13,19 +13,14 @@ Run: ``python -m trajsynth.mcp_servers.servers.calendar`` (stdio).
 
 from __future__ import annotations
 
-import random
 import re
 import sqlite3
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel, Field
 
 from trajsynth.mcp_servers.servers._backend import (
-    Column,
-    Store,
-    Table,
     fail,
     from_row,
     insert,
@@ -37,80 +32,10 @@ from trajsynth.mcp_servers.servers._backend import (
     write_tool,
 )
 from trajsynth.mcp_servers.servers._stdio import serve_stdio
+from trajsynth.mcp_servers.servers.calendar.state import STORE
 
 __all__ = ["STORE", "main", "server"]
 
-STORE_TABLES = (
-    Table(
-        "users",
-        (Column("user_id"), Column("name"), Column("email"), Column("job_title")),
-        ("user_id",),
-    ),
-    Table(
-        "events",
-        (
-            Column("event_id"),
-            Column("organizer_id"),
-            Column("title"),
-            Column("date"),
-            Column("start_time"),
-            Column("end_time"),
-            Column("location"),
-            Column("description"),
-            Column("status"),
-        ),
-        ("event_id",),
-    ),
-    Table(
-        "attendees",
-        (Column("event_id"), Column("user_id"), Column("response")),
-        ("event_id", "user_id"),
-    ),
-    Table(
-        "messages",
-        (
-            Column("message_id"),
-            Column("sender_id"),
-            Column("recipient_id"),
-            Column("subject"),
-            Column("body"),
-            Column("sent_at"),
-            Column("read", "INTEGER"),
-        ),
-        ("message_id",),
-        volatile=frozenset({"sent_at"}),
-    ),
-)
-
-
-def _seed(data: dict[str, Any], rng: random.Random) -> dict[str, list[dict[str, Any]]]:
-    """Rows from the seed data; the rng answers some pending invitations and flips read flags."""
-    rows: dict[str, list[dict[str, Any]]] = {
-        "users": [dict(u) for u in data["users"]],
-        "events": [],
-        "attendees": [],
-        "messages": [],
-    }
-    for e in data["events"]:
-        e = dict(e)
-        attendees: dict[str, str] = e.pop("attendees")
-        rows["events"].append(e)
-        for user_id in sorted(attendees):
-            response = attendees[user_id]
-            if response == "pending" and e["status"] == "confirmed":
-                response = rng.choice(["pending", "pending", "accepted", "tentative"])
-            rows["attendees"].append(
-                {"event_id": e["event_id"], "user_id": user_id, "response": response}
-            )
-    for m in data["messages"]:
-        m = dict(m)
-        if rng.random() < 0.3:
-            m["read"] = 1 - m["read"]
-        rows["messages"].append(m)
-    return rows
-
-
-STORE = Store("calendar", STORE_TABLES, _seed, Path(__file__).with_name("seed.json"))
 server = MCPServer(
     name="calendar",
     instructions="A team's shared calendar and email. Dates are YYYY-MM-DD, times HH:MM (24 h).",

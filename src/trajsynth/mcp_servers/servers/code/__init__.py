@@ -1,4 +1,5 @@
-"""The bundled code cluster, one folder: ``server.py`` (the MCP server and its state store),
+"""The bundled code cluster, one folder: ``server.py`` (the MCP server: its tools),
+``state.py`` (their state store ``STORE``: tables or files, and how they are seeded),
 ``seed.json`` (its seed data) and ``cluster.py`` (what the cluster is, named by its entry point).
 
 Code interpreter: run Python and edit files in the sandbox work directory (MCP server).

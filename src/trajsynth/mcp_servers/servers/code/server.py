@@ -8,35 +8,28 @@ subreaper: when the program ends or its time is up, every process it started is 
 children included, and only the first ``OUTPUT_CAP`` bytes of each stream are kept, so no program
 can outlive its call, hang the server or fill its memory. What the program's own code causes (a
 timeout, a full work directory, a kill at the sandbox's memory or process limit) is a tool error the
-model sees. State is the files under the work directory: first start writes a small seeded project
-from ``seed.json`` beside this module (an inventory module with one real bug, its unittest tests,
-and CSV data whose quantities ``$TRAJSYNTH_SEED`` perturbs). Paths must stay inside the work
-directory.
+model sees. State is the files under the work directory, seeded by ``state.py``'s ``STORE``.
+Paths must stay inside the work directory.
 
 Run: ``python -m trajsynth.mcp_servers.servers.code`` (stdio).
-
 """
 
 from __future__ import annotations
 
-import csv
 import errno
-import io
 import os
-import random
 import re
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel, Field
 
 from trajsynth.mcp_servers.servers._backend import (
     PRIVATE_DIR,
-    FileStore,
     fail,
     ignored_path,
     read_tool,
@@ -44,6 +37,7 @@ from trajsynth.mcp_servers.servers._backend import (
     write_tool,
 )
 from trajsynth.mcp_servers.servers._stdio import serve_stdio
+from trajsynth.mcp_servers.servers.code.state import STORE
 from trajsynth.sandboxes._agent import become_subreaper, become_undumpable, run_process
 
 __all__ = ["STORE", "main", "server"]
@@ -59,28 +53,6 @@ _RUN_LOCK = threading.Lock()  # one program at a time: after it, every descendan
 _TIMING = re.compile(r" in \d+(\.\d+)?s\b")
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
-
-
-def _seed_files(data: dict[str, Any], rng: random.Random) -> dict[str, str]:
-    """The project files; the rng moves stock and sales quantities."""
-    files = dict(data["files"])
-    stock = [
-        {**r, "qty": max(0, r["qty"] + rng.randint(-3, 3)) if r["qty"] else 0}
-        for r in data["stock"]
-    ]
-    sales = [{**r, "qty": max(1, r["qty"] + rng.randint(-1, 2))} for r in data["sales"]]
-    files["data/stock.csv"] = _csv(stock)
-    files["data/sales.csv"] = _csv(sales)
-    return files
-
-
-STORE = FileStore("code", _seed_files, Path(__file__).with_name("seed.json"))
 server = MCPServer(
     name="code",
     instructions=(

@@ -1,4 +1,5 @@
-"""The bundled travel cluster, one folder: ``server.py`` (the MCP server and its state store),
+"""The bundled travel cluster, one folder: ``server.py`` (the MCP server: its tools),
+``state.py`` (their state store ``STORE``: tables or files, and how they are seeded),
 ``seed.json`` (its seed data) and ``cluster.py`` (what the cluster is, named by its entry point).
 
 Airline travel: flight search, fares, booking, seats and cancellation, as an MCP server.
