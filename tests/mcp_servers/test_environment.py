@@ -571,8 +571,9 @@ async def test_pooled_containers_start_each_episode_fresh() -> None:
 @pytest.mark.slow
 async def test_the_state_served_over_mcp_is_the_sandbox_dump(shop_local: Environment) -> None:
     # bench/environment.py: a served read takes a few ms, a dump process 45-83 ms
-    served = await shop_local._served_state()
-    assert served is not None and served == await shop_local._dump_state()
+    bundled = BundledServer(shop_local)  # the environment's bundled side, read directly
+    served = await bundled.served_state()
+    assert served is not None and served == await bundled.dump_state()
     user = served.tables["users"][0]["user_id"]
     product = served.tables["products"][0]["product_id"]
     added = await shop_local.call_tool(
@@ -581,9 +582,9 @@ async def test_the_state_served_over_mcp_is_the_sandbox_dump(shop_local: Environ
     assert not added.is_error, added.text
     after = await shop_local.state()
     assert after.state_hash != served.state_hash
-    assert after == await shop_local._dump_state() == await shop_local._served_state()
+    assert after == await bundled.dump_state() == await bundled.served_state()
     conn = shop_local._conn
     assert conn is not None
     await conn.close()  # no live session: the state is dumped in the sandbox, the same
-    assert await shop_local._served_state() is None
+    assert await bundled.served_state() is None
     assert await shop_local.state() == after

@@ -242,8 +242,8 @@ def param_values(
         low = schema.get("minimum", schema.get("exclusiveMinimum"))
         add(int(low) + (1 if "exclusiveMinimum" in schema else 0) if low is not None else 1)
     elif "array" in kinds and depth < 3:
-        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
-        item = _one(param, items, tool, known, depth + 1)
+        items = schema.get("items")
+        item = _one(param, items if isinstance(items, Mapping) else {}, tool, known, depth + 1)
         add([item] if item is not None else [])
     elif "object" in kinds and depth < 3:
         add(generate_arguments(schema, tool, known=known, depth=depth + 1))
@@ -271,10 +271,11 @@ def generate_arguments(
     names += [p for p in props if p not in names and fixed and p in fixed]
     out: dict[str, JsonValue] = {}
     for param in names:
-        sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
         if overrides and param in overrides:
             out[param] = overrides[param]
             continue
+        sub = props.get(param)
+        sub = sub if isinstance(sub, Mapping) else {}
         values = param_values(param, sub, tool, known=known, fixed=fixed, depth=depth)
         if values:
             out[param] = values[0]

@@ -14,7 +14,7 @@ import logging
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import IO, Any
+from typing import Any, TextIO
 
 import anyio
 from mcp.client.session import ClientSession
@@ -29,7 +29,7 @@ __all__ = ["ServerConnection", "TransportFactory", "http_transport", "stdio_tran
 
 log = logging.getLogger(__name__)
 
-TransportFactory = Callable[[IO[str]], AbstractAsyncContextManager[Any]]
+TransportFactory = Callable[[TextIO], AbstractAsyncContextManager[Any]]
 """Given a text file for the server's stderr, the SDK transport context manager."""
 
 _CLOSE_TIMEOUT_S = 15.0
@@ -92,7 +92,7 @@ class ServerConnection:
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[ClientSession] | None = None
         self._stop: asyncio.Event | None = None
-        self._errlog: IO[str] | None = None
+        self._errlog: TextIO | None = None
         self._session: ClientSession | None = None
         self.server_info: Implementation | None = None
         self.instructions: str | None = None
