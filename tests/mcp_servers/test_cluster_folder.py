@@ -1,11 +1,12 @@
 """Adding a bundled cluster is one folder and one entry point (README "Where a change goes").
 
-A tiny bank cluster is written as a folder (``state.py``, ``server.py``, ``seed.json``,
-``cluster.py``, ``__init__.py``, ``__main__.py``) beside the bundled ones (the servers package's
-search path is extended to ``tmp_path``, as if the folder were in ``src/``), one entry point names
-its ``CLUSTER``, and nothing else changes: the registry lists it, builds it from its own server's
-tools, the state dump seeds it from its own ``seed.json``, and the planner plans a task from it
-whose words use the folder's persona."""
+A tiny bank cluster is written as a folder (``server.py``, ``seed.json``, ``cluster.py``,
+``__init__.py``, ``__main__.py``) beside the bundled ones (the servers package's search path
+is extended to ``tmp_path``, as if the folder were in ``src/``), one entry point names its
+``CLUSTER``, and nothing else changes: the registry lists it, builds it from its own server's
+tools, the state dump seeds it from its own ``seed.json``, and the planner plans a task from
+it whose words use the folder's persona.
+"""
 
 from __future__ import annotations
 
@@ -40,16 +41,21 @@ from trajsynth.schemas import (
 NAME = "toybank"
 PERSONA = "A pensioner checking on their savings."
 
-STATE = '''
-"""A toy bank's state: its accounts."""
+SERVER = '''
+"""A toy bank: accounts and deposits."""
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from trajsynth.mcp_servers.servers._backend import Column, Store, Table, money
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel, Field
+
+from trajsynth.mcp_servers.servers._backend import (
+    Column, Store, Table, fail, money, one, read_tool, write_tool,
+)
 
 TABLES = (
     Table(
@@ -66,21 +72,6 @@ def _seed(data: dict[str, Any], rng: random.Random) -> dict[str, list[dict[str, 
 
 
 STORE = Store("toybank", TABLES, _seed, Path(__file__).with_name("seed.json"))
-'''
-
-SERVER = f'''
-"""A toy bank: accounts and deposits."""
-
-from __future__ import annotations
-
-from typing import Annotated
-
-from mcp.server.mcpserver import MCPServer
-from pydantic import BaseModel, Field
-
-from trajsynth.mcp_servers.servers._backend import fail, money, one, read_tool, write_tool
-from {servers_package.__name__}.{NAME}.state import STORE
-
 server = MCPServer(name="toybank")
 
 
@@ -102,7 +93,7 @@ def list_accounts(owner: Annotated[str, Field(description="Owner's full name")])
             "SELECT * FROM accounts WHERE owner = ? ORDER BY account_id", (owner,)
         ).fetchall()
     if not rows:
-        raise fail(f"no accounts of {{owner!r}}")
+        raise fail(f"no accounts of {owner!r}")
     return Accounts(accounts=[Account(**dict(r)) for r in rows])
 
 
@@ -117,7 +108,7 @@ def deposit(
     with STORE.tx() as conn:
         row = one(conn, "SELECT * FROM accounts WHERE account_id = ?", (account_id,))
         if row is None:
-            raise fail(f"no account {{account_id!r}}")
+            raise fail(f"no account {account_id!r}")
         balance = money(row["balance"] + amount)
         conn.execute(
             "UPDATE accounts SET balance = ? WHERE account_id = ?", (balance, account_id)
@@ -169,7 +160,6 @@ def toybank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     (folder / "__main__.py").write_text(
         f"from {servers_package.__name__}.{NAME}.server import main\n\nmain()\n"
     )
-    (folder / "state.py").write_text(STATE)
     (folder / "server.py").write_text(SERVER)
     (folder / "cluster.py").write_text(CLUSTER)
     (folder / "seed.json").write_text(json.dumps(SEED))

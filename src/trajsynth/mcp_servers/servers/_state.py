@@ -11,7 +11,8 @@ it a missing state is an error (exit status 3).
 ``ServerSpec.module``). Runs inside the sandbox, where there are no entry points: the folder is
 the only thing asked. Dumping reads the state alone (the SQLite file records its own volatile
 columns; a file cluster's state is marked by ``.trajsynth/<name>.json``), so it imports only
-the stdlib; ``--init`` imports the folder's ``state`` module for its seeder (no ``mcp``).
+the stdlib; ``--init`` imports the module that holds the folder's ``STORE`` for its seeder:
+``state.py`` where the folder has one (the bundled four: no ``mcp``), else ``server.py``.
 """
 
 from __future__ import annotations
@@ -50,21 +51,24 @@ class _StateStore(Protocol):
 
 
 def state_store(name: str) -> _StateStore:
-    """The state store of bundled cluster ``name`` (its ``state`` module's ``STORE``)."""
-    _check(name)
-    module = importlib.import_module(f"{_PACKAGE}.{name}.state")
+    """The state store of bundled cluster ``name``: the ``STORE`` of its ``state`` module, or
+    of its ``server`` module when the folder keeps its state there."""
+    module = importlib.import_module(_check(name))
     store: _StateStore = module.STORE
     return store
 
 
-def _check(name: str) -> None:
-    """ValueError unless ``name`` is a cluster folder here (it names a path in the work dir)."""
-    try:
-        found = _NAME.match(name) and importlib.util.find_spec(f"{_PACKAGE}.{name}.state")
-    except ModuleNotFoundError:
-        found = None
-    if not found:
-        raise ValueError(f"unknown bundled cluster '{name}': no {_PACKAGE}.{name}.state module")
+def _check(name: str) -> str:
+    """The module that holds cluster ``name``'s ``STORE``; ValueError unless ``name`` is a
+    cluster folder here (it names a path in the work dir)."""
+    if _NAME.match(name):
+        for part in ("state", "server"):
+            try:
+                if importlib.util.find_spec(f"{_PACKAGE}.{name}.{part}"):
+                    return f"{_PACKAGE}.{name}.{part}"
+            except ModuleNotFoundError:
+                break  # no such folder
+    raise ValueError(f"unknown bundled cluster '{name}': no {_PACKAGE}.{name}.server module")
 
 
 def _file_cluster(name: str, root: Path) -> bool:
