@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from trajsynth.mcp_servers.environment import Environment, ToolResult, _ServerLost
+from trajsynth.mcp_servers.environment import Environment, ToolResult
+from trajsynth.mcp_servers.environment.facade import _ServerLost
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.schemas import MCPServerError
 

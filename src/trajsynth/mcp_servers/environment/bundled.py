@@ -24,7 +24,7 @@ from trajsynth.mcp_servers.servers._backend import STATE_URI
 from trajsynth.schemas import EnvState, InputError, MCPServerError, SnapshotHandle, ToolCluster
 
 if TYPE_CHECKING:
-    from trajsynth.mcp_servers.environment import Environment
+    from trajsynth.mcp_servers.environment.facade import Environment
 
 __all__ = ["STATE_MODULE", "BundledServer", "bundled_module", "dumped_state"]
 

@@ -39,7 +39,7 @@ from trajsynth.schemas import (
 )
 
 if TYPE_CHECKING:
-    from trajsynth.mcp_servers.environment import Environment
+    from trajsynth.mcp_servers.environment.facade import Environment
 
 __all__ = ["OutsideServer", "probe_state"]
 
