@@ -12,16 +12,13 @@ side object of it: ``bundled.BundledServer`` (a bundled cluster: ``python -m`` o
 the sandbox, its state served or dumped from the work directory, snapshots the sandbox's) or
 ``outside.OutsideServer`` (an outside server: the user's command, a URL or the host; its state
 read through probe calls; reset by snapshot or by replaying writes). ``results`` reads what a
-server answered. Without a readable state, ``state()`` is ``readable=False`` with the hash of
-the successful writes.
+server answered, and ``opening`` opens an environment in a sandbox. Without a readable state,
+``state()`` is ``readable=False`` with the hash of the successful writes.
 """
 
 from trajsynth.mcp_servers.environment.bundled import STATE_MODULE
-from trajsynth.mcp_servers.environment.facade import (
-    Environment,
-    OpenEnvironment,
-    open_environment,
-)
+from trajsynth.mcp_servers.environment.facade import Environment
+from trajsynth.mcp_servers.environment.opening import OpenEnvironment, open_environment
 from trajsynth.mcp_servers.environment.results import (
     ToolResult,
     read_resource_result,

@@ -1,6 +1,5 @@
 """The one door to an environment, whatever its server: ``Environment`` (start, restart, close;
-calls, their timeouts and tries; checks; snapshots through the side of its server's kind) and
-``open_environment``, which opens one in a sandbox of its own or one borrowed from a pool.
+calls, their timeouts and tries; checks; snapshots through the side of its server's kind).
 
 What the package's doc says of faults holds here: a hung or dead server is restarted and the
 call raises ``MCPServerError`` (``infra``) after its last try; a tool's own error is a
@@ -14,7 +13,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
@@ -38,7 +37,7 @@ from trajsynth.mcp_servers.environment.results import (
     static_resources,
     tool_result,
 )
-from trajsynth.mcp_servers.launch import copy_files, open_mounted_sandbox, server_mounts
+from trajsynth.mcp_servers.launch import copy_files
 from trajsynth.mcp_servers.tool_calls import SERVER_KILLED
 from trajsynth.schemas import (
     Domain,
@@ -47,8 +46,6 @@ from trajsynth.schemas import (
     ProbeCall,
     SandboxError,
     SandboxGone,
-    SandboxKind,
-    SandboxLimits,
     SandboxStartError,
     ServerKind,
     SnapshotHandle,
@@ -62,7 +59,7 @@ if TYPE_CHECKING:
     from trajsynth.sandboxes import Sandbox
     from trajsynth.sandboxes.pool import SandboxPool
 
-__all__ = ["Environment", "OpenEnvironment", "ServerSide", "open_environment"]
+__all__ = ["Environment", "ServerSide"]
 
 log = logging.getLogger(__name__)
 
@@ -584,103 +581,3 @@ class Environment:
             log.debug("check %s failed: %s", check_id, result.stderr.strip()[-500:])
         self._checks[check_id] = passed
         return passed
-
-
-class OpenEnvironment(Coroutine[Any, Any, Environment]):
-    """What ``open_environment`` returns: a coroutine (await it, or hand it to
-    ``asyncio.create_task``) for a started ``Environment``, and an async context manager
-    (``async with open_environment(...) as env``) that closes the environment at the end."""
-
-    def __init__(self, opener: Callable[[], Coroutine[Any, Any, Environment]]) -> None:
-        self._opener = opener
-        self._coro: Coroutine[Any, Any, Environment] | None = None
-        self._env: Environment | None = None
-
-    def _inner(self) -> Coroutine[Any, Any, Environment]:
-        if self._coro is None:
-            self._coro = self._opener()
-        return self._coro
-
-    def send(self, value: Any) -> Any:
-        return self._inner().send(value)
-
-    def throw(self, *args: Any) -> Any:
-        return self._inner().throw(*args)
-
-    def close(self) -> None:
-        if self._coro is not None:
-            self._coro.close()
-
-    def __await__(self) -> Generator[Any, None, Environment]:
-        return self._inner().__await__()
-
-    async def __aenter__(self) -> Environment:
-        self._env = await self._opener()
-        return self._env
-
-    async def __aexit__(self, *exc: object) -> None:
-        env, self._env = self._env, None
-        if env is not None:
-            await env.close()
-
-
-def open_environment(
-    cluster: ToolCluster,
-    *,
-    sandbox_kind: SandboxKind = SandboxKind.AUTO,
-    limits: SandboxLimits | None = None,
-    seed: int = 0,
-    tool_timeout_s: float = 20.0,
-    image: str | None = None,
-    start_timeout_s: float = 60.0,
-    pool: SandboxPool | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> OpenEnvironment:
-    """A started environment for ``cluster`` in a new sandbox that it owns, or in one
-    borrowed from ``pool`` (given back, reset, when the environment closes).
-
-    ``env = await open_environment(...)`` (then ``await env.close()``), or
-    ``async with open_environment(...) as env:``.
-    """
-
-    async def opener() -> Environment:
-        from trajsynth.sandboxes import open_sandbox
-
-        spec = cluster.server
-        if spec.kind is ServerKind.STDIO and not spec.on_host:
-            # an outside server needs its own files mounted: a sandbox of its own, not pooled
-            pool_ = None
-            mounts = server_mounts(spec.command or [], spec.mounts)
-            sandbox = await asyncio.to_thread(
-                open_mounted_sandbox,
-                sandbox_kind,
-                limits or SandboxLimits(),
-                image,
-                mounts,
-                spec.command or [],
-            )
-        elif pool is not None:
-            pool_ = pool
-            sandbox = await asyncio.to_thread(pool.acquire)
-        else:
-            pool_ = None
-            sandbox = await asyncio.to_thread(
-                open_sandbox, sandbox_kind, limits or SandboxLimits(), image
-            )
-        env = Environment(
-            cluster,
-            sandbox,
-            seed=seed,
-            tool_timeout_s=tool_timeout_s,
-            start_timeout_s=start_timeout_s,
-            pool=pool_,
-            environ=environ,
-        )
-        try:
-            await env.start()
-        except BaseException:
-            await env.close()
-            raise
-        return env
-
-    return OpenEnvironment(opener)
