@@ -28,13 +28,19 @@ FAST_TIER := not slow and not docker and not llm and not gpu
 # The fast tier in two xdist workers (bench/fast_tier.py: 52-55 s on 2 cores, a fifth of it
 # waiting on sockets and retries).
 PARALLEL := -n 2 --dist worksteal
-# The other tiers one test at a time. Two workers by group (tests/conftest.py groups them:
-# `make test TIERS_PARALLEL="-n 2 --dist loadgroup"`) took 2,103 s on an idle machine and two
-# tests that start Prefect's API lost their connection beside the other worker (they pass one
-# at a time); docs/testing.md has the times.
-TIERS_PARALLEL ?=
+# The other tiers in two parts. Most of their tests are one Python process waiting on
+# containers, sandboxes, sockets and timeouts, and one test at a time left one core idle (89%
+# of one core over 1,679 s): they run in two workers, each module's tests in one worker
+# (tests/conftest.py groups them, so a module's fixture starts once). Then, one at a time, the
+# tests that take every core or must answer in time: the llm tier (llama.cpp reads a prompt on
+# every core, and its threads spin while they wait for one) and those marked `alone` (torch,
+# transformers, a Prefect API of their own). docs/testing.md has the times.
+TIERS := not ($(FAST_TIER))
+TIERS_ALONE := $(TIERS) and (llm or alone)
+TIERS_SHARED := $(TIERS) and not (llm or alone)
+TIERS_PARALLEL ?= -n 2 --dist loadgroup
 
-# JUNIT_DIR (CI): each half writes its JUnit XML there. Both halves run; either failing fails.
+# JUNIT_DIR (CI): each part writes its JUnit XML there. Every part runs; any failing fails.
 # Bytecode for every source first: a bundled server imports modules the test process never
 # does, inside a sandbox whose source mount is read-only, and would compile them at each start.
 # The type check runs too ([tool.pyright] names the packages held at zero errors); all three
@@ -44,8 +50,10 @@ test: setup
 	@status=0; \
 	$(BIN)/python -m pytest $(PARALLEL) -m "$(FAST_TIER)" $(PYTEST_ARGS) \
 	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-fast.xml) || status=$$?; \
-	$(BIN)/python -m pytest $(TIERS_PARALLEL) -m "not ($(FAST_TIER))" $(PYTEST_ARGS) \
-	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-tiers.xml) || status=$$?; \
+	$(BIN)/python -m pytest $(TIERS_PARALLEL) -m "$(TIERS_SHARED)" $(PYTEST_ARGS) \
+	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-tiers-shared.xml) || status=$$?; \
+	$(BIN)/python -m pytest -m "$(TIERS_ALONE)" $(PYTEST_ARGS) \
+	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-tiers-alone.xml) || status=$$?; \
 	$(BIN)/pyright --pythonpath $(BIN)/python || status=$$?; \
 	exit $$status
 

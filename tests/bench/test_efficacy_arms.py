@@ -18,6 +18,8 @@ import pytest
 
 from trajsynth.schemas import Trajectory
 
+pytestmark = pytest.mark.alone  # the bench trains: every core
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

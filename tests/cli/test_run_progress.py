@@ -13,6 +13,8 @@ import trajsynth.flows.stages  # noqa: F401  (loads what a flow's first call imp
 from trajsynth.flows.progress import TurnReporter, progress_sink, tick
 from trajsynth.schemas import AgentRole, Message, MessageRole
 
+pytestmark = pytest.mark.alone  # its own Prefect API must answer in time
+
 
 class _Echo:
     """A client that answers every chat with its own role (no LLM: the wrapper is tested)."""

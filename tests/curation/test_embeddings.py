@@ -25,6 +25,8 @@ from trajsynth.curation.embeddings import (
     resolve_threads,
 )
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 

@@ -12,6 +12,8 @@ from trajsynth.export import export_sft
 from trajsynth.llm.chat_template import load_tokenizer, render
 from trajsynth.training.models_io import load_base_model
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 
 @pytest.mark.slow
 # TRL 1.16 still sets transformers' old ``gradient_checkpointing`` name: upstream noise

@@ -14,6 +14,8 @@ from prefect.states import Failed
 from trajsynth.flows.stages import _infra_only
 from trajsynth.schemas import LLMError, ModelOutputError, SandboxError
 
+pytestmark = pytest.mark.alone  # its own Prefect API must answer in time
+
 
 @pytest.mark.parametrize("exc", [LLMError("500"), SandboxError("died")])
 def test_infra_faults_are_retried(exc: Exception) -> None:

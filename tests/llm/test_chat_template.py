@@ -13,7 +13,7 @@ from trajsynth.llm.chat_template import (
 )
 
 # each loads transformers (and torch) for the tokenizer: the slow tier's
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # transformers: every core
 
 TOOLS = [
     {

@@ -17,6 +17,8 @@ from trajsynth.training import eval as eval_module
 from trajsynth.training.eval import compare, summarize
 from trajsynth.training.records import eval_row
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 
 def _try(task: str, cluster: str, sample: int, passed: bool, excluded: bool = False) -> TryResult:
     return TryResult(

@@ -9,6 +9,8 @@ import pytest
 from trajsynth.schemas import InputError, RLRow
 from trajsynth.training.grpo import load_train_config, rl_rows
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 
 @pytest.mark.slow  # several seconds: planning, processes or a full round
 def test_rows_are_planned_without_an_export() -> None:

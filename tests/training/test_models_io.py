@@ -14,6 +14,8 @@ from trajsynth.curation import embeddings
 from trajsynth.training import models_io
 from trajsynth.training.models_io import use_bf16
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 
 @pytest.mark.parametrize("has_bf16", [True, False])
 def test_auto_on_a_cpu_follows_its_flags(monkeypatch: pytest.MonkeyPatch, has_bf16: bool) -> None:

@@ -36,6 +36,8 @@ from trajsynth.training.rewards import VerifierReward, completion_trajectory
 from trajsynth.training.tasks import trl_dataset
 from trajsynth.training.tool_env import environment_class, sandbox_opener
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 
 class _Live(InProcessEnvironment):
     """The in-process bundled server with the rest of the Environment interface."""

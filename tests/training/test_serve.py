@@ -9,6 +9,8 @@ import pytest
 
 from trajsynth.schemas import AgentRole, InputError, LLMConfig, Message, MessageRole
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 
 @pytest.fixture(scope="module")
 def hf_model(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -19,6 +19,8 @@ from trajsynth.store import Store
 from trajsynth.training.models_io import resolve_model
 from trajsynth.training.sft import load_sft_dataset
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 SCRIPT = Path(__file__).parent / "scripts" / "stranger_sft.py"
 
 

@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 from trajsynth.cli.main import app
 from trajsynth.training.grpo import load_train_config
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 DATA = Path(__file__).resolve().parents[2] / "src" / "trajsynth" / "data" / "train"
 
 

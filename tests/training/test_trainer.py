@@ -22,6 +22,8 @@ from trajsynth.training.trainer import (
     turn_spans,
 )
 
+pytestmark = pytest.mark.alone  # torch or transformers: every core
+
 
 def _call_then_answer(answer: str) -> list[dict[str, Any]]:
     return [
