@@ -153,3 +153,20 @@ def test_an_environment_that_did_not_start_is_one_type(
         raise error("did not start")
     assert isinstance(info.value, family) and isinstance(info.value, InfraError)
     assert info.value.failure_class is FailureClass.INFRA
+
+
+def test_a_tools_parameters_are_read_typed_from_any_input_schema() -> None:
+    from trajsynth.schemas import ToolSpec
+
+    spec = ToolSpec(
+        name="t",
+        input_schema={
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "anything": True},
+            "required": ["path", 3],
+        },
+    )
+    assert spec.parameter_schemas() == {"path": {"type": "string"}}  # `true` is no schema object
+    assert spec.required_parameters() == ["path"]
+    bare = ToolSpec(name="u", input_schema={"properties": ["x"], "required": "path"})
+    assert (bare.parameter_schemas(), bare.required_parameters()) == ({}, [])

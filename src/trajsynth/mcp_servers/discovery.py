@@ -213,10 +213,10 @@ class _Prober:
                 if value not in bucket and len(bucket) < 5:
                     bucket.append(value)
             observed = _observation(result)
-            literal = isinstance(observed, dict) and "$literal" in observed
-            leaves = (
-                _leaves(observed["$literal"], path="$literal") if literal else _leaves(observed)
-            )
+            if isinstance(observed, dict) and "$literal" in observed:
+                leaves = _leaves(observed["$literal"], path="$literal")
+            else:
+                leaves = _leaves(observed)
             if listed_entries(args, observed):
                 leaves = []  # a listing's names mean their paths (``_listed``), not themselves
             for key, path, raw in leaves:
@@ -270,11 +270,10 @@ class _Prober:
 
     def own_args(self, spec: ToolSpec) -> dict[str, JsonValue]:
         """Arguments for ``spec`` with the server's own values first."""
-        props = spec.input_schema.get("properties") or {}
         known = {
-            str(k): self.own_values(str(k), sub)
-            for k, sub in props.items()
-            if isinstance(sub, Mapping) and self.own_values(str(k), sub)
+            k: self.own_values(k, sub)
+            for k, sub in spec.parameter_schemas().items()
+            if self.own_values(k, sub)
         }
         return generate_arguments(spec.input_schema, spec.name, known=known, fixed=self.fixed)
 
@@ -361,7 +360,7 @@ async def discover(
         if looks_read(t):
             args = p.args_for(t)
             first = await p.call(t.name, args)
-            required = [str(r) for r in t.input_schema.get("required") or []]
+            required = t.required_parameters()
             if (
                 first is not None
                 and first.is_error
@@ -388,8 +387,7 @@ async def discover(
     # they accepted (where a task may create a file, ``listings.listed_dirs``)
     for tool in list(p.folders):
         spec = p.tools[tool]
-        props = spec.input_schema.get("properties") or {}
-        params = [str(k) for k in props if is_path_param(str(k)) and k not in p.fixed]
+        params = [k for k in spec.parameter_schemas() if is_path_param(k) and k not in p.fixed]
         base = p.ok_args.get(tool)
         if base is None or len(params) != 1:
             continue
@@ -504,14 +502,14 @@ async def discover(
         base = p.ok_args.get(t.name) or generate_arguments(
             t.input_schema, t.name, known=p.known(), fixed=p.fixed
         )
-        props = t.input_schema.get("properties") or {}
-        for param in t.input_schema.get("required") or []:
-            sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
+        props = t.parameter_schemas()
+        for param in t.required_parameters():
+            sub = props.get(param, {})
             if sub.get("enum") or param in p.fixed:
                 continue
             seen = p.accepted.get(t.name, {}).get(param, [])
             # the server's own values under a like name first (``user_ids`` for ``user_id``)
-            own = p.own_values(str(param), sub)
+            own = p.own_values(param, sub)
             known = {**p.known(), param: [*own, *p.known().get(param, [])]}
             for value in param_values(param, sub, t.name, known=known)[:4]:
                 if value in seen or budget <= 0:
@@ -605,8 +603,7 @@ def _world_first(p: _Prober) -> dict[str, dict[str, list[JsonValue]]]:
 
     def of_schema(tool: str, param: str) -> set[str]:
         spec = p.tools.get(tool)
-        props = (spec.input_schema.get("properties") or {}) if spec is not None else {}
-        sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
+        sub = spec.parameter_schemas().get(param, {}) if spec is not None else {}
         return {canonical_json(v) for v in param_values(param, sub, tool) if not is_placeholder(v)}
 
     out: dict[str, dict[str, list[JsonValue]]] = {}
@@ -657,12 +654,13 @@ def _returned_fields(p: _Prober) -> dict[str, list[str]]:
 def _param_schema(target: ToolSpec, param: str) -> tuple[Mapping[str, Any], bool] | None:
     """The schema a value of ``param`` must fit (an array's item), and whether it is an
     array's; None when the parameter does not exist or takes objects."""
-    sub = (target.input_schema.get("properties") or {}).get(param)
-    if not isinstance(sub, Mapping):
+    sub = target.parameter_schemas().get(param)
+    if sub is None:
         return None
-    item = sub
-    if "array" in schema_kinds(sub) and isinstance(sub.get("items"), Mapping):
-        item = sub["items"]
+    item: Mapping[str, Any] = sub
+    items = sub.get("items")
+    if "array" in schema_kinds(sub) and isinstance(items, dict):
+        item = items
     if schema_kinds(item) & {"object", "array"}:
         return None
     return item, item is not sub
@@ -763,8 +761,7 @@ async def _value_flow(p: _Prober, tools: list[ToolSpec]) -> list[ToolEdge]:
     edges: dict[tuple[str, str], ToolEdge] = {}
     budget = _MAX_EDGE_CALLS
     for target in tools:
-        props = target.input_schema.get("properties") or {}
-        for param, sub in props.items():
+        for param, sub in target.parameter_schemas().items():
             shape = _param_schema(target, param)
             if shape is None or sub.get("enum"):
                 continue

@@ -542,12 +542,6 @@ def add_outside_cluster(
     return parts
 
 
-def _required(tool: ToolSpec) -> list[str]:
-    """The names the tool's input schema lists as required (none when it lists no names)."""
-    names = tool.input_schema.get("required")
-    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-
-
 def probe_warnings(found: Discovery, tools: Sequence[ToolSpec]) -> list[str]:
     """What to do when discovery could probe nothing: without an end-state probe or an edge
     no task can be checked by its end state. Says why (the server's own stderr) and which
@@ -558,7 +552,7 @@ def probe_warnings(found: Discovery, tools: Sequence[ToolSpec]) -> list[str]:
         {
             r
             for t in tools
-            for r in _required(t)
+            for r in t.required_parameters()
             if re.search(r"(^|_)(id|ids|key|path|repo\w*)$|Id$", r)
         }
     )

@@ -62,6 +62,19 @@ class ToolSpec(Record):
     # environment adds to every call (--arg, --hide-param; mcp_servers.hidden)
     injected: dict[str, JsonValue] = Field(default_factory=dict)
 
+    def parameter_schemas(self) -> dict[str, dict[str, JsonValue]]:
+        """Each parameter's schema by name, as the input schema's ``properties`` gives it (a
+        parameter whose schema is not an object, such as JSON Schema's ``true``, left out)."""
+        props = self.input_schema.get("properties")
+        if not isinstance(props, dict):
+            return {}
+        return {name: sub for name, sub in props.items() if isinstance(sub, dict)}
+
+    def required_parameters(self) -> list[str]:
+        """The names the input schema lists as required (none when it lists no names)."""
+        names = self.input_schema.get("required")
+        return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
     def to_openai(self) -> dict[str, JsonValue]:
         """The tool as an OpenAI ``tools`` entry (what chat templates take as ``tools=``)."""
         return {
