@@ -12,20 +12,3 @@ leakage check), ``eval`` (summaries) and ``records`` (``models``/``evals`` rows)
 imports torch, transformers or TRL at module import time.
 """
 
-__all__ = [
-    "advantages",
-    "chat_template",
-    "early_stop",
-    "eval",
-    "models_io",
-    "passk",
-    "records",
-    "rewards",
-    "run",
-    "serve",
-    "sft",
-    "splits",
-    "tasks",
-    "tool_env",
-    "trainer",
-]
