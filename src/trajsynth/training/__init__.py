@@ -11,4 +11,3 @@ as a GGUF), ``passk`` (pass@k and 95% intervals), ``splits`` (held-out splits an
 leakage check), ``eval`` (summaries) and ``records`` (``models``/``evals`` rows). Nothing here
 imports torch, transformers or TRL at module import time.
 """
-
