@@ -364,3 +364,34 @@ def test_a_read_only_server_plans_medium_and_hard_tasks_as_longer_reads(difficul
     path = sample_path(c, dependency_graph(c), cell, EnvState(state_hash="h"), random.Random(0))
     assert isinstance(path, PlannedPath), path
     assert path.n_writes == 0 and len(path.steps) >= 2
+
+
+def test_a_count_is_drawn_from_the_schema_bounds_and_a_list_item_from_its_any_of() -> None:
+    """A number with ``minimum`` is a count from ``minimum`` to two more, capped at
+    ``maximum`` (a float bound rounds down; 0 reads as 1); an array's item schema is read
+    through ``anyOf`` (how pydantic writes ``list[X] | None``)."""
+    import networkx as nx
+
+    from trajsynth.planning.paths import _Binder, _items_schema, _Tables
+
+    cluster = ToolCluster(
+        cluster_id="rooms",
+        domain=Domain.TRAVEL,
+        server=ServerSpec(kind=ServerKind.STDIO, command=["rooms-server"]),
+        tools=[_tool("book_room", {"nights": {"type": "integer", "minimum": 2}})],
+    )
+
+    def drawn(schema: dict[str, Any], seed: int) -> Any:
+        binder = _Binder(cluster, nx.DiGraph(), _Tables(rows={}), random.Random(seed))
+        arg = binder._slot_or_literal("book_room", "nights", schema)
+        assert isinstance(arg, SlotArg) and binder.sources[arg.name] == "range"
+        return binder.slots[arg.name]
+
+    assert {drawn({"type": "integer", "minimum": 2}, s) for s in range(40)} == {2, 3, 4}
+    capped = {"type": "integer", "minimum": 2, "maximum": 3}
+    assert {drawn(capped, s) for s in range(40)} == {2, 3}
+    assert {drawn({"type": "number", "minimum": 2, "maximum": 2.5}, s) for s in range(5)} == {2}
+    assert {drawn({"type": "integer", "minimum": 0}, s) for s in range(40)} == {1, 2, 3}
+    nullable = {"anyOf": [{"type": "null"}, {"type": "array", "items": {"type": "string"}}]}
+    assert _items_schema(nullable) == {"type": "string"}
+    assert _items_schema({"type": "array"}) == {}

@@ -240,6 +240,31 @@ def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
     assert check_words(template_words(spec), spec) == []
 
 
+def test_recover_after_error_without_an_initial_state_still_states_a_stale_value() -> None:
+    """``initial_state`` is optional: with a slot's source ("table.column") named but no
+    state to read that column from, the stale value is drawn from the slot alone (it used
+    to read ``None.tables``)."""
+    cluster = _outside_cluster(
+        "orders",
+        ["orders-server"],
+        _string_tool("cancel_order", "order_id", access=ToolAccess.WRITE),
+    )
+    slots = {"order_id": "#W1005"}
+    steps = [PlannedCall(tool="cancel_order", args={"order_id": SlotArg(name="order_id")})]
+    calls = [GoldCall(tool="cancel_order", arguments=dict(slots))]
+    spec = words_spec(
+        cluster,
+        ReasoningMode.RECOVER_AFTER_ERROR,
+        steps,
+        slots,
+        calls,
+        None,
+        slot_sources={"order_id": "orders.order_id"},
+    )
+    assert set(spec.stale) == {"order_id"}
+    assert spec.stale["order_id"] not in (None, "#W1005")
+
+
 def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
     """server-filesystem: list_directory(path) then write_file(path, content). "path: .;
     path 2: todo.md" led the embedded model to write to a file named "2"."""

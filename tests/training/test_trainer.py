@@ -160,6 +160,60 @@ def test_the_override_replaces_trl_advantages_with_per_token_ones(monkeypatch):
     )
 
 
+@pytest.mark.slow
+def test_early_stop_cuts_a_rollout_after_the_turn_its_regret_crosses_the_reference():
+    """ESPO on a hand-built batch: rollout 0's regret is over the reference from turn 1, so
+    its mask ends after turn 1 and its record keeps one turn at ``r_fail``; rollout 1's regret
+    is 0 (kept); rollout 2 crosses at its only turn, which is its last (nothing to cut)."""
+    import torch
+
+    from trajsynth.schemas import EarlyStopConfig
+    from trajsynth.training.early_stop import EarlyStopRule, ReferenceCurves
+
+    cls = trainer_class()
+    # prompt 3 tokens, completion 8: three turns of 2 tokens with a tool result between them
+    mask = np.array([[1, 1, 0, 1, 1, 0, 1, 1], [1, 1, 0, 1, 1, 0, 1, 1], [1, 1, 0, 0, 0, 0, 0, 0]])
+    # every completion token is 0; rollouts 0 and 2 put 5 more logit on token 1 (regret 5 a
+    # token), rollout 1 on token 0 (regret 0)
+    logits = torch.tensor([[0.0, 5.0], [5.0, 0.0], [0.0, 5.0]])[:, None, :].repeat(1, 11, 1)
+
+    class Model:
+        training = True
+
+        def __call__(self, input_ids: Any, attention_mask: Any) -> Any:
+            assert input_ids.shape == (3, 11) and attention_mask.shape == (3, 11)
+            return SimpleNamespace(logits=logits)
+
+    trainer = cls.__new__(cls)
+    trainer.model = Model()
+    trainer.train_config = TrainConfig(early_stop=EarlyStopConfig(enabled=True, r_fail=-0.5))
+    trainer._stop_rule = EarlyStopRule(margin=0.2, patience=1, j_min=1)
+    trainer._references = ReferenceCurves(min_successes=1)
+    trainer._references.add_round("c", [[1.0, 2.0, 3.0]])  # q(j); stop above 1.2, 2.4, 3.6
+    trainer.tokens_saved_total = 0
+    trainer._metrics = {"train": defaultdict(list)}
+    output = {
+        "prompt_ids": torch.zeros((3, 3), dtype=torch.long),
+        "prompt_mask": torch.ones((3, 3), dtype=torch.long),
+        "completion_ids": torch.zeros((3, 8), dtype=torch.long),
+        "completion_mask": torch.as_tensor(mask),
+    }
+    keys = ("t1", "t2", "t3")
+    records = [
+        CompletionSteps(0.0, keys, (True,) * 3, keys, "c"),
+        CompletionSteps(0.0, keys, (True,) * 3, keys, "c"),
+        CompletionSteps(0.0, keys[:1], (True,), keys[:1], "c"),
+    ]
+    new_records, new_mask, rewards = trainer._early_stop(output, records, mask)
+    np.testing.assert_array_equal(new_mask[0], [1, 1, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(new_mask[1:], mask[1:])
+    assert new_records[0] == CompletionSteps(-0.5, ("t1",), (True,), ("t1",), "c")
+    assert new_records[1:] == records[1:]
+    np.testing.assert_allclose(rewards, [-0.5, 0.0, 0.0])
+    assert trainer.tokens_saved_total == 4 and mask[0].sum() == 6  # the caller's mask is kept
+    assert trainer._metrics["train"]["early_stop/stopped"] == [1.0]
+
+
 def test_reward_recorder_keeps_the_batch_and_sums_like_trl():
     import asyncio
 

@@ -98,7 +98,8 @@ def _deciding(name: str, value: Any, schema: Mapping[str, Any]) -> bool:
     if value is None or isinstance(value, bool | Mapping):
         return False
     if isinstance(value, list):
-        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
+        items = schema.get("items")
+        items = items if isinstance(items, Mapping) else {}
         return bool(value) and all(
             _deciding(name, v, items) or (is_identifier(name, schema) and _is_scalar(v))
             for v in value

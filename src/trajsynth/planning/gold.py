@@ -333,7 +333,8 @@ async def run_gold_path(
             # the tool refused a value drawn from the state (the user does not organize that
             # event, that booking's fare allows no seat change): the step's own slots from
             # the table's other rows, as the binder ranked them
-            for override in (alternatives or {}).get(i, []):
+            tried = alternatives.get(i, []) if alternatives is not None else []
+            for override in tried:
                 retry = {**arguments}
                 for name, arg in step.args.items():
                     if isinstance(arg, SlotArg) and arg.name in override:

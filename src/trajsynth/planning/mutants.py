@@ -42,6 +42,7 @@ from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.readback import listed_resources, read_backs, with_readbacks
 from trajsynth.mcp_servers.tags import name_tokens
 from trajsynth.planning.gold import observation_value
+from trajsynth.planning.paths import declared_properties
 from trajsynth.schemas import (
     AnswerContains,
     CallPattern,
@@ -148,7 +149,7 @@ def _other_value(
     """Another value for a write's ``param``: one of the server's world; when it holds none
     (a name the task makes up), a guess for the parameter, else the gold one altered. A wrong
     variant may be made up; only a task's values may not."""
-    schema = (cluster.tool(tool).input_schema.get("properties") or {}).get(param)
+    schema = declared_properties(cluster.tool(tool)).get(param)
     guesses = param_values(param, schema, tool) if isinstance(schema, Mapping) else []
     for v in [*_world_values(cluster, calls, tool, param), *guesses]:
         if v != gold and type(v) is type(gold):
@@ -318,14 +319,14 @@ def _read_candidates(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[Pro
     for spec in sorted(cluster.tools, key=lambda t: t.name):
         if spec.access is not ToolAccess.READ:
             continue
-        props = spec.input_schema.get("properties") or {}
-        required = [str(p) for p in spec.input_schema.get("required") or []]
+        props = declared_properties(spec)
+        required = spec.required_parameters()
         fixed = {p: cluster.server.args[p] for p in required if p in cluster.server.args}
         wanted = [p for p in required if p not in fixed]
         args: dict[str, JsonValue] = dict(fixed)
         for param in wanted:
-            sub = props.get(param) if isinstance(props.get(param), Mapping) else {}
-            kinds = schema_kinds(sub)
+            sub = props.get(param)
+            kinds = schema_kinds(sub if isinstance(sub, Mapping) else {})
             value = next(
                 (v for k, v in named if _words(k) and _words(k) == _words(param)
                  and (type(v) is not str or "string" in kinds or "array" in kinds or not kinds)),
@@ -338,8 +339,8 @@ def _read_candidates(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[Pro
             (bare if not wanted else matched).append(ProbeCall(tool=spec.name, arguments=args))
             continue
         if len(wanted) == 1 and texts:
-            sub = props.get(wanted[0]) if isinstance(props.get(wanted[0]), Mapping) else {}
-            if schema_kinds(sub) <= {"string"}:
+            sub = props.get(wanted[0])
+            if schema_kinds(sub if isinstance(sub, Mapping) else {}) <= {"string"}:
                 loose.append(ProbeCall(tool=spec.name, arguments={**fixed, wanted[0]: texts[0]}))
     out = [
         p
@@ -419,9 +420,13 @@ def _strengthen(
         out: list[Constraint] = []
         added = None
         for c in constraints:
-            mine = isinstance(c, ToolCalled) and c.call.tool == call.tool and added is None
-            same = mine and all(call.arguments.get(k) == v for k, v in c.call.matchers.items())
-            if same and param not in c.call.matchers:
+            if (
+                isinstance(c, ToolCalled)
+                and added is None
+                and c.call.tool == call.tool
+                and all(call.arguments.get(k) == v for k, v in c.call.matchers.items())
+                and param not in c.call.matchers
+            ):
                 matchers = {**c.call.matchers, param: call.arguments[param]}
                 c = c.model_copy(update={"call": CallPattern(tool=c.call.tool, matchers=matchers)})
                 added = f"matcher {call.tool}.{param}"

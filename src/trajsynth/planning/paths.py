@@ -51,6 +51,7 @@ __all__ = [
     "LENGTHS",
     "PlannedPath",
     "Rejection",
+    "declared_properties",
     "entry_tools",
     "sample_path",
     "slot_candidates",
@@ -65,6 +66,8 @@ LENGTHS: dict[Difficulty, tuple[int, int]] = {
     Difficulty.HARD: (5, 7),
 }
 
+# a value a precondition can demand of a column (bool is an int)
+_Scalar = str | int | float
 _ID_SUFFIXES = ("_id", "_ids")
 _FREE_TEXT_PARAMS = frozenset(
     {"query", "q", "search", "keyword", "keywords", "text", "term", "name", "title"}
@@ -127,13 +130,23 @@ def _is_id_like(param: str) -> bool:
     return param in ("id", "ids", "sku") or param.endswith(_ID_SUFFIXES)
 
 
-def _schema_enum(schema: Mapping[str, JsonValue]) -> list[JsonValue] | None:
-    if isinstance(schema.get("enum"), list):
-        return [v for v in schema["enum"] if v is not None]
+def _options(schema: Mapping[str, JsonValue]) -> list[JsonValue]:
+    """The branches of the schema's ``anyOf`` and ``oneOf``."""
+    out: list[JsonValue] = []
     for key in ("anyOf", "oneOf"):
-        for option in schema.get(key) or []:
-            if isinstance(option, dict) and (found := _schema_enum(option)):
-                return found
+        branches = schema.get(key)
+        if isinstance(branches, list):
+            out += branches
+    return out
+
+
+def _schema_enum(schema: Mapping[str, JsonValue]) -> list[JsonValue] | None:
+    enum = schema.get("enum")
+    if isinstance(enum, list):
+        return [v for v in enum if v is not None]
+    for option in _options(schema):
+        if isinstance(option, dict) and (found := _schema_enum(option)):
+            return found
     return None
 
 
@@ -141,10 +154,9 @@ def _items_schema(schema: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
     items = schema.get("items")
     if isinstance(items, dict):
         return items
-    for key in ("anyOf", "oneOf"):
-        for option in schema.get(key) or []:
-            if isinstance(option, dict) and isinstance(option.get("items"), dict):
-                return option["items"]
+    for option in _options(schema):
+        if isinstance(option, dict) and isinstance(inner := option.get("items"), dict):
+            return inner
     return {}
 
 
@@ -164,14 +176,14 @@ def _compatible(value: JsonValue, kinds: set[str]) -> bool:
     return False
 
 
+def declared_properties(spec: ToolSpec) -> dict[str, JsonValue]:
+    """The ``properties`` of the tool's input schema as declared ({} when it has none)."""
+    props = spec.input_schema.get("properties")
+    return props if isinstance(props, dict) else {}
+
+
 def _properties(spec: ToolSpec) -> dict[str, Mapping[str, JsonValue]]:
-    props = spec.input_schema.get("properties") or {}
-    return {k: v if isinstance(v, dict) else {} for k, v in props.items()}
-
-
-def _required(spec: ToolSpec) -> list[str]:
-    required = spec.input_schema.get("required") or []
-    return [str(p) for p in required]
+    return {k: v if isinstance(v, dict) else {} for k, v in declared_properties(spec).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +288,8 @@ def _edge_bindings(
             # a value-flow edge seen in plain text ("$text") has no field a reference can
             # follow: the consumer's value comes from the probe's accepted values instead
             if isinstance(param, str) and isinstance(out, str) and param and out[:1] not in "$":
-                score = float(entry.get("score", attrs.get("score", 1.0)) or 0.0)
+                raw = entry.get("score", attrs.get("score", 1.0))
+                score = float(raw) if isinstance(raw, int | float | str) and raw else 0.0
                 if param not in found or found[param][1] < score:
                     found[param] = (out, score)
         for edge in cluster.edges:
@@ -333,7 +346,7 @@ def _slot_bindable(spec: ToolSpec, tables: _Tables, cluster: ToolCluster | None 
         or _rank_columns(param, props.get(param, {}), spec.name, tables)
         or (cluster is not None and bool(_known_values(cluster, spec.name, param)))
         or (cluster is not None and cluster.source == "outside")  # its schema is all we know
-        for param in _required(spec)
+        for param in spec.required_parameters()
     )
 
 
@@ -393,7 +406,7 @@ class _Binder:
     # rows a check of an earlier binding found wrong (by id): drawn only when nothing else fits
     banned: frozenset[int] = frozenset()
     # values the later tools of the path accept, by parameter name (their preconditions)
-    demands: dict[str, set[JsonValue]] = field(default_factory=dict)
+    demands: dict[str, set[_Scalar]] = field(default_factory=dict)
     # per step, each argument's value where the binding predicts it, and the row it came from
     predicted: list[dict[str, JsonValue]] = field(default_factory=list)
     origin: list[dict[str, int]] = field(default_factory=list)
@@ -408,6 +421,7 @@ class _Binder:
             self.step = i
             spec = self.cluster.tool(tool)
             props = _properties(spec)
+            required = spec.required_parameters()
             args: dict[str, LiteralArg | RefArg | SlotArg] = {}
             self.known = {}
             # data flow promised by the shape: the consumer takes at least one param per link
@@ -415,7 +429,7 @@ class _Binder:
             for j in producers:
                 bindings = _edge_bindings(self.cluster, self.graph, tools[j], tool)
                 for param, out_field, _ in bindings:
-                    if param not in args and (param in props or param in _required(spec)):
+                    if param not in args and (param in props or param in required):
                         args[param] = RefArg(step=j, field=_ref_path(out_field))
                         break
             self.expected = self._expected(args)
@@ -423,7 +437,7 @@ class _Binder:
             self.done_states = (
                 _done_states(tool) if spec.access is ToolAccess.WRITE else frozenset()
             )
-            for param in _required(spec):
+            for param in required:
                 if param in args:
                     continue
                 ref = self._ref_from_path(tools, i, param)
@@ -742,10 +756,11 @@ class _Binder:
                 return LiteralArg(value=True)
             return self._slot(param, self.rng.random() < 0.5, "choice")
         if kinds & {"integer", "number"} and (words & _COUNT_WORDS or "minimum" in schema):
-            low = max(1, int(schema.get("minimum", 1) or 1))
+            minimum, maximum = schema.get("minimum"), schema.get("maximum")
+            low = max(1, int(minimum) if isinstance(minimum, int | float) and minimum else 1)
             high = low + 2
-            if isinstance(schema.get("maximum"), int | float):
-                high = max(low, min(high, int(schema["maximum"])))
+            if isinstance(maximum, int | float):
+                high = max(low, min(high, int(maximum)))
             return self._slot(param, self.rng.randint(low, high), "range")
         if self.cluster.source == "outside":  # no seed data: the schema's own values
             own = [v for v in param_values(param, schema, tool) if not is_placeholder(v)]
@@ -861,7 +876,7 @@ class _Binder:
         return checks > 0
 
 
-def _member(value: JsonValue, values: set[JsonValue]) -> bool:
+def _member(value: JsonValue, values: set[_Scalar]) -> bool:
     return not isinstance(value, dict | list) and value in values
 
 
@@ -898,20 +913,19 @@ def _holds(pre: Precondition, args: Mapping[str, JsonValue], tables: _Tables) ->
 
 def _demands(
     cluster: ToolCluster, tables: _Tables, tools: Iterable[str]
-) -> dict[str, set[JsonValue]]:
+) -> dict[str, set[_Scalar]]:
     """Per parameter name, the values every tool of the path that states a precondition on
     it accepts (``same`` aside); a name whose tools accept no common value is left out."""
-    out: dict[str, set[JsonValue]] = {}
+    out: dict[str, set[_Scalar]] = {}
     dropped: set[str] = set()
     names = set(tools)
     for pre in cluster.preconditions:
         if pre.tool not in names or pre.table not in tables.rows or pre.absent:
             continue
         accepted = {
-            r[pre.column]
+            v
             for r in tables.rows[pre.table]
-            if not isinstance(r.get(pre.column), dict | list | type(None))
-            and _matches(pre, r, r[pre.column])
+            if isinstance(v := r.get(pre.column), str | int | float) and _matches(pre, r, v)
         }
         both = out[pre.param] & accepted if pre.param in out else accepted
         if both:
@@ -1205,7 +1219,7 @@ def sample_path(
     def weight(u: str, v: str) -> float:
         # an edge that feeds a required parameter carries the data the call needs; one that
         # only feeds an optional filter is a weaker reason to call v next
-        required = set(_required(cluster.tool(v)))
+        required = set(cluster.tool(v).required_parameters())
         feeds = any(p in required for p, _, _ in _edge_bindings(cluster, graph, u, v))
         return _edge_score(graph, u, v) * (1.0 if feeds else 0.25)
 

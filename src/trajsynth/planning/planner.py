@@ -47,7 +47,7 @@ from trajsynth.planning.gold import (
     run_gold_path,
 )
 from trajsynth.planning.mutants import lint_by_mutation
-from trajsynth.planning.paths import PlannedPath, Rejection, sample_path
+from trajsynth.planning.paths import PlannedPath, Rejection, declared_properties, sample_path
 from trajsynth.planning.words import (
     Answer,
     Words,
@@ -123,6 +123,10 @@ class PlannerEnvironment(Protocol):
     async def snapshot(self) -> SnapshotHandle: ...
 
     async def restore(self, handle: SnapshotHandle) -> None: ...
+
+    async def read_probes(self, probes: list[ProbeCall]) -> EnvState: ...
+
+    async def run_check(self, check_id: str, source: str) -> bool: ...
 
 
 EnvFactory = Callable[[], AbstractAsyncContextManager[PlannerEnvironment]]
@@ -252,7 +256,7 @@ async def _write_words(
     seed: int,
     *,
     constrained: bool = False,
-) -> tuple[Words, str, int, list[LLMUsage], list[str]]:
+) -> tuple[Words, Literal["llm", "template"], int, list[LLMUsage], list[str]]:
     """LLM drafts until one passes the checks, else the template (docs/methods.md §3 steps 9-10).
 
     Returns the words, their source, the number of LLM drafts, the LLM usage and the problems
@@ -376,7 +380,7 @@ async def _ground_truth(
     if unrelated:
         return _Failure(*unrelated)
     if path.n_writes == 0:
-        last = cluster.tool(outcome.steps[-1].tool).input_schema.get("properties") or {}
+        last = declared_properties(cluster.tool(outcome.steps[-1].tool))
         answer = pick_answer(outcome.run.calls, path.slots, inputs=list(last))
         if answer is not None:
             observed = await _volatile_answer(env, outcome.run.calls[-1], answer)
@@ -569,10 +573,10 @@ class _DemoEnvironment:
         return await self.env.state()
 
     async def read_probes(self, probes: list[ProbeCall]) -> EnvState:
-        return await self.env.read_probes(probes)  # type: ignore[attr-defined]
+        return await self.env.read_probes(probes)
 
-    async def run_check(self, check_id: str, source: str) -> Any:
-        return await self.env.run_check(check_id, source)  # type: ignore[attr-defined]
+    async def run_check(self, check_id: str, source: str) -> bool:
+        return await self.env.run_check(check_id, source)
 
 
 async def _self_check(

@@ -18,6 +18,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeGuard
 
 from pydantic import Field
 
@@ -140,7 +141,7 @@ class WordsSpec(Record):
 # what the task asks
 
 
-def _scalar(value: JsonValue) -> bool:
+def _scalar(value: JsonValue) -> TypeGuard[str | int | float]:
     return isinstance(value, str | int | float) and not isinstance(value, bool)
 
 
@@ -191,7 +192,7 @@ def _aggregate(
     ranked = sorted((r, k) for k in shared if (r := _salient_key(k)) is not None)
     if ranked:
         key = ranked[0][1]
-        low = min(float(it[key]) for it in items)  # type: ignore[arg-type]
+        low = min(float(v) for it in items if isinstance(v := it.get(key), int | float))
         value: int | float = (
             int(low) if low.is_integer() and isinstance(items[0][key], int) else low
         )
@@ -270,10 +271,10 @@ def pick_answer(
         return None
     _, _, key = min(candidates)
     answer = entity[key]
-    assert _scalar(answer)
+    assert _scalar(answer)  # _informative keeps scalar fields only
     if key in _LABELS:
         subject = None  # the question asks for the name itself
-    return Answer(field=key, value=answer, subject=subject)  # type: ignore[arg-type]
+    return Answer(field=key, value=answer, subject=subject)
 
 
 def _first_clause(description: str) -> str:
@@ -332,8 +333,9 @@ def stale_value(value: JsonValue, taken: set[str]) -> JsonValue | None:
     return None
 
 
-def _column_values(state: EnvState, source: str | None) -> set[str]:
-    if not source or "." not in source:
+def _column_values(state: EnvState | None, source: str | None) -> set[str]:
+    """The values ``source`` ("table.column") holds in ``state`` (none known without one)."""
+    if state is None or not source or "." not in source:
         return set()
     table, column = source.split(".", 1)
     return {str(r.get(column)) for r in state.tables.get(table, []) if r.get(column) is not None}

@@ -11,21 +11,3 @@ as a GGUF), ``passk`` (pass@k and 95% intervals), ``splits`` (held-out splits an
 leakage check), ``eval`` (summaries) and ``records`` (``models``/``evals`` rows). Nothing here
 imports torch, transformers or TRL at module import time.
 """
-
-__all__ = [
-    "advantages",
-    "chat_template",
-    "early_stop",
-    "eval",
-    "models_io",
-    "passk",
-    "records",
-    "rewards",
-    "run",
-    "serve",
-    "sft",
-    "splits",
-    "tasks",
-    "tool_env",
-    "trainer",
-]

@@ -260,7 +260,9 @@ def arpo_hard(leaves: Sequence[TreeLeaf], leaf_advantages: Sequence[float]) -> l
     ]
 
 
-def discounted_returns(step_rewards: Sequence[float], gamma: float = 0.95) -> np.ndarray:
+def discounted_returns(
+    step_rewards: Sequence[float] | np.ndarray, gamma: float = 0.95
+) -> np.ndarray:
     """``G_t = sum_k gamma^k r_{t+k}`` (docs/methods.md §10.1).
 
     >>> discounted_returns([0, 0, 0, 1]).round(6).tolist()

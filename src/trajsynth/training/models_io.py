@@ -220,8 +220,10 @@ def tune_fused_lm_head(tokens: int = LOGPROB_CHUNK_TOKENS) -> None:
     def compact_on_cpu_too(device: Any) -> bool:
         return device.type == "cpu" or decide(device)
 
-    compact_on_cpu_too.compacts_on_cpu = True  # type: ignore[attr-defined]
-    trl_utils._use_triton = compact_on_cpu_too
+    compact_on_cpu_too.compacts_on_cpu = True
+    # trl.trainer.utils imports _use_triton from trl.kernels without re-exporting it (py.typed);
+    # the fused forward reads this module's global, so the patch goes here
+    trl_utils._use_triton = compact_on_cpu_too  # pyright: ignore[reportPrivateImportUsage]
 
 
 def peft_config(lora: LoraSettings) -> Any:

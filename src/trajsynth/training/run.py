@@ -122,7 +122,7 @@ def load_model(config: TrainConfig) -> Any:
 
 def grpo_args(config: TrainConfig) -> Any:
     """TRL's GRPOConfig from TrainConfig (every GRPO knob of docs/methods.md §13 set explicitly)."""
-    from trl import GRPOConfig
+    from trl.trainer.grpo_config import GRPOConfig
 
     kwargs: dict[str, Any] = {
         "output_dir": config.output_dir,
@@ -189,7 +189,7 @@ def train(
     on_step: Callable[[StepLog], None] | None = None,
 ) -> TrainResult:
     """Train with GRPO on the RL tasks (see the module doc); per-step seconds and rewards."""
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
     from trajsynth.mcp_servers.registry import get_cluster
 
@@ -210,10 +210,19 @@ def train(
         def __init__(self) -> None:
             self.start = time.perf_counter()
 
-        def on_step_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+        def on_step_begin(
+            self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+        ) -> None:
             self.start = time.perf_counter()
 
-        def on_log(self, args, state, control, logs=None, **kw):  # type: ignore[no-untyped-def]
+        def on_log(
+            self,
+            args: TrainingArguments,
+            state: TrainerState,
+            control: TrainerControl,
+            logs: dict[str, float] | None = None,
+            **kw: Any,
+        ) -> None:
             logs = dict(logs or {})
             if "reward" not in logs and "loss" not in logs:
                 return

@@ -145,6 +145,7 @@ def load_sft_dataset(
     without ``messages``/``tools`` (an RL export or another layout).
     """
     import datasets
+    from datasets.exceptions import DatasetGenerationError
 
     path = Path(path)
     if not path.exists():
@@ -157,7 +158,7 @@ def load_sft_dataset(
     kind = "parquet" if files[0].suffix == ".parquet" else "json"
     try:
         ds = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train")
-    except (StopIteration, ValueError, OSError, datasets.exceptions.DatasetGenerationError) as exc:
+    except (StopIteration, ValueError, OSError, DatasetGenerationError) as exc:
         raise InputError(f"SFT export {path}: cannot read it as {kind} ({exc})") from exc
     missing = {"messages", "tools"} - set(ds.column_names)
     if missing:
@@ -178,7 +179,7 @@ def load_sft_dataset(
 
 
 def _trl_args(config: SFTConfig, *, bf16: bool) -> Any:
-    from trl import SFTConfig as TRLSFTConfig
+    from trl.trainer.sft_config import SFTConfig as TRLSFTConfig
 
     return TRLSFTConfig(
         output_dir=config.output_dir,
@@ -208,7 +209,9 @@ def peak_rss_mb() -> float:
 
 def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
     """Train (see the module doc); writes ``<output_dir>/model`` and returns the figures."""
+    import datasets
     import torch
+    from transformers import PreTrainedModel
 
     start = time.perf_counter()
     torch.manual_seed(config.seed)
@@ -229,7 +232,7 @@ def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
     bf16 = use_bf16(config.bf16, use_cpu=config.use_cpu)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_UPSTREAM_RENAME, category=FutureWarning)
-        from trl import SFTTrainer
+        from trl.trainer.sft_trainer import SFTTrainer
 
         trainer = SFTTrainer(
             model=model,
@@ -238,21 +241,29 @@ def sft(config: SFTConfig, *, dataset: Any | None = None) -> SFTResult:
             processing_class=tokenizer,
             peft_config=peft_config(config.lora),
         )
-        if len(trainer.train_dataset) == 0:
+        prepared = trainer.train_dataset
+        # SFTTrainer tokenizes the Dataset it is given into a Dataset (rows kept in memory)
+        assert isinstance(prepared, datasets.Dataset)
+        if len(prepared) == 0:
             raise InputError(
                 f"no row of {config.data or 'the dataset'} keeps an assistant token within "
                 f"max_length={config.max_length}: raise max_length"
             )
-        n_tokens = sum(len(r["input_ids"]) for r in trainer.train_dataset)
+        n_tokens = sum(len(ids) for ids in prepared["input_ids"])
         output = trainer.train()
     losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
     out = Path(config.output_dir)
     adapter_dir: str | None = None
     trained = trainer.model
     if config.lora.enabled:
+        from peft import PeftModel
+
+        assert isinstance(trained, PeftModel)  # a peft_config makes SFTTrainer wrap the model
         adapter_dir = str(out / "adapter")
         trained.save_pretrained(adapter_dir)
         trained = trained.merge_and_unload()
+    # the base model again (AutoModelForCausalLM, from a folder or a GGUF), LoRA merged in
+    assert isinstance(trained, PreTrainedModel)
     model_dir = out / "model"
     trained.save_pretrained(str(model_dir))
     tokenizer.save_pretrained(str(model_dir))

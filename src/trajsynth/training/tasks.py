@@ -72,7 +72,9 @@ def load_rl_rows(path: Path) -> list[RLRow]:
         if file.suffix == ".parquet":
             import datasets
 
-            records: Iterable[Mapping[str, Any]] = datasets.Dataset.from_parquet(str(file))  # type: ignore[assignment]
+            # datasets leaves Dataset.__iter__ unannotated, so pyright takes its row type from
+            # every format's branch; with no format set (as here) a row is a dict
+            records: Iterable[Mapping[str, Any]] = datasets.Dataset.from_parquet(str(file))  # pyright: ignore[reportAssignmentType]
         else:
             records = (json.loads(line) for line in file.read_text().splitlines() if line.strip())
         for i, raw in enumerate(records):

@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from trajsynth.mcp_servers.readback import with_readbacks
@@ -72,8 +72,9 @@ class LiveEnvironment(Protocol):
     async def close(self) -> None: ...
 
 
-EnvOpener = Callable[[ToolCluster, EnvSpec], Awaitable[LiveEnvironment]]
-"""Opens a fresh, started environment of a cluster for one completion."""
+EnvOpener = Callable[[ToolCluster, EnvSpec], Coroutine[Any, Any, LiveEnvironment]]
+"""Opens a fresh, started environment of a cluster for one completion (an ``async def``: the
+background loop runs coroutines only)."""
 
 
 def sandbox_opener(
@@ -201,6 +202,7 @@ class TaskEnvironment:
         if checked.failure is not None:
             self._calls.append(checked.failure)
             return checked.failure.observation
+        assert checked.arguments is not None  # a checked call has a failure or its arguments
         t0 = time.perf_counter()
         try:
             if self._env is None:

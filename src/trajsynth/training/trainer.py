@@ -134,14 +134,15 @@ def group_step_values(
     if len(live) < 2:
         return out
     members = [group[i] for i in live]
+    rewards = [c.reward for c in members if c.reward is not None]  # each of them: live is scored
     if kind in (AdvantageKind.TREE_SUBGROUP, AdvantageKind.TREE_GL, AdvantageKind.FORK):
         leaves = [
             adv.TreeLeaf(
                 path=c.turn_keys,
-                reward=float(c.reward),  # type: ignore[arg-type]
+                reward=float(r),
                 exec_ok=c.exec_ok if len(c.exec_ok) == len(c.turn_keys) else None,
             )
-            for c in members
+            for c, r in zip(members, rewards, strict=True)
         ]
         if kind is AdvantageKind.TREE_SUBGROUP:
             values = adv.tree_subgroup(leaves, variant=config.tree_variant)
@@ -153,10 +154,10 @@ def group_step_values(
     elif kind in (AdvantageKind.GIGPO, AdvantageKind.HGPO):
         trajs = [
             adv.StepTrajectory(
-                reward=float(c.reward),  # type: ignore[arg-type]
+                reward=float(r),
                 anchors=c.anchors if len(c.anchors) == len(c.turn_keys) else c.turn_keys,
             )
-            for c in members
+            for c, r in zip(members, rewards, strict=True)
         ]
         if kind is AdvantageKind.GIGPO:
             steps = adv.gigpo(
@@ -294,7 +295,7 @@ def _make_trainer_class() -> type:
     _check_trl()
     import torch
     from accelerate.utils import gather_object
-    from trl import GRPOTrainer
+    from trl.trainer.grpo_trainer import GRPOTrainer
     from trl.trainer.utils import is_async_callable
 
     class _Trainer(GRPOTrainer):
@@ -331,8 +332,18 @@ def _make_trainer_class() -> type:
             self.tokens_saved_total = 0
             self.step_records: list[CompletionSteps] = []
 
+        def _policy(self) -> torch.nn.Module:
+            """The model being trained (GRPOTrainer always holds one: it loads a model id)."""
+            assert self.model is not None
+            return self.model
+
+        def _group_size(self) -> int:
+            """G (GRPOConfig cannot be built with None: its checks divide by it)."""
+            assert self.num_generations is not None
+            return self.num_generations
+
         # Private TRL method, the one override: see the module doc for the missing public hook.
-        def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+        def _generate_and_score_completions(self, inputs):
             self.recorder.clear()
             output = super()._generate_and_score_completions(inputs)
             cfg = self.train_config
@@ -369,13 +380,13 @@ def _make_trainer_class() -> type:
                     np.full(len(r.turn_keys), a) for r, a in zip(all_records, grpo, strict=True)
                 ]
             else:
-                values = batch_step_values(cfg.advantage, all_records, self.num_generations, cfg)
+                values = batch_step_values(cfg.advantage, all_records, self._group_size(), cfg)
             local = values[start : start + n_local]
             whiten = cfg.advantage is AdvantageKind.TREE_SUBGROUP and cfg.tree_whiten
             per_token = token_advantages(local, mask, whiten=whiten)
             device = output["completion_ids"].device
             output["advantages"] = torch.as_tensor(per_token, dtype=torch.float32, device=device)
-            mode = "train" if self.model.training else "eval"
+            mode = "train" if self._policy().training else "eval"
             self._metrics[mode][f"advantages/{cfg.advantage.value}_abs_mean"].append(
                 float(np.abs(per_token[mask.astype(bool)]).mean()) if mask.any() else 0.0
             )
@@ -383,7 +394,7 @@ def _make_trainer_class() -> type:
 
         def _grpo(self, rewards: np.ndarray) -> np.ndarray:
             """TRL's group advantages (sum_then_normalize), recomputed after early stopping."""
-            g = self.num_generations
+            g = self._group_size()
             grouped = rewards.reshape(-1, g)
             mean = np.nanmean(grouped, axis=1, keepdims=True)
             if self.scale_rewards == "batch":
@@ -402,7 +413,8 @@ def _make_trainer_class() -> type:
             attn = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
             t_len = output["completion_ids"].size(1)
             with torch.no_grad():
-                logits = self.model(input_ids=ids, attention_mask=attn).logits[:, -t_len - 1 : -1]
+                out = self._policy()(input_ids=ids, attention_mask=attn)
+                logits = out.logits[:, -t_len - 1 : -1]
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 sampled = logp.gather(-1, output["completion_ids"].unsqueeze(-1)).squeeze(-1)
                 regret = (logp.max(dim=-1).values - sampled).cpu().numpy()
@@ -415,14 +427,14 @@ def _make_trainer_class() -> type:
                     self._references.add_round(rec.cluster_id, [curve])
                 reference = self._references.reference(rec.cluster_id)
                 decision = self._stop_rule.decide(curve, reference) if reference else None
-                if decision is None or not decision.stopped or decision.stop_turn >= len(spans):
+                j = decision.stop_turn if decision is not None and decision.stopped else None
+                if j is None or j >= len(spans):
                     new_records.append(rec)
                     continue
-                cut = spans[decision.stop_turn - 1][1]
+                cut = spans[j - 1][1]
                 saved += int(mask[b, cut:].sum())
                 mask[b, cut:] = 0
                 stopped += 1
-                j = decision.stop_turn
                 new_records.append(
                     CompletionSteps(
                         reward=es.r_fail,
@@ -433,7 +445,7 @@ def _make_trainer_class() -> type:
                     )
                 )
             self.tokens_saved_total += saved
-            mode = "train" if self.model.training else "eval"
+            mode = "train" if self._policy().training else "eval"
             self._metrics[mode]["early_stop/stopped"].append(float(stopped))
             self._metrics[mode]["early_stop/tokens_saved"].append(float(saved))
             if saved:
