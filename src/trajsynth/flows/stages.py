@@ -59,7 +59,7 @@ from trajsynth.schemas import (
     stable_hash,
 )
 from trajsynth.store import Store, work_unit_row
-from trajsynth.store.rows import model_from_row
+from trajsynth.store.rows import BlueprintRow, UnitFailureRow, model_from_row
 
 __all__ = [
     "curate_stage",
@@ -132,10 +132,8 @@ async def rollout_task(**kwargs: Any) -> UnitRows:
 
 
 def _write(store: Store, run_id: str, unit: UnitRows) -> None:
-    batches: dict[str, list[dict[str, Any]]] = {k: v for k, v in unit.rows.items() if v}
-    if unit.done:
-        batches["work_units"] = [work_unit_row(run_id, unit.kind, unit.unit_id)]
-    store.insert_many(batches)
+    done = [work_unit_row(run_id, unit.kind, unit.unit_id)] if unit.done else []
+    store.write([*(r for rows in unit.rows.values() for r in rows), *done])
 
 
 def _attempts(task: Task[..., Any], exc: BaseException) -> int:
@@ -145,22 +143,19 @@ def _attempts(task: Task[..., Any], exc: BaseException) -> int:
 
 def record_failure(
     store: Store, run_id: str, unit: UnitRef, exc: BaseException, *, attempts: int
-) -> dict[str, Any]:
+) -> UnitFailureRow:
     """Store a unit given up after its retries as a ``unit_failures`` row (not done: the next
     run of the config tries it again); returns the row."""
     store.migrate()  # a stage flow run alone may open a store from before this table
-    earlier = store.query(
-        "SELECT count(*) AS n FROM unit_failures WHERE run_id = ? AND unit_id = ?",
-        [run_id, unit.unit_id],
-    )
-    row = unit_failure_row(run_id, unit, exc, attempts=attempts, failure=earlier[0]["n"] + 1)
-    store.insert("unit_failures", [row])
+    earlier = store.read(UnitFailureRow, run_id=run_id, unit_id=unit.unit_id)
+    row = unit_failure_row(run_id, unit, exc, attempts=attempts, failure=len(earlier) + 1)
+    store.write([row])
     log.error(
         "%s given up after %d attempt(s) (%s, retried by the next run): %s",
         unit.unit_id,
         attempts,
-        row["failure_class"],
-        row["error"],
+        row.failure_class,
+        row.error,
     )
     return row
 
@@ -308,21 +303,17 @@ async def plan_round(
 
 def _kept_blueprints(
     store: Store, run_id: str, unit: UnitRows, clusters: Mapping[str, ToolCluster] | None = None
-) -> list[dict[str, Any]]:
+) -> list[BlueprintRow]:
     """The run's stored blueprints of the unit's cluster (their ids and gold runs); none for
     a bundled cluster of ``clusters`` (whose seed data rarely repeats a task, and whose runs
     a resumed run must match blueprint for blueprint)."""
-    rows = unit.rows.get("blueprints") or []
+    rows = [r for r in unit.rows.get("blueprints") or [] if isinstance(r, BlueprintRow)]
     if not rows or not store.path.exists():
         return []
-    cluster = (clusters or {}).get(rows[0]["cluster_id"])
+    cluster = (clusters or {}).get(rows[0].cluster_id or "")
     if cluster is not None and cluster.source != "outside":
         return []
-    return store.query(
-        "SELECT blueprint_id, cluster_id, gold_run FROM blueprints "
-        "WHERE run_id = ? AND cluster_id = ?",
-        [run_id, rows[0]["cluster_id"]],
-    )
+    return store.read(BlueprintRow, run_id=run_id, cluster_id=rows[0].cluster_id)
 
 
 def _accepted_seeds(store: Store, run_id: str, round_index: int) -> set[int]:

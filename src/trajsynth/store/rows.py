@@ -23,6 +23,7 @@ from typing import (
     Any,
     ClassVar,
     Literal,
+    Self,
     TypeVar,
     Union,
     get_args,
@@ -45,6 +46,7 @@ from trajsynth.schemas import (
 from trajsynth.schemas import Node as TreeNode
 
 __all__ = [
+    "RECORD_ROWS",
     "ROW_MODELS",
     "BigInt",
     "Row",
@@ -72,13 +74,30 @@ class Row(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     __table__: ClassVar[str] = ""
+    # the schema record the row is derived from (``stored_row``); None: a row of its own
+    __record__: ClassVar[type[BaseModel] | None] = None
 
     @classmethod
     def key(cls) -> str:
         return next(iter(cls.model_fields))
 
+    @classmethod
+    def of(cls, record: BaseModel, **columns: Any) -> Self:
+        """The row of ``record``: its fields that are columns, and ``columns`` (the run, the
+        round, what the writer computes). Validated, so a wrong value fails here, not in SQL."""
+        data = record.model_dump(mode="json", include=set(cls.model_fields))
+        return cls.model_validate({**data, **columns})
+
+    def as_record(self) -> BaseModel:
+        """The record this row stores (its ``__record__``), NULL columns left to defaults."""
+        if self.__record__ is None:
+            raise TypeError(f"{type(self).__name__} is not derived from a record")
+        return model_from_row(self.__record__, self.model_dump())
+
 
 ROW_MODELS: dict[str, type[Row]] = {}
+# record type -> the row model derived from it: ``Store.read`` takes either
+RECORD_ROWS: dict[type[BaseModel], type[Row]] = {}
 
 
 def _table(name: str) -> Any:
@@ -153,20 +172,30 @@ def stored_row(
     record: type[BaseModel],
     *,
     bigint: frozenset[str] = frozenset(),
+    key: tuple[str, str] | None = None,
     context: Mapping[str, tuple[Any, str]] | None = None,
     computed: Mapping[str, tuple[Any, str]] | None = None,
+    exclude: frozenset[str] = frozenset(),
 ) -> type[Row]:
     """The row model of a record stored whole: one column per field, in the record's order,
     meaning its field's description; ``bigint`` names the integer columns that outgrow
-    INTEGER. Columns the record does not hold, as ``{name: (type, meaning)}``: ``context``
-    after the key (the run and round it was made in), ``computed`` at the end (what the
-    writer derives: a property, a flag set later)."""
+    INTEGER. The key is the record's first field, or ``key`` (name, meaning) when the
+    record holds none (a tool's key is its cluster and name). Columns the record does not
+    hold, as ``{name: (type, meaning)}``: ``context`` after the key (the run and round it was
+    made in), ``computed`` at the end (what the writer derives: a property, a flag set
+    later). ``exclude`` names the record's fields that are not stored (what it carries in
+    memory only, such as the LLM calls a blueprint cost, which go to ``llm_calls``)."""
     fields: dict[str, Any] = {}
-    for i, (field, info) in enumerate(record.model_fields.items()):
+    if key is not None:
+        fields[key[0]] = (str, Field(description=key[1]))
+        fields.update({c: (t, _c(meaning)) for c, (t, meaning) in (context or {}).items()})
+    for field, info in record.model_fields.items():
+        if field in exclude:
+            continue
         if not info.description:
             raise TypeError(f"{record.__name__}.{field} has no description (its column meaning)")
         column = _NullableBigInt if field in bigint else _column_annotation(info.annotation)
-        if i == 0:  # the key: never NULL
+        if not fields:  # the key: never NULL
             fields[field] = (column, Field(description=info.description))
             fields.update({c: (t, _c(meaning)) for c, (t, meaning) in (context or {}).items()})
         else:
@@ -175,6 +204,8 @@ def stored_row(
         fields[field] = (column, _c(meaning))
     model = create_model(name, __base__=Row, __module__=__name__, **fields)
     model.__doc__ = f"``schemas.{record.__name__}`` as stored."
+    model.__record__ = record
+    RECORD_ROWS.setdefault(record, model)
     return model
 
 
@@ -302,10 +333,17 @@ VerdictRow = _table("verdicts")(stored_row("VerdictRow", Verdict))
 class ScoreRow(Row, Scores):
     """``schemas.Scores`` as stored: its fields are the columns."""
 
+    __record__ = Scores
+
 
 @_table("metric_values")
 class MetricValueRow(Row, MetricValue):
     """``schemas.MetricValue`` as stored: one registered metric's value for one item."""
+
+    __record__ = MetricValue
+
+
+RECORD_ROWS.update({Scores: ScoreRow, MetricValue: MetricValueRow})
 
 
 _RUN = {"run_id": (str | None, "the run"), "round": (int | None, "the round")}
