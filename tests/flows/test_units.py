@@ -75,9 +75,8 @@ def test_a_unit_given_up_is_a_failure_row_with_its_class_and_one_line() -> None:
     assert (row.unit_id, row.blueprint_id, row.kind) == ("tree:bp_1", "bp_1", "rollout")
     again = unit_failure_row("run_x", unit, exc, attempts=3, failure=2)
     assert again.failure_id != row.failure_id  # a second failure is a second row
-    assert (
-        unit_failure_row("run_x", unit, exc, attempts=3, failure=1).failure_id
-        == (row.failure_id)
+    assert unit_failure_row("run_x", unit, exc, attempts=3, failure=1).failure_id == (
+        row.failure_id
     )  # and the same failure is the same row (idempotent writes)
 
 

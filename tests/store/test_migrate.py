@@ -9,24 +9,37 @@ import pytest
 from pydantic import BaseModel, Field
 
 from trajsynth.schemas import (
+    Blueprint,
+    BlueprintAttempt,
     InputError,
+    LLMUsage,
     Node,
     RolloutTree,
+    RoundStats,
     Selection,
     Signals,
     TaskTopology,
+    ToolEdge,
+    ToolSpec,
     Trajectory,
     TrajectoryTopology,
     Verdict,
 )
 from trajsynth.store import SCHEMA_VERSION, TABLES, Store
 from trajsynth.store.rows import (
+    RECORD_ROWS,
+    BlueprintAttemptRow,
+    BlueprintRow,
+    EdgeRow,
     EvolutionRow,
+    LLMCallRow,
     NodeRow,
+    RoundStatsRow,
     ScoreRow,
     SelectionRow,
     SignalRow,
     TaskTopologyRow,
+    ToolRow,
     TrajectoryRow,
     TrajectoryTopologyRow,
     TreeRow,
@@ -158,31 +171,61 @@ def test_a_store_of_the_release_before_derived_rows_opens_and_reads_every_row(
     assert len(store.read(TrajectoryRow)) == 2
 
 
+_PLANNER_ONLY = {"words_attempts", "reads_before_write", "usage"}
+
+
 @pytest.mark.parametrize(
-    ("row", "record", "added"),
+    ("row", "record", "added", "left_out"),
     [
-        (TreeRow, RolloutTree, set()),
-        (NodeRow, Node, set()),
-        (TrajectoryRow, Trajectory, {"n_calls", "total_tokens"}),
-        (VerdictRow, Verdict, set()),
-        (SignalRow, Signals, {"run_id", "round"}),
-        (TaskTopologyRow, TaskTopology, {"run_id", "round", "cluster_id", "in_rl_pool", "graph"}),
-        (TrajectoryTopologyRow, TrajectoryTopology, {"run_id", "round"}),
-        (SelectionRow, Selection, {"run_id"}),
+        (TreeRow, RolloutTree, set(), set()),
+        (NodeRow, Node, set(), set()),
+        (TrajectoryRow, Trajectory, {"n_calls", "total_tokens"}, set()),
+        (VerdictRow, Verdict, set(), set()),
+        (SignalRow, Signals, {"run_id", "round"}, set()),
+        (
+            TaskTopologyRow,
+            TaskTopology,
+            {"run_id", "round", "cluster_id", "in_rl_pool", "graph"},
+            set(),
+        ),
+        (TrajectoryTopologyRow, TrajectoryTopology, {"run_id", "round"}, set()),
+        (SelectionRow, Selection, {"run_id"}, set()),
+        (
+            BlueprintRow,
+            Blueprint,
+            {"run_id", "difficulty", "path_shape", "target_mode"},
+            _PLANNER_ONLY,
+        ),
+        (
+            BlueprintAttemptRow,
+            BlueprintAttempt,
+            {"run_id"},
+            {"blueprint_id", "words_source", "usage"},
+        ),
+        (RoundStatsRow, RoundStats, set(), set()),
+        (LLMCallRow, LLMUsage, {"call_key", "run_id", "trajectory_id"}, set()),
+        (
+            ToolRow,
+            ToolSpec,
+            {"tool_key", "cluster_id"},
+            {"access_source", "access_evidence", "idempotent", "injected"},
+        ),
+        (EdgeRow, ToolEdge, {"edge_key", "cluster_id"}, {"evidence"}),
     ],
 )
 def test_a_record_stored_whole_declares_its_columns_once(
-    row: type[BaseModel], record: type[BaseModel], added: set[str]
+    row: type[BaseModel], record: type[BaseModel], added: set[str], left_out: set[str]
 ) -> None:
-    """Its row model is derived: the record's fields in order, their descriptions as the
-    columns' meanings, plus only the columns the record does not hold (run, round, what the
-    writer computes)."""
-    fields = list(record.model_fields)
+    """Its row model is derived: the record's fields in order (less those kept in memory
+    only), their descriptions as the columns' meanings, plus only the columns the record does
+    not hold (its key when it has none, run, round, what the writer computes)."""
+    fields = [f for f in record.model_fields if f not in left_out]
     assert [c for c in row.model_fields if c not in added] == fields
     assert set(row.model_fields) - set(fields) == added
     assert all(
         row.model_fields[f].description == record.model_fields[f].description for f in fields
     )
+    assert RECORD_ROWS[record] is row
 
 
 def test_a_record_field_without_a_meaning_cannot_become_a_column() -> None:

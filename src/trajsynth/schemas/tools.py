@@ -47,11 +47,19 @@ class Domain(StrEnum):
 
 
 class ToolSpec(Record):
-    name: str
-    description: str = ""
-    input_schema: dict[str, JsonValue] = Field(default_factory=lambda: {"type": "object"})
-    output_schema: dict[str, JsonValue] | None = None
-    access: ToolAccess = ToolAccess.READ
+    name: str = Field(description="the tool's name")
+    description: str = Field(
+        default="", description="the tool's description as the server gives it"
+    )
+    input_schema: dict[str, JsonValue] = Field(
+        default_factory=lambda: {"type": "object"}, description="JSON schema of the arguments"
+    )
+    output_schema: dict[str, JsonValue] | None = Field(
+        default=None, description="JSON schema of the result, where declared"
+    )
+    access: ToolAccess = Field(
+        default=ToolAccess.READ, description="read or write (whether a call changes state)"
+    )
     # Where the read/write tag came from (docs/style.md §3): the tool's MCP annotations
     # (readOnlyHint / destructiveHint), a probe call in a throw-away environment (outside
     # servers), its name, or the conservative default (write).
@@ -96,13 +104,13 @@ class EdgeProposal(Record):
 class ToolEdge(Record):
     """u -> v: an output field of ``source`` can feed parameter ``in_param`` of ``target``."""
 
-    source: str
-    target: str
-    out_field: str
-    in_param: str
-    score: float = Field(ge=0.0, le=1.0)
-    origin: EdgeOrigin = EdgeOrigin.INFERRED
-    verified: bool = False
+    source: str = Field(description="the tool whose output feeds")
+    target: str = Field(description="the tool whose parameter is fed")
+    out_field: str = Field(description="the output field of the source")
+    in_param: str = Field(description="the parameter of the target")
+    score: float = Field(ge=0.0, le=1.0, description="how sure the inference is (0-1)")
+    origin: EdgeOrigin = Field(default=EdgeOrigin.INFERRED, description="inferred or declared")
+    verified: bool = Field(default=False, description="seen to work in a gold run")
     evidence: str | None = Field(default=None, description="the probe calls that showed it")
 
 

@@ -33,12 +33,18 @@ from typing import (
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model
 
 from trajsynth.schemas import (
+    Blueprint,
+    BlueprintAttempt,
+    LLMUsage,
     MetricValue,
     RolloutTree,
+    RoundStats,
     Scores,
     Selection,
     Signals,
     TaskTopology,
+    ToolEdge,
+    ToolSpec,
     Trajectory,
     TrajectoryTopology,
     Verdict,
@@ -82,7 +88,7 @@ class Row(BaseModel):
         return next(iter(cls.model_fields))
 
     @classmethod
-    def of(cls, record: BaseModel, **columns: Any) -> Self:
+    def of(cls, record: BaseModel, /, **columns: Any) -> Self:
         """The row of ``record``: its fields that are columns, and ``columns`` (the run, the
         round, what the writer computes). Validated, so a wrong value fails here, not in SQL."""
         data = record.model_dump(mode="json", include=set(cls.model_fields))
@@ -233,72 +239,51 @@ class ClusterRow(Row):
     n_edges: int | None = _c("edges of the tool dependency graph")
 
 
-@_table("tools")
-class ToolRow(Row):
-    tool_key: str = Field(description="cluster id and tool name")
-    cluster_id: str | None = _c("the cluster the tool belongs to")
-    name: str | None = _c("the tool's name")
-    access: str | None = _c("read or write (whether a call changes state)")
-    description: str | None = _c("the tool's description as the server gives it")
-    input_schema: Json = _c("JSON schema of the arguments")
-    output_schema: Json = _c("JSON schema of the result, where declared")
-
-
-@_table("edges")
-class EdgeRow(Row):
-    edge_key: str = Field(description="content id of the edge")
-    cluster_id: str | None = _c("the cluster of both tools")
-    source: str | None = _c("the tool whose output feeds")
-    target: str | None = _c("the tool whose parameter is fed")
-    out_field: str | None = _c("the output field of the source")
-    in_param: str | None = _c("the parameter of the target")
-    score: float | None = _c("how sure the inference is (0-1)")
-    origin: str | None = _c("inferred or declared")
-    verified: bool | None = _c("seen to work in a gold run")
+ToolRow = _table("tools")(
+    stored_row(
+        "ToolRow",
+        ToolSpec,
+        key=("tool_key", "cluster id and tool name"),
+        context={"cluster_id": (str | None, "the cluster the tool belongs to")},
+        exclude=frozenset({"access_source", "access_evidence", "idempotent", "injected"}),
+    )
+)
+EdgeRow = _table("edges")(
+    stored_row(
+        "EdgeRow",
+        ToolEdge,
+        key=("edge_key", "content id of the edge"),
+        context={"cluster_id": (str | None, "the cluster of both tools")},
+        exclude=frozenset({"evidence"}),
+    )
+)
 
 
 # --- planning ------------------------------------------------------------------------------
-@_table("blueprints")
-class BlueprintRow(Row):
-    blueprint_id: str = Field(description="content id of the task (its blueprint)")
-    run_id: str | None = _c("the run that planned it")
-    round: int | None = _c("the round it was planned in (0-based)")
-    cluster_id: str | None = _c("the cluster it runs against")
-    domain: str | None = _c("the cluster's domain")
-    cell: Json = _c("the sampled cell: cluster, path shape, reasoning mode, difficulty")
-    difficulty: str | None = _c("planned difficulty")
-    path_shape: str | None = _c("shape of the planned tool path")
-    target_mode: str | None = _c("the reasoning mode the task calls for")
-    initial_state_id: str | None = _c("seed of the environment's starting state")
-    tool_path: Json = _c("the planned tool calls, in order")
-    slots: Json = _c("values the planned path binds")
-    persona: str | None = _c("who the simulated user is")
-    goal: str | None = _c("the user's goal in natural words")
-    hidden_info: Json = _c("what the user knows and reveals only when asked")
-    uses_code_tool: bool | None = _c("whether the task needs the code tool")
-    n_writes: int | None = _c("write calls on the planned path")
-    gold_run: Json = _c("the planned path executed once: calls, results, end state")
-    constraints: Json = _c("the checks that decide success")
-    max_turns: int | None = _c("turn budget of a rollout")
-    seed: BigInt | None = _c("the planning seed")
-    words_source: str | None = _c("llm or template (who wrote the goal)")
-    mutation_lint: Json = _c(
-        "the mutation lint: wrong variants of the gold run replayed, caught, survived, and the "
-        "checks it added (null: not run)"
+_PLANNER_ONLY = frozenset({"words_attempts", "reads_before_write", "usage"})
+BlueprintRow = _table("blueprints")(
+    stored_row(
+        "BlueprintRow",
+        Blueprint,
+        bigint=frozenset({"seed"}),
+        context={"run_id": (str | None, "the run that planned it")},
+        computed={
+            "difficulty": (str | None, "planned difficulty"),
+            "path_shape": (str | None, "shape of the planned tool path"),
+            "target_mode": (str | None, "the reasoning mode the task calls for"),
+        },
+        exclude=_PLANNER_ONLY,
     )
-
-
-@_table("blueprint_attempts")
-class BlueprintAttemptRow(Row):
-    attempt_id: str = Field(description="content id of the attempt")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round")
-    cluster_id: str | None = _c("the cluster tried")
-    cell: Json = _c("the sampled cell")
-    seed: BigInt | None = _c("the attempt's seed")
-    accepted: bool | None = _c("whether a blueprint came of it")
-    reason: str | None = _c("why it was rejected (a short class)")
-    detail: str | None = _c("the rejection's message")
+)
+BlueprintAttemptRow = _table("blueprint_attempts")(
+    stored_row(
+        "BlueprintAttemptRow",
+        BlueprintAttempt,
+        bigint=frozenset({"seed"}),
+        context={"run_id": (str | None, "the run")},
+        exclude=frozenset({"blueprint_id", "words_source", "usage"}),
+    )
+)
 
 
 # --- rollouts ------------------------------------------------------------------------------
@@ -367,36 +352,7 @@ SelectionRow = _table("selections")(
 )
 
 
-@_table("round_stats")
-class RoundStatsRow(Row):
-    round_key: str = Field(description="run id and round")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round")
-    input_hash: str | None = _c("hash of what the round was curated from")
-    n_trajectories: int | None = _c("trajectories of the round")
-    n_verified: int | None = _c("of which passed")
-    n_accepted: int | None = _c("of which counted in the dataset")
-    pass_rate: float | None = _c("n_verified over the counted trajectories")
-    n_tasks: int | None = _c("tasks of the round")
-    domain_entropy: float | None = _c("entropy of the domains (nats), dataset so far")
-    domain_entropy_norm: float | None = _c("domain_entropy over its maximum")
-    cluster_entropy_norm: float | None = _c("normalised entropy of the clusters")
-    reasoning_mode_entropy: float | None = _c("entropy of the reasoning modes (nats)")
-    reasoning_mode_entropy_norm: float | None = _c("reasoning_mode_entropy over its maximum")
-    action_complexity: float | None = _c("mean cumulative action complexity")
-    error_branch_ratio: float | None = _c("mean error branch ratio of the tasks")
-    strategic_heterogeneity: float | None = _c("mean normalised strategy entropy")
-    n_success_strategies: float | None = _c("mean successful strategies per task")
-    n_recovered: int | None = _c("trajectories that recovered from an error")
-    n_duplicates: int | None = _c("near-duplicates found")
-    n_sft_selected: int | None = _c("trajectories in the SFT selection")
-    n_rl_selected: int | None = _c("tasks in the RL selection")
-    mode_codebook: str | None = _c("the codebook of the round")
-    skips: Json = _c("what was skipped and why")
-    timings: Json = _c("seconds per curation stage")
-    report: Json = _c("the DiversityReport of the dataset after the round")
-    round_report: Json = _c("the DiversityReport of the round alone")
-    curation: Json = _c("the CurationReport (counts, skips)")
+RoundStatsRow = _table("round_stats")(stored_row("RoundStatsRow", RoundStats))
 
 
 @_table("mode_codebooks")
@@ -436,17 +392,17 @@ class EmbeddingRow(Row):
     vector: Vector | None = _c("the embedding")
 
 
-@_table("llm_calls")
-class LLMCallRow(Row):
-    call_key: str = Field(description="content id of the call")
-    run_id: str | None = _c("the run")
-    trajectory_id: str | None = _c("the trajectory it served")
-    role: str | None = _c("planner, user simulator, assistant or verifier")
-    model: str | None = _c("the model")
-    prompt_tokens: int | None = _c("prompt tokens")
-    completion_tokens: int | None = _c("completion tokens")
-    latency_s: float | None = _c("seconds to answer")
-    cached: bool | None = _c("answered from the cache")
+LLMCallRow = _table("llm_calls")(
+    stored_row(
+        "LLMCallRow",
+        LLMUsage,
+        key=("call_key", "content id of the call"),
+        context={
+            "run_id": (str | None, "the run"),
+            "trajectory_id": (str | None, "the trajectory it served"),
+        },
+    )
+)
 
 
 @_table("work_units")

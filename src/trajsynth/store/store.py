@@ -543,6 +543,7 @@ class Store:
         model: type[M],
         where: str = "",
         params: Sequence[Any] = (),
+        /,
         *,
         on_error: Callable[[str, ValidationError], None] | None = None,
         shared: Sequence[str] = (),
