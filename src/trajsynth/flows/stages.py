@@ -31,7 +31,7 @@ import prefect.utilities.visualization  # noqa: F401
 from prefect import Task, flow, task
 from prefect.cache_policies import INPUTS, CacheKeyFnPolicy
 from prefect.futures import PrefectFuture, as_completed
-from pydantic import SecretStr, TypeAdapter
+from pydantic import SecretStr
 
 from trajsynth.flows.progress import expect_leaves, report
 from trajsynth.flows.redraw import next_attempts, plan_budget
@@ -49,7 +49,6 @@ from trajsynth.flows.units import (
 from trajsynth.planning.cells import sample_cells
 from trajsynth.schemas import (
     Blueprint,
-    Constraint,
     InfraError,
     InputError,
     LLMConfig,
@@ -59,7 +58,7 @@ from trajsynth.schemas import (
     stable_hash,
 )
 from trajsynth.store import Store, work_unit_row
-from trajsynth.store.rows import BlueprintRow, UnitFailureRow, model_from_row
+from trajsynth.store.rows import BlueprintRow, FinalStateRow, UnitFailureRow
 
 __all__ = [
     "curate_stage",
@@ -326,12 +325,7 @@ def _accepted_seeds(store: Store, run_id: str, round_index: int) -> set[int]:
 
 
 def round_blueprints(store: Store, run_id: str, round_index: int) -> list[Blueprint]:
-    rows = store.query(
-        "SELECT * EXCLUDE (run_id, difficulty, path_shape, target_mode) "
-        "FROM blueprints WHERE run_id = ? AND round = ? ORDER BY blueprint_id",
-        [run_id, round_index],
-    )
-    return [model_from_row(Blueprint, r) for r in rows]
+    return store.read(Blueprint, run_id=run_id, round=round_index)
 
 
 # --------------------------------------------------------------------------- rollout
@@ -400,8 +394,6 @@ async def rollout_round(
 
 # --------------------------------------------------------------------------- stage flows
 
-_CONSTRAINTS = TypeAdapter(list[Constraint])
-
 
 def _clusters(config: RunConfig, clusters_dir: str | None) -> list[ToolCluster]:
     from trajsynth.mcp_servers.registry import get_cluster, list_clusters
@@ -461,25 +453,42 @@ def verify_stage(store_path: str, run_id: str) -> dict[str, int]:
     """Judge a run's stored trajectories again from their stored final states (after a
     change of the verifier or of constraints) and report how many verdicts would differ."""
     from trajsynth.curation.verify import verify
-    from trajsynth.schemas import EnvState, Trajectory
+    from trajsynth.schemas import EnvState, Trajectory, Verdict
 
     store = Store(store_path)
-    rows = store.query(
-        "SELECT t.*, v.passed AS v_passed, v.score AS v_score, b.constraints AS bp_constraints, "
-        "s.state AS final_state FROM trajectories t JOIN verdicts v USING (trajectory_id) "
-        "JOIN blueprints b USING (blueprint_id) "
-        "LEFT JOIN final_states s ON s.state_hash = t.final_state_hash WHERE t.run_id = ?",
-        [run_id],
-    )
+    in_run = "SELECT {} FROM trajectories WHERE run_id = ?"
+    with store.session(read_only=True):
+        trajectories = store.read(Trajectory, run_id=run_id)
+        verdicts = store.read(
+            Verdict, f"trajectory_id IN ({in_run.format('trajectory_id')})", [run_id]
+        )
+        constraints = {
+            b.blueprint_id: b.constraints
+            for b in store.read(
+                Blueprint,
+                f"blueprint_id IN ({in_run.format('blueprint_id')})",
+                [run_id],
+                on_error=lambda key, exc: None,
+            )
+        }
+        states = {
+            s.state_hash: s.state
+            for s in store.read(
+                FinalStateRow, f"state_hash IN ({in_run.format('final_state_hash')})", [run_id]
+            )
+        }
+    by_id = {t.trajectory_id: t for t in trajectories}
     checked = changed = 0
-    for row in rows:
-        if row["final_state"] is None:
+    for stored in verdicts:
+        trajectory = by_id[stored.trajectory_id]
+        state = states.get(trajectory.final_state_hash or "")
+        if state is None or trajectory.blueprint_id not in constraints:
             continue
-        trajectory = model_from_row(Trajectory, row)
-        constraints = _CONSTRAINTS.validate_python(row["bp_constraints"])
-        verdict = verify(trajectory, constraints, EnvState.model_validate(row["final_state"]))
+        verdict = verify(
+            trajectory, constraints[trajectory.blueprint_id], EnvState.model_validate(state)
+        )
         checked += 1
-        changed += int(verdict.passed != row["v_passed"])
+        changed += int(verdict.passed != stored.passed)
     return {"checked": checked, "changed": changed}
 
 
