@@ -51,18 +51,7 @@ def _sandbox_image(kind: SandboxKind) -> str | None:
 def _cluster_rows(clusters: list[ToolCluster]) -> list[Row]:
     rows: list[Row] = []
     for c in clusters:
-        rows.append(
-            ClusterRow(
-                cluster_id=c.cluster_id,
-                domain=c.domain.value,
-                description=c.description,
-                source=c.source,
-                server=c.server.model_dump(mode="json"),
-                state_readable=c.state_readable,
-                n_tools=len(c.tools),
-                n_edges=len(c.edges),
-            )
-        )
+        rows.append(ClusterRow.of(c, n_tools=len(c.tools), n_edges=len(c.edges)))
         rows += [ToolRow.of(t, tool_key=f"{c.cluster_id}/{t.name}", cluster_id=c.cluster_id)
                  for t in c.tools]  # fmt: skip
         rows += [

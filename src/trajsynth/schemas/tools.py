@@ -239,16 +239,20 @@ class BundledCluster(Record):
 class ToolCluster(Record):
     """One service's tools that depend on each other, served by one MCP server."""
 
-    cluster_id: str
-    domain: Domain
-    description: str = ""
-    server: ServerSpec
+    cluster_id: str = Field(description="the cluster's name")
+    domain: Domain = Field(description="the service domain (shop, calendar, ...)")
+    description: str = Field(default="", description="what the cluster's service does")
+    server: ServerSpec = Field(description="how the MCP server is started")
     tools: list[ToolSpec]
     edges: list[ToolEdge] = Field(default_factory=list)
     # False for outside servers: constraints then come from the call trace and the answer.
-    state_readable: bool = True
+    state_readable: bool = Field(
+        default=True, description="whether the end state can be read for verification"
+    )
     seed: int = 0
-    source: Literal["bundled", "outside", "entry_point"] = "bundled"
+    source: Literal["bundled", "outside", "entry_point"] = Field(
+        default="bundled", description="bundled, outside or entry_point (where it came from)"
+    )
     # Outside clusters: read-only probe calls that read the end state, argument values that
     # probing saw accepted (tool -> param -> values), and warnings shown at add and in show.
     probes: list[ProbeCall] = Field(default_factory=list)

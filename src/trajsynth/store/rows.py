@@ -37,12 +37,14 @@ from trajsynth.schemas import (
     BlueprintAttempt,
     LLMUsage,
     MetricValue,
+    ModeCodebookRecord,
     RolloutTree,
     RoundStats,
     Scores,
     Selection,
     Signals,
     TaskTopology,
+    ToolCluster,
     ToolEdge,
     ToolSpec,
     Trajectory,
@@ -227,18 +229,20 @@ class RunRow(Row):
     summary: Json = _c("the RunSummary at the end (counts, tokens, time)")
 
 
-@_table("clusters")
-class ClusterRow(Row):
-    cluster_id: str = Field(description="the cluster's name")
-    domain: str | None = _c("the service domain (shop, calendar, ...)")
-    description: str | None = _c("what the cluster's service does")
-    source: str | None = _c("bundled, stdio or http")
-    server: Json = _c("how the MCP server is started")
-    state_readable: bool | None = _c("whether the end state can be read for verification")
-    n_tools: int | None = _c("tools the server lists")
-    n_edges: int | None = _c("edges of the tool dependency graph")
-
-
+ClusterRow = _table("clusters")(
+    stored_row(
+        "ClusterRow",
+        ToolCluster,
+        computed={
+            "n_tools": (int | None, "tools the server lists"),
+            "n_edges": (int | None, "edges of the tool dependency graph"),
+        },
+        # what the cluster's own tables (tools, edges) or its registry hold
+        exclude=frozenset(
+            {"tools", "edges", "seed", "probes", "arg_values", "warnings", "facts", "preconditions"}
+        ),
+    )
+)
 ToolRow = _table("tools")(
     stored_row(
         "ToolRow",
@@ -355,17 +359,15 @@ SelectionRow = _table("selections")(
 RoundStatsRow = _table("round_stats")(stored_row("RoundStatsRow", RoundStats))
 
 
-@_table("mode_codebooks")
-class ModeCodebookRow(Row):
-    codebook_id: str = Field(description="content id of the codebook")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round it was fitted in")
-    version: str | None = _c("codebook version")
-    kind: str | None = _c("kmeans or the fallback")
-    n_fit: int | None = _c("texts it was fitted on")
-    silhouette: float | None = _c("cluster quality (-1 to 1)")
-    fallback_reason: str | None = _c("why the fallback was used")
-    record: Json = _c("the codebook: centres and labels")
+ModeCodebookRow = _table("mode_codebooks")(
+    stored_row(
+        "ModeCodebookRow",
+        ModeCodebookRecord,
+        context={"run_id": _RUN["run_id"], "round": (int | None, "the round it was fitted in")},
+        computed={"record": (Json, "the codebook: centres and labels")},
+        exclude=frozenset({"modes", "centroids", "min_cosine"}),  # in ``record``
+    )
+)
 
 
 @_table("evolution")
