@@ -148,7 +148,7 @@ async def _client(
             yield RoleRoutedLLM(policy, client)
 
 
-def _usage_rows(run_id: str, owner: str, usage: list[LLMUsage]) -> list[LLMCallRow]:
+def _usage_rows(run_id: str, owner: str, usage: list[LLMUsage]) -> list[Row]:
     return [
         LLMCallRow.of(u, call_key=f"{owner}#{i}", run_id=run_id, trajectory_id=owner)
         for i, u in enumerate(usage)
@@ -237,11 +237,11 @@ async def plan_unit(
     )
 
 
-def blueprint_key(row: BlueprintRow | Mapping[str, Any]) -> str:
+def blueprint_key(row: Row | Mapping[str, Any]) -> str:
     """What makes two blueprints the same task: the cluster and the gold run's calls (tools
     in order, every argument value). Cells, seeds and words do not tell them apart."""
-    if isinstance(row, BlueprintRow):
-        row = {"cluster_id": row.cluster_id, "gold_run": row.gold_run}
+    if isinstance(row, Row):
+        row = row.model_dump(include={"cluster_id", "gold_run"})
     gold = row.get("gold_run") or {}
     if isinstance(gold, str):
         gold = json.loads(gold)

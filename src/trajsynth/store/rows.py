@@ -15,10 +15,11 @@ Every column but the key may be NULL: a row written by an older release lacks la
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import (
+    TYPE_CHECKING,
     Annotated,
     Any,
     ClassVar,
@@ -26,6 +27,7 @@ from typing import (
     Self,
     TypeVar,
     Union,
+    cast,
     get_args,
     get_origin,
 )
@@ -115,6 +117,30 @@ def _table(name: str) -> Any:
         return cls
 
     return register
+
+
+class StoredRow(Row):
+    """A row derived from a record (``stored_row``). Its columns are made at run time, so a
+    type checker knows none of them: it sees each as ``Any``; pydantic validates them."""
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any: ...
+
+
+S = TypeVar("S", bound=StoredRow)
+
+
+def _derived(table: str, record: type[BaseModel], **options: Any) -> Callable[[type[S]], type[S]]:
+    """The class it decorates, as ``stored_row`` derives it from ``record`` for ``table``:
+    its name and docstring kept, its body (a docstring) the only thing written by hand."""
+
+    def build(cls: type[S]) -> type[S]:
+        model = stored_row(cls.__name__, record, **options)
+        model.__doc__ = cls.__doc__
+        return cast("type[S]", _table(table)(model))
+
+    return build
 
 
 def row_model(table: str) -> type[Row]:
@@ -210,7 +236,7 @@ def stored_row(
             fields[field] = (column, _c(info.description))
     for field, (column, meaning) in (computed or {}).items():
         fields[field] = (column, _c(meaning))
-    model = create_model(name, __base__=Row, __module__=__name__, **fields)
+    model = create_model(name, __base__=StoredRow, __module__=__name__, **fields)
     model.__doc__ = f"``schemas.{record.__name__}`` as stored."
     model.__record__ = record
     RECORD_ROWS.setdefault(record, model)
@@ -229,72 +255,84 @@ class RunRow(Row):
     summary: Json = _c("the RunSummary at the end (counts, tokens, time)")
 
 
-ClusterRow = _table("clusters")(
-    stored_row(
-        "ClusterRow",
-        ToolCluster,
-        computed={
-            "n_tools": (int | None, "tools the server lists"),
-            "n_edges": (int | None, "edges of the tool dependency graph"),
-        },
-        # what the cluster's own tables (tools, edges) or its registry hold
-        exclude=frozenset(
-            {"tools", "edges", "seed", "probes", "arg_values", "warnings", "facts", "preconditions"}
-        ),
-    )
+@_derived(
+    "clusters",
+    ToolCluster,
+    computed={
+        "n_tools": (int | None, "tools the server lists"),
+        "n_edges": (int | None, "edges of the tool dependency graph"),
+    },
+    # what the cluster's own tables (tools, edges) or its registry entry hold
+    exclude=frozenset(
+        {"tools", "edges", "seed", "probes", "arg_values", "warnings", "facts", "preconditions"}
+    ),
 )
-ToolRow = _table("tools")(
-    stored_row(
-        "ToolRow",
-        ToolSpec,
-        key=("tool_key", "cluster id and tool name"),
-        context={"cluster_id": (str | None, "the cluster the tool belongs to")},
-        exclude=frozenset({"access_source", "access_evidence", "idempotent", "injected"}),
-    )
+class ClusterRow(StoredRow):
+    """``schemas.ToolCluster`` as stored."""
+
+
+@_derived(
+    "tools",
+    ToolSpec,
+    key=("tool_key", "cluster id and tool name"),
+    context={"cluster_id": (str | None, "the cluster the tool belongs to")},
+    exclude=frozenset({"access_source", "access_evidence", "idempotent", "injected"}),
 )
-EdgeRow = _table("edges")(
-    stored_row(
-        "EdgeRow",
-        ToolEdge,
-        key=("edge_key", "content id of the edge"),
-        context={"cluster_id": (str | None, "the cluster of both tools")},
-        exclude=frozenset({"evidence"}),
-    )
+class ToolRow(StoredRow):
+    """``schemas.ToolSpec`` as stored."""
+
+
+@_derived(
+    "edges",
+    ToolEdge,
+    key=("edge_key", "content id of the edge"),
+    context={"cluster_id": (str | None, "the cluster of both tools")},
+    exclude=frozenset({"evidence"}),
 )
+class EdgeRow(StoredRow):
+    """``schemas.ToolEdge`` as stored."""
 
 
 # --- planning ------------------------------------------------------------------------------
 _PLANNER_ONLY = frozenset({"words_attempts", "reads_before_write", "usage"})
-BlueprintRow = _table("blueprints")(
-    stored_row(
-        "BlueprintRow",
-        Blueprint,
-        bigint=frozenset({"seed"}),
-        context={"run_id": (str | None, "the run that planned it")},
-        computed={
-            "difficulty": (str | None, "planned difficulty"),
-            "path_shape": (str | None, "shape of the planned tool path"),
-            "target_mode": (str | None, "the reasoning mode the task calls for"),
-        },
-        exclude=_PLANNER_ONLY,
-    )
+
+
+@_derived(
+    "blueprints",
+    Blueprint,
+    bigint=frozenset({"seed"}),
+    context={"run_id": (str | None, "the run that planned it")},
+    computed={
+        "difficulty": (str | None, "planned difficulty"),
+        "path_shape": (str | None, "shape of the planned tool path"),
+        "target_mode": (str | None, "the reasoning mode the task calls for"),
+    },
+    exclude=_PLANNER_ONLY,
 )
-BlueprintAttemptRow = _table("blueprint_attempts")(
-    stored_row(
-        "BlueprintAttemptRow",
-        BlueprintAttempt,
-        bigint=frozenset({"seed"}),
-        context={"run_id": (str | None, "the run")},
-        exclude=frozenset({"blueprint_id", "words_source", "usage"}),
-    )
+class BlueprintRow(StoredRow):
+    """``schemas.Blueprint`` as stored."""
+
+
+@_derived(
+    "blueprint_attempts",
+    BlueprintAttempt,
+    bigint=frozenset({"seed"}),
+    context={"run_id": (str | None, "the run")},
+    exclude=frozenset({"blueprint_id", "words_source", "usage"}),
 )
+class BlueprintAttemptRow(StoredRow):
+    """``schemas.BlueprintAttempt`` as stored."""
 
 
 # --- rollouts ------------------------------------------------------------------------------
-TreeRow = _table("trees")(
-    stored_row("TreeRow", RolloutTree, bigint=frozenset({"total_tokens", "generated_tokens"}))
-)
-NodeRow = _table("nodes")(stored_row("NodeRow", TreeNode))
+@_derived("trees", RolloutTree, bigint=frozenset({"total_tokens", "generated_tokens"}))
+class TreeRow(StoredRow):
+    """``schemas.RolloutTree`` as stored."""
+
+
+@_derived("nodes", TreeNode)
+class NodeRow(StoredRow):
+    """``schemas.Node`` as stored."""
 
 
 @_table("final_states")
@@ -303,18 +341,22 @@ class FinalStateRow(Row):
     state: Json = _c("the end state")
 
 
-TrajectoryRow = _table("trajectories")(
-    stored_row(
-        "TrajectoryRow",
-        Trajectory,
-        bigint=frozenset({"seed"}),
-        computed={
-            "n_calls": (int | None, "tool calls"),
-            "total_tokens": (_NullableBigInt, "tokens of the rollout, all roles"),
-        },
-    )
+@_derived(
+    "trajectories",
+    Trajectory,
+    bigint=frozenset({"seed"}),
+    computed={
+        "n_calls": (int | None, "tool calls"),
+        "total_tokens": (_NullableBigInt, "tokens of the rollout, all roles"),
+    },
 )
-VerdictRow = _table("verdicts")(stored_row("VerdictRow", Verdict))
+class TrajectoryRow(StoredRow):
+    """``schemas.Trajectory`` as stored."""
+
+
+@_derived("verdicts", Verdict)
+class VerdictRow(StoredRow):
+    """``schemas.Verdict`` as stored."""
 
 
 # --- curation --------------------------------------------------------------------------------
@@ -336,38 +378,50 @@ RECORD_ROWS.update({Scores: ScoreRow, MetricValue: MetricValueRow})
 
 
 _RUN = {"run_id": (str | None, "the run"), "round": (int | None, "the round")}
-SignalRow = _table("signals")(stored_row("SignalRow", Signals, context=_RUN))
-TaskTopologyRow = _table("task_topology")(
-    stored_row(
-        "TaskTopologyRow",
-        TaskTopology,
-        context={**_RUN, "cluster_id": (str | None, "the cluster")},
-        computed={
-            "in_rl_pool": (bool | None, "selected for the RL dataset"),
-            "graph": (Json, "the quotient graph (nodes, edges)"),
-        },
-    )
-)
-TrajectoryTopologyRow = _table("trajectory_topology")(
-    stored_row("TrajectoryTopologyRow", TrajectoryTopology, context=_RUN)
-)
-SelectionRow = _table("selections")(
-    stored_row("SelectionRow", Selection, context={"run_id": _RUN["run_id"]})
-)
 
 
-RoundStatsRow = _table("round_stats")(stored_row("RoundStatsRow", RoundStats))
+@_derived("signals", Signals, context=_RUN)
+class SignalRow(StoredRow):
+    """``schemas.Signals`` as stored."""
 
 
-ModeCodebookRow = _table("mode_codebooks")(
-    stored_row(
-        "ModeCodebookRow",
-        ModeCodebookRecord,
-        context={"run_id": _RUN["run_id"], "round": (int | None, "the round it was fitted in")},
-        computed={"record": (Json, "the codebook: centres and labels")},
-        exclude=frozenset({"modes", "centroids", "min_cosine"}),  # in ``record``
-    )
+@_derived(
+    "task_topology",
+    TaskTopology,
+    context={**_RUN, "cluster_id": (str | None, "the cluster")},
+    computed={
+        "in_rl_pool": (bool | None, "selected for the RL dataset"),
+        "graph": (Json, "the quotient graph (nodes, edges)"),
+    },
 )
+class TaskTopologyRow(StoredRow):
+    """``schemas.TaskTopology`` as stored."""
+
+
+@_derived("trajectory_topology", TrajectoryTopology, context=_RUN)
+class TrajectoryTopologyRow(StoredRow):
+    """``schemas.TrajectoryTopology`` as stored."""
+
+
+@_derived("selections", Selection, context={"run_id": _RUN["run_id"]})
+class SelectionRow(StoredRow):
+    """``schemas.Selection`` as stored."""
+
+
+@_derived("round_stats", RoundStats)
+class RoundStatsRow(StoredRow):
+    """``schemas.RoundStats`` as stored."""
+
+
+@_derived(
+    "mode_codebooks",
+    ModeCodebookRecord,
+    context={"run_id": _RUN["run_id"], "round": (int | None, "the round it was fitted in")},
+    computed={"record": (Json, "the codebook: centres and labels")},
+    exclude=frozenset({"modes", "centroids", "min_cosine"}),
+)
+class ModeCodebookRow(StoredRow):
+    """``schemas.ModeCodebookRecord`` as stored."""
 
 
 @_table("evolution")
@@ -394,17 +448,17 @@ class EmbeddingRow(Row):
     vector: Vector | None = _c("the embedding")
 
 
-LLMCallRow = _table("llm_calls")(
-    stored_row(
-        "LLMCallRow",
-        LLMUsage,
-        key=("call_key", "content id of the call"),
-        context={
-            "run_id": (str | None, "the run"),
-            "trajectory_id": (str | None, "the trajectory it served"),
-        },
-    )
+@_derived(
+    "llm_calls",
+    LLMUsage,
+    key=("call_key", "content id of the call"),
+    context={
+        "run_id": (str | None, "the run"),
+        "trajectory_id": (str | None, "the trajectory it served"),
+    },
 )
+class LLMCallRow(StoredRow):
+    """``schemas.LLMUsage`` as stored."""
 
 
 @_table("work_units")

@@ -599,7 +599,10 @@ class Store:
             f"{apart} FROM {row.__table__}{where_sql} ORDER BY {key}",
             values,
         )
-        adapters = {f: TypeAdapter(record.model_fields[f].annotation) for f in shared}
+        annotations = {f: record.model_fields[f].annotation for f in shared}
+        adapters = {
+            f: TypeAdapter[Any](a if a is not None else Any) for f, a in annotations.items()
+        }
         seen: dict[tuple[str, str], Any] = {}
         out: list[M] = []
         for r in rows:
