@@ -239,7 +239,10 @@ def stored_row(
     model = create_model(name, __base__=StoredRow, __module__=__name__, **fields)
     model.__doc__ = f"``schemas.{record.__name__}`` as stored."
     model.__record__ = record
-    RECORD_ROWS.setdefault(record, model)
+    if not any(record.model_fields[f].is_required() for f in exclude):
+        # the record reads back whole from its row (``Store.read(record)``); one whose
+        # required fields live elsewhere (a cluster's tools) reads as its row only
+        RECORD_ROWS.setdefault(record, model)
     return model
 
 
