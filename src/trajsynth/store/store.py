@@ -39,6 +39,7 @@ from trajsynth.store.rows import (
     ROW_MODELS,
     Row,
     RunRow,
+    StoredRow,
     WorkUnitRow,
     column_types,
     model_from_row,
@@ -469,7 +470,9 @@ class Store:
             columns: dict[str, list[Any]] = {c: [] for c in names}
             stamps = [c for c in names if cols[c] == "TIMESTAMP"]
             for row in rows:
-                if isinstance(row, BaseModel):
+                if isinstance(row, Row) and (isinstance(row, StoredRow) or row.__record__ is None):
+                    data = dict(row)  # its columns hold text, numbers and JSON data already
+                elif isinstance(row, BaseModel):
                     data = row.model_dump(mode="json")
                     # a datetime as itself: Arrow takes no ISO text for a TIMESTAMP
                     data.update({c: getattr(row, c) for c in stamps if c in data})
