@@ -6,7 +6,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from trajsynth.schemas import (
     Blueprint,
@@ -291,3 +291,12 @@ def test_a_store_of_the_release_before_the_typed_door_reads_every_row_through_it
     assert row.difficulty == first.cell.difficulty.value  # a computed column kept
     assert store.write([BlueprintRow.of(first.model_copy(update={"blueprint_id": "bp_new"}))]) == 1
     assert len(store.read(Blueprint)) == 3
+
+
+def test_a_row_is_validated_where_it_is_built() -> None:
+    """``Row.of`` takes the record's columns and the ones it lacks; a value of the wrong type
+    fails there, naming the column, instead of reaching SQL."""
+    verdict = Verdict(verdict_id="v1", trajectory_id="t1", results=[], passed=True, score=1.0)
+    assert VerdictRow.of(verdict).passed is True
+    with pytest.raises(ValidationError, match="round"):
+        SignalRow.of(Signals(trajectory_id="t1"), run_id="r", round="not a round")

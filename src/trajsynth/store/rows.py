@@ -98,12 +98,6 @@ class Row(BaseModel):
         data = record.model_dump(mode="json", include=set(cls.model_fields))
         return cls.model_validate({**data, **columns})
 
-    def as_record(self) -> BaseModel:
-        """The record this row stores (its ``__record__``), NULL columns left to defaults."""
-        if self.__record__ is None:
-            raise TypeError(f"{type(self).__name__} is not derived from a record")
-        return model_from_row(self.__record__, self.model_dump())
-
 
 ROW_MODELS: dict[str, type[Row]] = {}
 # record type -> the row model derived from it: ``Store.read`` takes either
