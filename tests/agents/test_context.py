@@ -288,7 +288,7 @@ async def test_a_36_tool_server_fits_a_small_context_end_to_end(tmp_path: Path) 
             cluster=cluster,
         )
     [trajectory] = rows.rows["trajectories"]
-    tools = trajectory["tools"]
+    tools = trajectory.tools
     shown = [
         t["function"]["name"] for t in (json.loads(tools) if isinstance(tools, str) else tools)
     ]

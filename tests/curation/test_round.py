@@ -36,7 +36,16 @@ def _input(**more) -> RoundInput:
 def test_the_round_returns_its_report_and_one_row_set_per_table() -> None:
     out = run_round(_input())
     assert (out.report.n_trajectories, out.report.n_verified, out.report.n_tasks) == (4, 3, 1)
-    assert {t: len(r) for t, r in out.rows.items() if t != "embeddings"} == {
+    counts = {
+        "signals": len(out.signals),
+        "trajectory_topology": len(out.trajectory_topology),
+        "task_topology": len(out.task_topology),
+        "scores": len(out.scores),
+        "selections": len(out.selections),
+        "mode_codebooks": len(out.codebooks),
+        "metric_values": len(out.metric_values),
+    }
+    assert counts == {
         "signals": 4,
         "trajectory_topology": 4,
         "task_topology": 1,
@@ -44,20 +53,19 @@ def test_the_round_returns_its_report_and_one_row_set_per_table() -> None:
         "selections": 5,
         "mode_codebooks": 1,
         "metric_values": 3,  # error_recovery_rate of r3 and r4, tokens_per_success
-        "round_stats": 1,
     }
-    [task] = out.rows["task_topology"]
-    assert task["pass_rate"] == pytest.approx(0.75)
-    assert task["run_id"] == "run_x" and task["round"] == 0
-    topo = {r["trajectory_id"]: r for r in out.rows["trajectory_topology"]}
-    assert (topo["r3"]["recovered"], topo["r3"]["efficiency"]) == (True, 1.0)
+    [task] = out.task_topology
+    assert task.pass_rate == pytest.approx(0.75)
+    assert set(out.task_graphs) == {task.task_id} and out.round_stats.run_id == "run_x"
+    topo = {r.trajectory_id: r for r in out.trajectory_topology}
+    assert (topo["r3"].recovered, topo["r3"].efficiency) == (True, 1.0)
     assert set(out.report.timings) >= {"signals", "topology", "selection"}
 
 
 def test_earlier_rounds_enter_through_the_input() -> None:
-    fresh = run_round(_input()).rows["round_stats"][0]
+    fresh = run_round(_input()).round_stats
     later = run_round(_input(earlier_duplicates=2, earlier_error_branch_ratios=[1.0]))
-    stats = later.rows["round_stats"][0]
-    assert stats["n_duplicates"] == fresh["n_duplicates"]  # the round's own count
-    assert later.report.cumulative.n_duplicates == fresh["n_duplicates"] + 2
-    assert stats["error_branch_ratio"] > fresh["error_branch_ratio"]
+    stats = later.round_stats
+    assert stats.n_duplicates == fresh.n_duplicates  # the round's own count
+    assert later.report.cumulative.n_duplicates == fresh.n_duplicates + 2
+    assert stats.error_branch_ratio > fresh.error_branch_ratio

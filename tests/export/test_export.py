@@ -275,3 +275,29 @@ def test_empty_selection_of_an_uncurated_run_says_so(tmp_path: Path) -> None:
     empty.execute("SELECT 1")  # the store exists, with its tables and no row
     with pytest.raises(EmptySelectionError, match="has no runs"):
         export_dataset(empty, tmp_path / "out")
+
+
+def test_an_outside_clusters_server_and_a_clusters_tools_come_from_their_rows(
+    tmp_path: Path,
+) -> None:
+    """What rebuilds an RL task's environment: the server of an outside cluster (none for a
+    bundled one) and a cluster's tools as OpenAI schemas, by cluster then name."""
+    from trajsynth.export.rows import _cluster_tools, _outside_servers
+    from trajsynth.schemas import Domain, ServerKind, ServerSpec, ToolCluster, ToolSpec
+    from trajsynth.store.rows import ClusterRow, ToolRow
+
+    store = Store(tmp_path / "s.duckdb")
+    stdio = ServerSpec(kind=ServerKind.STDIO, command=["memo-server"], env_keys=["MEMO_KEY"])
+    outside = ToolCluster(cluster_id="memo", domain=Domain.OTHER, server=stdio, tools=[],
+                          source="outside")  # fmt: skip
+    bundled = ToolCluster(cluster_id="shop", domain=Domain.OTHER, tools=[],
+                          server=ServerSpec(kind=ServerKind.BUNDLED, module="x"))  # fmt: skip
+    tools = [ToolSpec(name="b_tool", description="second"), ToolSpec(name="a_tool")]
+    store.write(
+        [ClusterRow.of(c, n_tools=0, n_edges=0) for c in (outside, bundled)]
+        + [ToolRow.of(t, tool_key=f"memo/{t.name}", cluster_id="memo") for t in tools]
+    )
+    assert _outside_servers(store, {"memo", "shop"}) == {"memo": stdio}
+    listed = _cluster_tools(store, {"memo", "shop"})
+    assert [t["function"]["name"] for t in listed["memo"]] == ["a_tool", "b_tool"]
+    assert listed["memo"][1]["function"]["description"] == "second" and "shop" not in listed

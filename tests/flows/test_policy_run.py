@@ -127,7 +127,7 @@ def test_a_rollout_unit_records_the_policy_as_the_assistants_model(
         )
     )
     calls = unit.rows["llm_calls"]
-    by_role = {(c["role"], c["model"]) for c in calls}
+    by_role = {(c.role, c.model) for c in calls}
     assert ("assistant", "policy:model_abc") in by_role
     assert all(model == "policy:model_abc" for role, model in by_role if role == "assistant")
     assert all(model == "fake" for role, model in by_role if role != "assistant")

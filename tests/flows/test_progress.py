@@ -93,8 +93,8 @@ async def test_a_unit_reports_each_leaf_with_its_verdict_as_it_ends(
     verdicts = unit.rows["verdicts"]
     assert len(leaf_events) == len(verdicts) >= 1
     assert [e[1] for e in leaf_events] == list(range(1, len(verdicts) + 1))
-    passed = sum(1 for v in verdicts if v["passed"] and not v["excluded"])
+    passed = sum(1 for v in verdicts if v.passed and not v.excluded)
     assert sum(e[3].split(";")[0].endswith(" passed") for e in leaf_events) == passed
     assert events[0][1:3] == (0, 3)  # announced before the first turn: at most 3 leaves
     assert events[-1][1] == events[-1][2] == len(verdicts)  # closed: nothing more to come
-    assert sorted(verified_ids) == sorted(v["trajectory_id"] for v in verdicts)
+    assert sorted(verified_ids) == sorted(v.trajectory_id for v in verdicts)

@@ -66,18 +66,17 @@ def test_a_unit_given_up_is_a_failure_row_with_its_class_and_one_line() -> None:
                    blueprint_id="bp_1")  # fmt: skip
     exc = MCPServerError("server did not start\nTraceback (most recent call last): ...")
     row = unit_failure_row("run_x", unit, exc, attempts=3, failure=1)
-    assert (row["failure_class"], row["error_type"], row["attempts"]) == (
+    assert (row.failure_class, row.error_type, row.attempts) == (
         "infra",
         "MCPServerError",
         3,
     )
-    assert row["error"] == "MCPServerError: server did not start"  # one line
-    assert (row["unit_id"], row["blueprint_id"], row["kind"]) == ("tree:bp_1", "bp_1", "rollout")
+    assert row.error == "MCPServerError: server did not start"  # one line
+    assert (row.unit_id, row.blueprint_id, row.kind) == ("tree:bp_1", "bp_1", "rollout")
     again = unit_failure_row("run_x", unit, exc, attempts=3, failure=2)
-    assert again["failure_id"] != row["failure_id"]  # a second failure is a second row
-    assert (
-        unit_failure_row("run_x", unit, exc, attempts=3, failure=1)["failure_id"]
-        == (row["failure_id"])
+    assert again.failure_id != row.failure_id  # a second failure is a second row
+    assert unit_failure_row("run_x", unit, exc, attempts=3, failure=1).failure_id == (
+        row.failure_id
     )  # and the same failure is the same row (idempotent writes)
 
 
@@ -86,9 +85,9 @@ def test_an_exception_of_no_class_is_recorded_as_error() -> None:
     assert failure_class_of(LLMError("500 after retries")) == "infra"
     assert failure_class_of(ModelOutputError("bad json")) == "model"
     row = unit_failure_row("run_x", unit, KeyError("slot"), attempts=1, failure=1)
-    assert (row["failure_class"], row["error"]) == ("error", "KeyError: 'slot'")
+    assert (row.failure_class, row.error) == ("error", "KeyError: 'slot'")
     lone = unit_failure_row("run_x", unit, ValueError("bad \ud800 text"), attempts=1, failure=1)
-    lone["error"].encode("utf-8")  # a lone surrogate is stored, not a crash
+    lone.error.encode("utf-8")  # a lone surrogate is stored, not a crash
 
 
 def test_embedded_ctx_from_synth_toml_is_the_context_rollouts_fit_tools_into(tmp_path) -> None:
@@ -125,9 +124,9 @@ async def test_a_unit_whose_rollout_outgrew_the_context_is_done_not_failed(tmp_p
         assert server.requests == 1  # refused once, not retried
     (trajectory,) = unit.rows["trajectories"]
     (verdict,) = unit.rows["verdicts"]
-    assert unit.done and trajectory["termination"] == "context_limit"
+    assert unit.done and trajectory.termination == "context_limit"
     # judged like a rollout out of turns: it failed its task (nothing was done), as the model's
-    assert trajectory["failure_class"] == "model" and not verdict["excluded"]
+    assert trajectory.failure_class == "model" and not verdict.excluded
 
     with FakeLLMServer(fail_first=10) as broken:
         run = config(broken.base_url)

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel, ValidationError
 
 from trajsynth.schemas import InputError, Termination, Trajectory
 from trajsynth.store import SCHEMA_VERSION, Store
@@ -114,3 +116,64 @@ def test_a_record_built_whole_is_its_rows_one_definition(tmp_path: Path) -> None
     store.insert("metric_values", [value.model_dump(mode="json")])
     rows = store.query("SELECT item_id, value FROM metric_values WHERE scope = 'task'")
     assert rows == [{"item_id": "t1", "value": 2.5}]
+
+
+def _trajectory_row(i: int) -> Any:
+    from trajsynth.store.rows import TrajectoryRow
+
+    t = _trajectory(i)
+    return TrajectoryRow.of(t, n_calls=len(t.calls), total_tokens=t.total_tokens)
+
+
+def test_the_typed_door_writes_rows_and_reads_back_the_records(tmp_path: Path) -> None:
+    """``Store.write`` takes row models (a dict is refused), ``Store.read`` of a record gives
+    the records the rows were made of, filtered by any column, ordered by key."""
+    from trajsynth.store.rows import TrajectoryRow, WorkUnitRow
+
+    store = Store(tmp_path / "s.duckdb")
+    rows = [_trajectory_row(i) for i in range(4)]
+    done = WorkUnitRow(unit_id="u", run_id="run_1", kind="rollout")
+    assert store.write(rows, units=[done]) == 5
+    assert store.write(rows) == 0  # idempotent by key
+    assert store.read(Trajectory) == [_trajectory(i) for i in range(4)]
+    assert [t.trajectory_id for t in store.read(Trajectory, blueprint_id="bp_0")] == [
+        "traj_0",
+        "traj_3",
+    ]
+    assert store.read(TrajectoryRow, "n_calls = ?", [0], run_id="run_1") == rows
+    shared = store.read(Trajectory, shared=("tools", "messages"))
+    assert shared == store.read(Trajectory)
+    with pytest.raises(TypeError, match="row models, not dict"):
+        store.write([{"trajectory_id": "x"}])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="neither a row model nor stored whole"):
+        store.read(InputRecord)
+
+
+class InputRecord(BaseModel):
+    name: str
+
+
+def test_a_row_a_record_cannot_take_is_named_and_left_out(tmp_path: Path) -> None:
+    """A stored row that no longer validates (a value outside today's enum): with
+    ``on_error`` it is named and skipped, the other rows read; without it, it raises."""
+    store = Store(tmp_path / "s.duckdb")
+    store.write([_trajectory_row(i) for i in range(3)])
+    store.execute("UPDATE trajectories SET termination = 'gone' WHERE trajectory_id = 'traj_1'")
+    skipped: dict[str, str] = {}
+    read = store.read(Trajectory, on_error=lambda key, exc: skipped.setdefault(key, str(exc)))
+    assert [t.trajectory_id for t in read] == ["traj_0", "traj_2"]
+    assert list(skipped) == ["traj_1"] and "termination" in skipped["traj_1"]
+    with pytest.raises(ValidationError):
+        store.read(Trajectory)
+
+
+def test_a_write_with_delete_replaces_a_slice_in_one_transaction(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.duckdb")
+    store.write([_trajectory_row(i) for i in range(3)])
+    newer = _trajectory_row(7)
+    delete = [("DELETE FROM trajectories WHERE blueprint_id = ?", ["bp_0"])]
+    assert store.write([newer], delete=delete) == 1
+    assert [t.trajectory_id for t in store.read(Trajectory)] == ["traj_1", "traj_2", "traj_7"]
+    with pytest.raises(Exception, match="DELETE FROM nowhere|nowhere"):
+        store.write([_trajectory_row(8)], delete=[("DELETE FROM nowhere", [])])
+    assert len(store.read(Trajectory)) == 3  # the failed write left nothing

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel
@@ -56,6 +56,7 @@ __all__ = [
     "EmbedSetting",
     "Embedder",
     "LazyEmbedder",
+    "StoredVector",
     "VectorCache",
     "VectorLookup",
     "calibrated_setting",
@@ -587,6 +588,14 @@ def stored_hash(model_id: str, key: str) -> str:
     return text_key(f"{model_id}\x00{key}")
 
 
+class StoredVector(NamedTuple):
+    """One embedding as stored: the hash of its model and text, the model, the vector."""
+
+    text_hash: str
+    model: str
+    vector: list[float]
+
+
 class VectorCache(MutableMapping[str, np.ndarray]):
     """The ``embed_texts`` cache: the vectors found in the store, and the new ones kept."""
 
@@ -611,13 +620,12 @@ class VectorCache(MutableMapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len({**self.found, **self.new})
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[StoredVector]:
+        """The vectors new to the store, as the ``embeddings`` table keeps them."""
         return [
-            {
-                "text_hash": stored_hash(self.model_id, k),
-                "model": self.model_id,
-                "vector": v.astype(np.float32).tolist(),
-            }
+            StoredVector(
+                stored_hash(self.model_id, k), self.model_id, v.astype(np.float32).tolist()
+            )
             for k, v in self.new.items()
         ]
 

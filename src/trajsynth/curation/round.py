@@ -2,16 +2,16 @@
 
 Signals, topology, diversity and selection of one round (docs/methods.md §5, §7, §8), with no
 store: the flow (``flows/curate.py``) loads a ``RoundInput`` (the round's trajectories,
-verdicts and blueprints, and what earlier rounds left), calls ``run_round`` and writes the
-rows it returns. Per trajectory they are a ``signals`` row (§7), a ``trajectory_topology`` row
-and a ``scores`` row (mode, CAC, recovery, efficiency, SFT score, duplicate; §5, §8); per task
-a ``task_topology`` row with its quotient graph (§8); one ``selections`` row per SFT and RL
-decision with its reason (§8); one ``metric_values`` row per value of every metric registered
-in ``curation/metrics/``; the round's mode codebook (§5.2); and one ``round_stats`` row
-with the dataset's figures after the round (§5.4). Bad input never stops the round: a
-trajectory whose signals cannot be computed gets no signals row and a recorded reason (so SFT
-never picks it), a text the embedder cannot take gets no embedding (its mode is the rule
-label or ``unassigned``), an empty round gives zero figures and a note.
+verdicts and blueprints, and what earlier rounds left), calls ``run_round`` and stores the
+records it returns (``RoundOutput``), each as its table's row. Per trajectory they are its
+``Signals`` (§7), its ``TrajectoryTopology`` and its ``Scores`` (mode, CAC, recovery,
+efficiency, SFT score, duplicate; §5, §8); per task a ``TaskTopology`` with its quotient graph
+(§8); one ``Selection`` per SFT and RL decision with its reason (§8); one ``MetricValue`` per
+value of every metric registered in ``curation/metrics/``; the round's mode codebook (§5.2);
+and the ``RoundStats``, the dataset's figures after the round (§5.4). Bad input never stops
+the round: a trajectory whose signals cannot be computed gets no signals and a recorded
+reason (so SFT never picks it), a text the embedder cannot take gets no embedding (its mode
+is the rule label or ``unassigned``), an empty round gives zero figures and a note.
 
 Decisions (docs/methods.md leaves them open):
 
@@ -40,7 +40,6 @@ from typing import Any, TypedDict
 
 import networkx as nx
 import numpy as np
-from pydantic import ValidationError
 
 from trajsynth.curation.complexity import cac
 from trajsynth.curation.digests import (
@@ -53,6 +52,7 @@ from trajsynth.curation.diversity import diversity_fields, diversity_report, nea
 from trajsynth.curation.embeddings import (
     Embedder,
     LazyEmbedder,
+    StoredVector,
     VectorCache,
     VectorLookup,
     default_embedder,
@@ -71,6 +71,7 @@ from trajsynth.curation.topology import (
     trajectory_steps,
 )
 from trajsynth.schemas import (
+    Blueprint,
     CACBreakdown,
     CurationConfig,
     CurationReport,
@@ -79,8 +80,10 @@ from trajsynth.schemas import (
     InputError,
     MetricValue,
     ModeAssignment,
+    ModeCodebookRecord,
     PlannedCall,
     ReasoningMode,
+    RoundStats,
     Scores,
     Selection,
     SelectionKind,
@@ -92,7 +95,7 @@ from trajsynth.schemas import (
     Verdict,
 )
 
-__all__ = ["RoundInput", "RoundOutput", "graph_json", "run_round"]
+__all__ = ["RoundInput", "RoundOutput", "TaskGraph", "graph_json", "run_round"]
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +151,8 @@ class _Timer:
             self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - start
 
 
-def _planned(bp: Mapping[str, Any] | None) -> list[PlannedCall] | None:
-    path = (bp or {}).get("tool_path")
-    if not isinstance(path, list):
-        return None
-    try:
-        return [PlannedCall.model_validate(p) for p in path]
-    except ValidationError:
-        return None
+def _planned(bp: Blueprint | None) -> list[PlannedCall] | None:
+    return list(bp.tool_path) if bp is not None else None
 
 
 def _write_tools(access: Mapping[str, ToolAccess] | None) -> set[str] | None:
@@ -174,7 +171,7 @@ class RoundInput:
     input_hash: str
     trajectories: list[Trajectory] = field(default_factory=list)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
-    blueprints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    blueprints: dict[str, Blueprint] = field(default_factory=dict)
     domains: dict[str, str] = field(default_factory=dict)  # cluster_id -> domain
     access: dict[str, dict[str, ToolAccess]] = field(default_factory=dict)  # cluster -> tool
     skips: dict[str, str] = field(default_factory=dict)  # records that could not be read
@@ -190,14 +187,34 @@ class RoundInput:
     embedder: Embedder | None = None  # None: all-MiniLM-L6-v2, loaded when a text needs it
 
 
+@dataclass(frozen=True)
+class TaskGraph:
+    """A task's quotient graph as stored (``graph_json``), with its cluster."""
+
+    cluster_id: str
+    graph: dict[str, Any]
+
+
 @dataclass
 class RoundOutput:
-    """The round's report and its rows, table -> rows (``signals``, ``trajectory_topology``,
-    ``task_topology``, ``scores``, ``selections``, ``mode_codebooks``, ``embeddings`` (the
-    new vectors only), ``metric_values`` (every registered metric), ``round_stats``)."""
+    """The round's report and its records, each stored whole (run and round added where its
+    table keeps them): per trajectory its signals, topology and scores; per task its
+    topology, graph and whether the RL pool took it; every selection decision; the codebooks
+    fitted this round; the vectors new to the store; every registered metric's values; the
+    round's figures."""
 
     report: CurationReport
-    rows: dict[str, list[dict[str, Any]]]
+    signals: list[Signals]
+    trajectory_topology: list[TrajectoryTopology]
+    task_topology: list[TaskTopology]
+    task_graphs: dict[str, TaskGraph]
+    rl_pool: set[str]
+    scores: list[Scores]
+    selections: list[Selection]
+    codebooks: list[ModeCodebookRecord]
+    embeddings: list[StoredVector]
+    metric_values: list[MetricValue]
+    round_stats: RoundStats
 
 
 def run_round(data: RoundInput) -> RoundOutput:
@@ -232,9 +249,9 @@ def run_round(data: RoundInput) -> RoundOutput:
         stages = _Stages(
             signals, topology, digests, embedded, modes, duplicates, selections, metric_values
         )
-        report, rows = _report_and_rows(data, stages, skips)
-    report = report.model_copy(update={"timings": dict(timer.times)})
-    return RoundOutput(report=report, rows=rows)
+        out = _report_and_records(data, stages, skips)
+    out.report = out.report.model_copy(update={"timings": dict(timer.times)})
+    return out
 
 
 # --- the stages ------------------------------------------------------------------------------
@@ -273,7 +290,7 @@ class _Embedded:
     digest_keys: dict[str, str | None] = field(default_factory=dict)
     n_embedded: int = 0
     n_cached: int = 0
-    cache_rows: list[dict[str, Any]] = field(default_factory=list)
+    cache_rows: list[StoredVector] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -321,8 +338,8 @@ def _access(data: RoundInput, t: Trajectory) -> dict[str, ToolAccess] | None:
 
 
 def _hidden_info(data: RoundInput, task_id: str) -> dict[str, Any] | None:
-    bp = data.blueprints.get(task_id) or {}
-    return bp.get("hidden_info") if isinstance(bp.get("hidden_info"), dict) else None
+    bp = data.blueprints.get(task_id)
+    return dict(bp.hidden_info) if bp is not None else None
 
 
 def _by_task(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
@@ -591,13 +608,11 @@ def _metrics(
 
 
 def _domain(data: RoundInput, t: Trajectory) -> str | None:
-    bp = data.blueprints.get(t.blueprint_id) or {}
-    return bp.get("domain") or data.domains.get(t.cluster_id)
+    bp = data.blueprints.get(t.blueprint_id)
+    return (bp.domain if bp is not None else None) or data.domains.get(t.cluster_id)
 
 
-def _report_and_rows(
-    data: RoundInput, st: _Stages, skips: dict[str, str]
-) -> tuple[CurationReport, dict[str, list[dict]]]:
+def _report_and_records(data: RoundInput, st: _Stages, skips: dict[str, str]) -> RoundOutput:
     ts = data.trajectories
     accepted = [
         t
@@ -661,7 +676,7 @@ def _report_and_rows(
         cumulative=cumulative,
         skips=dict(sorted(skips.items())),
     )
-    return report, _rows(data, st, report, accepted, cumulative, ebr_all, counted)
+    return _records(data, st, report, accepted, cumulative, ebr_all, counted)
 
 
 def _earlier_accepted(data: RoundInput, book: ModeCodebook) -> list[dict[str, Any]]:
@@ -686,7 +701,7 @@ def _earlier_accepted(data: RoundInput, book: ModeCodebook) -> list[dict[str, An
     return rows
 
 
-def _rows(
+def _records(
     data: RoundInput,
     st: _Stages,
     report: CurationReport,
@@ -694,7 +709,7 @@ def _rows(
     cumulative: DiversityReport,
     ebr_all: list[float],
     counted: list[Verdict],
-) -> dict[str, list[dict]]:
+) -> RoundOutput:
     base = _RunRound(run_id=data.run_id, round=data.round)
     topo_by = st.topology.by_trajectory()
     sft_score = {s.item_id: s.score for s in st.selections if s.kind is SelectionKind.SFT}
@@ -722,78 +737,59 @@ def _rows(
                 accepted=tid in accepted_ids,
                 domain=_domain(data, t),
                 digest_key=st.embedded.digest_keys.get(tid),
-            ).model_dump(mode="json")
+            )
         )
     rl_pool = {
         s.item_id for s in st.selections if s.kind is SelectionKind.RL and s.rank is not None
     }
     graphs = st.topology.graphs
-    task_rows = [
-        {
-            **base,
-            **t.model_dump(mode="json"),
-            "cluster_id": graphs[t.task_id]["cluster_id"],
-            "in_rl_pool": t.task_id in rl_pool,
-            "graph": graphs[t.task_id]["graph"],
-        }
-        for t in st.topology.tasks
-    ]
     tasks_with = [t for t in st.topology.tasks if t.n_rollouts > 0]
-    stats = {
+    stats = RoundStats(
         **base,
-        "round_key": f"{data.run_id}:{data.round}",
-        "input_hash": report.input_hash,
-        "n_trajectories": report.n_trajectories,
-        "n_verified": report.n_verified,
-        "n_accepted": report.n_accepted,
-        "pass_rate": report.n_verified / len(counted) if counted else None,
-        "n_tasks": report.n_tasks,
-        "domain_entropy": cumulative.h_dom,
-        "domain_entropy_norm": cumulative.h_dom_norm,
-        "cluster_entropy_norm": cumulative.h_cluster_norm,
-        "reasoning_mode_entropy": cumulative.h_mode,
-        "reasoning_mode_entropy_norm": cumulative.h_mode_norm,
-        "action_complexity": cumulative.cac_mean,
-        "error_branch_ratio": float(np.mean(ebr_all)) if ebr_all else 0.0,
-        "strategic_heterogeneity": _mean([t.strategy_entropy_norm for t in tasks_with]),
-        "n_success_strategies": _mean([float(t.n_success_strategies) for t in tasks_with]),
-        "n_recovered": sum(1 for t in st.topology.trajectories if t.recovered),
-        "n_duplicates": report.n_duplicates,
-        "n_sft_selected": report.n_sft_selected,
-        "n_rl_selected": report.n_rl_selected,
-        "mode_codebook": report.mode_codebook,
-        "skips": report.skips,
-        "timings": None,
-        "report": cumulative.model_dump(mode="json"),
-        "curation": report.model_dump(mode="json", exclude={"timings"}),
-        "round_report": report.diversity.model_dump(mode="json"),
-    }
-    codebooks = [
-        {
-            **base,
-            "codebook_id": b.codebook_id,
-            "version": b.version,
-            "kind": b.kind,
-            "n_fit": b.n_fit,
-            "silhouette": b.silhouette,
-            "fallback_reason": b.fallback_reason,
-            "record": b.to_record().model_dump(mode="json"),
-        }
-        for b in st.modes.new_codebooks
-    ]
-    return {
-        "signals": [{**base, **s.model_dump(mode="json")} for s in st.signals.values()],
-        "trajectory_topology": [
-            {**base, **t.model_dump(mode="json")} for t in st.topology.trajectories
-        ],
-        "task_topology": task_rows,
-        "scores": scores,
-        "selections": [{"run_id": data.run_id, **s.model_dump(mode="json")} for s in st.selections],
-        "mode_codebooks": codebooks,
-        "embeddings": st.embedded.cache_rows,
-        "metric_values": [v.model_dump(mode="json") for v in st.metric_values],
-        "round_stats": [stats],
-    }
+        round_key=f"{data.run_id}:{data.round}",
+        input_hash=report.input_hash,
+        n_trajectories=report.n_trajectories,
+        n_verified=report.n_verified,
+        n_accepted=report.n_accepted,
+        pass_rate=report.n_verified / len(counted) if counted else None,
+        n_tasks=report.n_tasks,
+        domain_entropy=cumulative.h_dom,
+        domain_entropy_norm=cumulative.h_dom_norm,
+        cluster_entropy_norm=cumulative.h_cluster_norm,
+        reasoning_mode_entropy=cumulative.h_mode,
+        reasoning_mode_entropy_norm=cumulative.h_mode_norm,
+        action_complexity=cumulative.cac_mean,
+        error_branch_ratio=float(np.mean(ebr_all)) if ebr_all else 0.0,
+        strategic_heterogeneity=_mean([t.strategy_entropy_norm for t in tasks_with]),
+        n_success_strategies=_mean([float(t.n_success_strategies) for t in tasks_with]),
+        n_recovered=sum(1 for t in st.topology.trajectories if t.recovered),
+        n_duplicates=report.n_duplicates,
+        n_sft_selected=report.n_sft_selected,
+        n_rl_selected=report.n_rl_selected,
+        mode_codebook=report.mode_codebook,
+        skips=report.skips,
+        timings=None,
+        report=cumulative,
+        curation=report.model_dump(mode="json", exclude={"timings"}),
+        round_report=report.diversity,
+    )
+    return RoundOutput(
+        report=report,
+        signals=list(st.signals.values()),
+        trajectory_topology=list(st.topology.trajectories),
+        task_topology=list(st.topology.tasks),
+        task_graphs={
+            t.task_id: TaskGraph(graphs[t.task_id]["cluster_id"], graphs[t.task_id]["graph"])
+            for t in st.topology.tasks
+        },
+        rl_pool=rl_pool,
+        scores=scores,
+        selections=list(st.selections),
+        codebooks=[b.to_record() for b in st.modes.new_codebooks],
+        embeddings=list(st.embedded.cache_rows),
+        metric_values=list(st.metric_values),
+        round_stats=stats,
+    )
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -41,6 +41,7 @@ from trajsynth.schemas import (
     Trajectory,
 )
 from trajsynth.store import Store
+from trajsynth.store.rows import ClusterRow, ToolRow
 
 __all__ = [
     "canonical_arguments",
@@ -168,32 +169,24 @@ def _outside_servers(store: Store, cluster_ids: set[str]) -> dict[str, ServerSpe
     if not cluster_ids:
         return {}
     marks = ", ".join("?" for _ in cluster_ids)
-    rows = store.query(
-        "SELECT cluster_id, server FROM clusters "
-        f"WHERE source = 'outside' AND cluster_id IN ({marks})",
-        sorted(cluster_ids),
-    )
-    return {r["cluster_id"]: ServerSpec.model_validate(_json(r["server"])) for r in rows}
+    rows = store.read(ClusterRow, f"cluster_id IN ({marks})", sorted(cluster_ids), source="outside")
+    return {r.cluster_id: ServerSpec.model_validate(_json(r.server)) for r in rows}
 
 
 def _cluster_tools(store: Store, cluster_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
     if not cluster_ids:
         return {}
     marks = ", ".join("?" for _ in cluster_ids)
-    rows = store.query(
-        "SELECT cluster_id, name, description, input_schema FROM tools "
-        f"WHERE cluster_id IN ({marks}) ORDER BY cluster_id, name",
-        sorted(cluster_ids),
-    )
+    rows = store.read(ToolRow, f"cluster_id IN ({marks})", sorted(cluster_ids))
     out: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        out.setdefault(r["cluster_id"], []).append(
+    for r in sorted(rows, key=lambda r: (r.cluster_id or "", r.name or "")):
+        out.setdefault(r.cluster_id or "", []).append(
             {
                 "type": "function",
                 "function": {
-                    "name": r["name"],
-                    "description": r["description"] or "",
-                    "parameters": r["input_schema"] or {"type": "object"},
+                    "name": r.name,
+                    "description": r.description or "",
+                    "parameters": r.input_schema or {"type": "object"},
                 },
             }
         )

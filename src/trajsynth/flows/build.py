@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from prefect import flow
 from pydantic import SecretStr
@@ -29,6 +28,7 @@ from trajsynth.llm.endpoints import forget_faults
 from trajsynth.schemas import LLMConfig, RunConfig, SandboxError, SandboxKind, ToolCluster
 from trajsynth.store import Store
 from trajsynth.store.manifest import run_manifest
+from trajsynth.store.rows import ClusterRow, EdgeRow, Row, ToolRow
 from trajsynth.store.summary import RunSummary, summarize_run
 
 __all__ = ["build_dataset", "run_id_for"]
@@ -48,39 +48,20 @@ def _sandbox_image(kind: SandboxKind) -> str | None:
     return f"{image_tag()}@{found}" if found else None
 
 
-def _cluster_rows(clusters: list[ToolCluster]) -> dict[str, list[dict[str, Any]]]:
-    rows: dict[str, list[dict[str, Any]]] = {"clusters": [], "tools": [], "edges": []}
+def _cluster_rows(clusters: list[ToolCluster]) -> list[Row]:
+    rows: list[Row] = []
     for c in clusters:
-        rows["clusters"].append(
-            {
-                "cluster_id": c.cluster_id,
-                "domain": c.domain.value,
-                "description": c.description,
-                "source": c.source,
-                "server": c.server.model_dump(mode="json"),
-                "state_readable": c.state_readable,
-                "n_tools": len(c.tools),
-                "n_edges": len(c.edges),
-            }
-        )
-        for t in c.tools:
-            rows["tools"].append(
-                {
-                    "tool_key": f"{c.cluster_id}/{t.name}",
-                    "cluster_id": c.cluster_id,
-                    **t.model_dump(mode="json"),
-                }
+        rows.append(ClusterRow.of(c, n_tools=len(c.tools), n_edges=len(c.edges)))
+        rows += [ToolRow.of(t, tool_key=f"{c.cluster_id}/{t.name}", cluster_id=c.cluster_id)
+                 for t in c.tools]  # fmt: skip
+        rows += [
+            EdgeRow.of(
+                e,
+                edge_key=f"{c.cluster_id}/{e.source}->{e.target}:{e.out_field}->{e.in_param}",
+                cluster_id=c.cluster_id,
             )
-        for e in c.edges:
-            rows["edges"].append(
-                {
-                    "edge_key": (
-                        f"{c.cluster_id}/{e.source}->{e.target}:{e.out_field}->{e.in_param}"
-                    ),
-                    "cluster_id": c.cluster_id,
-                    **e.model_dump(mode="json"),
-                }
-            )
+            for e in c.edges
+        ]
     return rows
 
 
@@ -149,7 +130,7 @@ async def build_dataset(
             sandbox_image=_sandbox_image(config.sandbox),
         ),
     )
-    store.insert_many(_cluster_rows(clusters))
+    store.write(_cluster_rows(clusters))
     state = "completed"
     try:
         async with (

@@ -8,7 +8,6 @@ the round's rows in one transaction.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import defaultdict
@@ -16,15 +15,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from pydantic import JsonValue, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from trajsynth.curation.canon import call_key_memo
 from trajsynth.curation.complexity import cac_tertiles, difficulty_of
 from trajsynth.curation.embeddings import Embedder, embedding_model_id, gc_paused, stored_hash
 from trajsynth.curation.evolution import next_round_weights
 from trajsynth.curation.modes import ModeCodebook
-from trajsynth.curation.round import RoundInput, run_round
+from trajsynth.curation.round import RoundInput, RoundOutput, run_round
 from trajsynth.schemas import (
+    Blueprint,
     BlueprintAttempt,
     Cell,
     CellCatalog,
@@ -44,7 +44,22 @@ from trajsynth.schemas import (
     stable_hash,
 )
 from trajsynth.store import Store
-from trajsynth.store.rows import model_from_row
+from trajsynth.store.rows import (
+    ClusterRow,
+    EmbeddingRow,
+    EvolutionRow,
+    MetricValueRow,
+    ModeCodebookRow,
+    RoundStatsRow,
+    Row,
+    RunRow,
+    ScoreRow,
+    SelectionRow,
+    SignalRow,
+    TaskTopologyRow,
+    ToolRow,
+    TrajectoryTopologyRow,
+)
 
 __all__ = ["curate_round", "embedding_model_id", "next_weights", "round_stats"]
 
@@ -54,72 +69,48 @@ log = logging.getLogger(__name__)
 # --- loading ---------------------------------------------------------------------------------
 
 
-_TOOL_LIST = TypeAdapter(list[dict[str, JsonValue]])
-
-
 def _load_round(store: Store, data: RoundInput) -> None:
     """Fill ``data`` with the round's trajectories, verdicts, blueprints, domains, access."""
     run_id, round = data.run_id, data.round
     skips: dict[str, str] = {}
-    trajectories: list[Trajectory] = []
-    # each row as one JSON document: pydantic validates JSON text twice as fast as the dicts
-    # json.loads would make of it. The tool schemas (deep JsonValue trees, the same for every
-    # rollout of a task) are validated once per distinct text and shared.
-    fields = ", ".join(f for f in Trajectory.model_fields if f != "tools")
-    rows = store.query(
-        f"SELECT trajectory_id, to_json(struct_pack({fields}))::VARCHAR AS doc, "
-        "tools::VARCHAR AS tools FROM trajectories WHERE run_id = ? AND round = ? "
-        "ORDER BY trajectory_id",
-        [run_id, round],
+
+    def unreadable(what: str, prefix: str = "") -> Any:
+        def skip(key: str, exc: ValidationError) -> None:
+            skips[f"{prefix}{key}"] = f"unreadable {what}: {exc.errors()[0]}"
+
+        return skip
+
+    # the tool schemas (deep JSON, the same for every rollout of a task) are validated once
+    trajectories = store.read(
+        Trajectory,
+        run_id=run_id,
+        round=round,
+        shared=("tools",),
+        on_error=unreadable("trajectory row"),
     )
-    tool_lists: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        try:
-            trajectory = Trajectory.model_validate_json(row["doc"])
-            if row["tools"] is not None:
-                tools = tool_lists.get(row["tools"])
-                if tools is None:
-                    tools = tool_lists[row["tools"]] = _TOOL_LIST.validate_json(row["tools"])
-                trajectory = trajectory.model_copy(update={"tools": tools})
-            trajectories.append(trajectory)
-        except ValidationError:
-            # NULLs where the model has defaults, or a truly bad row: the field-by-field path
-            # drops the NULLs and names the first bad field
-            try:
-                record = {**json.loads(row["doc"]), "tools": json.loads(row["tools"] or "[]")}
-                trajectories.append(model_from_row(Trajectory, record))
-            except ValidationError as exc:
-                skips[str(row["trajectory_id"])] = f"unreadable trajectory row: {exc.errors()[0]}"
-    verdicts: dict[str, Verdict] = {}
-    for row in store.query(
-        "SELECT v.* FROM verdicts v JOIN trajectories t USING (trajectory_id) "
-        "WHERE t.run_id = ? AND t.round = ? ORDER BY v.verdict_id",
-        [run_id, round],
-    ):
-        try:
-            verdicts[row["trajectory_id"]] = model_from_row(Verdict, row)
-        except ValidationError as exc:
-            skips[f"verdict:{row.get('verdict_id')}"] = f"unreadable verdict: {exc.errors()[0]}"
-    blueprints = {
-        r["blueprint_id"]: r
-        for r in store.query(
-            "SELECT blueprint_id, cluster_id, domain, cell, hidden_info, tool_path, round "
-            "FROM blueprints WHERE run_id = ?",
-            [run_id],
+    in_round = (
+        "trajectory_id IN (SELECT trajectory_id FROM trajectories WHERE run_id = ? AND round = ?)"
+    )
+    verdicts = {
+        v.trajectory_id: v
+        for v in store.read(
+            Verdict, in_round, [run_id, round], on_error=unreadable("verdict", "verdict:")
         )
     }
-    domains = {
-        r["cluster_id"]: r["domain"]
-        for r in store.query("SELECT cluster_id, domain FROM clusters")
-        if r["domain"]
+    blueprints = {
+        b.blueprint_id: b
+        for b in store.read(
+            Blueprint, run_id=run_id, on_error=unreadable("blueprint", "blueprint:")
+        )
     }
+    domains = {c.cluster_id: c.domain for c in store.read(ClusterRow) if c.domain}
     for bp in blueprints.values():
-        if bp.get("domain") and bp.get("cluster_id"):
-            domains.setdefault(bp["cluster_id"], bp["domain"])
+        if bp.domain and bp.cluster_id:
+            domains.setdefault(bp.cluster_id, bp.domain)
     access: dict[str, dict[str, ToolAccess]] = defaultdict(dict)
-    for r in store.query("SELECT cluster_id, name, access FROM tools"):
-        if r["access"] in ("read", "write"):
-            access[r["cluster_id"]][r["name"]] = ToolAccess(r["access"])
+    for tool in store.read(ToolRow):
+        if tool.cluster_id and tool.name and tool.access in ("read", "write"):
+            access[tool.cluster_id][tool.name] = ToolAccess(tool.access)
     data.trajectories, data.verdicts, data.blueprints = trajectories, verdicts, blueprints
     data.domains, data.access, data.skips = domains, dict(access), skips
 
@@ -146,13 +137,10 @@ def _input_hash(store: Store, run_id: str, round: int, config: CurationConfig) -
     )
 
 
-def _stored_report(store: Store, run_id: str, round: int, input_hash: str) -> dict | None:
+def _stored_report(store: Store, run_id: str, round: int, input_hash: str) -> RoundStatsRow | None:
     if not store.path.exists():
         return None
-    rows = store.query(
-        "SELECT * FROM round_stats WHERE round_key = ? AND input_hash = ?",
-        [f"{run_id}:{round}", input_hash],
-    )
+    rows = store.read(RoundStatsRow, round_key=f"{run_id}:{round}", input_hash=input_hash)
     return rows[0] if rows else None
 
 
@@ -163,12 +151,11 @@ def _vector_lookup(store: Store) -> Any:
         wanted = {stored_hash(model_id, k): k for k in set(keys)}
         if not wanted or not store.path.exists():
             return {}
-        rows = store.query(
-            "SELECT text_hash, vector FROM embeddings WHERE model = ? AND text_hash IN "
-            "(SELECT unnest(?::VARCHAR[]))",
-            [model_id, list(wanted)],
-        )
-        return {wanted[r["text_hash"]]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
+        rows = store.read(
+            EmbeddingRow, "text_hash IN (SELECT unnest(?::VARCHAR[]))", [list(wanted)],
+            model=model_id,
+        )  # fmt: skip
+        return {wanted[r.text_hash]: np.asarray(r.vector, dtype=np.float32) for r in rows}
 
     return lookup
 
@@ -183,19 +170,16 @@ def _load_history(store: Store, data: RoundInput) -> None:
     """What earlier rounds of the run left: codebook, accepted rows, duplicates, EBRs."""
     run_id, round = data.run_id, data.round
     data.n_registered_clusters = _count(store, "SELECT count(*) AS n FROM clusters")
-    rows = store.query(
-        "SELECT record FROM mode_codebooks WHERE run_id = ? AND round < ? "
-        "ORDER BY round DESC, codebook_id LIMIT 1",
-        [run_id, round],
-    )
+    books = store.read(ModeCodebookRow, "round < ?", [round], run_id=run_id)
+    books.sort(key=lambda b: -(b.round or 0))  # the latest round's; by id within a round
     data.n_codebook_versions = _count(
         store,
         "SELECT count(DISTINCT version) AS n FROM mode_codebooks "
         "WHERE run_id = ? AND round < ? AND kind = 'kmeans'",
         [run_id, round],
     )
-    if rows and rows[0]["record"]:
-        record = ModeCodebookRecord.model_validate(rows[0]["record"])
+    if books and books[0].record:
+        record = ModeCodebookRecord.model_validate(books[0].record)
         data.prior_codebook = ModeCodebook.from_record(record)
     data.earlier_accepted = store.query(
         "SELECT s.trajectory_id, s.domain, t.cluster_id, s.action_complexity AS cac, s.mode, "
@@ -211,16 +195,41 @@ def _load_history(store: Store, data: RoundInput) -> None:
         [run_id, round],
     )
     data.earlier_error_branch_ratios = [
-        float(r["error_branch_ratio"])
-        for r in store.query(
-            "SELECT error_branch_ratio FROM task_topology "
-            "WHERE run_id = ? AND round < ? AND n_rollouts > 0",
-            [run_id, round],
-        )
+        float(t.error_branch_ratio or 0.0)
+        for t in store.read(TaskTopologyRow, "round < ? AND n_rollouts > 0", [round], run_id=run_id)
     ]
 
 
-def _write(store: Store, run_id: str, round: int, rows: dict[str, list[dict]]) -> int:
+def _rows(run_id: str, round: int, out: RoundOutput) -> list[Row]:
+    """The round's records as the rows of their tables."""
+    at = {"run_id": run_id, "round": round}
+    graphs = out.task_graphs
+    return [
+        *(SignalRow.of(s, **at) for s in out.signals),
+        *(TrajectoryTopologyRow.of(t, **at) for t in out.trajectory_topology),
+        *(
+            TaskTopologyRow.of(
+                t,
+                **at,
+                cluster_id=graphs[t.task_id].cluster_id,
+                in_rl_pool=t.task_id in out.rl_pool,
+                graph=graphs[t.task_id].graph,
+            )
+            for t in out.task_topology
+        ),
+        *(ScoreRow.of(s) for s in out.scores),
+        *(SelectionRow.of(s, run_id=run_id) for s in out.selections),
+        *(ModeCodebookRow.of(b, **at, record=b.model_dump(mode="json")) for b in out.codebooks),
+        *(
+            EmbeddingRow(text_hash=v.text_hash, model=v.model, vector=v.vector)
+            for v in out.embeddings
+        ),  # fmt: skip
+        *(MetricValueRow.of(v) for v in out.metric_values),
+        RoundStatsRow.of(out.round_stats),
+    ]
+
+
+def _write(store: Store, run_id: str, round: int, rows: list[Row]) -> int:
     """Replace the round's derived rows with ``rows`` in one transaction."""
     in_round = "SELECT trajectory_id FROM trajectories WHERE run_id = ? AND round = ?"
     params = [run_id, round]
@@ -236,7 +245,7 @@ def _write(store: Store, run_id: str, round: int, rows: dict[str, list[dict]]) -
         ("DELETE FROM mode_codebooks WHERE run_id = ? AND round = ?", params),
         ("DELETE FROM round_stats WHERE round_key = ?", [f"{run_id}:{round}"]),
     ]
-    return store.insert_bulk(rows, delete=delete)  # migrated by curate_round, one connection
+    return store.write(rows, delete=delete)  # migrated by curate_round, one connection
 
 
 def curate_round(
@@ -261,8 +270,9 @@ def curate_round(
             ihash = _input_hash(store, run_id, round, cfg)
             stored = _stored_report(store, run_id, round, ihash)
             if stored is not None:
+                curation = stored.curation if isinstance(stored.curation, dict) else {}
                 report = CurationReport.model_validate(
-                    {**(stored.get("curation") or {}), "reused": True, "rows_added": 0}
+                    {**curation, "reused": True, "rows_added": 0}
                 )
                 log.info("round %d of %s: inputs unchanged, stored curation kept", round, run_id)
                 return report
@@ -279,7 +289,7 @@ def curate_round(
         load_s = time.perf_counter() - start
         out = run_round(data)
         start = time.perf_counter()
-        added = _write(store, run_id, round, out.rows)
+        added = _write(store, run_id, round, _rows(run_id, round, out))
     timings = {"load": load_s, **out.report.timings, "write": time.perf_counter() - start}
     report = out.report.model_copy(update={"rows_added": added, "timings": timings})
     log.info(
@@ -293,32 +303,28 @@ def curate_round(
 # --- reading the figures ----------------------------------------------------------------------
 
 
-def round_stats(store: Store, run_id: str) -> list[dict[str, Any]]:
+def round_stats(store: Store, run_id: str) -> list[RoundStatsRow]:
     """The stored ``round_stats`` rows of a run, by round."""
     if not store.path.exists():
         return []
-    return store.query("SELECT * FROM round_stats WHERE run_id = ? ORDER BY round", [run_id])
+    return sorted(store.read(RoundStatsRow, run_id=run_id), key=lambda r: r.round or 0)
 
 
 # --- evolution (§6) ---------------------------------------------------------------------------
 
 
 def _run_config(store: Store, run_id: str) -> RunConfig | None:
-    rows = store.query("SELECT config FROM runs WHERE run_id = ?", [run_id])
-    if not rows or not isinstance(rows[0]["config"], dict):
+    rows = store.read(RunRow, run_id=run_id)
+    if not rows or not isinstance(rows[0].config, dict):
         return None
     try:
-        return RunConfig.model_validate(rows[0]["config"])
+        return RunConfig.model_validate(rows[0].config)
     except ValidationError:
         return None
 
 
 def _catalog(store: Store, run_id: str, config: RunConfig | None) -> CellCatalog:
-    clusters = {
-        r["cluster_id"]: r["domain"]
-        for r in store.query("SELECT cluster_id, domain FROM clusters")
-        if r["domain"]
-    }
+    clusters = {c.cluster_id: c.domain for c in store.read(ClusterRow) if c.domain}
     for r in store.query(
         "SELECT DISTINCT cluster_id, domain FROM blueprints WHERE run_id = ?", [run_id]
     ):
@@ -378,27 +384,19 @@ def _outcomes(store: Store, run_id: str, round: int) -> list[RolloutOutcome]:
 
 
 def _attempts(store: Store, run_id: str, round: int) -> list[BlueprintAttempt]:
-    out = []
-    for r in store.query(
-        "SELECT * FROM blueprint_attempts WHERE run_id = ? AND round <= ?", [run_id, round]
-    ):
-        try:
-            out.append(model_from_row(BlueprintAttempt, r))
-        except ValidationError:
-            continue
-    return out
+    """The run's planning attempts up to ``round``; one that no longer reads is left out."""
+    return store.read(
+        BlueprintAttempt, "round <= ?", [round], run_id=run_id, on_error=lambda key, exc: None
+    )
 
 
 def _previous_weights(store: Store, run_id: str, round: int) -> RoundWeights | None:
-    rows = store.query(
-        "SELECT level, option, weight_new FROM evolution WHERE run_id = ? AND round = ?",
-        [run_id, round],
-    )
+    rows = store.read(EvolutionRow, run_id=run_id, round=round)
     if not rows:
         return None
     weights: dict[str, dict[str, float]] = defaultdict(dict)
     for r in rows:
-        weights[r["level"]][r["option"]] = float(r["weight_new"])
+        weights[r.level or ""][r.option or ""] = float(r.weight_new or 0.0)
     return RoundWeights(round=round, weights=dict(weights))
 
 
@@ -432,30 +430,30 @@ def next_weights(
         round=round + 1,
         previous=_previous_weights(store, run_id, round),
     )
-    rows = []
+    rows: list[Row] = []
     for change in weights.changes:
         key = {"run_id": run_id, "round": change.round, "level": change.level,
                "parent": change.parent, "option": change.option}  # fmt: skip
         rows.append(
-            {
-                "change_id": content_id("chg", key),
-                "run_id": run_id,
-                "round": change.round,
-                "level": change.level,
-                "parent": change.parent,
-                "option": change.option,
-                "n_accepted": change.n,
-                "failure_rate": change.f,
-                "validity": change.v,
-                "weight_old": change.p_old,
-                "weight_new": change.p_new,
-                "reason": change.reason.value,
-                "detail": change.model_dump(mode="json"),
-            }
+            EvolutionRow(
+                change_id=content_id("chg", key),
+                run_id=run_id,
+                round=change.round,
+                level=change.level,
+                parent=change.parent,
+                option=change.option,
+                n_accepted=change.n,
+                failure_rate=change.f,
+                validity=change.v,
+                weight_old=change.p_old,
+                weight_new=change.p_new,
+                reason=change.reason.value,
+                detail=change.model_dump(mode="json"),
+            )
         )
     store.migrate()
-    store.insert_bulk(
-        {"evolution": rows},
+    store.write(
+        rows,
         delete=[("DELETE FROM evolution WHERE run_id = ? AND round = ?", [run_id, round + 1])],
     )
     return weights

@@ -24,6 +24,7 @@ from trajsynth.flows.build import build_dataset
 from trajsynth.flows.runners import task_runner_for
 from trajsynth.schemas import InputError, RunConfig
 from trajsynth.store import Store
+from trajsynth.store.rows import RunRow
 
 __all__ = ["grow_dataset", "next_seed"]
 
@@ -39,9 +40,9 @@ def next_seed(store: Store, base: RunConfig) -> int:
     if not store.path.exists():
         return base.seed
     mine = _without_seed(base.model_dump(mode="json"))
-    done = store.query("SELECT config FROM runs WHERE state = 'completed'")
+    done = store.read(RunRow, state="completed")
     return base.seed + sum(
-        1 for r in done if isinstance(r["config"], dict) and _without_seed(r["config"]) == mine
+        1 for r in done if isinstance(r.config, dict) and _without_seed(r.config) == mine
     )
 
 

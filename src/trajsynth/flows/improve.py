@@ -43,6 +43,7 @@ from trajsynth.schemas import (
     content_id,
 )
 from trajsynth.store import Store
+from trajsynth.store.rows import ImproveRoundRow, ModelRow, RoundStatsRow
 from trajsynth.store.summary import summarize_run
 from trajsynth.training.sft import SFTConfig
 
@@ -69,12 +70,7 @@ def round_rows(store: Store, run_id: str) -> list[SFTRow]:
 
 
 def _run_blueprints(store: Store, run_id: str) -> list[Blueprint]:
-    rows = store.query(
-        "SELECT * EXCLUDE (run_id, difficulty, path_shape, target_mode) "
-        "FROM blueprints WHERE run_id = ? ORDER BY blueprint_id",
-        [run_id],
-    )
-    return [Blueprint.model_validate({k: v for k, v in r.items() if v is not None}) for r in rows]
+    return store.read(Blueprint, run_id=run_id)
 
 
 def _gold_row(trajectory: Trajectory, verdict: Verdict) -> SFTRow:
@@ -141,10 +137,10 @@ def _trained_model(
     expected = model_row(path="", parent=cfg.model, method=method, run_ids=[run_id],
                          data=data_hash(data_rows), n_rows=0, n_tokens=0, config=config,
                          metrics={})  # fmt: skip
-    done = store.query("SELECT * FROM models WHERE model_id = ?", [expected["model_id"]])
-    if done and done[0]["gguf_path"] and Path(done[0]["gguf_path"]).is_file():
+    done = store.read(ModelRow, model_id=expected["model_id"])
+    if done and done[0].gguf_path and Path(done[0].gguf_path).is_file():
         log.info("round data already trained: reusing %s", expected["model_id"])
-        return done[0]
+        return done[0].model_dump()
     result = run_sft(cfg)
     gguf = export_gguf(result.model_dir, Path(cfg.output_dir) / "model.f16.gguf")
     lineage = row_lineage(store, data_rows)
@@ -162,7 +158,7 @@ def _trained_model(
         lineage=[k.model_dump(mode="json") for k in lineage.keys],
         unresolved=lineage.unresolved,
     )
-    store.insert("models", [row])
+    store.write([ModelRow.model_validate(row)])
     return row
 
 
@@ -178,12 +174,7 @@ def _round_row(
     n_gold: int,
 ) -> dict[str, Any]:
     summary = summarize_run(store, run_id, wall_s=0.0)
-    stats = store.query(
-        "SELECT domain_entropy, reasoning_mode_entropy FROM round_stats WHERE run_id = ? "
-        "ORDER BY round DESC LIMIT 1",
-        [run_id],
-    )
-    figures = stats[0] if stats else {"domain_entropy": None, "reasoning_mode_entropy": None}
+    stats = max(store.read(RoundStatsRow, run_id=run_id), key=lambda r: r.round or 0, default=None)
     return {
         "improve_key": f"{loop}:{round_index}",
         "loop_id": loop,
@@ -196,8 +187,8 @@ def _round_row(
         "n_passed": summary.passed,
         "n_counted": summary.counted,
         "pass_rate": summary.pass_rate,
-        "domain_entropy": figures["domain_entropy"],
-        "reasoning_mode_entropy": figures["reasoning_mode_entropy"],
+        "domain_entropy": stats.domain_entropy if stats else None,
+        "reasoning_mode_entropy": stats.reasoning_mode_entropy if stats else None,
         "tokens_per_verified": summary.tokens_per_verified,
         "n_rollout_rows": n_rollout,
         "n_gold_rows": n_gold,
@@ -263,7 +254,7 @@ def expert_iteration(
             n_rollout=n_rollout,
             n_gold=n_gold,
         )
-        store.insert("improve_rounds", [row])
+        store.write([ImproveRoundRow.model_validate(row)])
         out.append(row)
         if on_round is not None:
             on_round(row)

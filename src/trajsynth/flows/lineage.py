@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from pydantic import Field
 
 from trajsynth.schemas import Blueprint, Record
 from trajsynth.store import Store
+from trajsynth.store.rows import ModelRow
 from trajsynth.training.splits import TaskKey, task_key
 
 __all__ = ["ModelLineage", "RowLineage", "model_lineage", "read_blueprints", "row_lineage"]
@@ -66,15 +68,11 @@ def read_blueprints(
         if values:
             clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
             params.extend(values)
-    rows = store.query(f"SELECT * FROM blueprints WHERE {' OR '.join(clauses)}", params)
-    out = []
-    for r in rows:
-        data = {k: v for k, v in r.items() if k in Blueprint.model_fields and v is not None}
-        try:
-            out.append(Blueprint.model_validate(data))
-        except ValueError as exc:
-            log.warning("blueprint %s unreadable for the leakage check: %s", r["blueprint_id"], exc)
-    return out
+
+    def unreadable(key: str, exc: ValueError) -> None:
+        log.warning("blueprint %s unreadable for the leakage check: %s", key, exc)
+
+    return store.read(Blueprint, " OR ".join(clauses), params, on_error=unreadable)
 
 
 def row_lineage(
@@ -97,29 +95,32 @@ def row_lineage(
     return RowLineage(keys=keys, unresolved=unresolved, run_ids=run_ids)
 
 
-def _model_row(store: Store, path: str) -> dict[str, Any] | None:
+def _model_row(store: Store, path: str) -> ModelRow | None:
     """The newest models row whose folder or GGUF is ``path`` (paths compared resolved: a
     row written with a relative output dir still matches an absolute policy path)."""
 
-    def same(stored: Any) -> bool:
-        return bool(stored) and (stored == path or Path(stored).resolve() == Path(path).resolve())
+    def same(stored: str | None) -> bool:
+        return bool(stored) and (
+            stored == path or Path(stored or "").resolve() == Path(path).resolve()
+        )
 
-    rows = store.query("SELECT * FROM models ORDER BY created_at DESC")
-    return next((r for r in rows if same(r.get("path")) or same(r.get("gguf_path"))), None)
+    rows = sorted(store.read(ModelRow), key=lambda r: r.created_at or datetime.min, reverse=True)
+    return next((r for r in rows if same(r.path) or same(r.gguf_path)), None)
 
 
-def _own(store: Store, row: dict[str, Any]) -> tuple[list[TaskKey], list[str]]:
+def _own(store: Store, row: ModelRow) -> tuple[list[TaskKey], list[str]]:
     """One models row's own lineage; a row written before lineage was recorded falls back
     to the blueprints of the runs it names."""
-    if row.get("lineage") is not None:
-        keys = [TaskKey.model_validate(k) for k in row["lineage"]]
-        return keys, list(row.get("unresolved") or [])
-    run_ids = list(row.get("run_ids") or [])
+    if isinstance(row.lineage, list):
+        keys = [TaskKey.model_validate(k) for k in row.lineage]
+        unresolved = row.unresolved if isinstance(row.unresolved, list) else []
+        return keys, [str(u) for u in unresolved]
+    run_ids = [str(r) for r in row.run_ids] if isinstance(row.run_ids, list) else []
     if not run_ids:
-        return [], [f"model {row['model_id']} records neither its rows' tasks nor its runs"]
+        return [], [f"model {row.model_id} records neither its rows' tasks nor its runs"]
     found = read_blueprints(store, run_ids=run_ids)
     if not found:
-        return [], [f"runs {', '.join(run_ids)} of model {row['model_id']} have no stored tasks"]
+        return [], [f"runs {', '.join(run_ids)} of model {row.model_id} have no stored tasks"]
     return [task_key(b) for b in found], []
 
 
@@ -136,18 +137,18 @@ def model_lineage(store: Store, policy: str) -> ModelLineage:
         return ModelLineage(
             why_incomplete=f"no models row in {store.path} records what {policy} was trained on"
         )
-    model_id = row["model_id"]
+    model_id = row.model_id
     chain: list[str] = []
     unresolved: list[str] = []
     seen: dict[str, TaskKey] = {}
-    current: dict[str, Any] | None = row
-    while current is not None and current["model_id"] not in chain:
-        chain.append(current["model_id"])
+    current: ModelRow | None = row
+    while current is not None and current.model_id not in chain:
+        chain.append(current.model_id)
         keys, missing = _own(store, current)
         for k in keys:
             seen.setdefault(k.task_id, k)
         unresolved.extend(missing)
-        parent = current.get("parent")
+        parent = current.parent
         if not parent or parent == "embedded":
             break
         current = _model_row(store, str(parent))

@@ -31,7 +31,7 @@ import prefect.utilities.visualization  # noqa: F401
 from prefect import Task, flow, task
 from prefect.cache_policies import INPUTS, CacheKeyFnPolicy
 from prefect.futures import PrefectFuture, as_completed
-from pydantic import SecretStr, TypeAdapter
+from pydantic import SecretStr
 
 from trajsynth.flows.progress import expect_leaves, report
 from trajsynth.flows.redraw import next_attempts, plan_budget
@@ -49,7 +49,6 @@ from trajsynth.flows.units import (
 from trajsynth.planning.cells import sample_cells
 from trajsynth.schemas import (
     Blueprint,
-    Constraint,
     InfraError,
     InputError,
     LLMConfig,
@@ -59,7 +58,7 @@ from trajsynth.schemas import (
     stable_hash,
 )
 from trajsynth.store import Store, work_unit_row
-from trajsynth.store.rows import model_from_row
+from trajsynth.store.rows import BlueprintRow, FinalStateRow, UnitFailureRow
 
 __all__ = [
     "curate_stage",
@@ -132,10 +131,8 @@ async def rollout_task(**kwargs: Any) -> UnitRows:
 
 
 def _write(store: Store, run_id: str, unit: UnitRows) -> None:
-    batches: dict[str, list[dict[str, Any]]] = {k: v for k, v in unit.rows.items() if v}
-    if unit.done:
-        batches["work_units"] = [work_unit_row(run_id, unit.kind, unit.unit_id)]
-    store.insert_many(batches)
+    done = [work_unit_row(run_id, unit.kind, unit.unit_id)] if unit.done else []
+    store.write([*(r for rows in unit.rows.values() for r in rows), *done])
 
 
 def _attempts(task: Task[..., Any], exc: BaseException) -> int:
@@ -145,22 +142,19 @@ def _attempts(task: Task[..., Any], exc: BaseException) -> int:
 
 def record_failure(
     store: Store, run_id: str, unit: UnitRef, exc: BaseException, *, attempts: int
-) -> dict[str, Any]:
+) -> UnitFailureRow:
     """Store a unit given up after its retries as a ``unit_failures`` row (not done: the next
     run of the config tries it again); returns the row."""
     store.migrate()  # a stage flow run alone may open a store from before this table
-    earlier = store.query(
-        "SELECT count(*) AS n FROM unit_failures WHERE run_id = ? AND unit_id = ?",
-        [run_id, unit.unit_id],
-    )
-    row = unit_failure_row(run_id, unit, exc, attempts=attempts, failure=earlier[0]["n"] + 1)
-    store.insert("unit_failures", [row])
+    earlier = store.read(UnitFailureRow, run_id=run_id, unit_id=unit.unit_id)
+    row = unit_failure_row(run_id, unit, exc, attempts=attempts, failure=len(earlier) + 1)
+    store.write([row])
     log.error(
         "%s given up after %d attempt(s) (%s, retried by the next run): %s",
         unit.unit_id,
         attempts,
-        row["failure_class"],
-        row["error"],
+        row.failure_class,
+        row.error,
     )
     return row
 
@@ -308,21 +302,17 @@ async def plan_round(
 
 def _kept_blueprints(
     store: Store, run_id: str, unit: UnitRows, clusters: Mapping[str, ToolCluster] | None = None
-) -> list[dict[str, Any]]:
+) -> list[BlueprintRow]:
     """The run's stored blueprints of the unit's cluster (their ids and gold runs); none for
     a bundled cluster of ``clusters`` (whose seed data rarely repeats a task, and whose runs
     a resumed run must match blueprint for blueprint)."""
-    rows = unit.rows.get("blueprints") or []
+    rows = [r for r in unit.rows.get("blueprints") or [] if isinstance(r, BlueprintRow)]
     if not rows or not store.path.exists():
         return []
-    cluster = (clusters or {}).get(rows[0]["cluster_id"])
+    cluster = (clusters or {}).get(rows[0].cluster_id or "")
     if cluster is not None and cluster.source != "outside":
         return []
-    return store.query(
-        "SELECT blueprint_id, cluster_id, gold_run FROM blueprints "
-        "WHERE run_id = ? AND cluster_id = ?",
-        [run_id, rows[0]["cluster_id"]],
-    )
+    return store.read(BlueprintRow, run_id=run_id, cluster_id=rows[0].cluster_id)
 
 
 def _accepted_seeds(store: Store, run_id: str, round_index: int) -> set[int]:
@@ -335,12 +325,7 @@ def _accepted_seeds(store: Store, run_id: str, round_index: int) -> set[int]:
 
 
 def round_blueprints(store: Store, run_id: str, round_index: int) -> list[Blueprint]:
-    rows = store.query(
-        "SELECT * EXCLUDE (run_id, difficulty, path_shape, target_mode) "
-        "FROM blueprints WHERE run_id = ? AND round = ? ORDER BY blueprint_id",
-        [run_id, round_index],
-    )
-    return [model_from_row(Blueprint, r) for r in rows]
+    return store.read(Blueprint, run_id=run_id, round=round_index)
 
 
 # --------------------------------------------------------------------------- rollout
@@ -409,8 +394,6 @@ async def rollout_round(
 
 # --------------------------------------------------------------------------- stage flows
 
-_CONSTRAINTS = TypeAdapter(list[Constraint])
-
 
 def _clusters(config: RunConfig, clusters_dir: str | None) -> list[ToolCluster]:
     from trajsynth.mcp_servers.registry import get_cluster, list_clusters
@@ -470,25 +453,42 @@ def verify_stage(store_path: str, run_id: str) -> dict[str, int]:
     """Judge a run's stored trajectories again from their stored final states (after a
     change of the verifier or of constraints) and report how many verdicts would differ."""
     from trajsynth.curation.verify import verify
-    from trajsynth.schemas import EnvState, Trajectory
+    from trajsynth.schemas import EnvState, Trajectory, Verdict
 
     store = Store(store_path)
-    rows = store.query(
-        "SELECT t.*, v.passed AS v_passed, v.score AS v_score, b.constraints AS bp_constraints, "
-        "s.state AS final_state FROM trajectories t JOIN verdicts v USING (trajectory_id) "
-        "JOIN blueprints b USING (blueprint_id) "
-        "LEFT JOIN final_states s ON s.state_hash = t.final_state_hash WHERE t.run_id = ?",
-        [run_id],
-    )
+    in_run = "SELECT {} FROM trajectories WHERE run_id = ?"
+    with store.session(read_only=True):
+        trajectories = store.read(Trajectory, run_id=run_id)
+        verdicts = store.read(
+            Verdict, f"trajectory_id IN ({in_run.format('trajectory_id')})", [run_id]
+        )
+        constraints = {
+            b.blueprint_id: b.constraints
+            for b in store.read(
+                Blueprint,
+                f"blueprint_id IN ({in_run.format('blueprint_id')})",
+                [run_id],
+                on_error=lambda key, exc: None,
+            )
+        }
+        states = {
+            s.state_hash: s.state
+            for s in store.read(
+                FinalStateRow, f"state_hash IN ({in_run.format('final_state_hash')})", [run_id]
+            )
+        }
+    by_id = {t.trajectory_id: t for t in trajectories}
     checked = changed = 0
-    for row in rows:
-        if row["final_state"] is None:
+    for stored in verdicts:
+        trajectory = by_id[stored.trajectory_id]
+        state = states.get(trajectory.final_state_hash or "")
+        if state is None or trajectory.blueprint_id not in constraints:
             continue
-        trajectory = model_from_row(Trajectory, row)
-        constraints = _CONSTRAINTS.validate_python(row["bp_constraints"])
-        verdict = verify(trajectory, constraints, EnvState.model_validate(row["final_state"]))
+        verdict = verify(
+            trajectory, constraints[trajectory.blueprint_id], EnvState.model_validate(state)
+        )
         checked += 1
-        changed += int(verdict.passed != row["v_passed"])
+        changed += int(verdict.passed != stored.passed)
     return {"checked": checked, "changed": changed}
 
 

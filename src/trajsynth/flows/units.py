@@ -1,8 +1,9 @@
 """The units of work the stage flows hand to Prefect's task runner, as plain functions.
 
 Each takes plain records (picklable, so a Dask or Ray worker can run it), builds its own LLM
-client against the endpoint the flow resolved, and RETURNS the rows it made; the flow writes
-them to the store, one transaction per unit with its done-marker. Workers never open DuckDB.
+client against the endpoint the flow resolved, and RETURNS the rows it made, typed (the store's
+row models, ``store.rows``); the flow writes them with ``Store.write``, one transaction per
+unit with its done-marker. Workers never open DuckDB.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr, SerializeAsAny
 
 from trajsynth.agents.assistant import Assistant
 from trajsynth.agents.context import shown_tools
@@ -64,6 +65,18 @@ from trajsynth.schemas import (
     counts_against_policy,
     stable_hash,
 )
+from trajsynth.store.rows import (
+    BlueprintAttemptRow,
+    BlueprintRow,
+    FinalStateRow,
+    LLMCallRow,
+    NodeRow,
+    Row,
+    TrajectoryRow,
+    TreeRow,
+    UnitFailureRow,
+    VerdictRow,
+)
 
 __all__ = [
     "UnitRef",
@@ -84,13 +97,13 @@ log = logging.getLogger(__name__)
 
 
 class UnitRows(BaseModel):
-    """What one unit of work made: rows per store table, and its done-marker."""
+    """What one unit of work made: its rows (row models) per store table, and its done-marker."""
 
     model_config = ConfigDict(frozen=True)
 
     unit_id: str
     kind: str
-    rows: dict[str, list[dict[str, Any]]]
+    rows: dict[str, list[SerializeAsAny[Row]]]
     summary: dict[str, Any] = {}
     done: bool = True  # False: recorded but to be tried again by the next run of the config
 
@@ -135,14 +148,9 @@ async def _client(
             yield RoleRoutedLLM(policy, client)
 
 
-def _usage_rows(run_id: str, owner: str, usage: list[LLMUsage]) -> list[dict[str, Any]]:
+def _usage_rows(run_id: str, owner: str, usage: list[LLMUsage]) -> list[Row]:
     return [
-        {
-            "call_key": f"{owner}#{i}",
-            "run_id": run_id,
-            "trajectory_id": owner,
-            **u.model_dump(mode="json"),
-        }
+        LLMCallRow.of(u, call_key=f"{owner}#{i}", run_id=run_id, trajectory_id=owner)
         for i, u in enumerate(usage)
     ]
 
@@ -161,21 +169,18 @@ def sandbox_pool_for(config: RunConfig) -> SandboxPool | None:
     return shared_pool(config.sandbox, config.sandbox_limits, max_idle=config.sandbox_pool)
 
 
-def _blueprint_row(bp: Blueprint, run_id: str) -> dict[str, Any]:
-    data = bp.model_dump(mode="json", exclude={"usage", "words_attempts", "reads_before_write"})
-    data.update(
+def _blueprint_row(bp: Blueprint, run_id: str) -> BlueprintRow:
+    return BlueprintRow.of(
+        bp,
         run_id=run_id,
         difficulty=bp.cell.difficulty.value,
         path_shape=bp.cell.path_shape.value,
         target_mode=bp.cell.target_mode.value,
     )
-    return data
 
 
-def _attempt_row(attempt: BlueprintAttempt, run_id: str) -> dict[str, Any]:
-    data = attempt.model_dump(mode="json", exclude={"usage", "blueprint_id", "words_source"})
-    data["run_id"] = run_id
-    return data
+def _attempt_row(attempt: BlueprintAttempt, run_id: str) -> BlueprintAttemptRow:
+    return BlueprintAttemptRow.of(attempt, run_id=run_id)
 
 
 async def plan_unit(
@@ -232,9 +237,11 @@ async def plan_unit(
     )
 
 
-def blueprint_key(row: Mapping[str, Any]) -> str:
+def blueprint_key(row: Row | Mapping[str, Any]) -> str:
     """What makes two blueprints the same task: the cluster and the gold run's calls (tools
     in order, every argument value). Cells, seeds and words do not tell them apart."""
+    if isinstance(row, Row):
+        row = row.model_dump(include={"cluster_id", "gold_run"})
     gold = row.get("gold_run") or {}
     if isinstance(gold, str):
         gold = json.loads(gold)
@@ -242,7 +249,7 @@ def blueprint_key(row: Mapping[str, Any]) -> str:
     return stable_hash([row.get("cluster_id"), calls])
 
 
-def without_duplicate(unit: UnitRows, kept: Iterable[Mapping[str, Any]]) -> UnitRows:
+def without_duplicate(unit: UnitRows, kept: Iterable[BlueprintRow]) -> UnitRows:
     """A plan unit whose blueprint repeats one of ``kept`` (``blueprint_key``) as a rejected
     attempt (reason ``duplicate``): the blueprint is not stored and the slot is redrawn."""
     rows = unit.rows.get("blueprints") or []
@@ -252,9 +259,9 @@ def without_duplicate(unit: UnitRows, kept: Iterable[Mapping[str, Any]]) -> Unit
     twin = next((k for k in kept if blueprint_key(k) == key), None)
     if twin is None:
         return unit
-    detail = f"the same tool path and values as {twin.get('blueprint_id')}"
+    detail = f"the same tool path and values as {twin.blueprint_id}"
     attempts = [
-        {**a, "accepted": False, "reason": "duplicate", "detail": detail}
+        a.model_copy(update={"accepted": False, "reason": "duplicate", "detail": detail})
         for a in unit.rows.get("blueprint_attempts") or []
     ]
     return unit.model_copy(
@@ -275,15 +282,15 @@ def rollout_unit_id(blueprint_id: str, mode: RolloutMode, sample: int = 0) -> st
     return f"rollout:{blueprint_id}:{sample}"
 
 
-def _trajectory_row(trajectory: Trajectory) -> dict[str, Any]:
-    row = trajectory.model_dump(mode="json")
-    row.update(n_calls=len(trajectory.calls), total_tokens=trajectory.total_tokens)
-    return row
+def _trajectory_row(trajectory: Trajectory) -> TrajectoryRow:
+    return TrajectoryRow.of(
+        trajectory, n_calls=len(trajectory.calls), total_tokens=trajectory.total_tokens
+    )
 
 
-def _state_rows(states: list[EnvState | None]) -> list[dict[str, Any]]:
+def _state_rows(states: list[EnvState | None]) -> list[FinalStateRow]:
     return [
-        {"state_hash": s.state_hash, "state": s.model_dump(mode="json")}
+        FinalStateRow(state_hash=s.state_hash, state=s.model_dump(mode="json"))
         for s in states
         if s is not None and s.readable
     ]
@@ -291,14 +298,14 @@ def _state_rows(states: list[EnvState | None]) -> list[dict[str, Any]]:
 
 def _judged_rows(
     run_id: str, judged: JudgedTree, owner: str, usage: list[LLMUsage]
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[Row]]:
     return {
-        "trees": [judged.tree.model_dump(mode="json")],
-        "nodes": [n.model_dump(mode="json") for n in judged.nodes],
+        "trees": [TreeRow.of(judged.tree)],
+        "nodes": [NodeRow.of(n) for n in judged.nodes],
         "trajectories": [_trajectory_row(t) for t in judged.trajectories],
-        "verdicts": [v.model_dump(mode="json") for v in judged.verdicts],
-        "final_states": _state_rows(judged.final_states),
-        "llm_calls": _usage_rows(run_id, owner, usage),
+        "verdicts": [VerdictRow.of(v) for v in judged.verdicts],
+        "final_states": list(_state_rows(judged.final_states)),
+        "llm_calls": list(_usage_rows(run_id, owner, usage)),
     }
 
 
@@ -309,7 +316,7 @@ def _tree_rows(
     attempt: int,
     judgements: Judgements | None = None,
     verified: Verified | None = None,
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[Row]]:
     judged = judge_tree(blueprint, result, attempt, judgements, verified)
     return _judged_rows(run_id, judged, result.tree.tree_id, result.usage)
 
@@ -321,7 +328,7 @@ def _linear_rows(
     attempt: int,
     judgements: Judgements | None = None,
     verified: Verified | None = None,
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[Row]]:
     judged = judge_episode(blueprint, result, attempt, judgements, verified)
     return _judged_rows(run_id, judged, judged.trajectories[0].trajectory_id, result.usage)
 
@@ -389,7 +396,7 @@ def failure_class_of(exc: BaseException) -> str:
 
 def unit_failure_row(
     run_id: str, unit: UnitRef, exc: BaseException, *, attempts: int, failure: int
-) -> dict[str, Any]:
+) -> UnitFailureRow:
     """The ``unit_failures`` row of a unit given up after ``attempts`` tries: its class, the
     error on one line, and which failure of the unit it is (the unit is not marked done, so
     the next run of the config tries it again and a second failure is a second row)."""
@@ -398,21 +405,21 @@ def unit_failure_row(
     # a lone surrogate (model output quoted in an error) cannot be stored as UTF-8
     message = message.encode("utf-8", "replace").decode("utf-8")[:300]
     key = {"run_id": run_id, "unit_id": unit.unit_id, "failure": failure}
-    return {
-        "failure_id": content_id("fail", key),
-        "run_id": run_id,
-        "round": unit.round,
-        "kind": unit.kind,
-        "unit_id": unit.unit_id,
-        "blueprint_id": unit.blueprint_id,
-        "cluster_id": unit.cluster_id,
-        "failure": failure,
-        "failure_class": failure_class_of(exc),
-        "error_type": type(exc).__name__,
-        "error": message,
-        "attempts": attempts,
-        "failed_at": datetime.now(UTC).replace(tzinfo=None),
-    }
+    return UnitFailureRow(
+        failure_id=content_id("fail", key),
+        run_id=run_id,
+        round=unit.round,
+        kind=unit.kind,
+        unit_id=unit.unit_id,
+        blueprint_id=unit.blueprint_id,
+        cluster_id=unit.cluster_id,
+        failure=failure,
+        failure_class=failure_class_of(exc),
+        error_type=type(exc).__name__,
+        error=message,
+        attempts=attempts,
+        failed_at=datetime.now(UTC).replace(tzinfo=None),
+    )
 
 
 def context_tokens(config: RunConfig) -> int | None:
@@ -525,22 +532,32 @@ async def grow_unit(
         if judge_usage:
             owner = f"judge:{rollout_unit_id(blueprint.blueprint_id, mode, sample)}"
             rows["llm_calls"] += _usage_rows(run_id, owner, judge_usage)
-        verdicts = rows["verdicts"]
         return UnitRows(
             unit_id=rollout_unit_id(blueprint.blueprint_id, mode, sample),
             kind="rollout",
             rows=rows,
-            summary={
-                "trajectories": len(verdicts),
-                "passed": sum(1 for v in verdicts if v["passed"] and not v["excluded"]),
-                "counted": sum(
-                    1
-                    for v, t in zip(verdicts, rows["trajectories"], strict=True)
-                    if not v["excluded"]
-                    and (v["passed"] or counts_against_policy(t["failure_class"]))
-                ),
-            },
+            summary=_rollout_summary(rows),
         )
+
+
+def _rollout_summary(rows: Mapping[str, list[Row]]) -> dict[str, Any]:
+    """A rollout unit's leaves: how many, passed, counted against the policy."""
+    verdicts = [v for v in rows["verdicts"] if isinstance(v, VerdictRow)]
+    trajectories = [t for t in rows["trajectories"] if isinstance(t, TrajectoryRow)]
+    return {
+        "trajectories": len(verdicts),
+        "passed": sum(1 for v in verdicts if v.passed and not v.excluded),
+        "counted": sum(
+            1
+            for v, t in zip(verdicts, trajectories, strict=True)
+            if not v.excluded
+            and (v.passed or counts_against_policy(_failure_class(t.failure_class)))
+        ),
+    }
+
+
+def _failure_class(value: str | None) -> FailureClass | None:
+    return FailureClass(value) if value else None
 
 
 def _report_leaf(

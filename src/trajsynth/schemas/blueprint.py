@@ -135,32 +135,54 @@ class MutationLint(Record):
 
 
 class Blueprint(Record):
-    blueprint_id: str
-    cluster_id: str
-    domain: str
-    cell: Cell
-    initial_state_id: str
-    tool_path: list[PlannedCall]
-    slots: dict[str, JsonValue] = Field(default_factory=dict)
-    persona: str
-    goal: str
-    hidden_info: dict[str, JsonValue] = Field(default_factory=dict)
-    uses_code_tool: bool = False
-    n_writes: int = 0
-    gold_run: GoldRun
-    constraints: list[Constraint]
-    max_turns: int = Field(default=8, ge=1)
-    seed: int
-    round: int = 0
+    """A planned task. Each field's description is also its column's meaning in the store
+    (``blueprints``); ``words_attempts``, ``reads_before_write`` and ``usage`` are kept in
+    memory only."""
+
+    blueprint_id: str = Field(description="content id of the task (its blueprint)")
+    cluster_id: str = Field(description="the cluster it runs against")
+    domain: str = Field(description="the cluster's domain")
+    cell: Cell = Field(
+        description="the sampled cell: cluster, path shape, reasoning mode, difficulty"
+    )
+    initial_state_id: str = Field(description="seed of the environment's starting state")
+    tool_path: list[PlannedCall] = Field(description="the planned tool calls, in order")
+    slots: dict[str, JsonValue] = Field(
+        default_factory=dict, description="values the planned path binds"
+    )
+    persona: str = Field(description="who the simulated user is")
+    goal: str = Field(description="the user's goal in natural words")
+    hidden_info: dict[str, JsonValue] = Field(
+        default_factory=dict, description="what the user knows and reveals only when asked"
+    )
+    uses_code_tool: bool = Field(default=False, description="whether the task needs the code tool")
+    n_writes: int = Field(default=0, description="write calls on the planned path")
+    gold_run: GoldRun = Field(
+        description="the planned path executed once: calls, results, end state"
+    )
+    constraints: list[Constraint] = Field(description="the checks that decide success")
+    max_turns: int = Field(default=8, ge=1, description="turn budget of a rollout")
+    seed: int = Field(description="the planning seed")
+    round: int = Field(default=0, description="the round it was planned in (0-based)")
     # added by the planner (agents/planner): where the words came from ("llm", or the
     # deterministic "template" after the LLM's drafts failed), how many LLM drafts were tried,
     # WRIT's reads before each write (§14), and the planner's LLM calls (cost by role).
-    words_source: Literal["llm", "template"] = "llm"
-    words_attempts: int = Field(default=0, ge=0)
-    reads_before_write: list[int] = Field(default_factory=list)
-    usage: list[LLMUsage] = Field(default_factory=list)
+    words_source: Literal["llm", "template"] = Field(
+        default="llm", description="llm or template (who wrote the goal)"
+    )
+    words_attempts: int = Field(default=0, ge=0, description="LLM drafts of the words tried")
+    reads_before_write: list[int] = Field(
+        default_factory=list, description="reads before each write on the path (§14)"
+    )
+    usage: list[LLMUsage] = Field(
+        default_factory=list, description="the planner's LLM calls (stored in llm_calls)"
+    )
     # the mutation lint's figures (planning.mutants); None where it did not run
-    mutation_lint: MutationLint | None = None
+    mutation_lint: MutationLint | None = Field(
+        default=None,
+        description="the mutation lint: wrong variants of the gold run replayed, caught, "
+        "survived, and the checks it added (null: not run)",
+    )
 
     def signature(self) -> str:
         """The task as an exercise: its cluster, its tool path (the tools in order) and its
@@ -173,16 +195,18 @@ class Blueprint(Record):
 
 
 class BlueprintAttempt(Record):
-    """A planned path that was rejected, with why; the validity rate of §6 counts these."""
+    """A planned path that was rejected, with why; the validity rate of §6 counts these.
+    Each field's description is also its column's meaning (``blueprint_attempts``); the
+    planner's additions (the last three) are kept in memory only."""
 
-    attempt_id: str
-    cluster_id: str
-    cell: Cell
-    seed: int
-    round: int = 0
-    accepted: bool
-    reason: str = ""
-    detail: str = ""
+    attempt_id: str = Field(description="content id of the attempt")
+    round: int = Field(default=0, description="the round")
+    cluster_id: str = Field(description="the cluster tried")
+    cell: Cell = Field(description="the sampled cell")
+    seed: int = Field(description="the attempt's seed")
+    accepted: bool = Field(description="whether a blueprint came of it")
+    reason: str = Field(default="", description="why it was rejected (a short class)")
+    detail: str = Field(default="", description="the rejection's message")
     # added by the planner: the accepted blueprint, the words' origin, the LLM calls spent
     blueprint_id: str | None = None
     words_source: Literal["llm", "template"] | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from trajsynth.schemas._base import Record, stable_hash
 from trajsynth.schemas.diversity import CACWeights, DiversityReport, EvolutionParams
@@ -19,6 +19,7 @@ __all__ = [
     "CurationConfig",
     "CurationReport",
     "RLSelectConfig",
+    "RoundStats",
     "SFTSelectConfig",
     "Selection",
     "SelectionKind",
@@ -214,3 +215,52 @@ class CurationReport(Record):
     skips: dict[str, str] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     rows_added: int = 0
+
+
+class RoundStats(Record):
+    """One curated round's figures as stored (``round_stats``): what the dashboard, ``synth
+    stats`` and a reused round read back. Entropies and means are over the dataset so far
+    (every accepted trajectory of rounds <= ``round``); ``round_report`` is the round alone."""
+
+    round_key: str = Field(description="run id and round")
+    run_id: str = Field(description="the run")
+    round: int = Field(description="the round")
+    input_hash: str = Field(description="hash of what the round was curated from")
+    n_trajectories: int = Field(description="trajectories of the round")
+    n_verified: int = Field(description="of which passed")
+    n_accepted: int = Field(description="of which counted in the dataset")
+    pass_rate: float | None = Field(
+        default=None, description="n_verified over the counted trajectories"
+    )
+    n_tasks: int = Field(description="tasks of the round")
+    domain_entropy: float = Field(description="entropy of the domains (nats), dataset so far")
+    domain_entropy_norm: float = Field(description="domain_entropy over its maximum")
+    cluster_entropy_norm: float = Field(description="normalised entropy of the clusters")
+    reasoning_mode_entropy: float = Field(description="entropy of the reasoning modes (nats)")
+    reasoning_mode_entropy_norm: float = Field(
+        description="reasoning_mode_entropy over its maximum"
+    )
+    action_complexity: float | None = Field(
+        default=None, description="mean cumulative action complexity (None: nothing accepted)"
+    )
+    error_branch_ratio: float = Field(description="mean error branch ratio of the tasks")
+    strategic_heterogeneity: float | None = Field(
+        default=None, description="mean normalised strategy entropy"
+    )
+    n_success_strategies: float | None = Field(
+        default=None, description="mean successful strategies per task"
+    )
+    n_recovered: int = Field(description="trajectories that recovered from an error")
+    n_duplicates: int = Field(description="near-duplicates found")
+    n_sft_selected: int = Field(description="trajectories in the SFT selection")
+    n_rl_selected: int = Field(description="tasks in the RL selection")
+    mode_codebook: str | None = Field(default=None, description="the codebook of the round")
+    skips: dict[str, str] = Field(default_factory=dict, description="what was skipped and why")
+    timings: dict[str, float] | None = Field(default=None, description="seconds per curation stage")
+    report: DiversityReport = Field(
+        description="the DiversityReport of the dataset after the round"
+    )
+    round_report: DiversityReport = Field(description="the DiversityReport of the round alone")
+    curation: dict[str, JsonValue] = Field(
+        description="the CurationReport (counts, skips), its timings left out"
+    )

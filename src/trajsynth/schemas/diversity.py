@@ -105,15 +105,15 @@ class ModeInfo(Record):
 class ModeCodebookRecord(Record):
     """A frozen mode codebook as stored: centroids (unit rows) or the rule-label fallback."""
 
-    codebook_id: str
-    version: str
-    kind: Literal["kmeans", "rules"]
+    codebook_id: str = Field(description="content id of the codebook")
+    version: str = Field(description="codebook version")
+    kind: Literal["kmeans", "rules"] = Field(description="kmeans or the fallback")
     modes: list[ModeInfo]
     centroids: list[list[float]] | None = None
     min_cosine: float = 0.5
-    silhouette: float | None = None
-    n_fit: int = 0
-    fallback_reason: str | None = None
+    silhouette: float | None = Field(default=None, description="cluster quality (-1 to 1)")
+    n_fit: int = Field(default=0, description="texts it was fitted on")
+    fallback_reason: str | None = Field(default=None, description="why the fallback was used")
 
 
 class ModeAssignment(Record):

@@ -59,12 +59,12 @@ class ObsClass(StrEnum):
 class LLMUsage(Record):
     """One LLM call: who made it, what it cost. Latency is volatile (never in an id)."""
 
-    role: AgentRole
-    model: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-    cached: bool = False
+    role: AgentRole = Field(description="planner, user simulator, assistant or verifier")
+    model: str = Field(description="the model")
+    prompt_tokens: int = Field(default=0, description="prompt tokens")
+    completion_tokens: int = Field(default=0, description="completion tokens")
+    latency_s: float = Field(default=0.0, description="seconds to answer")
+    cached: bool = Field(default=False, description="answered from the cache")
 
 
 class UsageTotals(Record):

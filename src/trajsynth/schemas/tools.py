@@ -47,11 +47,19 @@ class Domain(StrEnum):
 
 
 class ToolSpec(Record):
-    name: str
-    description: str = ""
-    input_schema: dict[str, JsonValue] = Field(default_factory=lambda: {"type": "object"})
-    output_schema: dict[str, JsonValue] | None = None
-    access: ToolAccess = ToolAccess.READ
+    name: str = Field(description="the tool's name")
+    description: str = Field(
+        default="", description="the tool's description as the server gives it"
+    )
+    input_schema: dict[str, JsonValue] = Field(
+        default_factory=lambda: {"type": "object"}, description="JSON schema of the arguments"
+    )
+    output_schema: dict[str, JsonValue] | None = Field(
+        default=None, description="JSON schema of the result, where declared"
+    )
+    access: ToolAccess = Field(
+        default=ToolAccess.READ, description="read or write (whether a call changes state)"
+    )
     # Where the read/write tag came from (docs/style.md §3): the tool's MCP annotations
     # (readOnlyHint / destructiveHint), a probe call in a throw-away environment (outside
     # servers), its name, or the conservative default (write).
@@ -109,13 +117,13 @@ class EdgeProposal(Record):
 class ToolEdge(Record):
     """u -> v: an output field of ``source`` can feed parameter ``in_param`` of ``target``."""
 
-    source: str
-    target: str
-    out_field: str
-    in_param: str
-    score: float = Field(ge=0.0, le=1.0)
-    origin: EdgeOrigin = EdgeOrigin.INFERRED
-    verified: bool = False
+    source: str = Field(description="the tool whose output feeds")
+    target: str = Field(description="the tool whose parameter is fed")
+    out_field: str = Field(description="the output field of the source")
+    in_param: str = Field(description="the parameter of the target")
+    score: float = Field(ge=0.0, le=1.0, description="how sure the inference is (0-1)")
+    origin: EdgeOrigin = Field(default=EdgeOrigin.INFERRED, description="inferred or declared")
+    verified: bool = Field(default=False, description="seen to work in a gold run")
     evidence: str | None = Field(default=None, description="the probe calls that showed it")
 
 
@@ -244,16 +252,20 @@ class BundledCluster(Record):
 class ToolCluster(Record):
     """One service's tools that depend on each other, served by one MCP server."""
 
-    cluster_id: str
-    domain: Domain
-    description: str = ""
-    server: ServerSpec
+    cluster_id: str = Field(description="the cluster's name")
+    domain: Domain = Field(description="the service domain (shop, calendar, ...)")
+    description: str = Field(default="", description="what the cluster's service does")
+    server: ServerSpec = Field(description="how the MCP server is started")
     tools: list[ToolSpec]
     edges: list[ToolEdge] = Field(default_factory=list)
     # False for outside servers: constraints then come from the call trace and the answer.
-    state_readable: bool = True
+    state_readable: bool = Field(
+        default=True, description="whether the end state can be read for verification"
+    )
     seed: int = 0
-    source: Literal["bundled", "outside", "entry_point"] = "bundled"
+    source: Literal["bundled", "outside", "entry_point"] = Field(
+        default="bundled", description="bundled, outside or entry_point (where it came from)"
+    )
     # Outside clusters: read-only probe calls that read the end state, argument values that
     # probing saw accepted (tool -> param -> values), and warnings shown at add and in show.
     probes: list[ProbeCall] = Field(default_factory=list)

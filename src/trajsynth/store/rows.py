@@ -15,16 +15,19 @@ Every column but the key may be NULL: a row written by an older release lacks la
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import (
+    TYPE_CHECKING,
     Annotated,
     Any,
     ClassVar,
     Literal,
+    Self,
     TypeVar,
     Union,
+    cast,
     get_args,
     get_origin,
 )
@@ -32,12 +35,20 @@ from typing import (
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model
 
 from trajsynth.schemas import (
+    Blueprint,
+    BlueprintAttempt,
+    LLMUsage,
     MetricValue,
+    ModeCodebookRecord,
     RolloutTree,
+    RoundStats,
     Scores,
     Selection,
     Signals,
     TaskTopology,
+    ToolCluster,
+    ToolEdge,
+    ToolSpec,
     Trajectory,
     TrajectoryTopology,
     Verdict,
@@ -45,6 +56,7 @@ from trajsynth.schemas import (
 from trajsynth.schemas import Node as TreeNode
 
 __all__ = [
+    "RECORD_ROWS",
     "ROW_MODELS",
     "BigInt",
     "Row",
@@ -72,13 +84,24 @@ class Row(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     __table__: ClassVar[str] = ""
+    # the schema record the row is derived from (``stored_row``); None: a row of its own
+    __record__: ClassVar[type[BaseModel] | None] = None
 
     @classmethod
     def key(cls) -> str:
         return next(iter(cls.model_fields))
 
+    @classmethod
+    def of(cls, record: BaseModel, /, **columns: Any) -> Self:
+        """The row of ``record``: its fields that are columns, and ``columns`` (the run, the
+        round, what the writer computes). Validated, so a wrong value fails here, not in SQL."""
+        data = record.model_dump(mode="json", include=set(cls.model_fields))
+        return cls.model_validate({**data, **columns})
+
 
 ROW_MODELS: dict[str, type[Row]] = {}
+# record type -> the row model derived from it: ``Store.read`` takes either
+RECORD_ROWS: dict[type[BaseModel], type[Row]] = {}
 
 
 def _table(name: str) -> Any:
@@ -88,6 +111,30 @@ def _table(name: str) -> Any:
         return cls
 
     return register
+
+
+class StoredRow(Row):
+    """A row derived from a record (``stored_row``). Its columns are made at run time, so a
+    type checker knows none of them: it sees each as ``Any``; pydantic validates them."""
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any: ...
+
+
+S = TypeVar("S", bound=StoredRow)
+
+
+def _derived(table: str, record: type[BaseModel], **options: Any) -> Callable[[type[S]], type[S]]:
+    """The class it decorates, as ``stored_row`` derives it from ``record`` for ``table``:
+    its name and docstring kept, its body (a docstring) the only thing written by hand."""
+
+    def build(cls: type[S]) -> type[S]:
+        model = stored_row(cls.__name__, record, **options)
+        model.__doc__ = cls.__doc__
+        return cast("type[S]", _table(table)(model))
+
+    return build
 
 
 def row_model(table: str) -> type[Row]:
@@ -153,28 +200,43 @@ def stored_row(
     record: type[BaseModel],
     *,
     bigint: frozenset[str] = frozenset(),
+    key: tuple[str, str] | None = None,
     context: Mapping[str, tuple[Any, str]] | None = None,
     computed: Mapping[str, tuple[Any, str]] | None = None,
+    exclude: frozenset[str] = frozenset(),
 ) -> type[Row]:
     """The row model of a record stored whole: one column per field, in the record's order,
     meaning its field's description; ``bigint`` names the integer columns that outgrow
-    INTEGER. Columns the record does not hold, as ``{name: (type, meaning)}``: ``context``
-    after the key (the run and round it was made in), ``computed`` at the end (what the
-    writer derives: a property, a flag set later)."""
+    INTEGER. The key is the record's first field, or ``key`` (name, meaning) when the
+    record holds none (a tool's key is its cluster and name). Columns the record does not
+    hold, as ``{name: (type, meaning)}``: ``context`` after the key (the run and round it was
+    made in), ``computed`` at the end (what the writer derives: a property, a flag set
+    later). ``exclude`` names the record's fields that are not stored (what it carries in
+    memory only, such as the LLM calls a blueprint cost, which go to ``llm_calls``)."""
     fields: dict[str, Any] = {}
-    for i, (field, info) in enumerate(record.model_fields.items()):
+    if key is not None:
+        fields[key[0]] = (str, Field(description=key[1]))
+        fields.update({c: (t, _c(meaning)) for c, (t, meaning) in (context or {}).items()})
+    for field, info in record.model_fields.items():
+        if field in exclude:
+            continue
         if not info.description:
             raise TypeError(f"{record.__name__}.{field} has no description (its column meaning)")
         column = _NullableBigInt if field in bigint else _column_annotation(info.annotation)
-        if i == 0:  # the key: never NULL
+        if not fields:  # the key: never NULL
             fields[field] = (column, Field(description=info.description))
             fields.update({c: (t, _c(meaning)) for c, (t, meaning) in (context or {}).items()})
         else:
             fields[field] = (column, _c(info.description))
     for field, (column, meaning) in (computed or {}).items():
         fields[field] = (column, _c(meaning))
-    model = create_model(name, __base__=Row, __module__=__name__, **fields)
+    model = create_model(name, __base__=StoredRow, __module__=__name__, **fields)
     model.__doc__ = f"``schemas.{record.__name__}`` as stored."
+    model.__record__ = record
+    if not any(record.model_fields[f].is_required() for f in exclude):
+        # the record reads back whole from its row (``Store.read(record)``); one whose
+        # required fields live elsewhere (a cluster's tools) reads as its row only
+        RECORD_ROWS.setdefault(record, model)
     return model
 
 
@@ -190,91 +252,84 @@ class RunRow(Row):
     summary: Json = _c("the RunSummary at the end (counts, tokens, time)")
 
 
-@_table("clusters")
-class ClusterRow(Row):
-    cluster_id: str = Field(description="the cluster's name")
-    domain: str | None = _c("the service domain (shop, calendar, ...)")
-    description: str | None = _c("what the cluster's service does")
-    source: str | None = _c("bundled, stdio or http")
-    server: Json = _c("how the MCP server is started")
-    state_readable: bool | None = _c("whether the end state can be read for verification")
-    n_tools: int | None = _c("tools the server lists")
-    n_edges: int | None = _c("edges of the tool dependency graph")
+@_derived(
+    "clusters",
+    ToolCluster,
+    computed={
+        "n_tools": (int | None, "tools the server lists"),
+        "n_edges": (int | None, "edges of the tool dependency graph"),
+    },
+    # what the cluster's own tables (tools, edges) or its registry entry hold
+    exclude=frozenset(
+        {"tools", "edges", "seed", "probes", "arg_values", "warnings", "facts", "preconditions"}
+    ),
+)
+class ClusterRow(StoredRow):
+    """``schemas.ToolCluster`` as stored."""
 
 
-@_table("tools")
-class ToolRow(Row):
-    tool_key: str = Field(description="cluster id and tool name")
-    cluster_id: str | None = _c("the cluster the tool belongs to")
-    name: str | None = _c("the tool's name")
-    access: str | None = _c("read or write (whether a call changes state)")
-    description: str | None = _c("the tool's description as the server gives it")
-    input_schema: Json = _c("JSON schema of the arguments")
-    output_schema: Json = _c("JSON schema of the result, where declared")
+@_derived(
+    "tools",
+    ToolSpec,
+    key=("tool_key", "cluster id and tool name"),
+    context={"cluster_id": (str | None, "the cluster the tool belongs to")},
+    exclude=frozenset({"access_source", "access_evidence", "idempotent", "injected"}),
+)
+class ToolRow(StoredRow):
+    """``schemas.ToolSpec`` as stored."""
 
 
-@_table("edges")
-class EdgeRow(Row):
-    edge_key: str = Field(description="content id of the edge")
-    cluster_id: str | None = _c("the cluster of both tools")
-    source: str | None = _c("the tool whose output feeds")
-    target: str | None = _c("the tool whose parameter is fed")
-    out_field: str | None = _c("the output field of the source")
-    in_param: str | None = _c("the parameter of the target")
-    score: float | None = _c("how sure the inference is (0-1)")
-    origin: str | None = _c("inferred or declared")
-    verified: bool | None = _c("seen to work in a gold run")
+@_derived(
+    "edges",
+    ToolEdge,
+    key=("edge_key", "content id of the edge"),
+    context={"cluster_id": (str | None, "the cluster of both tools")},
+    exclude=frozenset({"evidence"}),
+)
+class EdgeRow(StoredRow):
+    """``schemas.ToolEdge`` as stored."""
 
 
 # --- planning ------------------------------------------------------------------------------
-@_table("blueprints")
-class BlueprintRow(Row):
-    blueprint_id: str = Field(description="content id of the task (its blueprint)")
-    run_id: str | None = _c("the run that planned it")
-    round: int | None = _c("the round it was planned in (0-based)")
-    cluster_id: str | None = _c("the cluster it runs against")
-    domain: str | None = _c("the cluster's domain")
-    cell: Json = _c("the sampled cell: cluster, path shape, reasoning mode, difficulty")
-    difficulty: str | None = _c("planned difficulty")
-    path_shape: str | None = _c("shape of the planned tool path")
-    target_mode: str | None = _c("the reasoning mode the task calls for")
-    initial_state_id: str | None = _c("seed of the environment's starting state")
-    tool_path: Json = _c("the planned tool calls, in order")
-    slots: Json = _c("values the planned path binds")
-    persona: str | None = _c("who the simulated user is")
-    goal: str | None = _c("the user's goal in natural words")
-    hidden_info: Json = _c("what the user knows and reveals only when asked")
-    uses_code_tool: bool | None = _c("whether the task needs the code tool")
-    n_writes: int | None = _c("write calls on the planned path")
-    gold_run: Json = _c("the planned path executed once: calls, results, end state")
-    constraints: Json = _c("the checks that decide success")
-    max_turns: int | None = _c("turn budget of a rollout")
-    seed: BigInt | None = _c("the planning seed")
-    words_source: str | None = _c("llm or template (who wrote the goal)")
-    mutation_lint: Json = _c(
-        "the mutation lint: wrong variants of the gold run replayed, caught, survived, and the "
-        "checks it added (null: not run)"
-    )
+_PLANNER_ONLY = frozenset({"words_attempts", "reads_before_write", "usage"})
 
 
-@_table("blueprint_attempts")
-class BlueprintAttemptRow(Row):
-    attempt_id: str = Field(description="content id of the attempt")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round")
-    cluster_id: str | None = _c("the cluster tried")
-    cell: Json = _c("the sampled cell")
-    seed: BigInt | None = _c("the attempt's seed")
-    accepted: bool | None = _c("whether a blueprint came of it")
-    reason: str | None = _c("why it was rejected (a short class)")
-    detail: str | None = _c("the rejection's message")
+@_derived(
+    "blueprints",
+    Blueprint,
+    bigint=frozenset({"seed"}),
+    context={"run_id": (str | None, "the run that planned it")},
+    computed={
+        "difficulty": (str | None, "planned difficulty"),
+        "path_shape": (str | None, "shape of the planned tool path"),
+        "target_mode": (str | None, "the reasoning mode the task calls for"),
+    },
+    exclude=_PLANNER_ONLY,
+)
+class BlueprintRow(StoredRow):
+    """``schemas.Blueprint`` as stored."""
+
+
+@_derived(
+    "blueprint_attempts",
+    BlueprintAttempt,
+    bigint=frozenset({"seed"}),
+    context={"run_id": (str | None, "the run")},
+    exclude=frozenset({"blueprint_id", "words_source", "usage"}),
+)
+class BlueprintAttemptRow(StoredRow):
+    """``schemas.BlueprintAttempt`` as stored."""
 
 
 # --- rollouts ------------------------------------------------------------------------------
-TreeRow = _table("trees")(
-    stored_row("TreeRow", RolloutTree, bigint=frozenset({"total_tokens", "generated_tokens"}))
-)
-NodeRow = _table("nodes")(stored_row("NodeRow", TreeNode))
+@_derived("trees", RolloutTree, bigint=frozenset({"total_tokens", "generated_tokens"}))
+class TreeRow(StoredRow):
+    """``schemas.RolloutTree`` as stored."""
+
+
+@_derived("nodes", TreeNode)
+class NodeRow(StoredRow):
+    """``schemas.Node`` as stored."""
 
 
 @_table("final_states")
@@ -283,18 +338,22 @@ class FinalStateRow(Row):
     state: Json = _c("the end state")
 
 
-TrajectoryRow = _table("trajectories")(
-    stored_row(
-        "TrajectoryRow",
-        Trajectory,
-        bigint=frozenset({"seed"}),
-        computed={
-            "n_calls": (int | None, "tool calls"),
-            "total_tokens": (_NullableBigInt, "tokens of the rollout, all roles"),
-        },
-    )
+@_derived(
+    "trajectories",
+    Trajectory,
+    bigint=frozenset({"seed"}),
+    computed={
+        "n_calls": (int | None, "tool calls"),
+        "total_tokens": (_NullableBigInt, "tokens of the rollout, all roles"),
+    },
 )
-VerdictRow = _table("verdicts")(stored_row("VerdictRow", Verdict))
+class TrajectoryRow(StoredRow):
+    """``schemas.Trajectory`` as stored."""
+
+
+@_derived("verdicts", Verdict)
+class VerdictRow(StoredRow):
+    """``schemas.Verdict`` as stored."""
 
 
 # --- curation --------------------------------------------------------------------------------
@@ -302,76 +361,64 @@ VerdictRow = _table("verdicts")(stored_row("VerdictRow", Verdict))
 class ScoreRow(Row, Scores):
     """``schemas.Scores`` as stored: its fields are the columns."""
 
+    __record__ = Scores
+
 
 @_table("metric_values")
 class MetricValueRow(Row, MetricValue):
     """``schemas.MetricValue`` as stored: one registered metric's value for one item."""
 
+    __record__ = MetricValue
+
+
+RECORD_ROWS.update({Scores: ScoreRow, MetricValue: MetricValueRow})
+
 
 _RUN = {"run_id": (str | None, "the run"), "round": (int | None, "the round")}
-SignalRow = _table("signals")(stored_row("SignalRow", Signals, context=_RUN))
-TaskTopologyRow = _table("task_topology")(
-    stored_row(
-        "TaskTopologyRow",
-        TaskTopology,
-        context={**_RUN, "cluster_id": (str | None, "the cluster")},
-        computed={
-            "in_rl_pool": (bool | None, "selected for the RL dataset"),
-            "graph": (Json, "the quotient graph (nodes, edges)"),
-        },
-    )
+
+
+@_derived("signals", Signals, context=_RUN)
+class SignalRow(StoredRow):
+    """``schemas.Signals`` as stored."""
+
+
+@_derived(
+    "task_topology",
+    TaskTopology,
+    context={**_RUN, "cluster_id": (str | None, "the cluster")},
+    computed={
+        "in_rl_pool": (bool | None, "selected for the RL dataset"),
+        "graph": (Json, "the quotient graph (nodes, edges)"),
+    },
 )
-TrajectoryTopologyRow = _table("trajectory_topology")(
-    stored_row("TrajectoryTopologyRow", TrajectoryTopology, context=_RUN)
+class TaskTopologyRow(StoredRow):
+    """``schemas.TaskTopology`` as stored."""
+
+
+@_derived("trajectory_topology", TrajectoryTopology, context=_RUN)
+class TrajectoryTopologyRow(StoredRow):
+    """``schemas.TrajectoryTopology`` as stored."""
+
+
+@_derived("selections", Selection, context={"run_id": _RUN["run_id"]})
+class SelectionRow(StoredRow):
+    """``schemas.Selection`` as stored."""
+
+
+@_derived("round_stats", RoundStats)
+class RoundStatsRow(StoredRow):
+    """``schemas.RoundStats`` as stored."""
+
+
+@_derived(
+    "mode_codebooks",
+    ModeCodebookRecord,
+    context={"run_id": _RUN["run_id"], "round": (int | None, "the round it was fitted in")},
+    computed={"record": (Json, "the codebook: centres and labels")},
+    exclude=frozenset({"modes", "centroids", "min_cosine"}),
 )
-SelectionRow = _table("selections")(
-    stored_row("SelectionRow", Selection, context={"run_id": _RUN["run_id"]})
-)
-
-
-@_table("round_stats")
-class RoundStatsRow(Row):
-    round_key: str = Field(description="run id and round")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round")
-    input_hash: str | None = _c("hash of what the round was curated from")
-    n_trajectories: int | None = _c("trajectories of the round")
-    n_verified: int | None = _c("of which passed")
-    n_accepted: int | None = _c("of which counted in the dataset")
-    pass_rate: float | None = _c("n_verified over the counted trajectories")
-    n_tasks: int | None = _c("tasks of the round")
-    domain_entropy: float | None = _c("entropy of the domains (nats), dataset so far")
-    domain_entropy_norm: float | None = _c("domain_entropy over its maximum")
-    cluster_entropy_norm: float | None = _c("normalised entropy of the clusters")
-    reasoning_mode_entropy: float | None = _c("entropy of the reasoning modes (nats)")
-    reasoning_mode_entropy_norm: float | None = _c("reasoning_mode_entropy over its maximum")
-    action_complexity: float | None = _c("mean cumulative action complexity")
-    error_branch_ratio: float | None = _c("mean error branch ratio of the tasks")
-    strategic_heterogeneity: float | None = _c("mean normalised strategy entropy")
-    n_success_strategies: float | None = _c("mean successful strategies per task")
-    n_recovered: int | None = _c("trajectories that recovered from an error")
-    n_duplicates: int | None = _c("near-duplicates found")
-    n_sft_selected: int | None = _c("trajectories in the SFT selection")
-    n_rl_selected: int | None = _c("tasks in the RL selection")
-    mode_codebook: str | None = _c("the codebook of the round")
-    skips: Json = _c("what was skipped and why")
-    timings: Json = _c("seconds per curation stage")
-    report: Json = _c("the DiversityReport of the dataset after the round")
-    round_report: Json = _c("the DiversityReport of the round alone")
-    curation: Json = _c("the CurationReport (counts, skips)")
-
-
-@_table("mode_codebooks")
-class ModeCodebookRow(Row):
-    codebook_id: str = Field(description="content id of the codebook")
-    run_id: str | None = _c("the run")
-    round: int | None = _c("the round it was fitted in")
-    version: str | None = _c("codebook version")
-    kind: str | None = _c("kmeans or the fallback")
-    n_fit: int | None = _c("texts it was fitted on")
-    silhouette: float | None = _c("cluster quality (-1 to 1)")
-    fallback_reason: str | None = _c("why the fallback was used")
-    record: Json = _c("the codebook: centres and labels")
+class ModeCodebookRow(StoredRow):
+    """``schemas.ModeCodebookRecord`` as stored."""
 
 
 @_table("evolution")
@@ -398,17 +445,17 @@ class EmbeddingRow(Row):
     vector: Vector | None = _c("the embedding")
 
 
-@_table("llm_calls")
-class LLMCallRow(Row):
-    call_key: str = Field(description="content id of the call")
-    run_id: str | None = _c("the run")
-    trajectory_id: str | None = _c("the trajectory it served")
-    role: str | None = _c("planner, user simulator, assistant or verifier")
-    model: str | None = _c("the model")
-    prompt_tokens: int | None = _c("prompt tokens")
-    completion_tokens: int | None = _c("completion tokens")
-    latency_s: float | None = _c("seconds to answer")
-    cached: bool | None = _c("answered from the cache")
+@_derived(
+    "llm_calls",
+    LLMUsage,
+    key=("call_key", "content id of the call"),
+    context={
+        "run_id": (str | None, "the run"),
+        "trajectory_id": (str | None, "the trajectory it served"),
+    },
+)
+class LLMCallRow(StoredRow):
+    """``schemas.LLMUsage`` as stored."""
 
 
 @_table("work_units")

@@ -30,11 +30,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from trajsynth.schemas import InputError
-from trajsynth.store.rows import ROW_MODELS, Row, column_types
+from trajsynth.store.rows import (
+    RECORD_ROWS,
+    ROW_MODELS,
+    Row,
+    RunRow,
+    StoredRow,
+    WorkUnitRow,
+    column_types,
+    model_from_row,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -47,7 +56,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R", bound=Row)
+M = TypeVar("M", bound=BaseModel)
 
 
 class StoreLockedError(InputError):
@@ -306,9 +315,9 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def work_unit_row(run_id: str, kind: str, unit_id: str) -> dict[str, Any]:
-    """The done-marker of one unit of work; insert it in the same batch as the unit's rows."""
-    return {"unit_id": unit_id, "run_id": run_id, "kind": kind, "done_at": _now()}
+def work_unit_row(run_id: str, kind: str, unit_id: str) -> WorkUnitRow:
+    """The done-marker of one unit of work; write it in the same batch as the unit's rows."""
+    return WorkUnitRow(unit_id=unit_id, run_id=run_id, kind=kind, done_at=_now())
 
 
 class Store:
@@ -459,8 +468,16 @@ class Store:
             _, cols = TABLES[table]
             names = list(cols)
             columns: dict[str, list[Any]] = {c: [] for c in names}
+            stamps = [c for c in names if cols[c] == "TIMESTAMP"]
             for row in rows:
-                data = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
+                if isinstance(row, Row) and (isinstance(row, StoredRow) or row.__record__ is None):
+                    data = dict(row)  # its columns hold text, numbers and JSON data already
+                elif isinstance(row, BaseModel):
+                    data = row.model_dump(mode="json")
+                    # a datetime as itself: Arrow takes no ISO text for a TIMESTAMP
+                    data.update({c: getattr(row, c) for c in stamps if c in data})
+                else:
+                    data = row
                 if not isinstance(row, BaseModel) and _renamed_keys(table, data):
                     # a column's old name would otherwise be stored as NULL; keys that are no
                     # column at all are left out, as rows carry extra fields on purpose
@@ -503,36 +520,116 @@ class Store:
                 raise
         return added
 
-    def write(self, rows: Iterable[Row], **more: Iterable[Row]) -> int:
+    def write(
+        self,
+        rows: Iterable[Row],
+        *,
+        delete: Sequence[tuple[str, Sequence[Any]]] = (),
+        **more: Iterable[Row],
+    ) -> int:
         """Insert row models into their tables in ONE transaction; returns the new rows.
 
         Rows of any mix of tables go in together (each model names its table), so a unit's
-        records and its done-marker commit at once.
+        records and its done-marker commit at once. ``delete`` statements (SQL, params) run
+        first in the same transaction: a slice of a table replaced at once (a round curated
+        again).
         """
         batches: dict[str, list[Row]] = {}
         for row in (*rows, *(r for group in more.values() for r in group)):
+            if not isinstance(row, Row):
+                raise TypeError(f"Store.write takes row models, not {type(row).__name__}")
             batches.setdefault(type(row).__table__, []).append(row)
-        return self.insert_bulk(dict(batches)) if batches else 0
+        return self.insert_bulk(dict(batches), delete=delete) if batches or delete else 0
 
     def read(
-        self, model: type[R], where: str = "", params: Sequence[Any] = (), **equal: Any
-    ) -> list[R]:
-        """Rows of ``model``'s table as models: ``where`` (SQL) and ``column=value`` filters.
+        self,
+        model: type[M],
+        where: str = "",
+        params: Sequence[Any] = (),
+        /,
+        *,
+        on_error: Callable[[str, ValidationError], None] | None = None,
+        shared: Sequence[str] = (),
+        **equal: Any,
+    ) -> list[M]:
+        """Rows of a table as models, ordered by key: ``where`` (SQL) and ``column=value``
+        filters on its columns. ``model`` is a row model, or a record a row model is derived
+        from (``Trajectory``, ``Verdict``, ...): then each row comes back as the record, its
+        NULL columns (a row of an older release) left to the record's defaults.
+
+        A row the record cannot take is passed to ``on_error`` (its key and why) and left
+        out; without ``on_error`` it raises. ``shared`` names a record's fields whose value
+        many rows repeat (a trajectory's tool schemas, the same for every rollout of a
+        task): each distinct value is validated once and shared.
 
         >>> Store(path).read(TaskTopologyRow, run_id=run_id, round=0)  # doctest: +SKIP
+        >>> Store(path).read(Verdict, trajectory_id=tid)  # doctest: +SKIP
         """
-        unknown = set(equal) - set(model.model_fields)
+        row = model if issubclass(model, Row) else RECORD_ROWS.get(model)
+        if row is None:
+            raise TypeError(f"{model.__name__} is neither a row model nor stored whole")
+        unknown = set(equal) - set(row.model_fields)
         if unknown:
             raise InputError(
-                f"{model.__table__} has no column {sorted(unknown)[0]!r}; "
-                f"one of: {', '.join(model.model_fields)}"
+                f"{row.__table__} has no column {sorted(unknown)[0]!r}; "
+                f"one of: {', '.join(row.model_fields)}"
             )
         clauses = [f"{col} = ?" for col in equal] + ([f"({where})"] if where else [])
-        sql = f"SELECT {', '.join(model.model_fields)} FROM {model.__table__}"
-        if clauses:
-            sql += " WHERE " + " AND ".join(clauses)
-        rows = self.query(sql + f" ORDER BY {model.key()}", [*equal.values(), *params])
-        return [model.model_validate(r) for r in rows]
+        where_sql = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        values = [*equal.values(), *params]
+        if model is row:
+            sql = f"SELECT {', '.join(row.model_fields)} FROM {row.__table__}"
+            rows = self.query(sql + where_sql + f" ORDER BY {row.key()}", values)
+            return [model.model_validate(r) for r in rows]
+        return self._read_records(model, row, where_sql, values, on_error, shared)
+
+    def _read_records(
+        self,
+        record: type[M],
+        row: type[Row],
+        where_sql: str,
+        values: list[Any],
+        on_error: Callable[[str, ValidationError], None] | None,
+        shared: Sequence[str],
+    ) -> list[M]:
+        # each row as one JSON document: pydantic validates JSON text twice as fast as the
+        # dicts json.loads would make of it; a shared field comes as its own text
+        key = row.key()
+        fields = [f for f in record.model_fields if f in row.model_fields and f not in shared]
+        apart = "".join(f", {f}::VARCHAR AS {f}" for f in shared)
+        rows = self.query(
+            f"SELECT {key} AS _key, to_json(struct_pack({', '.join(fields)}))::VARCHAR AS _doc"
+            f"{apart} FROM {row.__table__}{where_sql} ORDER BY {key}",
+            values,
+        )
+        annotations = {f: record.model_fields[f].annotation for f in shared}
+        adapters = {
+            f: TypeAdapter[Any](a if a is not None else Any) for f, a in annotations.items()
+        }
+        seen: dict[tuple[str, str], Any] = {}
+        out: list[M] = []
+        for r in rows:
+            try:
+                item = record.model_validate_json(r["_doc"])
+                update = {}
+                for f in shared:
+                    if r[f] is not None:
+                        if (f, r[f]) not in seen:
+                            seen[f, r[f]] = adapters[f].validate_json(r[f])
+                        update[f] = seen[f, r[f]]
+                out.append(item.model_copy(update=update) if update else item)
+            except ValidationError:
+                # NULLs where the record has defaults, or a truly bad row: field by field,
+                # the NULLs dropped, naming the first bad field
+                try:
+                    doc = json.loads(r["_doc"])
+                    doc.update({f: json.loads(r[f]) for f in shared if r[f] is not None})
+                    out.append(model_from_row(record, doc))
+                except ValidationError as exc:
+                    if on_error is None:
+                        raise
+                    on_error(str(r["_key"]), exc)
+        return out
 
     @_retry_on_lock
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
@@ -551,20 +648,15 @@ class Store:
     def _start_run(self, run_id: str, config: dict[str, Any], manifest: dict[str, Any]) -> bool:
         self.migrate()
         now = _now()
-        added = self.insert(
-            "runs",
-            [
-                {
-                    "run_id": run_id,
-                    "created_at": now,
-                    "updated_at": now,
-                    "state": "running",
-                    "config": config,
-                    "manifest": manifest,
-                    "summary": None,
-                }
-            ],
+        run = RunRow(
+            run_id=run_id,
+            created_at=now,
+            updated_at=now,
+            state="running",
+            config=config,
+            manifest=manifest,
         )
+        added = self.write([run])
         if not added:
             self.execute(
                 "UPDATE runs SET state = 'running', updated_at = ? WHERE run_id = ?", [now, run_id]
@@ -580,10 +672,7 @@ class Store:
     def done_units(self, run_id: str, kind: str) -> set[str]:
         if not self.path.exists():
             return set()
-        rows = self.query(
-            "SELECT unit_id FROM work_units WHERE run_id = ? AND kind = ?", [run_id, kind]
-        )
-        return {r["unit_id"] for r in rows}
+        return {r.unit_id for r in self.read(WorkUnitRow, run_id=run_id, kind=kind)}
 
     # --- reads -------------------------------------------------------------------------
     @_retry_on_lock

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trajsynth.schemas import InputError, Signals, Trajectory, Verdict
-from trajsynth.store.rows import model_from_row
+from trajsynth.store.rows import BlueprintRow, ToolRow, model_from_row
 from trajsynth.store.store import Store
 
 __all__ = ["load_task", "load_trajectory"]
@@ -15,23 +15,17 @@ def load_task(
     store: Store, task_id: str
 ) -> tuple[list[Trajectory], dict[str, Verdict], set[str] | None, dict[str, Any] | None]:
     """The task's trajectories, their verdicts, its cluster's write tools and hidden info."""
-    rows = store.query("SELECT * FROM trajectories WHERE blueprint_id = ?", [task_id])
-    if not rows:
-        raise InputError(f"no trajectories for task {task_id!r} in {store.path}")
-    trajectories = [model_from_row(Trajectory, r) for r in rows]
-    ids = [t.trajectory_id for t in trajectories]
-    placeholders = ", ".join("?" for _ in ids)
-    verdicts = {
-        r["trajectory_id"]: model_from_row(Verdict, r)
-        for r in store.query(f"SELECT * FROM verdicts WHERE trajectory_id IN ({placeholders})", ids)
-    }
-    tools = store.query(
-        "SELECT name, access FROM tools WHERE cluster_id = ?", [trajectories[0].cluster_id]
-    )
-    write_tools = {r["name"] for r in tools if r["access"] == "write"} if tools else None
-    bp = store.query("SELECT hidden_info FROM blueprints WHERE blueprint_id = ?", [task_id])
-    hidden = bp[0]["hidden_info"] if bp and isinstance(bp[0]["hidden_info"], dict) else None
-    return trajectories, verdicts, write_tools, hidden
+    with store.session(read_only=True):
+        trajectories = store.read(Trajectory, blueprint_id=task_id)
+        if not trajectories:
+            raise InputError(f"no trajectories for task {task_id!r} in {store.path}")
+        of_task = "trajectory_id IN (SELECT trajectory_id FROM trajectories WHERE blueprint_id = ?)"
+        verdicts = {v.trajectory_id: v for v in store.read(Verdict, of_task, [task_id])}
+        tools = store.read(ToolRow, cluster_id=trajectories[0].cluster_id)
+        blueprints = store.read(BlueprintRow, blueprint_id=task_id)
+    write_tools = {t.name for t in tools if t.access == "write" and t.name} if tools else None
+    hidden = blueprints[0].hidden_info if blueprints else None
+    return trajectories, verdicts, write_tools, hidden if isinstance(hidden, dict) else None
 
 
 def load_trajectory(
@@ -43,11 +37,7 @@ def load_trajectory(
     if row is None:
         raise InputError(f"no trajectory with id {trajectory_id!r} in {store.path}")
     trajectory = model_from_row(Trajectory, row)
-    tid = [trajectory.trajectory_id]
-    verdicts = store.query("SELECT * FROM verdicts WHERE trajectory_id = ?", tid)
-    signals = store.query("SELECT * FROM signals WHERE trajectory_id = ?", tid)
-    return (
-        trajectory,
-        model_from_row(Verdict, verdicts[0]) if verdicts else None,
-        model_from_row(Signals, signals[0]) if signals else None,
-    )
+    tid = trajectory.trajectory_id
+    verdicts = store.read(Verdict, trajectory_id=tid)
+    signals = store.read(Signals, trajectory_id=tid)
+    return trajectory, verdicts[0] if verdicts else None, signals[0] if signals else None
