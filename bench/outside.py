@@ -180,6 +180,8 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
       fails, over write tasks;
     - gold_error_rejected: gold runs rejected for a failing step (``gold_run_error``), and
       gold_error_accepted: accepted gold runs with a step whose result reads as an error;
+    - refused: the units refused as ``noop_write`` / ``unseen_write`` (their last path's
+      reason), and the paths so refused (an attempt's detail lists every path it tried);
     - pseudo_per_100: calls of the stored trajectories to a tool the cluster does not offer
       (a harness control, a made-up name) or with arguments that did not parse, per 100;
     - goals: three planned goals, to read.
@@ -226,6 +228,16 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
     ]
     pseudo = sum(1 for c in calls if c.get("tool") not in tools or c.get("arguments") is None)
     searched = [x for x in lints if x.get("readback_tried")]
+    attempts = con.execute(
+        "SELECT reason, coalesce(detail, '') FROM blueprint_attempts WHERE NOT accepted"
+    ).fetchall()
+    refused = {
+        reason: (
+            sum(1 for r, _ in attempts if r == reason),
+            sum(d.count(f"[{reason}]") or (r == reason) for r, d in attempts),
+        )
+        for reason in ("noop_write", "unseen_write")
+    }
     return {
         "readbacks": (sum(1 for x in searched if x.get("readback")), len(searched)),
         "lint": (
@@ -239,6 +251,7 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
         ).fetchone()[0],
         "gold_error_accepted": accepted_error,
         "pseudo_per_100": 100 * pseudo / len(calls) if calls else 0.0,
+        "refused": refused,
         "goals": [g for (_, _, _, g) in writes[:3]],
     }
 
@@ -248,6 +261,13 @@ def _frac(pair: object) -> str:
         return "-"
     a, b = pair
     return f"{a}/{b}" + (f" ({a / b:.0%})" if b else "")
+
+
+def _refused(counts: object) -> str:
+    if not isinstance(counts, dict):
+        return "-"
+    noop, unseen = counts.get("noop_write", (0, 0)), counts.get("unseen_write", (0, 0))
+    return f"{noop[0]} / {unseen[0]} ({noop[1]} / {unseen[1]})"
 
 
 def main() -> None:
@@ -280,7 +300,7 @@ def main() -> None:
         "accepted[>=80%]", ">=2 calls", "stored[>0]", "passes[>0 on 4/5]",
         "lint clean[100%]", "state check fails wrong[>=80%]", "read-back found/searched",
         "gold err rejected",
-        "gold err accepted[0]", "pseudo/100", "min",
+        "gold err accepted[0]", "noop / unseen refused (paths)", "pseudo/100", "min",
     )  # fmt: skip
     print(" | ".join(header))
     for r in rows:
@@ -298,7 +318,8 @@ def main() -> None:
                     r.get("trajectories", "-"), r.get("passes", "-"), _frac(r.get("lint")),
                     _frac(r.get("state_checks")), _frac(r.get("readbacks")),
                     r.get("gold_error_rejected", "-"),
-                    r.get("gold_error_accepted", "-"), f"{r.get('pseudo_per_100', 0):.1f}",
+                    r.get("gold_error_accepted", "-"), _refused(r.get("refused")),
+                    f"{r.get('pseudo_per_100', 0):.1f}",
                     f"{r['minutes']:.1f}",
                 )
             )

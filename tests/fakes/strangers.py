@@ -4,7 +4,8 @@ Each is the mcp SDK's high-level ``MCPServer`` whose state is a dict (so a snaps
 copy): ``gorilla`` reports every failure as an ``{"error": ...}`` result with ``isError`` unset
 (a file system and a social feed); ``retail`` is a back office with two harness controls
 (``reset_state``, ``get_call_log``), a call log that grows on every call, and a ``state_key``
-parameter that sends a call to another namespace; ``repo`` creates branches by name.
+parameter that sends a call to another namespace; ``repo`` creates branches by name (no read
+lists them; ``listed_repo`` adds the listing).
 
 ``StrangerEnvironment`` is the Environment interface over one of them: results go through the
 product's own ``tool_result`` (the same reading of error results as a run), the end state is
@@ -47,6 +48,7 @@ from trajsynth.schemas import (
 __all__ = [
     "StrangerEnvironment",
     "gorilla",
+    "listed_repo",
     "notebook",
     "repo",
     "retail",
@@ -187,6 +189,20 @@ def repo() -> tuple[MCPServer, State]:
             return f"Error: pathspec '{branch_name}' did not match any branch"
         state["head"] = branch_name
         return f"Switched to branch '{branch_name}'"
+
+    return server, state
+
+
+def listed_repo() -> tuple[MCPServer, State]:
+    """``repo`` with a read that lists the branches (mcp-server-git's ``git_branch``): a
+    branch created is seen by the end state, so a branch task is one a final-state check
+    holds (``repo`` alone has no such read: its branch writes are no task's target)."""
+    server, state = repo()
+
+    @server.tool()
+    def git_branch() -> str:
+        """List the branches."""
+        return "\n".join(("* " if b == state["head"] else "  ") + b for b in state["branches"])
 
     return server, state
 

@@ -280,6 +280,29 @@ def test_a_table_name_must_be_a_name_of_the_users() -> None:
         assert new_table_sql(bad, cluster) is None, bad
 
 
+def test_an_sql_type_or_a_blank_of_the_form_is_no_name() -> None:
+    """The bench's sqlite run created ``CREATE TABLE TableName (int TEXT)``: a type name is no
+    column's name and ``TableName`` is the form's blank. Control: a real name that holds such
+    a word (``order_items``, ``created_date``) is the user's."""
+    cluster = ToolCluster(
+        cluster_id="db",
+        domain="other",
+        server=ServerSpec(kind=ServerKind.STDIO, command=["db"]),
+        source="outside",
+        tools=[ToolSpec(name="create_table", access="write"), ToolSpec(name="list_tables")],
+    )
+    for table in ("TableName", "table1", "my_table", "NewTable", "INT", "Varchar", "column2"):
+        assert new_table_sql({"table": table, "columns": ["item"]}, cluster) is None, table
+    for column in ("int", "INTEGER", "TEXT", "real", "BLOB", "VARCHAR", "numeric", "column1"):
+        assert new_table_sql({"table": "expenses", "columns": [column]}, cluster) is None, column
+    mixed = {"table": "expenses", "columns": ["int", "amount", "TEXT"]}
+    assert new_table_sql(mixed, cluster) == "CREATE TABLE expenses (amount TEXT)"
+    kept = {"table": "order_items", "columns": ["created_date", "unit_price"]}
+    assert new_table_sql(kept, cluster) == (
+        "CREATE TABLE order_items (created_date TEXT, unit_price TEXT)"
+    )
+
+
 async def test_a_write_a_read_sees_is_drawn_more_often_than_one_no_read_sees() -> None:
     """Over 60 draws of a medium task, create_table (list_tables saw its table) is drawn
     more than twice as often as append_insight (nothing read its memo); control: with the

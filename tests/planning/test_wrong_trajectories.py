@@ -20,6 +20,7 @@ from fakes.llm import ScriptedLLM, slot_filler
 from fakes.strangers import (
     StrangerEnvironment,
     gorilla,
+    listed_repo,
     notebook,
     repo,
     retail,
@@ -302,9 +303,9 @@ async def test_the_planner_lints_outside_blueprints_and_the_summary_shows_it(
 ) -> None:
     """``plan_blueprint`` on an outside cluster: the blueprint carries the lint's figures, no
     harness tool is on its path, and the stored figures reach the run summary."""
-    cluster = await stranger_cluster("repo", repo, hide_params=[], args={})
+    cluster = await stranger_cluster("repo", listed_repo, hide_params=[], args={})
     fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 60)
-    planned = await _plan(cluster, repo, _client(fake), range(6))
+    planned = await _plan(cluster, listed_repo, _client(fake), range(6))
     blueprints = [b for b in planned if isinstance(b, Blueprint)]
     assert blueprints, [getattr(b, "detail", "") for b in planned]
     for bp in blueprints:
@@ -449,8 +450,8 @@ async def test_a_value_no_source_gives_is_never_a_placeholder() -> None:
     """A branch to create has no value in the server's world: without the planner LLM the
     path is rejected (``unbindable_param``), never run with a made-up name; with it, the
     LLM's name is the task's."""
-    cluster = await stranger_cluster("repo", repo, hide_params=[], args={})
-    planned = await _plan(cluster, repo, None, range(4))
+    cluster = await stranger_cluster("repo", listed_repo, hide_params=[], args={})
+    planned = await _plan(cluster, listed_repo, None, range(4))
     for outcome in planned:
         assert not isinstance(outcome, Blueprint) or not outcome.slots, outcome
         if not isinstance(outcome, Blueprint):
@@ -460,7 +461,7 @@ async def test_a_value_no_source_gives_is_never_a_placeholder() -> None:
         for o in planned
     ), planned
     fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 40)
-    planned = await _plan(cluster, repo, _client(fake), range(4))
+    planned = await _plan(cluster, listed_repo, _client(fake), range(4))
     blueprints = [b for b in planned if isinstance(b, Blueprint)]
     assert blueprints, [getattr(b, "detail", "") for b in planned]
     for bp in blueprints:
@@ -475,10 +476,14 @@ async def test_a_duplicate_blueprint_is_not_kept(tmp_path: Path) -> None:
     from trajsynth.flows.stages import _kept_blueprints, _write
     from trajsynth.flows.units import UnitRows, _attempt_row, blueprint_key, without_duplicate
 
-    cluster = await stranger_cluster(
-        "retail", retail, hide_params=["state_key"], args={"user_id": "u_alice"}
-    )
-    planned = [b for b in await _plan(cluster, retail, None, range(8)) if isinstance(b, Blueprint)]
+    # a branch the model names is created alike by each seed (the retail server's moves of
+    # Alice to the city she lives in would be alike too, but are no-ops: refused)
+    cluster = await stranger_cluster("repo", listed_repo, hide_params=[], args={})
+    fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 80)
+    planned = [
+        b for b in await _plan(cluster, listed_repo, _client(fake), range(8))
+        if isinstance(b, Blueprint)
+    ]  # fmt: skip
     rows = [_blueprint_row(b, "run_a") for b in planned]
     keys = [blueprint_key(r) for r in rows]
     twin = next(j for j in range(1, len(rows)) if keys[j] in keys[:j])  # the planner repeats

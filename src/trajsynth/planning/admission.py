@@ -19,6 +19,14 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
 - ``noop_write``: a write whose result shows, for the record it names, the values an earlier
   result already showed (a seat changed to the seat just booked): the task asks for a change
   that changes nothing.
+- ``noop_write`` (outside servers, against the probes): a write whose gold run leaves every
+  end-state probe's reading, and every read the probe search tried, as the initial state had
+  it, while a read that names what the write named (``list_directory(docs)`` for
+  ``create_directory(docs)``) answered the same before and after, or discovery saw a read
+  change with that tool: the thing is visible and the write left it as it was.
+- ``unseen_write``: the same, with no read naming what the write named and no read ever seen
+  to change with the tool (a toggle of server-everything's logging): a write whose effect
+  no read can see cannot carry a final-state check, so it is no task's target.
 - ``copy_over``: a write that replaces a thing the path showed existing (a file listed) with
   text read from another thing (``README.md`` copied over ``data/sales.csv``): the task
   destroys the user's data with unrelated content, which no request asks for.
@@ -47,6 +55,8 @@ from trajsynth.schemas import (
     PlannedCall,
     ReasoningMode,
     RefArg,
+    ToolAccess,
+    ToolSpec,
 )
 
 __all__ = [
@@ -60,6 +70,7 @@ __all__ = [
     "review_blueprint",
     "two_users",
     "unrelated_reads",
+    "unseen_write",
 ]
 
 # The parameter that names the user a call acts as (the requester, not a recipient: those are
@@ -191,6 +202,47 @@ def noop_write(
                 detail = f"{_route(calls)}: {call.tool}({shown}) sets what {where} showed"
                 return Refusal("noop_write", detail, call.tool)
     return None
+
+
+def _seen_changing(tool: ToolSpec) -> bool:
+    """Discovery saw a read (or a resource, or the work dir) change when the tool was called."""
+    return tool.access_source == "probe" and " changed " in (tool.access_evidence or "")
+
+
+def unseen_write(
+    calls: Sequence[GoldCall],
+    tools: Sequence[ToolSpec],
+    tried: int,
+    unchanged: Sequence[str] = (),
+) -> Refusal:
+    """Why a gold run whose writes changed nothing any probe or tried read shows is refused:
+    ``noop_write`` when the write's target is visible (``unchanged``: reads naming what a
+    write named that answered the same before and after) or its tool was seen to change a
+    read, else ``unseen_write`` (module doc). Called only once the probe search found no
+    read-back."""
+    specs = {t.name: t for t in tools}
+    writes = [
+        c for c in calls
+        if not c.is_error and c.tool in specs and specs[c.tool].access is ToolAccess.WRITE
+    ]  # fmt: skip
+    tool = writes[-1].tool if writes else None
+    route = "; ".join(f"{c.tool}({json.dumps(c.arguments, default=str)[:120]})" for c in writes)
+    seen = [c.tool for c in writes if _seen_changing(specs[c.tool])]
+    if unchanged or seen:
+        why = (
+            f"{', '.join(unchanged[:3])} read the same before and after"
+            if unchanged
+            else f"discovery saw {seen[0]} change a read"
+        )
+        detail = (
+            f"{route}: the gold run leaves every probe's reading as the initial state had it; {why}"
+        )
+        return Refusal("noop_write", detail, seen[0] if seen else tool)
+    detail = (
+        f"{route}: no probe and none of {tried} reads tried sees what "
+        f"{', '.join(dict.fromkeys(c.tool for c in writes))} did"
+    )
+    return Refusal("unseen_write", detail, tool)
 
 
 _COPIED_MIN_CHARS = 20  # shorter text (a name, a status) is copied between records honestly

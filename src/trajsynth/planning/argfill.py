@@ -103,8 +103,19 @@ _SQL_PARAMS = frozenset({"query", "sql", "statement"})
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]{1,39}$")
 _SQL_WORDS = frozenset(
     {"select", "table", "create", "insert", "update", "delete", "drop", "from", "where",
-     "values", "index", "null", "primary", "key", "integer", "text", "into", "name"}
+     "values", "index", "null", "primary", "key", "into", "name", "column", "alter", "join",
+     "order", "group", "by", "and", "or", "not", "as", "on", "unique", "default", "check",
+     "references", "foreign", "constraint", "limit", "set", "view", "trigger"}
 )  # fmt: skip
+# SQL type names: a model asked for a column's name answered with its type (``int TEXT``)
+_SQL_TYPES = frozenset(
+    {"int", "integer", "tinyint", "smallint", "mediumint", "bigint", "real", "double", "float",
+     "numeric", "decimal", "number", "boolean", "bool", "date", "datetime", "timestamp", "time",
+     "text", "char", "varchar", "nchar", "nvarchar", "clob", "blob", "string", "varying"}
+)  # fmt: skip
+# words that name the schema's parts, not the user's things: ``TableName``, ``column1``,
+# ``my_table`` are a form's blanks
+_SCHEMA_BLANKS = frozenset({"my", "new", "col", "tbl", "table", "column", "field", "name"})
 TABLE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -141,8 +152,12 @@ def _sql_name(value: Any, cluster: ToolCluster) -> str | None:
     if not isinstance(value, str):
         return None
     text = value.strip()
-    ok = _IDENT.match(text) and text.lower() not in _SQL_WORDS and _usable(text, cluster)
-    return text if ok else None
+    if not _IDENT.match(text) or not _usable(text, cluster):
+        return None
+    words = {re.sub(r"\d+$", "", t) for t in name_tokens(text)} - {""}
+    if not words or words <= _SQL_WORDS | _SQL_TYPES | _SCHEMA_BLANKS:
+        return None  # an SQL word or type, or a blank of the form (``TableName``, ``int``)
+    return text
 
 
 def new_table_sql(value: Any, cluster: ToolCluster) -> str | None:

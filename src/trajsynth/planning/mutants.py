@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from trajsynth.curation.canon import parse_json_maybe
 from trajsynth.curation.verify import observed_reading, verify
@@ -68,7 +68,7 @@ from trajsynth.schemas.constraints import readback_hash, readback_key
 from trajsynth.schemas.results import result_error
 from trajsynth.schemas.rollout import ObsClass, Termination
 
-__all__ = ["Variant", "find_readback", "lint_by_mutation", "variants"]
+__all__ = ["ReadbackSearch", "Variant", "find_readback", "lint_by_mutation", "variants"]
 
 log = logging.getLogger(__name__)
 
@@ -350,21 +350,38 @@ def _read_candidates(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[Pro
     return out[:_MAX_READS]
 
 
+class ReadbackSearch(NamedTuple):
+    """What the probe search found: the check (None: no read sees the writes), the reads
+    tried, and the reads that name what a write named (its path, its entity) and answered
+    the same, successfully, before and after the gold run: the thing is there to be seen and
+    the write left it as it was (a folder created that existed)."""
+
+    check: FinalState | None
+    tried: int
+    unchanged: list[str] = []
+
+
+def _names_a_write_value(probe: ProbeCall, writes: Sequence[GoldCall]) -> bool:
+    given = {canonical_json(v) for _, v in _scalars(probe.arguments)}
+    return any(canonical_json(v) in given for w in writes for _, v in _scalars(w.arguments))
+
+
 async def find_readback(
     env: LintEnvironment,
     handle: SnapshotHandle,
     cluster: ToolCluster,
     gold: Sequence[GoldCall],
-) -> tuple[FinalState | None, int]:
+) -> ReadbackSearch:
     """A final-state check whose read-back sees what the gold run wrote (module doc), or None;
-    and the reads tried. Leaves ``env`` after the gold run."""
+    the reads tried; and those naming a write's value that it left unchanged. Leaves ``env``
+    after the gold run."""
     candidates = _read_candidates(cluster, gold)
     # the server's static resources (a memo no tool reads), after the tool reads
     probes = {p.resource for p in cluster.probes if p.resource}
     candidates += [ProbeCall(resource=u) for u in await listed_resources(env) if u not in probes]
     candidates = candidates[:_MAX_READS]
     if not candidates:
-        return None, 0
+        return ReadbackSearch(None, 0)
     started = time.monotonic()
     await env.restore(handle)
     before = await read_backs(env, candidates)
@@ -375,11 +392,15 @@ async def find_readback(
     # or with each restart (a counter, a random sample) would fail the gold run's own replay
     await _replay(env, handle, Variant("gold", list(gold), "the gold run"))
     replayed = await read_backs(env, candidates)
+    writes = [gold[i] for i in _writes(cluster, gold)]
+    unchanged: list[str] = []
     for i, probe in enumerate(candidates):
         key = readback_key(i, probe)
         rows = after.get(key) or []
         if not rows or any(r.get("is_error") for r in rows):
             continue  # the read fails after the gold run: it reads something else
+        if rows == before.get(key) and _names_a_write_value(probe, writes):
+            unchanged.append(f"{probe.label}({canonical_json(probe.arguments)[:80]})")
         if rows == before.get(key) or rows != again.get(key) or rows != replayed.get(key):
             continue  # the writes did not change it, or it changes by itself
         tables = {readback_key(0, probe): rows}
@@ -392,12 +413,12 @@ async def find_readback(
             probes=[probe],
             derived_from="mutation_lint.readback",
         )
-        return check, len(candidates)
+        return ReadbackSearch(check, len(candidates))
     log.debug(
         "no read-back among %d reads sees the gold run's writes (%.1f s)",
         len(candidates), time.monotonic() - started,
     )  # fmt: skip
-    return None, len(candidates)
+    return ReadbackSearch(None, len(candidates), unchanged)
 
 
 def _state_holds(check: FinalState, state: EnvState) -> bool:
@@ -450,16 +471,21 @@ async def lint_by_mutation(
     constraints: list[Constraint],
     *,
     blueprint_id: str = "draft",
+    searched: ReadbackSearch | None = None,
 ) -> tuple[list[Constraint], MutationLint]:
     """Score the wrong variants of ``gold`` (module doc); the constraints, strengthened where
     a variant passed them, and the figures. ``MutationLint.rejected`` says whether a variant
-    still passes (or the gold run fails the stronger checks). Leaves ``env`` restored."""
+    still passes (or the gold run fails the stronger checks). Leaves ``env`` restored.
+    ``searched``: the probe search the planner already made for this gold run (not repeated).
+    """
     built = variants(cluster, gold)
     if not built:  # a read-only path: its answer is what the checks hold it to
         return constraints, MutationLint()
     readback, tried = None, 0
     if not any(isinstance(c, FinalState) for c in constraints):
-        readback, tried = await find_readback(env, handle, cluster, gold)
+        if searched is None:
+            searched = await find_readback(env, handle, cluster, gold)
+        readback, tried = searched.check, searched.tried
         if readback is not None:
             constraints = [readback, *constraints]
     replayed = [(v, *(await _replay(env, handle, v, constraints))) for v in built]

@@ -37,6 +37,7 @@ from trajsynth.planning.admission import (
     noop_write,
     two_users,
     unrelated_reads,
+    unseen_write,
 )
 from trajsynth.planning.argfill import fill_slots, unfilled
 from trajsynth.planning.constraints import derive_constraints
@@ -46,7 +47,7 @@ from trajsynth.planning.gold import (
     observation_value,
     run_gold_path,
 )
-from trajsynth.planning.mutants import lint_by_mutation
+from trajsynth.planning.mutants import ReadbackSearch, find_readback, lint_by_mutation
 from trajsynth.planning.paths import PlannedPath, Rejection, declared_properties, sample_path
 from trajsynth.planning.words import (
     Answer,
@@ -67,6 +68,7 @@ from trajsynth.schemas import (
     Cell,
     Constraint,
     EnvState,
+    FinalState,
     GoldCall,
     LLMUsage,
     MutationLint,
@@ -320,6 +322,10 @@ class _Truth(Record):
     gold: GoldResult
     answer: Answer | None
     constraints: list[Constraint]
+    # the probe search made for a write no probe saw (``_seen_or_refused``): its read-back,
+    # the reads tried; None when it did not run (the lint then searches itself)
+    readback: FinalState | None = None
+    readback_tried: int | None = None
 
 
 async def _volatile_answer(
@@ -426,6 +432,8 @@ async def plan_blueprint(
     ``unbindable_param``, ``no_write``, ``path_too_short``, ``shape_unsupported``,
     ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``two_users``, ``unrelated_reads``,
     ``constraint_lint`` (the last of the paths tried; the detail lists every try),
+    ``noop_write`` and ``unseen_write`` (an outside write whose effect no probe and no read
+    the probe search tried shows: ``admission.unseen_write``),
     ``mutation_lint``, ``mode_unrealised`` (explore_then_commit on a path that reads nothing
     before its first write), ``words_check``, ``self_check`` (the blueprint's own gold
     demonstration fails the verifier, hygiene included; docs/planning.md). Infrastructure faults
@@ -470,6 +478,8 @@ async def plan_blueprint(
                 outcome = _Failure("unbindable_param", detail, sampled.tools[-1])
             if outcome is None:
                 outcome = await _ground_truth(env, cluster, sampled, initial)
+            if isinstance(outcome, _Truth):
+                outcome = await _seen_or_refused(planner, env, handle, cluster, outcome)
             if isinstance(outcome, _Truth):
                 truth = outcome
                 break
@@ -623,6 +633,40 @@ async def _self_check(
     return f"{route}: {failed}" if failed else None
 
 
+def _lint_wanted(planner: Planner, cluster: ToolCluster) -> bool:
+    return planner.mutation_lint == "all" or (
+        planner.mutation_lint == "outside" and cluster.source == "outside"
+    )
+
+
+async def _seen_or_refused(
+    planner: Planner,
+    env: PlannerEnvironment,
+    handle: SnapshotHandle | None,
+    cluster: ToolCluster,
+    truth: _Truth,
+) -> _Truth | _Failure:
+    """An outside gold run whose writes no end-state probe saw (its probed state is the
+    initial state's) keeps the read-back the probe search finds for it; when none is found
+    it is refused (``admission.unseen_write``: ``noop_write`` or ``unseen_write``) and the
+    loop draws another path, the tool counted against. A write task is accepted only when a
+    final-state check can see what it did. Needs the initial snapshot, as the lint does."""
+    calls = truth.gold.run.calls
+    writes = _write_tools(cluster)
+    if (
+        cluster.source != "outside"
+        or handle is None
+        or not _lint_wanted(planner, cluster)
+        or not any(c.tool in writes and not c.is_error for c in calls)
+        or any(isinstance(c, FinalState) for c in truth.constraints)
+    ):
+        return truth
+    found = await find_readback(env, handle, cluster, calls)
+    if found.check is None:
+        return _Failure(*unseen_write(calls, cluster.tools, found.tried, found.unchanged))
+    return truth.model_copy(update={"readback": found.check, "readback_tried": found.tried})
+
+
 async def _mutation_checked(
     planner: Planner,
     env: PlannerEnvironment,
@@ -633,13 +677,15 @@ async def _mutation_checked(
     """The truth with constraints the mutation lint strengthened and its figures, or why the
     blueprint is rejected (a wrong variant of its gold run still passes). Needs the initial
     snapshot; without one (``gold_retries=0``) the lint does not run."""
-    wanted = planner.mutation_lint == "all" or (
-        planner.mutation_lint == "outside" and cluster.source == "outside"
-    )
-    if not wanted or handle is None:
+    if not _lint_wanted(planner, cluster) or handle is None:
         return truth, None
+    searched = (
+        ReadbackSearch(truth.readback, truth.readback_tried)
+        if truth.readback_tried is not None
+        else None
+    )
     constraints, lint = await lint_by_mutation(
-        env, handle, cluster, truth.gold.run.calls, list(truth.constraints)
+        env, handle, cluster, truth.gold.run.calls, list(truth.constraints), searched=searched
     )
     route = " -> ".join(truth.path.tools)
     if not lint.gold_passes:
