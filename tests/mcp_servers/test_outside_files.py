@@ -8,17 +8,14 @@ it (local sandbox); the planner LLM is the scripted fake (tests/fakes/llm.py).
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import httpx
 import pytest
 from fakes.llm import ScriptedLLM, tool_call
+from fakes.npm_filesystem import filesystem_cluster
 
 from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.listings import listed_dirs
-from trajsynth.mcp_servers.registry import add_outside_cluster
 from trajsynth.planning.admission import unseen_write
 from trajsynth.planning.argfill import FILL_TOOL, fill_slots, unfilled
 from trajsynth.planning.constraints import derive_constraints
@@ -41,28 +38,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> ToolCluster:
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip("npm or node is not installed")
-    tmp = tmp_path_factory.mktemp("fs")
-    prefix = tmp / "npm"
-    npm = subprocess.run(
-        ["npm", "install", "--prefix", str(prefix), "@modelcontextprotocol/server-filesystem"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if npm.returncode != 0:
-        pytest.skip(f"npm registry unreachable: {npm.stderr[-300:]}")
-    docs = tmp / "seed" / "docs"
-    docs.mkdir(parents=True)
-    (docs / "meeting.txt").write_text("Meeting at 10am with Sam about the budget.\n")
-    (docs / "groceries.txt").write_text("milk\neggs\nbread\n")
-    tmp.chmod(0o755)
-    [found] = add_outside_cluster(
-        "fs",
-        command=["node", str(prefix / "node_modules/.bin/mcp-server-filesystem"), "."],
-        clusters_dir=tmp / "clusters", sandbox_kind="local",
-        copies=[f"{docs}:docs"],
-    )  # fmt: skip
-    return found
+    return filesystem_cluster(
+        tmp_path_factory.mktemp("fs"),
+        {
+            "meeting.txt": "Meeting at 10am with Sam about the budget.\n",
+            "groceries.txt": "milk\neggs\nbread\n",
+        },
+    )
 
 
 def _client(fake: ScriptedLLM) -> OpenAILLMClient:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.npm_filesystem import filesystem_cluster
 
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import open_environment
@@ -135,27 +136,7 @@ async def test_git_plain_command_copies_the_repo_and_a_wrong_branch_fails(tmp_pa
 async def test_filesystem_move_of_a_missing_file_fails(tmp_path: Path) -> None:
     """server-filesystem from npm: the gold run moves a file that exists; a move of one that
     does not (the server's error result) fails the planned checks."""
-    import shutil
-
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed")
-    prefix = tmp_path / "npm"
-    npm = subprocess.run(
-        ["npm", "install", "--prefix", str(prefix), "@modelcontextprotocol/server-filesystem"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if npm.returncode != 0:
-        pytest.skip(f"npm registry unreachable: {npm.stderr[-300:]}")
-    docs = tmp_path / "seed" / "docs"
-    docs.mkdir(parents=True)
-    (docs / "notes.txt").write_text("call Sam\n")
-    tmp_path.chmod(0o755)
-    [cluster] = add_outside_cluster(
-        "fs",
-        command=["node", str(prefix / "node_modules/.bin/mcp-server-filesystem"), "."],
-        clusters_dir=tmp_path / "clusters", sandbox_kind="local",
-        copies=[f"{docs}:docs"],
-    )  # fmt: skip
+    cluster = filesystem_cluster(tmp_path, {"notes.txt": "call Sam\n"})
     move = {"source": "docs/notes.txt", "destination": "docs/archive.txt"}
     constraints = await _plan(cluster, "move_file", move)
     missing = {"source": "docs/missing.txt", "destination": "docs/archive.txt"}
