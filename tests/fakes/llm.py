@@ -32,6 +32,9 @@ from typing import Any
 
 import httpx
 
+from trajsynth.llm.client import OpenAILLMClient
+from trajsynth.schemas import LLMConfig
+
 __all__ = [
     "slot_filler",
     "DEFAULT_PROBS",
@@ -155,6 +158,12 @@ class ScriptedLLM:
         self._next = 0
         self._ids = itertools.count()
         self.transport = httpx.MockTransport(self._handle)
+
+    def client(self) -> OpenAILLMClient:
+        """The real ``openai`` client, as a planner or judge holds it, answered by this script
+        (no retries: a request the script does not expect fails at once)."""
+        config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
+        return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=self.transport))
 
     @property
     def remaining(self) -> int:

@@ -8,12 +8,10 @@ it (local sandbox); the planner LLM is the scripted fake (tests/fakes/llm.py).
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from fakes.llm import ScriptedLLM, tool_call
 from fakes.npm_filesystem import filesystem_cluster
 
-from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.listings import listed_dirs
 from trajsynth.planning.admission import unseen_write
@@ -26,7 +24,6 @@ from trajsynth.schemas import (
     Difficulty,
     FinalState,
     LiteralArg,
-    LLMConfig,
     PathShape,
     PlannedCall,
     SlotArg,
@@ -45,11 +42,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> ToolCluster:
             "groceries.txt": "milk\neggs\nbread\n",
         },
     )
-
-
-def _client(fake: ScriptedLLM) -> OpenAILLMClient:
-    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
-    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
 
 
 async def test_a_new_file_the_llm_names_is_written_and_the_end_state_sees_it(
@@ -72,7 +64,7 @@ async def test_a_new_file_the_llm_names_is_written_and_the_end_state_sees_it(
     fake = ScriptedLLM(
         [tool_call(FILL_TOOL, {"path": "budget-2027.txt", "content": "Rent 1200, food 300"})]
     )
-    filled, _ = await fill_slots(_client(fake), cluster, write, seed=1)
+    filled, _ = await fill_slots(fake.client(), cluster, write, seed=1)
     assert filled is not None and not unfilled(filled), filled
     assert filled.slots["path"] == "docs/budget-2027.txt"
     async with open_environment(cluster, sandbox_kind="local") as env:

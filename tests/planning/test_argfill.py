@@ -3,16 +3,13 @@ with the scripted fake LLM behind the real openai client."""
 
 from __future__ import annotations
 
-import httpx
 from fakes.llm import ScriptedLLM, tool_call
 
-from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.planning.argfill import FILL_TOOL, fill_slots, fillable_slots, unfilled
 from trajsynth.planning.paths import PlannedPath
 from trajsynth.schemas import (
     Difficulty,
     Domain,
-    LLMConfig,
     PathShape,
     PlannedCall,
     ServerKind,
@@ -63,18 +60,13 @@ PATH = PlannedPath(
 )
 
 
-def _client(fake: ScriptedLLM) -> OpenAILLMClient:
-    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
-    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
-
-
 def test_only_schema_only_slots_are_offered() -> None:
     assert set(fillable_slots(NOTES, PATH)) == {"title", "pages"}  # the --arg value stays
 
 
 async def test_the_llm_fills_slots_under_their_schemas_and_bad_values_keep_the_schemas() -> None:
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "Dentist on Friday", "pages": "two"})])
-    filled, usage = await fill_slots(_client(fake), NOTES, PATH, seed=1)
+    filled, usage = await fill_slots(fake.client(), NOTES, PATH, seed=1)
     fake.assert_consumed()
     request = fake.requests[0]
     assert request["tool_choice"] == "required"
@@ -89,7 +81,7 @@ async def test_the_llm_fills_slots_under_their_schemas_and_bad_values_keep_the_s
 
 async def test_no_fitting_value_leaves_the_path_as_it_was() -> None:
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "", "pages": -3.5})])
-    filled, usage = await fill_slots(_client(fake), NOTES, PATH, seed=1)
+    filled, usage = await fill_slots(fake.client(), NOTES, PATH, seed=1)
     assert filled is None and len(usage) == 1
 
 
@@ -99,7 +91,7 @@ async def test_a_made_up_or_wordless_value_from_the_llm_is_not_taken() -> None:
     slot with nothing else to fill it stays empty (the planner rejects the path)."""
     path = PATH.model_copy(update={"slots": {**PATH.slots, "title": None}})
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "example", "pages": 2})])
-    filled, _ = await fill_slots(_client(fake), NOTES, path, seed=1)
+    filled, _ = await fill_slots(fake.client(), NOTES, path, seed=1)
     assert filled is not None and filled.slots["title"] is None and filled.slots["pages"] == 2
     assert unfilled(filled) == ["title"]
     asked = fake.requests[0]["messages"][-1]["content"]
@@ -108,10 +100,10 @@ async def test_a_made_up_or_wordless_value_from_the_llm_is_not_taken() -> None:
         "- title (put.title)"
     ]
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": ");;;;", "pages": 2})])
-    filled, _ = await fill_slots(_client(fake), NOTES, path, seed=1)
+    filled, _ = await fill_slots(fake.client(), NOTES, path, seed=1)
     assert filled is not None and unfilled(filled) == ["title"]
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "Dentist on Friday", "pages": 2})])
-    filled, _ = await fill_slots(_client(fake), NOTES, path, seed=1)
+    filled, _ = await fill_slots(fake.client(), NOTES, path, seed=1)
     assert (
         filled is not None and filled.slots["title"] == "Dentist on Friday" and not unfilled(filled)
     )
@@ -168,7 +160,7 @@ async def test_a_new_file_is_named_by_the_llm_in_a_folder_the_server_lists() -> 
     fake = ScriptedLLM(
         [tool_call(FILL_TOOL, {"path": "budget-2027.txt", "content": "Rent 1200, food 300"})]
     )
-    filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+    filled, _ = await fill_slots(fake.client(), FILES, WRITE, seed=3)
     assert filled is not None and not unfilled(filled)
     assert filled.slots["path"] == "docs/budget-2027.txt"
     assert filled.slots["content"] == "Rent 1200, food 300"
@@ -176,10 +168,10 @@ async def test_a_new_file_is_named_by_the_llm_in_a_folder_the_server_lists() -> 
     assert "- path: the name of a new file in the folder docs" in asked
     # a path it gives directly in a listed folder is kept as given
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "./plan.txt", "content": "Plan A"})])
-    filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+    filled, _ = await fill_slots(fake.client(), FILES, WRITE, seed=3)
     assert filled is not None and filled.slots["path"] is None  # "./plan.txt" is not normal
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "plan.txt", "content": "Plan A"})])
-    filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+    filled, _ = await fill_slots(fake.client(), FILES, WRITE, seed=3)
     assert filled is not None and filled.slots["path"] == "docs/plan.txt"
 
 
@@ -189,16 +181,16 @@ async def test_a_path_outside_the_listed_folders_a_placeholder_or_a_tool_name_is
     for made_up in ("/etc/budget.txt", "../budget.txt", "private/budget.txt", "notes.txt",
                     "write_file.txt", "docs/../budget.txt"):  # fmt: skip
         fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": made_up, "content": "Rent 1200"})])
-        filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+        filled, _ = await fill_slots(fake.client(), FILES, WRITE, seed=3)
         assert filled is not None and unfilled(filled) == ["path"], made_up
     fake = ScriptedLLM(
         [tool_call(FILL_TOOL, {"path": "rent.txt", "content": "use write_file for rent"})]
     )
-    filled, _ = await fill_slots(_client(fake), FILES, WRITE, seed=3)
+    filled, _ = await fill_slots(fake.client(), FILES, WRITE, seed=3)
     assert filled is not None and unfilled(filled) == ["content"]
     # with no folder listed, a path is an ordinary slot: no new file may be named
     bare = FILES.model_copy(update={"arg_values": {}})
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "budget.txt", "content": "Rent 1200"})])
-    filled, _ = await fill_slots(_client(fake), bare, WRITE, seed=3)
+    filled, _ = await fill_slots(fake.client(), bare, WRITE, seed=3)
     asked = fake.requests[0]["messages"][-1]["content"]
     assert "- path (write_file.path)" in asked and "new file in the folder" not in asked

@@ -4,11 +4,9 @@ decided by a probe: tests/mcp_servers/test_outside.py."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from fakes.llm import ScriptedLLM, say, tool_call
 
-from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.planning.edge_proposals import PROPOSE_TOOL, propose_edges
 from trajsynth.schemas import EdgeProposal, LLMConfig, ToolSpec
 
@@ -36,16 +34,11 @@ TICKETS = [
 ]
 
 
-def _client(fake: ScriptedLLM) -> OpenAILLMClient:
-    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
-    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
-
-
 async def test_the_request_constrains_names_to_the_servers_own() -> None:
     good = {"source": "open_ticket", "output_field": "ref", "target": "close_ticket",
             "param": "ticket_number", "why": "the ref is the ticket number"}  # fmt: skip
     fake = ScriptedLLM([tool_call(PROPOSE_TOOL, {"edges": [good]})])
-    got = await propose_edges(_client(fake), TICKETS, {"open_ticket": ["ref", "subject"]})
+    got = await propose_edges(fake.client(), TICKETS, {"open_ticket": ["ref", "subject"]})
     fake.assert_consumed()
     request = fake.requests[0]
     assert request["tool_choice"] == "required"
@@ -84,7 +77,7 @@ async def test_malformed_proposals_are_dropped_not_trusted() -> None:
          "param": "ticket_number"},  # the same twice: once
     ]  # fmt: skip
     fake = ScriptedLLM([tool_call(PROPOSE_TOOL, {"edges": edges})])
-    got = await propose_edges(_client(fake), TICKETS)
+    got = await propose_edges(fake.client(), TICKETS)
     assert [(p.source, p.target, p.in_param) for p in got] == [
         ("open_ticket", "close_ticket", "ticket_number")
     ]
@@ -93,9 +86,9 @@ async def test_malformed_proposals_are_dropped_not_trusted() -> None:
 async def test_a_reply_without_the_call_or_with_broken_json_proposes_nothing() -> None:
     fake = ScriptedLLM([say("I think open_ticket feeds close_ticket."),
                         tool_call(PROPOSE_TOOL, '{"edges": [{"source": ', raw=True)])  # fmt: skip
-    assert await propose_edges(_client(fake), TICKETS) == []
-    assert await propose_edges(_client(fake), TICKETS) == []
-    assert await propose_edges(_client(fake), TICKETS[:1]) == []  # one tool: no request
+    assert await propose_edges(fake.client(), TICKETS) == []
+    assert await propose_edges(fake.client(), TICKETS) == []
+    assert await propose_edges(fake.client(), TICKETS[:1]) == []  # one tool: no request
     fake.assert_consumed()
 
 

@@ -21,13 +21,11 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-import httpx
 from fakes.llm import ScriptedLLM, slot_filler
 from fakes.strangers import StrangerEnvironment, stranger_cluster
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
-from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.environment.results import ToolResult, probe_value
 from trajsynth.mcp_servers.graph import dependency_graph
 from trajsynth.planning.argfill import FILL_TOOL, new_table_sql
@@ -43,7 +41,6 @@ from trajsynth.schemas import (
     EnvState,
     FinalState,
     LiteralArg,
-    LLMConfig,
     PathShape,
     PlannedCall,
     ProbeCall,
@@ -203,11 +200,6 @@ def _fill(values: dict[str, Any]) -> Any:
     return slot_filler(values, FILL_TOOL)
 
 
-def _client(fake: ScriptedLLM) -> OpenAILLMClient:
-    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
-    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
-
-
 async def test_a_table_task_is_planned_and_its_end_state_fails_a_wrong_variant() -> None:
     """The bench's sqlite tasks were all append_insight (a memo nothing reads): the LLM's SQL
     failed every create_table gold run. The statement is the tool's form around the names
@@ -236,7 +228,7 @@ async def test_a_table_task_is_planned_and_its_end_state_fails_a_wrong_variant()
     planned = [
         await plan_blueprint(
             Planner(use_llm=True),
-            _client(fake),
+            fake.client(),
             lambda: StrangerEnvironment(database, cluster),
             cluster,
             cell,

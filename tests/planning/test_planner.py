@@ -15,14 +15,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fakes.inprocess_env import InProcessEnvironment
 from fakes.llm import ScriptedLLM, say, tool_call
 
 from trajsynth.curation.constraint_lint import DO_NOTHING_PASSES, NO_OUTCOME
 from trajsynth.curation.verify import verify
-from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.environment import ToolResult
 from trajsynth.mcp_servers.registry import get_cluster
 from trajsynth.planning.gold import gold_demonstration
@@ -89,11 +87,6 @@ def _factory(tmp_path: Path, name: str = "shop") -> Any:
     return lambda: InProcessEnvironment(name, tmp_path)
 
 
-def _client(fake: ScriptedLLM) -> OpenAILLMClient:
-    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
-    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
-
-
 async def test_garbage_from_the_llm_falls_back_to_the_template(tmp_path: Path) -> None:
     cluster = _only(SHOP, "search_products")
     fake = ScriptedLLM(
@@ -104,7 +97,7 @@ async def test_garbage_from_the_llm_falls_back_to_the_template(tmp_path: Path) -
         ]
     )
     planner = Planner(retries=2)
-    bp = await plan_blueprint(planner, _client(fake), _factory(tmp_path), cluster, _cell(), 3)
+    bp = await plan_blueprint(planner, fake.client(), _factory(tmp_path), cluster, _cell(), 3)
     fake.assert_consumed()
     assert isinstance(bp, Blueprint), bp
     assert bp.words_source == "template"
@@ -147,7 +140,7 @@ async def test_valid_llm_words_are_kept(tmp_path: Path) -> None:
             )
         ]
     )
-    bp = await plan_blueprint(Planner(), _client(fake), _factory(tmp_path), cluster, _cell(), 3)
+    bp = await plan_blueprint(Planner(), fake.client(), _factory(tmp_path), cluster, _cell(), 3)
     fake.assert_consumed()
     assert isinstance(bp, Blueprint)
     assert bp.words_source == "llm" and bp.words_attempts == 1
@@ -173,7 +166,7 @@ async def test_outside_cluster_words_come_from_a_schema_constrained_tool_call(
     fake = ScriptedLLM(
         [tool_call("write_user_request", {"persona": "A student on a budget.", "goal": goal})]
     )
-    bp = await plan_blueprint(Planner(), _client(fake), _factory(tmp_path), cluster, _cell(), 3)
+    bp = await plan_blueprint(Planner(), fake.client(), _factory(tmp_path), cluster, _cell(), 3)
     fake.assert_consumed()
     assert isinstance(bp, Blueprint)
     assert bp.words_source == "llm" and bp.goal == goal
@@ -337,7 +330,7 @@ async def _docker_env() -> AsyncIterator[Any]:
 async def test_plan_in_a_docker_sandbox_matches_the_in_process_plan(tmp_path: Path) -> None:
     cluster = _only(SHOP, "search_products")
     fake = ScriptedLLM([say("no json here"), say("still none")])
-    bp = await plan_blueprint(Planner(retries=1), _client(fake), _docker_env, cluster, _cell(), 5)
+    bp = await plan_blueprint(Planner(retries=1), fake.client(), _docker_env, cluster, _cell(), 5)
     fake.assert_consumed()
     local = await plan_blueprint(
         Planner(use_llm=False), None, _factory(tmp_path), cluster, _cell(), 5

@@ -18,13 +18,11 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-import httpx
 from fakes.llm import ScriptedLLM, slot_filler
 from fakes.strangers import StrangerEnvironment, listed_repo, retail, stranger_cluster
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
-from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.planning.admission import unseen_write
 from trajsynth.planning.argfill import FILL_TOOL
 from trajsynth.planning.constraints import derive_constraints
@@ -39,7 +37,6 @@ from trajsynth.schemas import (
     FinalState,
     GoldCall,
     LiteralArg,
-    LLMConfig,
     PathShape,
     PlannedCall,
     ReasoningMode,
@@ -119,11 +116,6 @@ def _cell(difficulty: Difficulty = Difficulty.EASY) -> Cell:
         target_mode=ReasoningMode.DIRECT_EXECUTE,
         difficulty=difficulty,
     )
-
-
-def _client(fake: ScriptedLLM) -> OpenAILLMClient:
-    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
-    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
 
 
 async def _plan(
@@ -214,7 +206,7 @@ async def test_a_write_a_read_sees_is_accepted_with_a_state_check_that_fails_a_w
     """Control for the refusals: a branch the model names, listed by ``git_branch``."""
     cluster = await stranger_cluster("repo", listed_repo, hide_params=[], args={})
     fake = ScriptedLLM([slot_filler({"branch_name": "release-2.0"}, FILL_TOOL)] * 40)
-    blueprints = _with_writes(await _plan(cluster, listed_repo, range(2), _client(fake)))
+    blueprints = _with_writes(await _plan(cluster, listed_repo, range(2), fake.client()))
     assert blueprints
     for bp in blueprints:
         assert any(isinstance(c, FinalState) for c in bp.constraints)

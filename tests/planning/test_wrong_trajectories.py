@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fakes.llm import ScriptedLLM, slot_filler
 from fakes.strangers import (
@@ -30,7 +29,6 @@ from fakes.strangers import (
 
 from trajsynth.curation.verify import verify
 from trajsynth.flows.units import _blueprint_row
-from trajsynth.llm.client import OpenAILLMClient
 from trajsynth.mcp_servers.readback import with_readbacks
 from trajsynth.planning.argfill import FILL_TOOL
 from trajsynth.planning.constraints import derive_constraints
@@ -45,7 +43,6 @@ from trajsynth.schemas import (
     EnvState,
     FinalState,
     LiteralArg,
-    LLMConfig,
     Message,
     MessageRole,
     PathShape,
@@ -60,11 +57,6 @@ from trajsynth.schemas import (
 from trajsynth.schemas.rollout import ObsClass, Termination
 from trajsynth.store import Store
 from trajsynth.store.summary import summarize_run
-
-
-def _client(fake: ScriptedLLM) -> OpenAILLMClient:
-    config = LLMConfig(base_url="http://fake/v1", max_retries=0, logprobs=False)
-    return OpenAILLMClient(config, http_client=httpx.AsyncClient(transport=fake.transport))
 
 
 def _filler(values: dict[str, Any]) -> Any:
@@ -305,7 +297,7 @@ async def test_the_planner_lints_outside_blueprints_and_the_summary_shows_it(
     harness tool is on its path, and the stored figures reach the run summary."""
     cluster = await stranger_cluster("repo", listed_repo, hide_params=[], args={})
     fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 60)
-    planned = await _plan(cluster, listed_repo, _client(fake), range(6))
+    planned = await _plan(cluster, listed_repo, fake.client(), range(6))
     blueprints = [b for b in planned if isinstance(b, Blueprint)]
     assert blueprints, [getattr(b, "detail", "") for b in planned]
     for bp in blueprints:
@@ -461,7 +453,7 @@ async def test_a_value_no_source_gives_is_never_a_placeholder() -> None:
         for o in planned
     ), planned
     fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 40)
-    planned = await _plan(cluster, listed_repo, _client(fake), range(4))
+    planned = await _plan(cluster, listed_repo, fake.client(), range(4))
     blueprints = [b for b in planned if isinstance(b, Blueprint)]
     assert blueprints, [getattr(b, "detail", "") for b in planned]
     for bp in blueprints:
@@ -481,7 +473,7 @@ async def test_a_duplicate_blueprint_is_not_kept(tmp_path: Path) -> None:
     cluster = await stranger_cluster("repo", listed_repo, hide_params=[], args={})
     fake = ScriptedLLM([_filler({"branch_name": "release-2.0"})] * 80)
     planned = [
-        b for b in await _plan(cluster, listed_repo, _client(fake), range(8))
+        b for b in await _plan(cluster, listed_repo, fake.client(), range(8))
         if isinstance(b, Blueprint)
     ]  # fmt: skip
     rows = [_blueprint_row(b, "run_a") for b in planned]
