@@ -106,9 +106,11 @@ def one(
     samples: int,
     rollout: str,
     llm_edges: bool = False,
+    user_stop_when_met: bool = False,
 ) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"outside-bench-{name}-"))
-    (work / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n")
+    run_section = "[run]\nuser_stop_when_met = true\n" if user_stop_when_met else ""
+    (work / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n" + run_section)
     started = time.perf_counter()
     row: dict = {"server": name, "joined": False}
     flags = ["--llm-edges"] if llm_edges else []
@@ -283,17 +285,25 @@ def main() -> None:
         action="store_true",
         help="`clusters add --llm-edges`: the LLM proposes edges, probes confirm them",
     )
+    parser.add_argument(
+        "--user-stop-when-met",
+        action="store_true",
+        help="[run] user_stop_when_met: the user thanks and stops once the goal's checks hold",
+    )
     args = parser.parse_args()
     chosen = servers(args.venvs, args.npm)
     if args.only:
         chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
     rows = [
-        one(n, c, e, args.tasks, args.samples, args.rollout, args.llm_edges)
+        one(
+            n, c, e, args.tasks, args.samples, args.rollout, args.llm_edges, args.user_stop_when_met
+        )
         for n, (c, e) in chosen.items()
     ]
     print(
         f"\noutside servers, --tasks {args.tasks} --samples {args.samples} --rollout "
-        f"{args.rollout} (targets in [])"
+        f"{args.rollout}{' --user-stop-when-met' if args.user_stop_when_met else ''} "
+        "(targets in [])"
     )
     header = (
         "server", "joined[all]", "tools", "tags=annot", "edges+evid (llm)", "planned",

@@ -213,6 +213,40 @@ async def test_a_user_that_always_echoes_gets_a_scripted_turn(
     assert verify(traj, read_task.constraints, result.final_state).passed
 
 
+RAMBLE = "That is a lovely story about the shop, tell me more about the weather there."
+
+
+async def test_a_user_that_never_stops_rambles_to_the_turn_budget(
+    read_task: Blueprint, tmp_path: Path
+) -> None:
+    # the control for stop_when_met: a small user model that never writes the marker
+    fake = ScriptedLLM([_gold_call(read_task), say(_answer(read_task)), say(RAMBLE)] * 2)
+    result = await _run(read_task, fake, tmp_path, max_turns=4)
+    assert result.trajectory.termination is Termination.MAX_TURNS
+    assert not verify(result.trajectory, read_task.constraints, result.final_state).passed
+
+
+async def test_a_user_stops_when_served_without_a_draw(
+    read_task: Blueprint, tmp_path: Path
+) -> None:
+    fake = ScriptedLLM([_gold_call(read_task), say(_answer(read_task))])
+    result = await _run(read_task, fake, tmp_path, UserSimulator(stop_when_met=True))
+    fake.assert_consumed()  # no user draw was asked for
+    traj = result.trajectory
+    assert traj.termination is Termination.USER_STOP and traj.user_scripted == 1
+    assert verify(traj, read_task.constraints, result.final_state).passed
+
+
+async def test_a_wrong_answer_does_not_stop_the_user(read_task: Blueprint, tmp_path: Path) -> None:
+    fake = ScriptedLLM(
+        [_gold_call(read_task), say("I could not find anything, sorry."), say(RAMBLE)] * 2
+    )
+    result = await _run(read_task, fake, tmp_path, UserSimulator(stop_when_met=True), max_turns=4)
+    traj = result.trajectory
+    assert traj.termination is Termination.MAX_TURNS and traj.user_scripted == 0
+    assert not verify(traj, read_task.constraints, result.final_state).passed
+
+
 async def test_a_scripted_user_stops_once_the_goal_looks_met(
     read_task: Blueprint, tmp_path: Path
 ) -> None:

@@ -127,6 +127,11 @@ _SET: dict[str, tuple[str, dict[str, str], Any]] = {
     "planner_retries": ("planner_retries = 3", {"SYNTH_RUN__PLANNER_RETRIES": "3"}, 3),
     "plan_attempts": ("plan_attempts = 45", {"SYNTH_RUN__PLAN_ATTEMPTS": "45"}, 45),
     "user_resamples": ("user_resamples = 1", {"SYNTH_RUN__USER_RESAMPLES": "1"}, 1),
+    "user_stop_when_met": (
+        "user_stop_when_met = true",
+        {"SYNTH_RUN__USER_STOP_WHEN_MET": "true"},
+        True,
+    ),
     "assistant_tool_choice": (
         'assistant_tool_choice = "auto"',
         {"SYNTH_RUN__ASSISTANT_TOOL_CHOICE": "auto"},

@@ -311,6 +311,14 @@ async def _user_turn(
     (``user_sim.scripted_user_turn``). Ends ``path`` and returns None on an infra fault or when
     no valid turn could be made (``simulator``)."""
     blueprint, user_sim = episode.blueprint, episode.user_sim
+    calls = [c for t in path.turns for c in t.calls]
+    if user_sim.stop_when_met and goal_looks_met(
+        blueprint, calls, last_assistant, episode.openai_tools
+    ):
+        scripted = scripted_user_turn(blueprint, last_assistant, path.revealed, goal_met=True)
+        if scripted is not None and scripted[0].stop:
+            path.user_scripted += 1
+            return scripted[0]
     sim_view = user_sim.view(blueprint, path.messages[1:])
     failed: list[str] = []
     spent = 0
@@ -347,7 +355,6 @@ async def _user_turn(
                     path.revealed.add(slot)
             return checked
         failed.append(checked.role_break)
-    calls = [c for t in path.turns for c in t.calls]
     met = user_sim.scripted_fallback and goal_looks_met(
         blueprint, calls, last_assistant, episode.openai_tools
     )

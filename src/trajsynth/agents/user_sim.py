@@ -102,6 +102,11 @@ class UserSimulator(BaseModel):
         description="when every draw failed, write the turn from the blueprint (off: the "
         "rollout ends as a simulator failure)",
     )
+    stop_when_met: bool = Field(
+        default=False,
+        description="after an answer in words, thank and stop without a draw when "
+        "``goal_looks_met`` (the end state is still verified by the judge)",
+    )
     opening_from_goal: bool = Field(
         default=True,
         description="the first user message is the blueprint's goal, written by the planner",

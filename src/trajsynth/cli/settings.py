@@ -262,6 +262,8 @@ planner_retries = 1          # LLM drafts of the words after the first; then a t
 # plan_attempts = 60         # planning attempts per round, redraws included; unset: 3 per task
 user_resamples = 3           # draws of a user turn that failed the simulator checks (echo,
                              # role break, leak); then it is written from the blueprint
+# user_stop_when_met = true  # the user thanks and stops once the goal's checks hold after an
+                             # answer (a small user model rarely writes the stop marker)
 # assistant_tool_choice = "auto"   # after a user message: auto | required; unset: required for
                                    # the embedded SmolLM2 (it rarely calls tools under auto)
 # assistant_tool_choice_after_tool = "auto"   # after tool results: auto | none; unset: none

@@ -476,7 +476,9 @@ async def grow_unit(
         ):
             client = TurnReporter(client, blueprint.blueprint_id)  # a line that moves every turn
             assistant = assistant_for(config)
-            user_sim = UserSimulator(resamples=config.user_resamples)
+            user_sim = UserSimulator(
+                resamples=config.user_resamples, stop_when_met=config.user_stop_when_met
+            )
             budget = unit_token_budget(config)
             shown = shown_tools(
                 blueprint,

@@ -199,6 +199,15 @@ class RunConfig(Record):
             "written from the blueprint"
         ),
     )
+    user_stop_when_met: bool = Field(
+        default=False,
+        description=(
+            "the simulated user thanks and stops, without a draw, once the goal's "
+            "mid-dialogue checks hold after an answer in words (a person leaves when served; "
+            "a small user model rarely writes the stop marker); the judge still verifies the "
+            "whole trajectory, end state included"
+        ),
+    )
     assistant_tool_choice: Literal["auto", "required"] | None = Field(
         default=None,
         description=(
