@@ -112,7 +112,15 @@ def _hash_without_distractors(config: RunConfig) -> str:
     dump["llm"]["timeout_s"] = dump["llm"]["timeout_s"] or 120.0  # the old default
     del dump["judge"]  # likewise the model judge, off
     del dump["plan_attempts"]  # nor a planning budget
+    del dump["user_stop_when_met"]  # nor a user who stops when served
     return stable_hash(dump, length=16)
+
+
+def test_run_ids_of_the_last_release_are_kept() -> None:
+    # RunConfig().config_hash() and with seed=3 at baed5d9: a new option must not move them
+    assert RunConfig().config_hash() == "c7722b3396a85a24"
+    assert RunConfig(seed=3).config_hash() == "0cba9faac0fc57e4"
+    assert RunConfig(user_stop_when_met=True).config_hash() != RunConfig().config_hash()
 
 
 def test_a_planning_budget_changes_the_run_id_only_when_set() -> None:

@@ -257,4 +257,6 @@ class RunConfig(Record):
             del dump["judge"]
         if dump["plan_attempts"] is None:  # and before redraws had a configurable budget
             del dump["plan_attempts"]
+        if not dump["user_stop_when_met"]:  # and before a user could stop when served
+            del dump["user_stop_when_met"]
         return stable_hash(dump, length=16)
