@@ -48,9 +48,9 @@ from trajsynth.schemas import (
 
 TOOL_NAMES = [t.name for t in SHOP.tools]
 
-# A failing case is replayed and its arguments printed: a case of nesting thousands deep makes
-# a repr of 50+ kB, about which Hypothesis warns; under ``filterwarnings = error`` that warning
-# would replace the case's own exception in the report.
+# Hypothesis warns when it writes a repr of 30+ kB (a failing case's arguments, nesting
+# thousands deep); under ``filterwarnings = error`` that warning would replace the case's own
+# exception in the report.
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Generating overly large repr:hypothesis.errors.HypothesisWarning"
 )
@@ -77,6 +77,8 @@ json_values = st.recursive(
 
 
 def _deep(depth: int, opener: str) -> str:
+    if opener == '{"q": [':  # nesting under a key
+        return '{"q": ' + _deep(depth, "[") + "}"
     closer = {"[": "]", '{"a":': "}"}[opener]
     return opener * depth + "1" + closer * depth
 
@@ -92,10 +94,9 @@ argument_texts = st.one_of(
     ).map(json.dumps),  # often valid for a shop tool: the call reaches the tools
     texts,  # anything at all
     st.integers(4300, 6000).map(lambda n: '{"qty": ' + "9" * n + "}"),  # past int() limits
-    st.integers(30, 5000).flatmap(
-        lambda d: st.sampled_from(
-            [_deep(d, "["), _deep(d, '{"a":'), '{"q": ' + _deep(d, "[") + "}"]
-        )
+    # built after the draw: a strategy holding the strings would carry 50 kB in its repr
+    st.tuples(st.integers(30, 5000), st.sampled_from(["[", '{"a":', '{"q": ['])).map(
+        lambda t: _deep(*t)
     ),
     st.sampled_from(
         ['{"query": "\\ud800"}', '{"\\udfff": 1}', '{"qty": NaN}', '{"qty": 1e999}', '{"query": ']
