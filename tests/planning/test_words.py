@@ -20,6 +20,7 @@ from trajsynth.schemas import (
     ReasoningMode,
     ServerKind,
     ServerSpec,
+    RefArg,
     SlotArg,
     ToolAccess,
     ToolCluster,
@@ -201,9 +202,10 @@ def test_pick_answer_prefers_the_matching_item_and_telling_fields() -> None:
 
 
 def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
-    """mcp-server-time: the timezone read and the timezone converted from are one value;
-    holding back one of them while the goal states the other could never pass the check,
-    so a slot with a value of its own is held back, and the template's words pass."""
+    """mcp-server-time: the timezone converted from and to are one value; holding back one
+    of them while the goal states the other could never pass the check, so a slot with a
+    value of its own is held back, and the template's words pass. The current time read
+    first is a read the question does not depend on: its timezone is not the user's to say."""
     cluster = _outside_cluster(
         "time",
         ["mcp-server-time"],
@@ -219,10 +221,10 @@ def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
         ),
     )
     slots = {
-        "timezone": "America/New_York",
+        "timezone": "Asia/Tokyo",
         "source_timezone": "America/New_York",
         "time": "18:45",
-        "target_timezone": "Asia/Tokyo",
+        "target_timezone": "America/New_York",
     }
     steps = [
         PlannedCall(tool="get_current_time", args={"timezone": SlotArg(name="timezone")}),
@@ -236,8 +238,12 @@ def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
         GoldCall(tool="convert_time", arguments={k: slots[k] for k in list(slots)[1:]}),
     ]
     spec = words_spec(cluster, ReasoningMode.CLARIFY_FIRST, steps, slots, calls, None)
-    assert spec.hidden_slot in {"time", "target_timezone"}
-    assert check_words(template_words(spec), spec) == []
+    assert "timezone" not in spec.slots
+    assert spec.hidden_slot == "time"
+    words = template_words(spec)
+    assert "Asia/Tokyo" not in words.goal and "18:45" not in words.goal
+    assert words.hidden_info == {"time": "18:45"}
+    assert check_words(words, spec) == []
 
 
 def test_recover_after_error_without_an_initial_state_still_states_a_stale_value() -> None:
@@ -267,7 +273,8 @@ def test_recover_after_error_without_an_initial_state_still_states_a_stale_value
 
 def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
     """server-filesystem: list_directory(path) then write_file(path, content). "path: .;
-    path 2: todo.md" led the embedded model to write to a file named "2"."""
+    path 2: todo.md" led the embedded model to write to a file named "2"; the write does not
+    depend on the listing, so the goal names only the file written and what goes in it."""
     cluster = _outside_cluster(
         "filesystem",
         ["mcp-server-filesystem", "."],
@@ -287,14 +294,11 @@ def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
         GoldCall(tool="write_file", arguments={"path": "todo.md", "content": "Wrote to todo.md"}),
     ]
     spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
-    assert spec.labels["path"] == "path of the directory"
-    assert spec.labels["path_2"] == "path of the file"
-    assert spec.labels["content"] == "content"  # only one call takes it
+    assert set(spec.slots) == {"path_2", "content"}
     goal = template_words(spec).goal
-    assert "path of the file: todo.md" in goal and "path 2" not in goal
     # text of several words is quoted: "content: Wrote to todo.md." had the model write the
     # sentence's period into the file
-    assert 'content: "Wrote to todo.md".' in goal
+    assert goal == 'Please write "Wrote to todo.md" to the file todo.md.'
     assert check_words(template_words(spec), spec) == []
 
 
@@ -356,10 +360,13 @@ def test_two_calls_about_one_kind_of_thing_are_named_by_their_verbs() -> None:
     slots = {"path": "README.md", "path_2": "notes.md"}
     steps = [
         PlannedCall(tool="read_file", args={"path": SlotArg(name="path")}),
-        PlannedCall(tool="write_file", args={"path": SlotArg(name="path_2")}),
+        PlannedCall(
+            tool="write_file",
+            args={"path": SlotArg(name="path_2"), "content": RefArg(step=0, field="content")},
+        ),
     ]
     calls = [
-        GoldCall(tool="read_file", arguments={"path": "README.md"}),
+        GoldCall(tool="read_file", arguments={"path": "README.md"}, observation={"content": "x"}),
         GoldCall(tool="write_file", arguments={"path": "notes.md", "content": "x"}),
     ]
     spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
