@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from fakes.inprocess_env import InProcessEnvironment
+from fakes.llm import ScriptedLLM, tool_call
+
+from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.planner import Planner, plan_blueprint
 from trajsynth.planning.words import (
     Answer,
     Words,
@@ -14,13 +22,17 @@ from trajsynth.planning.words import (
     words_spec,
 )
 from trajsynth.schemas import (
+    Blueprint,
+    Cell,
+    Difficulty,
     Domain,
     GoldCall,
+    PathShape,
     PlannedCall,
     ReasoningMode,
+    RefArg,
     ServerKind,
     ServerSpec,
-    RefArg,
     SlotArg,
     ToolAccess,
     ToolCluster,
@@ -372,3 +384,125 @@ def test_two_calls_about_one_kind_of_thing_are_named_by_their_verbs() -> None:
     spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
     assert (spec.labels["path"], spec.labels["path_2"]) == ("path to read", "path to write")
     assert not [p for p in check_words(template_words(spec), spec) if p.startswith("ambiguous")]
+
+
+def _outside_spec(**kw: object) -> WordsSpec:
+    """A write to a file on an outside server: its descriptions are written for a model."""
+    base: dict[str, object] = {
+        "domain": "other",
+        "mode": "direct_execute",
+        "steps": ["create a new file or completely overwrite an existing file with new content"],
+        "slots": {"path": "docs/a.txt", "content": "hi there"},
+        "tool_names": ["write_file", "get-sum", "echo"],
+        "outside": True,
+        "descriptions": [
+            "Create a new file or completely overwrite an existing file with new content. "
+            "Use with caution.",
+            "Adds two numbers.",
+            "Echoes back the input.",
+        ],
+    }
+    base.update(kw)
+    return WordsSpec.model_validate(base)
+
+
+def _kinds(goal: str, spec: WordsSpec) -> list[str]:
+    return [p.split(":")[0] for p in check_words(Words(persona="p", goal=goal), spec)]
+
+
+def test_a_request_in_the_users_voice_passes_the_outside_check() -> None:
+    spec = _outside_spec()
+    assert _kinds('Please write "hi there" to the file docs/a.txt.', spec) == []
+
+
+def test_the_outside_check_refuses_each_kind_of_goal_no_person_writes() -> None:
+    spec = _outside_spec()
+    restated = (
+        'Please create a new file or completely overwrite an existing file: "hi there" in '
+        "docs/a.txt."
+    )
+    assert _kinds(restated, spec) == ["restates_description"]
+    # most of a description's first sentence, even out of order, is still the description
+    shuffled = (
+        'With new content "hi there", overwrite an existing file or create a new file docs/a.txt.'
+    )
+    assert _kinds(shuffled, spec) == ["restates_description"]
+    assert _kinds('Please call write_file with "hi there" and docs/a.txt.', spec) == ["tool_name"]
+    assert _kinds('Run get-sum, then save "hi there" in docs/a.txt.', spec) == ["tool_name"]
+    assert _kinds('Use `echo` to say "hi there", then save it in docs/a.txt.', spec) == [
+        "tool_name"
+    ]
+    labelled = 'Please save the file: path: docs/a.txt; content: "hi there".'
+    assert _kinds(labelled, spec) == ["label_list"]
+    joined = 'What is in it for path: docs/a.txt and content: "hi there"?'
+    assert _kinds(joined, spec) == ["label_list"]
+    assert _kinds("mcp-eval", _outside_spec(slots={})) == ["too_short"]
+    # a value's own words and colons are the user's: a file's text may quote a description
+    quoting = _outside_spec(
+        slots={"path": "docs/a.txt", "content": "Note: create a new file or completely overwrite"}
+    )
+    assert (
+        _kinds(
+            'Please write "Note: create a new file or completely overwrite" to docs/a.txt.', quoting
+        )
+        == []
+    )
+
+
+def test_the_bundled_clusters_keep_their_phrasing() -> None:
+    """A bundled cluster's descriptions are written as requests and its template lists
+    values under labels; the outside-only refusals do not apply to it."""
+    spec = _spec(answer=None, slots={"query": "Vortex 600 Blender", "quantity": 2}, labels={})
+    words = Words(
+        persona="p",
+        goal='Please search the catalogue by name: query: "Vortex 600 Blender"; quantity: 2.',
+    )
+    assert check_words(words, spec) == []
+
+
+async def test_an_outside_draft_refused_by_the_check_falls_back_to_the_template(
+    tmp_path: Path,
+) -> None:
+    """The planner's chain: each draft the words check refuses (a restated description, a
+    label list, a tool name; each states the product, so nothing else is wrong with it) is
+    counted as a draft, and the template writes the words. Control: a draft in the user's
+    voice is taken as written."""
+    shop = get_cluster("shop")
+    tool = next(t for t in shop.tools if t.name == "search_products")
+    cluster = shop.model_copy(update={"tools": [tool], "edges": [], "source": "outside"})
+    cell = Cell(
+        cluster_id="shop",
+        path_shape=PathShape.SINGLE,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty.EASY,
+    )
+
+    async def plan(goals: list[str]) -> Blueprint:
+        fake = ScriptedLLM(
+            [tool_call("write_user_request", {"persona": "A cook.", "goal": g}) for g in goals]
+        )
+        bp = await plan_blueprint(
+            Planner(retries=len(goals) - 1),
+            fake.client(),
+            lambda: InProcessEnvironment("shop", tmp_path),
+            cluster,
+            cell,
+            3,
+        )
+        fake.assert_consumed()
+        assert isinstance(bp, Blueprint), bp
+        return bp
+
+    product = str((await plan(["x"])).slots["query"])
+    drafts = [
+        f"Search the catalogue by name or description for the {product}.",
+        f"Please find it: query: {product}; category: kitchen.",
+        f"Call search_products for the {product}, please.",
+    ]
+    bp = await plan(drafts)
+    assert (bp.words_source, bp.words_attempts) == ("template", 3)
+    assert bp.goal not in drafts and "search_products" not in bp.goal
+    assert not re.search(r"\w: \S", bp.goal), bp.goal
+    good = f"I'm after the {product}, what does it cost these days?"
+    control = await plan(drafts[:2] + [good])
+    assert (control.words_source, control.words_attempts, control.goal) == ("llm", 3, good)

@@ -108,12 +108,12 @@ def _verb(spec: ToolSpec) -> str:
     for token in tokens:
         if token in known:
             return _VERB_WORDS.get(token, token)
-    first = re.findall(r"[A-Za-z]+", spec.description)[:1]
+    first = re.match(r"\s*([A-Za-z]+)", spec.description)
     if first:
-        word = first[0].casefold()
-        for form in (word, word[:-1] if word.endswith("s") else word):
+        word = first.group(1).casefold()
+        for form in (word, word.removesuffix("s")):  # "Toggles ..." -> toggle
             if form in known:
-                return _VERB_WORDS.get(form, form)
+                return _VERB_WORDS.get(form) or form
     return ""
 
 
@@ -172,7 +172,7 @@ def clauses(
                 parts.append(Part(param=param, role=role, slot=(facts or {})[(i, param)]))
             elif isinstance(arg, SlotArg) and arg.name in slots:
                 parts.append(Part(param=param, role=role, slot=arg.name))
-            elif isinstance(arg, RefArg) and arg.step in relevant and role == "object":
+            elif isinstance(arg, RefArg) and arg.step in relevant and role in {"object", "name"}:
                 parts.append(Part(param=param, role=role, ref=(arg.step, arg.field)))
         out.append(
             Clause(
@@ -239,8 +239,12 @@ def _plural(value: JsonValue, noun: str) -> str:
 
 
 def _thing(part: Part, clause: Clause, value: JsonValue | None) -> str:
-    """What a naming value is: "the file docs/a.txt", "the entity "Ann"", "a file"."""
+    """What a naming value is: "the file docs/a.txt", "the entity "Ann"", "a file"; one
+    another call's result gives is "that user" (``user_id``)."""
     noun = clause.noun.split()[-1] if clause.noun else ""
+    if part.ref is not None:
+        own = [t for t in name_tokens(part.param) if t not in _NAMING]
+        return f"that {' '.join(own) or noun or 'one'}"
     if name_tokens(part.param)[-1] in _PATHS:
         kinds = {"file", "directory", "folder", "dir"}
         if noun not in kinds:
@@ -277,6 +281,9 @@ class _Render:
         names = [p for p in clause.parts if p.role == "name" and self.value(p) is not None]
         if names:
             return _thing(names[0], clause, self.value(names[0]))
+        refs = [p for p in clause.parts if p.role == "name" and p.ref is not None]
+        if refs:
+            return _thing(refs[0], clause, None)
         return f"the {clause.noun or clause.words}"
 
     def modifiers(self, clause: Clause, skip: set[str]) -> list[str]:
@@ -307,7 +314,9 @@ class _Render:
     def action(self, clause: Clause) -> str:
         """A write (or a read asked as an action) in the imperative, without "please"."""
         objects = [p for p in clause.parts if p.role == "object"]
-        names = [p for p in clause.parts if p.role == "name"]
+        names = [
+            p for p in clause.parts if p.role == "name" and (p.ref or self.value(p) is not None)
+        ] or [p for p in clause.parts if p.role == "name"]
         skip: set[str] = set()
         obj = ""
         for part in objects:
@@ -355,11 +364,15 @@ class _Render:
     def question(self, clause: Clause, field: str) -> str:
         """The question a read-only task asks about its last call."""
         if clause.verb and clause.verb not in _LOOKUPS:
-            what = f"How many {field[len('number of ') :]} do I get" if field.startswith(
-                "number of "
-            ) else f"What is the {field}"
+            what = (
+                f"How many {field[len('number of ') :]} do I get"
+                if field.startswith("number of ")
+                else f"What is the {field}"
+            )
             return f"{what} when I {self.action(clause)}?"
-        names = [p for p in clause.parts if p.role == "name" and self.value(p) is not None]
+        names = [
+            p for p in clause.parts if p.role == "name" and (p.ref or self.value(p) is not None)
+        ]
         objects = [p for p in clause.parts if p.role == "object" and self.value(p) is not None]
         skip: set[str] = set()
         about = ""

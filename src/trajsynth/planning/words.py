@@ -380,12 +380,7 @@ def words_spec(
     if outside:
         # the user states what the outcome depends on, not the arguments of a read the
         # outcome does not use (a search before the write, a listing after it)
-        used = {
-            a.name
-            for i in relevant
-            for a in steps[i].args.values()
-            if isinstance(a, SlotArg)
-        }
+        used = {a.name for i in relevant for a in steps[i].args.values() if isinstance(a, SlotArg)}
         slots = {n: v for n, v in slots.items() if n in used}
     known = {**dict(slots), **facts}
     labels = {name: _slot_label(name, steps, cluster) for name in slots} | fact_labels
@@ -761,7 +756,7 @@ def ambiguous_labels(goal: str) -> list[str]:
 
 _MIN_GOAL_WORDS = 5
 _RESTATED_RUN = 6  # consecutive words of a tool's description
-_RESTATED_SHARE = 0.6  # of the word trigrams of a description's first sentence
+_RESTATED_SHARE = 0.4  # of the word trigrams of a description's first sentence
 # "word: value;" - a value under a label, a list of them is a form, not a request
 _LABEL = re.compile(r"(?<![\w:/])[A-Za-z][\w' ]{0,40}:\s+\S")
 
