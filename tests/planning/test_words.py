@@ -14,6 +14,7 @@ from trajsynth.planning.words import (
     Answer,
     Words,
     WordsSpec,
+    build_messages,
     check_words,
     parse_words,
     pick_answer,
@@ -27,6 +28,7 @@ from trajsynth.schemas import (
     Difficulty,
     Domain,
     GoldCall,
+    JsonValue,
     PathShape,
     PlannedCall,
     ReasoningMode,
@@ -506,3 +508,16 @@ async def test_an_outside_draft_refused_by_the_check_falls_back_to_the_template(
     good = f"I'm after the {product}, what does it cost these days?"
     control = await plan(drafts[:2] + [good])
     assert (control.words_source, control.words_attempts, control.goal) == ("llm", 3, good)
+
+
+def test_an_outside_draft_is_asked_for_with_the_request_not_the_descriptions() -> None:
+    description = "Create a new file or completely overwrite an existing file with new content."
+    tool = _string_tool("write_file", "path", "content", description=description)
+    cluster = _outside_cluster("files", ["files-server"], tool)
+    slots: dict[str, JsonValue] = {"path": "docs/a.txt", "content": "hi there"}
+    steps = [PlannedCall(tool="write_file", args={p: SlotArg(name=p) for p in slots})]
+    calls = [GoldCall(tool="write_file", arguments=slots)]
+    spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
+    prompt = build_messages("system", "{steps}\n{facts}\n{question}{mode}", spec)[1].content
+    assert "overwrite" not in str(prompt)
+    assert 'write "hi there" to the file docs/a.txt' in str(prompt)

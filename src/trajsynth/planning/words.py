@@ -565,9 +565,15 @@ def build_messages(system_prompt: str, prompt_template: str, spec: WordsSpec) ->
         )
     if spec.mode is ReasoningMode.VERIFY_AFTER_WRITE:
         mode += "The user wants the assistant to confirm the change.\n"
+    steps = spec.steps
+    if spec.outside and spec.clauses:
+        # an outside server's descriptions are written for a model: a draft shown them
+        # restates them, so it is shown the request in plain words to say in its own
+        steps = [template_words(spec).goal]
+        mode += "Say it in your own words: no 'name: value' lists, no tool descriptions.\n"
     user = prompt_template.format(
         description=spec.description or spec.domain,
-        steps="\n".join(f"- {s}" for s in spec.steps),
+        steps="\n".join(f"- {s}" for s in steps),
         facts=facts or "- (none)",
         question=question,
         mode=mode,
