@@ -257,3 +257,14 @@ def test_an_object_value_is_stated_by_its_values_not_its_keys() -> None:
     )
     assert "entityType" not in words.goal
     assert check_words(words, spec) == []
+
+
+def test_the_words_examples_hold() -> None:
+    """The docstring examples of planning.words (label lists, a too-short goal, a restated
+    description) run as written."""
+    import doctest
+
+    from trajsynth.planning import words as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
