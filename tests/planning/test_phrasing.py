@@ -268,3 +268,17 @@ def test_the_words_examples_hold() -> None:
 
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_without_a_verb_every_value_is_still_stated() -> None:
+    cluster = _cluster(_tool("zorp_frobnicator", "path", "content", write=True))
+    values = {"path": "docs/a.txt", "content": "two words"}
+    call = GoldCall(tool="zorp_frobnicator", arguments=values, observation="ok")
+    steps = [_slots("zorp_frobnicator", **values)]
+    spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, values, [call], None)
+    words = template_words(spec)
+    assert words.goal == (
+        "Please help me with the zorp frobnicator for the file docs/a.txt with the content "
+        '"two words".'
+    )
+    assert check_words(words, spec) == []

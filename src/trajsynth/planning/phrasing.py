@@ -313,6 +313,8 @@ class _Render:
 
     def action(self, clause: Clause) -> str:
         """A write (or a read asked as an action) in the imperative, without "please"."""
+        if not clause.verb:  # no verb to build on: the tool's name, then every value
+            return " ".join([f"help me with the {clause.words}", *self.modifiers(clause, set())])
         objects = [p for p in clause.parts if p.role == "object"]
         names = [
             p for p in clause.parts if p.role == "name" and (p.ref or self.value(p) is not None)
@@ -333,7 +335,6 @@ class _Render:
                 obj, skip = said, skip | {part.param}
                 self.used.add(part.ref[0] if part.ref else -1)
                 break
-        verb = clause.verb or "use"
         where = ""
         if names:
             first = names[0]
@@ -353,13 +354,8 @@ class _Render:
                 skip.add(loose[0].param)
             else:
                 obj = f"the {clause.noun}" if clause.noun else ""
-        if not clause.verb:
-            obj = f"the {clause.words}"
-            head = "help me with"
-        else:
-            head = verb
         tail = self.modifiers(clause, skip)
-        return " ".join(w for w in [head, obj + where, *tail] if w)
+        return " ".join(w for w in [clause.verb, obj + where, *tail] if w)
 
     def question(self, clause: Clause, field: str) -> str:
         """The question a read-only task asks about its last call."""
