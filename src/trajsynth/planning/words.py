@@ -7,6 +7,11 @@ deterministically from the path, the slots and the question — the small defaul
 cannot write valid JSON, and an explicit goal ("What is the price of the Vortex 600 Blender?")
 is what a small policy can act on.
 
+An outside server's descriptions are written for a model, not as requests: its template goal
+is phrased from tool and parameter names instead (``planning.phrasing``), states only the
+values the outcome depends on, and its words check also refuses a restated description, a
+``label: value`` list and a goal of under five words.
+
 Target modes are realised here where the words decide them: ``clarify_first`` keeps one
 slot out of the goal (it sits only in hidden_info); ``recover_after_error`` has the user first
 give a stale value, the correct one in hidden_info.
@@ -695,7 +700,10 @@ def check_words(words: Words, spec: WordsSpec) -> list[str]:
     - ``over_specification``: it names two or more tools' actions (a step list, not a request);
     - ``unsolvable``: a slot is neither stated in the goal nor in hidden_info;
     - ``mode``: the target mode is not realised (clarify_first: the held-back slot is in the
-      goal or missing from hidden_info; recover_after_error: the stale value is not given).
+      goal or missing from hidden_info; recover_after_error: the stale value is not given);
+    - ``ambiguous``: two values under one label;
+    - ``too_short``, and on outside clusters ``restates_description``, ``label_list`` and a
+      one-word ``tool_name`` written as code (``_not_a_request``).
     """
     text = f"{words.goal}\n{words.persona}"
     issues: list[str] = []
