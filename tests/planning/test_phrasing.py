@@ -282,3 +282,43 @@ def test_without_a_verb_every_value_is_still_stated() -> None:
         '"two words".'
     )
     assert check_words(words, spec) == []
+
+
+def test_a_zone_the_first_call_gives_is_named_by_its_field() -> None:
+    """convert_time, then get_current_time in the zone the conversion reports as its source:
+    the question says which zone ("the source timezone"), not a bare "what is the datetime"."""
+    cluster = _cluster(
+        _tool("convert_time", "source_timezone", "time", "target_timezone"),
+        _tool("get_current_time", "timezone"),
+    )
+    values: dict[str, JsonValue] = {
+        "source_timezone": "Australia/Sydney",
+        "time": "09:15",
+        "target_timezone": "America/New_York",
+    }
+    steps = [
+        _slots("convert_time", **values),
+        PlannedCall(
+            tool="get_current_time",
+            args={"timezone": RefArg(step=0, field="source.timezone")},
+        ),
+    ]
+    now = {"datetime": "2026-11-29T03:28:48+11:00", "timezone": "Australia/Sydney"}
+    calls = [
+        GoldCall(
+            tool="convert_time",
+            arguments=values,
+            observation={"source": {"timezone": "Australia/Sydney"}, "time_difference": "-16h"},
+        ),
+        GoldCall(
+            tool="get_current_time", arguments={"timezone": "Australia/Sydney"}, observation=now
+        ),
+    ]
+    answer = Answer(field="datetime", value=now["datetime"])
+    spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, values, calls, answer)
+    words = template_words(spec)
+    assert words.goal == (
+        "After you convert the time 09:15 from Australia/Sydney to America/New_York, what is "
+        "the datetime in the source timezone?"
+    )
+    assert check_words(words, spec) == []

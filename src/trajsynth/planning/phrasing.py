@@ -67,6 +67,9 @@ _PLACE = frozenset(
 )
 _TIME = frozenset({"time", "date", "datetime", "when", "day"})
 _LABEL_KEYS = ("name", "title", "label", "entityname", "id")
+# roles whose value, when another call gives it, is still said by what it is ("the content of
+# the file a.txt", "that user", "in the source timezone"); a bare option ("with") is not
+_REFERRED = frozenset({"object", "name", "source", "target", "place", "time"})
 
 
 class Part(Record):
@@ -172,7 +175,7 @@ def clauses(
                 parts.append(Part(param=param, role=role, slot=(facts or {})[(i, param)]))
             elif isinstance(arg, SlotArg) and arg.name in slots:
                 parts.append(Part(param=param, role=role, slot=arg.name))
-            elif isinstance(arg, RefArg) and arg.step in relevant and role in {"object", "name"}:
+            elif isinstance(arg, RefArg) and arg.step in relevant and role in _REFERRED:
                 parts.append(Part(param=param, role=role, ref=(arg.step, arg.field)))
         out.append(
             Clause(
@@ -290,9 +293,17 @@ class _Render:
         out: list[str] = []
         for part in clause.parts:
             value = self.value(part)
-            if part.param in skip or value is None:
+            if part.param in skip or (part.role in {"object", "name"} and value is None):
                 continue
-            shown = _value(value)
+            if value is None:
+                if part.ref is None:
+                    continue
+                # a value the earlier call gives, named by its field ("source.timezone")
+                field = [t for t in re.split(r"[.\[\]]", part.ref[1]) if t and not t.isdigit()]
+                said = " ".join(_words(t) for t in field or [part.param])
+                shown = f"the {said}" if len(field) > 1 else f"that {said}"
+            else:
+                shown = _value(value)
             if part.role == "source":
                 out.append(f"from {shown}")
             elif part.role == "target":
