@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from fakes.inprocess_env import InProcessEnvironment
+from fakes.llm import ScriptedLLM, tool_call
+
+from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.planner import Planner, plan_blueprint
 from trajsynth.planning.words import (
     Answer,
     Words,
     WordsSpec,
+    build_messages,
     check_words,
     parse_words,
     pick_answer,
@@ -14,10 +23,16 @@ from trajsynth.planning.words import (
     words_spec,
 )
 from trajsynth.schemas import (
+    Blueprint,
+    Cell,
+    Difficulty,
     Domain,
     GoldCall,
+    JsonValue,
+    PathShape,
     PlannedCall,
     ReasoningMode,
+    RefArg,
     ServerKind,
     ServerSpec,
     SlotArg,
@@ -201,9 +216,10 @@ def test_pick_answer_prefers_the_matching_item_and_telling_fields() -> None:
 
 
 def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
-    """mcp-server-time: the timezone read and the timezone converted from are one value;
-    holding back one of them while the goal states the other could never pass the check,
-    so a slot with a value of its own is held back, and the template's words pass."""
+    """mcp-server-time: the timezone converted from and to are one value; holding back one
+    of them while the goal states the other could never pass the check, so a slot with a
+    value of its own is held back, and the template's words pass. The current time read
+    first is a read the question does not depend on: its timezone is not the user's to say."""
     cluster = _outside_cluster(
         "time",
         ["mcp-server-time"],
@@ -219,10 +235,10 @@ def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
         ),
     )
     slots = {
-        "timezone": "America/New_York",
+        "timezone": "Asia/Tokyo",
         "source_timezone": "America/New_York",
         "time": "18:45",
-        "target_timezone": "Asia/Tokyo",
+        "target_timezone": "America/New_York",
     }
     steps = [
         PlannedCall(tool="get_current_time", args={"timezone": SlotArg(name="timezone")}),
@@ -236,8 +252,12 @@ def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
         GoldCall(tool="convert_time", arguments={k: slots[k] for k in list(slots)[1:]}),
     ]
     spec = words_spec(cluster, ReasoningMode.CLARIFY_FIRST, steps, slots, calls, None)
-    assert spec.hidden_slot in {"time", "target_timezone"}
-    assert check_words(template_words(spec), spec) == []
+    assert "timezone" not in spec.slots
+    assert spec.hidden_slot == "time"
+    words = template_words(spec)
+    assert "Asia/Tokyo" not in words.goal and "18:45" not in words.goal
+    assert words.hidden_info == {"time": "18:45"}
+    assert check_words(words, spec) == []
 
 
 def test_recover_after_error_without_an_initial_state_still_states_a_stale_value() -> None:
@@ -267,7 +287,8 @@ def test_recover_after_error_without_an_initial_state_still_states_a_stale_value
 
 def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
     """server-filesystem: list_directory(path) then write_file(path, content). "path: .;
-    path 2: todo.md" led the embedded model to write to a file named "2"."""
+    path 2: todo.md" led the embedded model to write to a file named "2"; the write does not
+    depend on the listing, so the goal names only the file written and what goes in it."""
     cluster = _outside_cluster(
         "filesystem",
         ["mcp-server-filesystem", "."],
@@ -287,14 +308,11 @@ def test_a_parameter_two_calls_take_is_named_by_its_call() -> None:
         GoldCall(tool="write_file", arguments={"path": "todo.md", "content": "Wrote to todo.md"}),
     ]
     spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
-    assert spec.labels["path"] == "path of the directory"
-    assert spec.labels["path_2"] == "path of the file"
-    assert spec.labels["content"] == "content"  # only one call takes it
+    assert set(spec.slots) == {"path_2", "content"}
     goal = template_words(spec).goal
-    assert "path of the file: todo.md" in goal and "path 2" not in goal
     # text of several words is quoted: "content: Wrote to todo.md." had the model write the
     # sentence's period into the file
-    assert 'content: "Wrote to todo.md".' in goal
+    assert goal == 'Please write "Wrote to todo.md" to the file todo.md.'
     assert check_words(template_words(spec), spec) == []
 
 
@@ -356,12 +374,150 @@ def test_two_calls_about_one_kind_of_thing_are_named_by_their_verbs() -> None:
     slots = {"path": "README.md", "path_2": "notes.md"}
     steps = [
         PlannedCall(tool="read_file", args={"path": SlotArg(name="path")}),
-        PlannedCall(tool="write_file", args={"path": SlotArg(name="path_2")}),
+        PlannedCall(
+            tool="write_file",
+            args={"path": SlotArg(name="path_2"), "content": RefArg(step=0, field="content")},
+        ),
     ]
     calls = [
-        GoldCall(tool="read_file", arguments={"path": "README.md"}),
+        GoldCall(tool="read_file", arguments={"path": "README.md"}, observation={"content": "x"}),
         GoldCall(tool="write_file", arguments={"path": "notes.md", "content": "x"}),
     ]
     spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
     assert (spec.labels["path"], spec.labels["path_2"]) == ("path to read", "path to write")
     assert not [p for p in check_words(template_words(spec), spec) if p.startswith("ambiguous")]
+
+
+def _outside_spec(**kw: object) -> WordsSpec:
+    """A write to a file on an outside server: its descriptions are written for a model."""
+    base: dict[str, object] = {
+        "domain": "other",
+        "mode": "direct_execute",
+        "steps": ["create a new file or completely overwrite an existing file with new content"],
+        "slots": {"path": "docs/a.txt", "content": "hi there"},
+        "tool_names": ["write_file", "get-sum", "echo"],
+        "outside": True,
+        "descriptions": [
+            "Create a new file or completely overwrite an existing file with new content. "
+            "Use with caution.",
+            "Adds two numbers.",
+            "Echoes back the input.",
+        ],
+    }
+    base.update(kw)
+    return WordsSpec.model_validate(base)
+
+
+def _kinds(goal: str, spec: WordsSpec) -> list[str]:
+    return [p.split(":")[0] for p in check_words(Words(persona="p", goal=goal), spec)]
+
+
+def test_a_request_in_the_users_voice_passes_the_outside_check() -> None:
+    spec = _outside_spec()
+    assert _kinds('Please write "hi there" to the file docs/a.txt.', spec) == []
+
+
+def test_the_outside_check_refuses_each_kind_of_goal_no_person_writes() -> None:
+    spec = _outside_spec()
+    restated = (
+        'Please create a new file or completely overwrite an existing file: "hi there" in '
+        "docs/a.txt."
+    )
+    assert _kinds(restated, spec) == ["restates_description"]
+    # most of a description's first sentence, even out of order, is still the description
+    shuffled = (
+        'With new content "hi there", overwrite an existing file or create a new file docs/a.txt.'
+    )
+    assert _kinds(shuffled, spec) == ["restates_description"]
+    assert _kinds('Please call write_file with "hi there" and docs/a.txt.', spec) == ["tool_name"]
+    assert _kinds('Run get-sum, then save "hi there" in docs/a.txt.', spec) == ["tool_name"]
+    assert _kinds('Use `echo` to say "hi there", then save it in docs/a.txt.', spec) == [
+        "tool_name"
+    ]
+    labelled = 'Please save the file: path: docs/a.txt; content: "hi there".'
+    assert _kinds(labelled, spec) == ["label_list"]
+    joined = 'What is in it for path: docs/a.txt and content: "hi there"?'
+    assert _kinds(joined, spec) == ["label_list"]
+    assert _kinds("mcp-eval", _outside_spec(slots={})) == ["too_short"]
+    # a value's own words and colons are the user's: a file's text may quote a description
+    quoting = _outside_spec(
+        slots={"path": "docs/a.txt", "content": "Note: create a new file or completely overwrite"}
+    )
+    assert (
+        _kinds(
+            'Please write "Note: create a new file or completely overwrite" to docs/a.txt.', quoting
+        )
+        == []
+    )
+
+
+def test_the_bundled_clusters_keep_their_phrasing() -> None:
+    """A bundled cluster's descriptions are written as requests and its template lists
+    values under labels; the outside-only refusals do not apply to it."""
+    spec = _spec(answer=None, slots={"query": "Vortex 600 Blender", "quantity": 2}, labels={})
+    words = Words(
+        persona="p",
+        goal='Please search the catalogue by name: query: "Vortex 600 Blender"; quantity: 2.',
+    )
+    assert check_words(words, spec) == []
+
+
+async def test_an_outside_draft_refused_by_the_check_falls_back_to_the_template(
+    tmp_path: Path,
+) -> None:
+    """The planner's chain: each draft the words check refuses (a restated description, a
+    label list, a tool name; each states the product, so nothing else is wrong with it) is
+    counted as a draft, and the template writes the words. Control: a draft in the user's
+    voice is taken as written."""
+    shop = get_cluster("shop")
+    tool = next(t for t in shop.tools if t.name == "search_products")
+    cluster = shop.model_copy(update={"tools": [tool], "edges": [], "source": "outside"})
+    cell = Cell(
+        cluster_id="shop",
+        path_shape=PathShape.SINGLE,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty.EASY,
+    )
+
+    async def plan(goals: list[str]) -> Blueprint:
+        fake = ScriptedLLM(
+            [tool_call("write_user_request", {"persona": "A cook.", "goal": g}) for g in goals]
+        )
+        bp = await plan_blueprint(
+            Planner(retries=len(goals) - 1),
+            fake.client(),
+            lambda: InProcessEnvironment("shop", tmp_path),
+            cluster,
+            cell,
+            3,
+        )
+        fake.assert_consumed()
+        assert isinstance(bp, Blueprint), bp
+        return bp
+
+    product = str((await plan(["x"])).slots["query"])
+    drafts = [
+        f"Search the catalogue by name or description for the {product}.",
+        f"Please find it: query: {product}; category: kitchen.",
+        f"Call search_products for the {product}, please.",
+    ]
+    bp = await plan(drafts)
+    assert (bp.words_source, bp.words_attempts) == ("template", 3)
+    assert bp.goal not in drafts and "search_products" not in bp.goal
+    assert not re.search(r"\w: \S", bp.goal), bp.goal
+    good = f"I'm after the {product}, what does it cost these days?"
+    control = await plan(drafts[:2] + [good])
+    assert (control.words_source, control.words_attempts, control.goal) == ("llm", 3, good)
+
+
+def test_an_outside_draft_is_asked_for_with_the_request_not_the_descriptions() -> None:
+    description = "Create a new file or completely overwrite an existing file with new content."
+    tool = _string_tool("write_file", "path", "content", description=description)
+    cluster = _outside_cluster("files", ["files-server"], tool)
+    slots: dict[str, JsonValue] = {"path": "docs/a.txt", "content": "hi there"}
+    steps = [PlannedCall(tool="write_file", args={p: SlotArg(name=p) for p in slots})]
+    calls = [GoldCall(tool="write_file", arguments=slots)]
+    spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, slots, calls, None)
+    prompt = build_messages("system", "{steps}\n{facts}\n{question}{mode}", spec)[1].content
+    assert "overwrite" not in str(prompt)
+    assert 'write "hi there" to the file docs/a.txt' in str(prompt)

@@ -7,6 +7,11 @@ deterministically from the path, the slots and the question — the small defaul
 cannot write valid JSON, and an explicit goal ("What is the price of the Vortex 600 Blender?")
 is what a small policy can act on.
 
+An outside server's descriptions are written for a model, not as requests: its template goal
+is phrased from tool and parameter names instead (``planning.phrasing``), states only the
+values the outcome depends on, and its words check also refuses a restated description, a
+``label: value`` list and a goal of under five words.
+
 Target modes are realised here where the words decide them: ``clarify_first`` keeps one
 slot out of the goal (it sits only in hidden_info); ``recover_after_error`` has the user first
 give a stale value, the correct one in hidden_info.
@@ -26,6 +31,7 @@ from trajsynth.curation.canon import is_identifier, parse_json_maybe
 from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.tags import READ_VERBS, WRITE_VERBS, name_tokens
 from trajsynth.planning.gold import resolve_field
+from trajsynth.planning.phrasing import Clause, clauses, relevant_steps, request
 from trajsynth.schemas import (
     Domain,
     EnvState,
@@ -46,6 +52,7 @@ __all__ = [
     "Answer",
     "Words",
     "ambiguous_labels",
+    "label_runs",
     "WordsSpec",
     "build_messages",
     "check_words",
@@ -135,6 +142,10 @@ class WordsSpec(Record):
     known_ids: list[str] = Field(default_factory=list)  # ids the user does not hold
     # an outside server's descriptions are written for a model, not as a user's requests
     outside: bool = False
+    # outside servers: the calls the request is about, phrased from names (planning.phrasing),
+    # and every tool's description, which a goal must not restate
+    clauses: list[Clause] = Field(default_factory=list)
+    descriptions: list[str] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,8 +379,14 @@ def words_spec(
         if _as_user(clause) not in actions:
             actions.append(_as_user(clause))
     writes = {i for i, s in enumerate(steps) if specs[s.tool].access is ToolAccess.WRITE}
-    relevant = _relevant_steps(steps, writes)
-    facts, fact_labels, raw = _selection_facts(steps, calls, slots, relevant)
+    relevant = relevant_steps(steps, writes)
+    facts, fact_labels, raw, fact_args = _selection_facts(steps, calls, slots, relevant)
+    outside = cluster.source == "outside"
+    if outside:
+        # the user states what the outcome depends on, not the arguments of a read the
+        # outcome does not use (a search before the write, a listing after it)
+        used = {a.name for i in relevant for a in steps[i].args.values() if isinstance(a, SlotArg)}
+        slots = {n: v for n, v in slots.items() if n in used}
     known = {**dict(slots), **facts}
     labels = {name: _slot_label(name, steps, cluster) for name in slots} | fact_labels
     slot_values = {_text(v) for v in _flat(known.values())}
@@ -405,7 +422,9 @@ def words_spec(
         tool_names=cluster.tool_names,
         noun=_owned_noun(steps[-1].tool) if steps else None,
         known_ids=sorted(ids),
-        outside=cluster.source == "outside",
+        outside=outside,
+        clauses=clauses(steps, specs, relevant, known, fact_args) if outside else [],
+        descriptions=[t.description for t in cluster.tools if t.description] if outside else [],
     )
 
 
@@ -454,31 +473,19 @@ def _slot_label(name: str, steps: Sequence[PlannedCall], cluster: ToolCluster) -
     return _words(name)
 
 
-def _relevant_steps(steps: Sequence[PlannedCall], writes: set[int]) -> set[int]:
-    """The writes (or, with none, the last call) and every call they take values from."""
-    todo = sorted(writes) if writes else [len(steps) - 1]
-    seen: set[int] = set()
-    while todo:
-        i = todo.pop()
-        if i in seen or not 0 <= i < len(steps):
-            continue
-        seen.add(i)
-        todo += [a.step for a in steps[i].args.values() if isinstance(a, RefArg)]
-    return seen
-
-
 def _selection_facts(
     steps: Sequence[PlannedCall],
     calls: Sequence[GoldCall],
     slots: Mapping[str, JsonValue],
     relevant: set[int],
-) -> tuple[dict[str, JsonValue], dict[str, str], set[str]]:
+) -> tuple[dict[str, JsonValue], dict[str, str], set[str], dict[tuple[int, str], str]]:
     """Entities the path picks from a list (``items[0].product_id``), as facts the user knows.
 
     An entity with a name is known by it ("product: Red Ceramic Mug"); one without is known by
     the value itself (the user knows their order id), which is then no leak. Returns the facts,
-    their labels and the raw values."""
+    their labels, the raw values and the (step, parameter) each fact fills."""
     facts: dict[str, JsonValue] = {}
+    filled: dict[tuple[int, str], str] = {}
     labels: dict[str, str] = {}
     raw: set[str] = set()
     known = {_text(v).casefold() for v in _flat(slots.values())}
@@ -513,9 +520,10 @@ def _selection_facts(
             while key in slots or key in facts:
                 key += "_"
             facts[key] = fact
+            filled[(i, arg)] = key
             labels[key] = _words(base or arg)
             known.add(_text(fact).casefold())
-    return facts, labels, raw
+    return facts, labels, raw, filled
 
 
 def _pick_slot(slots: Mapping[str, JsonValue], *, prefer_ids: bool = False) -> str:
@@ -562,9 +570,15 @@ def build_messages(system_prompt: str, prompt_template: str, spec: WordsSpec) ->
         )
     if spec.mode is ReasoningMode.VERIFY_AFTER_WRITE:
         mode += "The user wants the assistant to confirm the change.\n"
+    steps = spec.steps
+    if spec.outside and spec.clauses:
+        # an outside server's descriptions are written for a model: a draft shown them
+        # restates them, so it is shown the request in plain words to say in its own
+        steps = [template_words(spec).goal]
+        mode += "Say it in your own words: no 'name: value' lists, no tool descriptions.\n"
     user = prompt_template.format(
         description=spec.description or spec.domain,
-        steps="\n".join(f"- {s}" for s in spec.steps),
+        steps="\n".join(f"- {s}" for s in steps),
         facts=facts or "- (none)",
         question=question,
         mode=mode,
@@ -656,6 +670,11 @@ def _states(text: str, value: JsonValue) -> bool:
         return bool(value) and all(_states(text, v) for v in value)
     if isinstance(value, bool):
         return True  # a yes/no choice is phrased, not quoted
+    if isinstance(value, Mapping):
+        # an object is stated by its values ("the entity Ann (entity type person)"), not
+        # by its keys; an empty field says nothing
+        shown = [v for v in value.values() if v not in ("", None, [], {})]
+        return all(_states(text, v) for v in shown)
     if isinstance(value, int | float):
         numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", text.replace(",", ""))]
         return any(abs(n - float(value)) <= 1e-6 * max(1.0, abs(float(value))) for n in numbers)
@@ -681,7 +700,10 @@ def check_words(words: Words, spec: WordsSpec) -> list[str]:
     - ``over_specification``: it names two or more tools' actions (a step list, not a request);
     - ``unsolvable``: a slot is neither stated in the goal nor in hidden_info;
     - ``mode``: the target mode is not realised (clarify_first: the held-back slot is in the
-      goal or missing from hidden_info; recover_after_error: the stale value is not given).
+      goal or missing from hidden_info; recover_after_error: the stale value is not given);
+    - ``ambiguous``: two values under one label;
+    - ``too_short``, and on outside clusters ``restates_description``, ``label_list`` and a
+      one-word ``tool_name`` written as code (``_not_a_request``).
     """
     text = f"{words.goal}\n{words.persona}"
     issues: list[str] = []
@@ -747,15 +769,90 @@ def ambiguous_labels(goal: str) -> list[str]:
 
 
 _MIN_GOAL_WORDS = 5
-_RESTATED_RUN = 7  # consecutive words of a tool's description
-_SELF_WORDS = frozenset(
-    {"tool", "tools", "function", "belongs", "returns", "api", "endpoint", "mcp", "server"}
-)
+_RESTATED_RUN = 6  # consecutive words of a tool's description
+_RESTATED_SHARE = 0.4  # of the word trigrams of a description's first sentence
+# "word: value;" - a value under a label, a list of them is a form, not a request
+_LABEL = re.compile(r"(?<![\w:/])[A-Za-z][\w' ]{0,40}:\s+\S")
+
+
+def _tokens(text: str) -> list[str]:
+    return [w.casefold() for w in re.findall(r"[\w'-]+", text)]
+
+
+def _leaves(value: JsonValue) -> list[str]:
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _leaves(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _leaves(v)]
+    return [_text(value)] if _scalar(value) else []
+
+
+def _without_values(goal: str, spec: WordsSpec) -> str:
+    """The goal less the values it states: a value is the user's (a file's text may well
+    quote a description), the words around it are the goal's own."""
+    values = sorted(
+        {v for v in _leaves([*spec.slots.values(), *spec.stale.values()]) if len(v) >= 3},
+        key=len,
+        reverse=True,
+    )
+    for value in values:
+        goal = goal.replace(value, " … ")  # still a value, with no words of its own
+    return goal
+
+
+def _restated(goal: str, spec: WordsSpec) -> list[str]:
+    said = _tokens(_without_values(goal, spec))
+    runs = {" ".join(said[i : i + _RESTATED_RUN]) for i in range(len(said) - _RESTATED_RUN + 1)}
+    grams = {tuple(said[i : i + 3]) for i in range(len(said) - 2)}
+    for description in [*spec.descriptions, *spec.steps]:
+        tokens = _tokens(description)
+        for i in range(len(tokens) - _RESTATED_RUN + 1):
+            run = " ".join(tokens[i : i + _RESTATED_RUN])
+            if run in runs:
+                return [f"restates_description: {run!r}"]
+        first = _tokens(_first_clause(description))
+        own = {tuple(first[i : i + 3]) for i in range(len(first) - 2)}
+        if len(first) >= 5 and len(own & grams) >= _RESTATED_SHARE * len(own):
+            return [f"restates_description: {' '.join(first)!r}"]
+    return []
+
+
+def label_runs(goal: str) -> list[str]:
+    """``label_list: ...`` when two or more pieces of the goal (split at ``;``, ``,`` and
+    "and") each state a value under a label ("path: docs/a.txt; content: hi", "timezone:
+    Asia/Tokyo and time: 09:15"): a form filled in, not a request.
+
+    >>> label_runs("Please write it: path: docs/a.txt; content: hi.")
+    ["label_list: 2 'label: value' pieces (path, content)"]
+    >>> label_runs("Meet at 10:30 and bring the notes: the ones from Monday.")
+    []
+    """
+    pieces = [p for p in re.split(r";|,\s|\sand\s", goal) if _LABEL.search(p)]
+    if len(pieces) < 2:
+        return []
+    # each piece's label: the words before its last "label: " colon, back to the previous colon
+    colons = [[m.start() for m in re.finditer(r"(?<=[\w'\"]):\s+\S", p)] for p in pieces]
+    heads = [re.split(r"[:(]", p[: c[-1]])[-1] for p, c in zip(pieces, colons, strict=True) if c]
+    labels = [" ".join(head.split()[-4:]) for head in heads]
+    return [f"label_list: {len(pieces)} 'label: value' pieces ({', '.join(labels)})"]
+
+
+def _code_names(goal: str, tool_names: Iterable[str]) -> list[str]:
+    """One-word tool names written as code (`echo`, ``echo(``); two-word ones are
+    ``_tool_names_in``'s, and a one-word name in prose ("search") is an ordinary word."""
+    return [
+        f"tool_name: {n}"
+        for n in tool_names
+        if len(name_tokens(n)) < 2
+        and re.search(rf"`{re.escape(n)}`|(?<![\w-]){re.escape(n)}\(", goal, re.I)
+    ]
 
 
 def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
-    """A goal no person would write: a few words ("mcp-eval"), or a tool's description
-    restated ("Please this tool belongs to the Gorilla file system: ...").
+    """A goal no person would write (outside servers, whose descriptions are written for a
+    model): fewer than five words ("mcp-eval"), a tool's description restated (six words in a
+    row of one, or most of its first sentence's word trigrams, the values the goal states
+    left out), a list of ``label: value`` pieces, a tool's name written as code.
 
     >>> s = WordsSpec(domain="other", mode="direct_execute", slots={}, tool_names=["mv"],
     ...     steps=["This tool belongs to the Gorilla file system. It moves a file."],
@@ -764,8 +861,7 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
     ['too_short: 1 words (a request needs at least 5)']
     >>> _not_a_request("Please this tool belongs to the Gorilla file system: notes", s)[0][:20]
     'restates_description'
-    >>> t = s.model_copy(update={"steps": ["Create a new table in the SQLite database"]})
-    >>> _not_a_request("Please create a new table in the SQLite database: notes", t)
+    >>> _not_a_request("Please move the file a.txt into the folder old.", s)
     []
     """
     issues: list[str] = []
@@ -773,17 +869,9 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
     least = _MIN_GOAL_WORDS if spec.outside else 3
     if len(words) < least:
         issues.append(f"too_short: {len(words)} words (a request needs at least {least})")
-    said = f" {' '.join(w.casefold() for w in words)} "
-    for step in spec.steps if spec.outside else []:
-        tokens = [w.casefold() for w in re.findall(r"[\w'-]+", step)]
-        for i in range(len(tokens) - _RESTATED_RUN + 1):
-            window = tokens[i : i + _RESTATED_RUN]
-            run = " ".join(window)
-            # a description in the imperative ("create a new table in the database") reads
-            # as a request; one about the tool itself ("this tool belongs to ...") does not
-            if f" {run} " in said and _SELF_WORDS & set(window):
-                issues.append(f"restates_description: {run!r}")
-                break
+    if spec.outside:
+        own = _without_values(goal, spec)  # a value's own colons are no labels
+        issues += _restated(goal, spec) + label_runs(own) + _code_names(goal, spec.tool_names)
     return issues
 
 
@@ -824,6 +912,12 @@ def template_words(spec: WordsSpec) -> Words:
             stated[name] = spec.stale[name]
         else:
             stated[name] = value
+    if spec.outside and spec.clauses:
+        question = _words(spec.answer.field) if spec.answer is not None else None
+        sentence = request(spec.clauses, stated, question)
+        if question is None:
+            sentence += _MODE_SUFFIX.get(spec.mode, "")
+        return Words(persona=persona, goal=sentence, hidden_info=hidden)
     intro = [
         f"My {_words(n)} is {_text(v)}." for n, v in stated.items() if n in _IDENTITY and _scalar(v)
     ]
