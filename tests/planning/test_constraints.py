@@ -381,3 +381,84 @@ def test_the_answer_of_a_write_comes_from_the_write_not_a_trailing_unrelated_rea
     cs = derive_constraints([*GOLD_PATH, back], GOLD_FINAL, SHOP, [], initial_state=INITIAL)
     (answer,) = [c for c in cs if isinstance(c, AnswerContains)]
     assert answer.values == ["returned"]
+
+
+def _clock_reading(timezone: str, stamp: str, answer: str) -> Trajectory:
+    """One ``get_current_time`` call whose result is ``stamp``, closed by ``answer``."""
+    args = json.dumps({"timezone": timezone})
+    return Trajectory(
+        trajectory_id="t",
+        run_id="r",
+        blueprint_id="b",
+        tree_id="t",
+        leaf_node_id="l",
+        cluster_id="clock",
+        messages=[
+            Message(role=MessageRole.USER, content="What time is it in Tokyo right now?"),
+            Message(
+                role=MessageRole.ASSISTANT,
+                tool_calls=[
+                    ToolCall(
+                        id="c0", function=FunctionCall(name="get_current_time", arguments=args)
+                    )
+                ],
+            ),  # fmt: skip
+            Message(
+                role=MessageRole.TOOL, tool_call_id="c0", content=json.dumps({"datetime": stamp})
+            ),
+            Message(role=MessageRole.ASSISTANT, content=answer),
+        ],
+        tools=[CLOCK.tools[0].to_openai()],
+        calls=[
+            ToolCallRecord(
+                call_id="c0",
+                tool="get_current_time",
+                raw_arguments=args,
+                arguments={"timezone": timezone},
+                observation=json.dumps({"datetime": stamp}),
+                obs_class=ObsClass.OK,
+            )
+        ],
+        final_answer=answer,
+        termination=Termination.ASSISTANT_DONE,
+    )
+
+
+CLOCK = ToolCluster(
+    cluster_id="clock",
+    domain=Domain.OTHER,
+    source="outside",
+    server=ServerSpec(kind=ServerKind.STDIO, command=["clock"]),
+    tools=[tool("get_current_time", R, timezone=S)],
+)
+
+
+def test_an_observed_answer_is_held_to_the_read_the_gold_run_made() -> None:
+    """A clock's answer is checked against the episode's own reading; a reading of another
+    timezone states its own time truthfully, so only a check on the read's arguments tells it
+    from the asked one. Control: the answer check alone passes it."""
+    from trajsynth.schemas import ObservedField
+
+    gold = GoldCall(
+        tool="get_current_time",
+        arguments={"timezone": "Asia/Tokyo"},
+        observation={"datetime": "2026-11-29T13:32:05+09:00"},
+    )
+    observed = ObservedField(tool="get_current_time", path=["datetime"])
+    state = EnvState(state_hash="s", readable=False)
+    cs = derive_constraints(
+        [gold], state, CLOCK, ["2026-11-29T13:32:05+09:00"], answer_observed=observed
+    )
+    (called,) = [c for c in cs if isinstance(c, ToolCalled)]
+    assert called.call == CallPattern(tool="get_current_time", matchers={"timezone": "Asia/Tokyo"})
+    assert lint_constraints(cs, state, CLOCK.tools) == []
+    tokyo = _clock_reading(
+        "Asia/Tokyo", "2026-11-29T14:00:00+09:00", "It is 2026-11-29T14:00:00+09:00."
+    )
+    london = _clock_reading(
+        "Europe/London", "2026-11-29T05:00:00+00:00", "It is 2026-11-29T05:00:00+00:00."
+    )
+    assert verify(tokyo, cs, state).passed
+    assert not verify(london, cs, state).constraints_passed
+    answer_only = [c for c in cs if not isinstance(c, ToolCalled)]
+    assert verify(london, answer_only, state).constraints_passed  # the hole it closes

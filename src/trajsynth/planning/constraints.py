@@ -12,7 +12,8 @@ judge a rollout:
 - ``answer_contains``: the values the question asks for, hard for read-only paths and soft for
   writing ones (the caller passes them; else the salient field of the last observation). A
   value that changes between reads (a clock) is checked against the episode's own reading
-  (``observed``);
+  (``observed``), and then a ``tool_called`` holds the read that gives it to the gold run's
+  arguments: the reading of another city's clock is that city's time, whatever it says;
 - ``max_calls``: soft, ``n = ceil(1.5·len(gold_path)) + 2``.
 
 Outside servers (``state_readable=False``) get no ``final_state``; their checks come from the
@@ -383,6 +384,26 @@ def _answer_source(
     return [c for c in calls[: end + 1] if not c.is_error]
 
 
+def _reading_call(calls: Sequence[GoldCall], observed: ObservedField) -> list[ToolCalled]:
+    """The read an observed answer is taken from, matched on every argument the gold run gave
+    it: the answer check compares the answer with the episode's own reading, so without this
+    a reading of other inputs (another timezone, another id) states its own value and passes.
+    Free text is matched too: a read's inputs are what the question asks about."""
+    for i in range(len(calls) - 1, -1, -1):
+        call = calls[i]
+        if call.tool != observed.tool or call.is_error:
+            continue
+        matchers = {
+            k: v
+            for k, v in call.arguments.items()
+            if v is not None and not isinstance(v, Mapping)
+            and not (isinstance(v, list) and any(isinstance(x, Mapping) for x in v))
+        }  # fmt: skip
+        pattern = CallPattern(tool=call.tool, matchers=matchers)
+        return [ToolCalled(call=pattern, derived_from=f"gold_run.calls[{i}].arguments")]
+    return []
+
+
 def derive_constraints(
     tool_path_calls: list[GoldCall],
     gold_final: EnvState,
@@ -431,8 +452,12 @@ def derive_constraints(
     out += _tool_called(writes, patterns)
     out += _not_called(cluster, writes, calls)
     out += _orders(cluster, writes, patterns, minted)
-    out += _answer(answer_values, _answer_source(writes, tool_path_calls), bool(writes),
-                   answer_observed)  # fmt: skip
+    answer = _answer(answer_values, _answer_source(writes, tool_path_calls), bool(writes),
+                     answer_observed)  # fmt: skip
+    out += answer
+    for asked in answer:
+        if asked.observed is not None and asked.hard:
+            out += _reading_call(tool_path_calls, asked.observed)
     n = max_calls_for(len(tool_path_calls))
     out.append(MaxCalls(n=n, hard=False, derived_from="gold_run.length"))
     return out
