@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from trajsynth.curation.constraint_lint import lint_constraints
 from trajsynth.curation.verify import reward, verify
 from trajsynth.planning.constraints import (
@@ -462,3 +464,33 @@ def test_an_observed_answer_is_held_to_the_read_the_gold_run_made() -> None:
     assert not verify(london, cs, state).constraints_passed
     answer_only = [c for c in cs if not isinstance(c, ToolCalled)]
     assert verify(london, answer_only, state).constraints_passed  # the hole it closes
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the observed answer is read from the episode's last call of the tool, whatever "
+    "its arguments: a run that reads Tokyo, then London, and states London's time passes "
+    "(the reading would have to be taken from the call the tool_called check matched)",
+)
+def test_two_readings_the_other_one_stated_fails() -> None:
+    from trajsynth.schemas import ObservedField
+
+    gold = GoldCall(
+        tool="get_current_time",
+        arguments={"timezone": "Asia/Tokyo"},
+        observation={"datetime": "2026-11-29T13:32:05+09:00"},
+    )
+    observed = ObservedField(tool="get_current_time", path=["datetime"])
+    state = EnvState(state_hash="s", readable=False)
+    cs = derive_constraints(
+        [gold], state, CLOCK, ["2026-11-29T13:32:05+09:00"], answer_observed=observed
+    )
+    tokyo = _clock_reading("Asia/Tokyo", "2026-11-29T14:00:00+09:00", "")
+    london = _clock_reading("Europe/London", "2026-11-29T05:00:00+00:00", "")
+    both = london.model_copy(
+        update={
+            "calls": [tokyo.calls[0], london.calls[0].model_copy(update={"call_id": "c1"})],
+            "final_answer": "It is 2026-11-29T05:00:00+00:00.",
+        }
+    )
+    assert not verify(both, cs, state).constraints_passed
