@@ -385,9 +385,10 @@ def test_the_answer_of_a_write_comes_from_the_write_not_a_trailing_unrelated_rea
     assert answer.values == ["returned"]
 
 
-def _clock_reading(timezone: str, stamp: str, answer: str) -> Trajectory:
-    """One ``get_current_time`` call whose result is ``stamp``, closed by ``answer``."""
-    args = json.dumps({"timezone": timezone})
+def _reading(tool_name: str, arguments: dict, observation: dict, answer: str) -> Trajectory:
+    """One read with ``arguments`` whose result is ``observation``, closed by ``answer``."""
+    args = json.dumps(arguments)
+    call = ToolCall(id="c0", function=FunctionCall(name=tool_name, arguments=args))
     return Trajectory(
         trajectory_id="t",
         run_id="r",
@@ -396,28 +397,19 @@ def _clock_reading(timezone: str, stamp: str, answer: str) -> Trajectory:
         leaf_node_id="l",
         cluster_id="clock",
         messages=[
-            Message(role=MessageRole.USER, content="What time is it in Tokyo right now?"),
-            Message(
-                role=MessageRole.ASSISTANT,
-                tool_calls=[
-                    ToolCall(
-                        id="c0", function=FunctionCall(name="get_current_time", arguments=args)
-                    )
-                ],
-            ),  # fmt: skip
-            Message(
-                role=MessageRole.TOOL, tool_call_id="c0", content=json.dumps({"datetime": stamp})
-            ),
+            Message(role=MessageRole.USER, content="What time is it in Tokyo?"),
+            Message(role=MessageRole.ASSISTANT, tool_calls=[call]),
+            Message(role=MessageRole.TOOL, tool_call_id="c0", content=json.dumps(observation)),
             Message(role=MessageRole.ASSISTANT, content=answer),
         ],
-        tools=[CLOCK.tools[0].to_openai()],
+        tools=[t.to_openai() for t in CLOCK.tools],
         calls=[
             ToolCallRecord(
                 call_id="c0",
-                tool="get_current_time",
+                tool=tool_name,
                 raw_arguments=args,
-                arguments={"timezone": timezone},
-                observation=json.dumps({"datetime": stamp}),
+                arguments=arguments,
+                observation=json.dumps(observation),
                 obs_class=ObsClass.OK,
             )
         ],
@@ -426,12 +418,19 @@ def _clock_reading(timezone: str, stamp: str, answer: str) -> Trajectory:
     )
 
 
+def _clock_reading(timezone: str, stamp: str, answer: str) -> Trajectory:
+    return _reading("get_current_time", {"timezone": timezone}, {"datetime": stamp}, answer)
+
+
 CLOCK = ToolCluster(
     cluster_id="clock",
     domain=Domain.OTHER,
     source="outside",
     server=ServerSpec(kind=ServerKind.STDIO, command=["clock"]),
-    tools=[tool("get_current_time", R, timezone=S)],
+    tools=[
+        tool("get_current_time", R, timezone=S),
+        tool("convert_time", R, source_timezone=S, time=S, target_timezone=S),
+    ],
 )
 
 
@@ -494,3 +493,31 @@ def test_two_readings_the_other_one_stated_fails() -> None:
         }
     )
     assert not verify(both, cs, state).constraints_passed
+
+
+def test_an_outside_read_is_held_to_its_arguments_when_the_answer_is_the_same_for_others() -> None:
+    """server-time's ``convert_time`` answers the time difference, "+14.0h" for 09:15 as for
+    10:15: a read of another time states its own result and the asked value. Control: the
+    answer check alone passes it."""
+    asked = {
+        "source_timezone": "America/New_York",
+        "time": "09:15",
+        "target_timezone": "Asia/Tokyo",
+    }
+    result = {"time_difference": "+14.0h", "target": {"datetime": "2026-11-29T23:15:00+09:00"}}
+    gold = GoldCall(tool="convert_time", arguments=asked, observation=result)
+    state = EnvState(state_hash="s", readable=False)
+    cs = derive_constraints([gold], state, CLOCK, ["+14.0h"])
+    (called,) = [c for c in cs if isinstance(c, ToolCalled)]
+    assert called.call == CallPattern(tool="convert_time", matchers=asked)
+    later = {**asked, "time": "10:15"}
+    other = {**result, "target": {"datetime": "2026-11-30T00:15:00+09:00"}}
+    wrong = _reading("convert_time", later, other, "+14.0h: 2026-11-30T00:15:00+09:00")
+    right = _reading("convert_time", asked, result, "+14.0h: 2026-11-29T23:15:00+09:00")
+    assert verify(right, cs, state).passed
+    assert not verify(wrong, cs, state).constraints_passed
+    answer_only = [c for c in cs if not isinstance(c, ToolCalled)]
+    assert verify(wrong, answer_only, state).constraints_passed  # the hole it closes
+    bundled = derive_constraints([gold], state, CLOCK.model_copy(update={"source": "bundled"}),
+                                 ["+14.0h"])  # fmt: skip
+    assert not any(isinstance(c, ToolCalled) for c in bundled)  # a bundled read: as before
