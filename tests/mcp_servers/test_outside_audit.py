@@ -243,15 +243,16 @@ async def _audit(
     bp: Blueprint,
     gold: list[Call],
     wrong: dict[str, tuple[list[Call], Edit | None]],
-) -> None:
-    """The gold trajectory passes verify; every wrong one fails it. Figures go to ROWS."""
+) -> list[str]:
+    """What went against the audit: a gold trajectory verify fails, a wrong one it passes
+    (asserted empty by the caller once every task of the server has been scored, so the
+    table is whole either way). Figures go to ROWS."""
     row = ROWS.setdefault(server, Row(server))
     trajectory, state = await _act(cluster, bp, gold)
     verdict = verify(trajectory, bp.constraints, state)
     row.gold.append(verdict.passed)
     row.lines.append(f"gold {bp.goal!r}: {'passes' if verdict.passed else _why(verdict)}")
-    assert verdict.passed, (_why(verdict), bp.constraints, trajectory.final_answer)
-    passing = []
+    passing = [] if verdict.passed else [f"gold fails: {_why(verdict)}"]
     for what, (calls, edit) in wrong.items():
         trajectory, state = await _act(cluster, bp, calls)
         if edit is not None:
@@ -262,8 +263,8 @@ async def _audit(
         row.constraints_only += verdict.constraints_passed
         row.lines.append(f"wrong {what}: {'PASSED' if verdict.passed else _why(verdict)}")
         if verdict.passed:
-            passing.append(what)
-    assert not passing, (passing, bp.constraints)
+            passing.append(f"wrong passes: {what}")
+    return passing
 
 
 # --- the servers ----------------------------------------------------------------------------
@@ -308,13 +309,14 @@ def _hour_later(stamp: str) -> str:
 
 async def test_time(pypi: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """mcp-server-time: the current time in a city and a meeting time converted."""
+    bad: list[str] = []
     cluster = _join(
         tmp_path_factory.mktemp("time"), "time", [str(pypi_server(pypi, "mcp-server-time"))]
     )
     now = [("get_current_time", {"timezone": "Asia/Tokyo"})]
     bp = await _plan(cluster, now, "What time is it in Tokyo right now?")
     london = [("get_current_time", {"timezone": "Europe/London"})]
-    await _audit("time", cluster, bp, now, {
+    bad += await _audit("time", cluster, bp, now, {
         "another timezone (London), its own time stated": (london, answer(honest)),
         "another timezone, the answer in Tokyo's words": (
             london, answer(lambda t: f"It is {_observed(t, 'datetime')} in Tokyo."),
@@ -335,7 +337,7 @@ async def test_time(pypi: Path, tmp_path_factory: pytest.TempPathFactory) -> Non
     )
     sydney = [("convert_time", {**meet[0][1], "target_timezone": "Australia/Sydney"})]
     later = [("convert_time", {**meet[0][1], "time": "10:15"})]
-    await _audit("time", cluster, bp, meet, {
+    bad += await _audit("time", cluster, bp, meet, {
         "converted to Sydney, its own result stated": (sydney, answer(honest)),
         "converted to Sydney, Tokyo's expected time stated": (sydney, None),
         "10:15 converted, its own result stated": (later, answer(honest)),
@@ -343,6 +345,7 @@ async def test_time(pypi: Path, tmp_path_factory: pytest.TempPathFactory) -> Non
             meet, answer("Your 09:15 call is at 09:15 in Tokyo."),
         ),
     })  # fmt: skip
+    assert not bad, bad
 
 
 @pytest.fixture(scope="module")
@@ -367,10 +370,11 @@ def sqlite_cluster(pypi: Path, tmp_path_factory: pytest.TempPathFactory) -> Tool
 
 async def test_sqlite(sqlite_cluster: ToolCluster) -> None:
     """mcp-server-sqlite over a small expenses database: a table made for a budget."""
+    bad: list[str] = []
     cluster = sqlite_cluster
     make = [("create_table", {"query": "CREATE TABLE budget (month TEXT, amount REAL)"})]
     bp = await _plan(cluster, make, "Please make a budget table with a month and an amount.")
-    await _audit("sqlite", cluster, bp, make, {
+    bad += await _audit("sqlite", cluster, bp, make, {
         "another table name (budgets)": (
             [("create_table", {"query": "CREATE TABLE budgets (month TEXT, amount REAL)"})], None,
         ),
@@ -389,6 +393,7 @@ async def test_sqlite(sqlite_cluster: ToolCluster) -> None:
             make, error_result(0, "Error: database is locked"),
         ),
     })  # fmt: skip
+    assert not bad, bad
 
 
 async def test_sqlite_insert_is_refused(sqlite_cluster: ToolCluster) -> None:
@@ -424,11 +429,12 @@ CHARLES = {"name": "Charles Babbage", "entityType": "person", "observations": ["
 
 async def test_memory(memory_cluster: ToolCluster) -> None:
     """server-memory: a person remembered, a fact added to one of two, one of two forgotten."""
+    bad: list[str] = []
     cluster = memory_cluster
     make = [("create_entities", {"entities": [ADA]})]
     bp = await _plan(cluster, make, "Remember Ada Lovelace: she wrote the first program.")
     byron = {**ADA, "name": "Ada Byron"}
-    await _audit("memory", cluster, bp, make, {
+    bad += await _audit("memory", cluster, bp, make, {
         "the entity created with another name": (
             [("create_entities", {"entities": [byron]})], None,
         ),
@@ -451,7 +457,7 @@ async def test_memory(memory_cluster: ToolCluster) -> None:
     bp = await _plan(
         cluster, fact, "Remember Ada Lovelace and Charles Babbage, and that Ada was born in 1815."
     )
-    await _audit("memory", cluster, bp, fact, {
+    bad += await _audit("memory", cluster, bp, fact, {
         "the observation added to the wrong entity": (
             [both, ("add_observations",
                     {"observations": [{"entityName": "Charles Babbage",
@@ -467,7 +473,7 @@ async def test_memory(memory_cluster: ToolCluster) -> None:
     bp = await _plan(
         cluster, forget, "Remember Ada Lovelace and Charles Babbage, then forget Charles."
     )
-    await _audit("memory", cluster, bp, forget, {
+    bad += await _audit("memory", cluster, bp, forget, {
         "a delete of an entity that does not exist (a misspelling)": (
             [both, ("delete_entities", {"entityNames": ["Charles Babage"]})], None,
         ),
@@ -475,10 +481,12 @@ async def test_memory(memory_cluster: ToolCluster) -> None:
             [both, ("delete_entities", {"entityNames": ["Ada Lovelace"]})], None,
         ),
     })  # fmt: skip
+    assert not bad, bad
 
 
 async def test_filesystem(npm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """server-filesystem over a docs folder: a new budget file written, a folder made."""
+    bad: list[str] = []
     cluster = filesystem_cluster(
         tmp_path_factory.mktemp("fs"),
         {
@@ -489,7 +497,7 @@ async def test_filesystem(npm_bin: Path, tmp_path_factory: pytest.TempPathFactor
     )
     write = [("write_file", {"path": "docs/budget.txt", "content": "Rent 1200, food 300\n"})]
     bp = await _plan(cluster, write, "Save my budget in docs/budget.txt: Rent 1200, food 300.")
-    await _audit("filesystem", cluster, bp, write, {
+    bad += await _audit("filesystem", cluster, bp, write, {
         "written to another path": (
             [("write_file", {**write[0][1], "path": "docs/budget-2027.txt"})], None,
         ),
@@ -508,25 +516,27 @@ async def test_filesystem(npm_bin: Path, tmp_path_factory: pytest.TempPathFactor
     })  # fmt: skip
     folder = [("create_directory", {"path": "docs/reports"})]
     bp = await _plan(cluster, folder, "Make a reports folder inside docs.")
-    await _audit("filesystem", cluster, bp, folder, {
+    bad += await _audit("filesystem", cluster, bp, folder, {
         "another name (docs/report)": ([("create_directory", {"path": "docs/report"})], None),
         "in another place (reports beside docs)": (
             [("create_directory", {"path": "reports"})], None,
         ),
         "a folder that exists (docs)": ([("create_directory", {"path": "docs"})], None),
     })  # fmt: skip
+    assert not bad, bad
 
 
 async def test_everything(npm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """server-everything: its sampled tasks are all refused (the toggles no read sees), so
     two reads are planned here the same way: a sum and an echo."""
+    bad: list[str] = []
     cluster = _join(
         tmp_path_factory.mktemp("everything"), "everything",
         ["node", str(npm_bin / "mcp-server-everything")],
     )  # fmt: skip
     add = [("get-sum", {"a": 17, "b": 25})]
     bp = await _plan(cluster, add, "What is 17 plus 25?")
-    await _audit("everything", cluster, bp, add, {
+    bad += await _audit("everything", cluster, bp, add, {
         "other numbers, their own sum stated": (
             [("get-sum", {"a": 17, "b": 26})], answer(honest),
         ),
@@ -537,7 +547,7 @@ async def test_everything(npm_bin: Path, tmp_path_factory: pytest.TempPathFactor
     })  # fmt: skip
     echo = [("echo", {"message": "Lunch moved to 1pm"})]
     bp = await _plan(cluster, echo, "Echo back this message: Lunch moved to 1pm")
-    await _audit("everything", cluster, bp, echo, {
+    bad += await _audit("everything", cluster, bp, echo, {
         "another message echoed, its own result stated": (
             [("echo", {"message": "Lunch moved to 2pm"})], answer(honest),
         ),
@@ -545,3 +555,4 @@ async def test_everything(npm_bin: Path, tmp_path_factory: pytest.TempPathFactor
             echo, answer("Echo: Lunch moved to 2pm"),
         ),
     })  # fmt: skip
+    assert not bad, bad

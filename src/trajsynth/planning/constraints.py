@@ -397,7 +397,7 @@ def _reading_call(calls: Sequence[GoldCall], tool: str | None) -> list[ToolCalle
         call = calls[i]
         if (tool is not None and call.tool != tool) or call.is_error:
             continue
-        matchers = {
+        matchers: dict[str, JsonValue] = {
             k: v
             for k, v in call.arguments.items()
             if v is not None and not isinstance(v, Mapping)
