@@ -5,29 +5,20 @@ slow and skip where npm, node or the registry is missing."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
-
+from fakes.registry_servers import npm_servers
 from trajsynth.mcp_servers.registry import add_outside_cluster
 from trajsynth.schemas import ToolCluster
 
 PACKAGE = "@modelcontextprotocol/server-filesystem"
 
 
-def filesystem_cluster(tmp: Path, docs: dict[str, str]) -> ToolCluster:
-    """The cluster ``fs`` over a folder ``docs`` holding ``docs`` (file name -> text)."""
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip("npm or node is not installed")
-    prefix = tmp / "npm"
-    npm = subprocess.run(
-        ["npm", "install", "--prefix", str(prefix), PACKAGE],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if npm.returncode != 0:
-        pytest.skip(f"npm registry unreachable: {npm.stderr[-300:]}")
+def filesystem_cluster(tmp: Path, docs: dict[str, str], bin_: Path | None = None) -> ToolCluster:
+    """The cluster ``fs`` over a folder ``docs`` holding ``docs`` (file name -> text);
+    ``bin_``: an npm ``.bin`` that already holds the server (else it is installed under
+    ``tmp``)."""
+    bin_ = bin_ or npm_servers(tmp / "npm", PACKAGE)
     folder = tmp / "seed" / "docs"
     folder.mkdir(parents=True)
     for name, text in docs.items():
@@ -35,7 +26,7 @@ def filesystem_cluster(tmp: Path, docs: dict[str, str]) -> ToolCluster:
     tmp.chmod(0o755)  # the sandbox's unprivileged user reads the server, as in a venv
     [cluster] = add_outside_cluster(
         "fs",
-        command=["node", str(prefix / "node_modules/.bin/mcp-server-filesystem"), "."],
+        command=["node", str(bin_ / "mcp-server-filesystem"), "."],
         clusters_dir=tmp / "clusters", sandbox_kind="local",
         copies=[f"{folder}:docs"],
     )  # fmt: skip

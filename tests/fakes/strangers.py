@@ -52,6 +52,7 @@ __all__ = [
     "notebook",
     "repo",
     "retail",
+    "sized_files",
     "stranger_cluster",
     "tables",
 ]
@@ -262,6 +263,26 @@ def tables() -> tuple[MCPServer, State]:
         """Create a table with an id and a body."""
         state["tables"].setdefault(name, ["id", "body"])
         return {"created": name}
+
+    return server, state
+
+
+def sized_files() -> tuple[MCPServer, State]:
+    """A file store whose listing shows names and sizes: a write of another text of the same
+    length lists the same."""
+    state: State = {"files": {"meeting.txt": "Meeting at 10am with Sam."}}
+    server = MCPServer("sized")
+
+    @server.tool()
+    def list_files() -> dict:
+        """List the files with their sizes."""
+        return {"files": [{"name": n, "size": len(t)} for n, t in sorted(state["files"].items())]}
+
+    @server.tool()
+    def write_file(path: str, content: str) -> dict:
+        """Create or overwrite a file."""
+        state["files"][path] = content
+        return {"result": f"Successfully wrote to {path}"}
 
     return server, state
 

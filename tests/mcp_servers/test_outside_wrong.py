@@ -7,12 +7,12 @@ Slow: each server is installed into its own venv under tmp and started as a run 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.npm_filesystem import filesystem_cluster
+from fakes.registry_servers import pypi_server
 
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import open_environment
@@ -35,18 +35,6 @@ from trajsynth.schemas import (
 from trajsynth.schemas.rollout import ObsClass, Termination
 
 pytestmark = pytest.mark.slow
-
-
-def _venv(tmp_path: Path, package: str, *extra: str) -> Path:
-    venv = tmp_path / package
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = subprocess.run(
-        [str(venv / "bin/pip"), "install", "-q", package, *extra],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if pip.returncode != 0:
-        pytest.skip(f"PyPI unreachable or {package} failed to install: {pip.stderr[-300:]}")
-    return venv / "bin" / package
 
 
 def _repo(tmp_path: Path) -> Path:
@@ -107,7 +95,7 @@ async def test_git_plain_command_copies_the_repo_and_a_wrong_branch_fails(tmp_pa
     """`clusters add git -- mcp-server-git --repository /abs/repo`: the repository is copied
     into the sandbox (reset snapshot, repo_path fixed and hidden), probes read it, the user's
     files never change, and a branch with the wrong name fails the planned checks."""
-    server = _venv(tmp_path, "mcp-server-git")
+    server = pypi_server(tmp_path, "mcp-server-git")
     repo = _repo(tmp_path)
     tmp_path.chmod(0o755)
     before = subprocess.run(

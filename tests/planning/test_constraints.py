@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from trajsynth.curation.constraint_lint import lint_constraints
 from trajsynth.curation.verify import reward, verify
 from trajsynth.planning.constraints import (
@@ -381,3 +383,141 @@ def test_the_answer_of_a_write_comes_from_the_write_not_a_trailing_unrelated_rea
     cs = derive_constraints([*GOLD_PATH, back], GOLD_FINAL, SHOP, [], initial_state=INITIAL)
     (answer,) = [c for c in cs if isinstance(c, AnswerContains)]
     assert answer.values == ["returned"]
+
+
+def _reading(tool_name: str, arguments: dict, observation: dict, answer: str) -> Trajectory:
+    """One read with ``arguments`` whose result is ``observation``, closed by ``answer``."""
+    args = json.dumps(arguments)
+    call = ToolCall(id="c0", function=FunctionCall(name=tool_name, arguments=args))
+    return Trajectory(
+        trajectory_id="t",
+        run_id="r",
+        blueprint_id="b",
+        tree_id="t",
+        leaf_node_id="l",
+        cluster_id="clock",
+        messages=[
+            Message(role=MessageRole.USER, content="What time is it in Tokyo?"),
+            Message(role=MessageRole.ASSISTANT, tool_calls=[call]),
+            Message(role=MessageRole.TOOL, tool_call_id="c0", content=json.dumps(observation)),
+            Message(role=MessageRole.ASSISTANT, content=answer),
+        ],
+        tools=[t.to_openai() for t in CLOCK.tools],
+        calls=[
+            ToolCallRecord(
+                call_id="c0",
+                tool=tool_name,
+                raw_arguments=args,
+                arguments=arguments,
+                observation=json.dumps(observation),
+                obs_class=ObsClass.OK,
+            )
+        ],
+        final_answer=answer,
+        termination=Termination.ASSISTANT_DONE,
+    )
+
+
+def _clock_reading(timezone: str, stamp: str, answer: str) -> Trajectory:
+    return _reading("get_current_time", {"timezone": timezone}, {"datetime": stamp}, answer)
+
+
+CLOCK = ToolCluster(
+    cluster_id="clock",
+    domain=Domain.OTHER,
+    source="outside",
+    server=ServerSpec(kind=ServerKind.STDIO, command=["clock"]),
+    tools=[
+        tool("get_current_time", R, timezone=S),
+        tool("convert_time", R, source_timezone=S, time=S, target_timezone=S),
+    ],
+)
+
+
+def test_an_observed_answer_is_held_to_the_read_the_gold_run_made() -> None:
+    """A clock's answer is checked against the episode's own reading; a reading of another
+    timezone states its own time truthfully, so only a check on the read's arguments tells it
+    from the asked one. Control: the answer check alone passes it."""
+    from trajsynth.schemas import ObservedField
+
+    gold = GoldCall(
+        tool="get_current_time",
+        arguments={"timezone": "Asia/Tokyo"},
+        observation={"datetime": "2026-11-29T13:32:05+09:00"},
+    )
+    observed = ObservedField(tool="get_current_time", path=["datetime"])
+    state = EnvState(state_hash="s", readable=False)
+    cs = derive_constraints(
+        [gold], state, CLOCK, ["2026-11-29T13:32:05+09:00"], answer_observed=observed
+    )
+    (called,) = [c for c in cs if isinstance(c, ToolCalled)]
+    assert called.call == CallPattern(tool="get_current_time", matchers={"timezone": "Asia/Tokyo"})
+    assert lint_constraints(cs, state, CLOCK.tools) == []
+    tokyo = _clock_reading(
+        "Asia/Tokyo", "2026-11-29T14:00:00+09:00", "It is 2026-11-29T14:00:00+09:00."
+    )
+    london = _clock_reading(
+        "Europe/London", "2026-11-29T05:00:00+00:00", "It is 2026-11-29T05:00:00+00:00."
+    )
+    assert verify(tokyo, cs, state).passed
+    assert not verify(london, cs, state).constraints_passed
+    answer_only = [c for c in cs if not isinstance(c, ToolCalled)]
+    assert verify(london, answer_only, state).constraints_passed  # the hole it closes
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the observed answer is read from the episode's last call of the tool, whatever "
+    "its arguments: a run that reads Tokyo, then London, and states London's time passes "
+    "(the reading would have to be taken from the call the tool_called check matched)",
+)
+def test_two_readings_the_other_one_stated_fails() -> None:
+    from trajsynth.schemas import ObservedField
+
+    gold = GoldCall(
+        tool="get_current_time",
+        arguments={"timezone": "Asia/Tokyo"},
+        observation={"datetime": "2026-11-29T13:32:05+09:00"},
+    )
+    observed = ObservedField(tool="get_current_time", path=["datetime"])
+    state = EnvState(state_hash="s", readable=False)
+    cs = derive_constraints(
+        [gold], state, CLOCK, ["2026-11-29T13:32:05+09:00"], answer_observed=observed
+    )
+    tokyo = _clock_reading("Asia/Tokyo", "2026-11-29T14:00:00+09:00", "")
+    london = _clock_reading("Europe/London", "2026-11-29T05:00:00+00:00", "")
+    both = london.model_copy(
+        update={
+            "calls": [tokyo.calls[0], london.calls[0].model_copy(update={"call_id": "c1"})],
+            "final_answer": "It is 2026-11-29T05:00:00+00:00.",
+        }
+    )
+    assert not verify(both, cs, state).constraints_passed
+
+
+def test_an_outside_read_is_held_to_its_arguments_when_the_answer_is_the_same_for_others() -> None:
+    """server-time's ``convert_time`` answers the time difference, "+14.0h" for 09:15 as for
+    10:15: a read of another time states its own result and the asked value. Control: the
+    answer check alone passes it."""
+    asked = {
+        "source_timezone": "America/New_York",
+        "time": "09:15",
+        "target_timezone": "Asia/Tokyo",
+    }
+    result = {"time_difference": "+14.0h", "target": {"datetime": "2026-11-29T23:15:00+09:00"}}
+    gold = GoldCall(tool="convert_time", arguments=asked, observation=result)
+    state = EnvState(state_hash="s", readable=False)
+    cs = derive_constraints([gold], state, CLOCK, ["+14.0h"])
+    (called,) = [c for c in cs if isinstance(c, ToolCalled)]
+    assert called.call == CallPattern(tool="convert_time", matchers=asked)
+    later = {**asked, "time": "10:15"}
+    other = {**result, "target": {"datetime": "2026-11-30T00:15:00+09:00"}}
+    wrong = _reading("convert_time", later, other, "+14.0h: 2026-11-30T00:15:00+09:00")
+    right = _reading("convert_time", asked, result, "+14.0h: 2026-11-29T23:15:00+09:00")
+    assert verify(right, cs, state).passed
+    assert not verify(wrong, cs, state).constraints_passed
+    answer_only = [c for c in cs if not isinstance(c, ToolCalled)]
+    assert verify(wrong, answer_only, state).constraints_passed  # the hole it closes
+    bundled = derive_constraints([gold], state, CLOCK.model_copy(update={"source": "bundled"}),
+                                 ["+14.0h"])  # fmt: skip
+    assert not any(isinstance(c, ToolCalled) for c in bundled)  # a bundled read: as before

@@ -23,6 +23,7 @@ from fakes.strangers import (
     notebook,
     repo,
     retail,
+    sized_files,
     stranger_cluster,
     tables,
 )
@@ -225,6 +226,24 @@ async def test_a_branch_with_the_wrong_name_fails() -> None:
         cluster, repo, constraints, ("git_create_branch", {"branch_name": "wrong-name"}, None)
     )
     assert not passed, why
+
+
+async def test_a_text_of_the_same_length_fails() -> None:
+    """server-filesystem's listings show sizes, not contents: "food 350" for "food 300" lists
+    the same. The lint's near miss (the last digit moved on) finds the hole and matches the
+    content; the derived checks alone let it through (the control)."""
+    cluster = await stranger_cluster("sized", sized_files)
+    budget = {"path": "budget.txt", "content": "Rent 1200, food 300"}
+    wrong = ("write_file", {**budget, "content": "Rent 1200, food 350"}, None)
+    derived = await _planned(cluster, sized_files, ("write_file", budget), lint=False)
+    assert any(isinstance(c, FinalState) for c in derived)  # the listing sees a new file ...
+    passed, _ = await _score(cluster, sized_files, derived, wrong)
+    assert passed  # ... but not its content
+    constraints = await _planned(cluster, sized_files, ("write_file", budget))
+    passed, why = await _score(cluster, sized_files, constraints, wrong)
+    assert not passed, why
+    passed, why = await _score(cluster, sized_files, constraints, ("write_file", budget, None))
+    assert passed, why
 
 
 async def test_harness_controls_are_hidden_and_reset_alone_fails() -> None:

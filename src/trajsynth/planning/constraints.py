@@ -12,7 +12,10 @@ judge a rollout:
 - ``answer_contains``: the values the question asks for, hard for read-only paths and soft for
   writing ones (the caller passes them; else the salient field of the last observation). A
   value that changes between reads (a clock) is checked against the episode's own reading
-  (``observed``);
+  (``observed``); then, and on every read-only path of an outside server, a ``tool_called``
+  holds the read that gives the answer to the gold run's arguments: the reading of another
+  city's clock is that city's time, and the difference of New York and Tokyo is the same at
+  10:15 as at 09:15, so the answer alone cannot tell the asked read from another;
 - ``max_calls``: soft, ``n = ceil(1.5·len(gold_path)) + 2``.
 
 Outside servers (``state_readable=False``) get no ``final_state``; their checks come from the
@@ -383,6 +386,28 @@ def _answer_source(
     return [c for c in calls[: end + 1] if not c.is_error]
 
 
+def _reading_call(calls: Sequence[GoldCall], tool: str | None) -> list[ToolCalled]:
+    """The read the answer is taken from (the last successful call of ``tool``; None: the
+    last successful call), matched on every argument the gold run gave it: an observed answer
+    is compared with the episode's own reading, and a stable one may be the same for other
+    inputs, so without this a read of other inputs (another timezone, another time) states
+    its own value and passes. Free text is matched too: a read's inputs are what the
+    question asks about."""
+    for i in range(len(calls) - 1, -1, -1):
+        call = calls[i]
+        if (tool is not None and call.tool != tool) or call.is_error:
+            continue
+        matchers: dict[str, JsonValue] = {
+            k: v
+            for k, v in call.arguments.items()
+            if v is not None and not isinstance(v, Mapping)
+            and not (isinstance(v, list) and any(isinstance(x, Mapping) for x in v))
+        }  # fmt: skip
+        pattern = CallPattern(tool=call.tool, matchers=matchers)
+        return [ToolCalled(call=pattern, derived_from=f"gold_run.calls[{i}].arguments")]
+    return []
+
+
 def derive_constraints(
     tool_path_calls: list[GoldCall],
     gold_final: EnvState,
@@ -431,8 +456,14 @@ def derive_constraints(
     out += _tool_called(writes, patterns)
     out += _not_called(cluster, writes, calls)
     out += _orders(cluster, writes, patterns, minted)
-    out += _answer(answer_values, _answer_source(writes, tool_path_calls), bool(writes),
-                   answer_observed)  # fmt: skip
+    answer = _answer(answer_values, _answer_source(writes, tool_path_calls), bool(writes),
+                     answer_observed)  # fmt: skip
+    out += answer
+    for asked in answer:
+        if asked.observed is not None and asked.hard:
+            out += _reading_call(tool_path_calls, asked.observed.tool)
+        elif asked.hard and cluster.source == "outside":
+            out += _reading_call(tool_path_calls, None)
     n = max_calls_for(len(tool_path_calls))
     out.append(MaxCalls(n=n, hard=False, derived_from="gold_run.length"))
     return out

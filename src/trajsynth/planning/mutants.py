@@ -8,7 +8,9 @@ the constraints check (the worst case for the lint):
 
 - ``drop``: one write left out;
 - ``change``: one argument of a write set to another value the server accepted for it
-  (``ToolCluster.arg_values``, from discovery) or that its reads returned;
+  (``ToolCluster.arg_values``, from discovery) or that its reads returned; and a free text
+  set to a near miss of the same length (its last letter or digit moved on by one: "food
+  301" for "food 300"), which a check on sizes or names cannot tell from the gold one;
 - ``error``: one write's result replaced with an error result (the call refused, nothing
   changed);
 - ``stray``: one more write of another tool of the cluster, with values from its world.
@@ -41,6 +43,7 @@ from trajsynth.mcp_servers.arguments import generate_arguments, param_values, sc
 from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.readback import listed_resources, read_backs, with_readbacks
 from trajsynth.mcp_servers.tags import name_tokens
+from trajsynth.planning.constraints import deciding_fields
 from trajsynth.planning.gold import observation_value
 from trajsynth.planning.paths import declared_properties
 from trajsynth.schemas import (
@@ -68,7 +71,14 @@ from trajsynth.schemas.constraints import readback_hash, readback_key
 from trajsynth.schemas.results import result_error
 from trajsynth.schemas.rollout import ObsClass, Termination
 
-__all__ = ["ReadbackSearch", "Variant", "find_readback", "lint_by_mutation", "variants"]
+__all__ = [
+    "ReadbackSearch",
+    "Variant",
+    "find_readback",
+    "lint_by_mutation",
+    "near_miss",
+    "variants",
+]
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +169,45 @@ def _other_value(
     return None
 
 
+def near_miss(text: str) -> str | None:
+    """``text`` with its last letter or digit moved on by one (same length, same shape), or
+    None when it has none.
+
+    >>> near_miss("Rent 1200, food 300\\n"), near_miss("CREATE TABLE b (x REAL)"), near_miss(".")
+    ('Rent 1200, food 301\\n', 'CREATE TABLE b (x REAM)', None)
+    """
+    for i in range(len(text) - 1, -1, -1):
+        ch = text[i]
+        if ch.isdigit():
+            return text[:i] + str((int(ch) + 1) % 10) + text[i + 1 :]
+        if ch.isascii() and ch.isalpha():
+            base = ord("a") if ch.islower() else ord("A")
+            return text[:i] + chr(base + (ord(ch) - base + 1) % 26) + text[i + 1 :]
+    return None
+
+
+def _near_misses(
+    cluster: ToolCluster, calls: Sequence[GoldCall], writes: list[int]
+) -> list[Variant]:
+    """A ``change`` per free-text argument of a write (not one its call check matches already:
+    an id, a number, an enum value, a date) to its near miss."""
+    out: list[Variant] = []
+    for i in writes:
+        call = calls[i]
+        decided = deciding_fields(call.arguments, cluster.tool(call.tool).input_schema)
+        for param, gold in call.arguments.items():
+            if not isinstance(gold, str) or param in decided or param in cluster.server.args:
+                continue
+            other = near_miss(gold)
+            if other is None or len(out) >= _MAX_PER_KIND:
+                continue
+            changed = [*calls]
+            changed[i] = call.model_copy(update={"arguments": {**call.arguments, param: other}})
+            detail = f"{call.tool}({param}={canonical_json(other)[:40]}, a near miss)"
+            out.append(Variant("change", changed, detail, field=(i, param)))
+    return out
+
+
 def variants(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[Variant]:
     """The wrong variants of a gold run (module doc)."""
     writes = _writes(cluster, calls)
@@ -182,6 +231,7 @@ def variants(cluster: ToolCluster, calls: Sequence[GoldCall]) -> list[Variant]:
             detail = f"{call.tool}({param}={now}, not {was})"
             out.append(Variant("change", changed, detail, field=(i, param)))
             changes += 1
+    out += _near_misses(cluster, calls, writes)
     for i in writes[:_MAX_PER_KIND]:
         v = Variant("error", list(calls), f"{calls[i].tool} refused")
         v.refused.add(i)
