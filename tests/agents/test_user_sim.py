@@ -32,6 +32,12 @@ def _leaks(text: str, allowed: set[str]) -> set[str]:
     return {k for k, v in HIDDEN.items() if k not in allowed and v.lower() in text.lower()}
 
 
+def test_a_numbered_slot_is_asked_for_by_its_name(task: Blueprint) -> None:
+    numbered = task.model_copy(update={"hidden_info": {"path_3": "docs/meeting.txt"}})
+    assert asked_slots(numbered, "Which path should I write to?") == ["path_3"]
+    assert asked_slots(numbered, "Which file should I write to?") == []
+
+
 @pytest.mark.parametrize(
     ("question", "asked"),
     [

@@ -183,7 +183,9 @@ def _stem(word: str) -> str:
 
 
 def _slot_words(slot: str) -> list[str]:
-    words = [w for w in re.split(r"[_\W]+", slot.lower()) if w]
+    # a slot numbered by the planner ("path_3": the third call's path) is asked for by its
+    # name; nobody says the number
+    words = [w for w in re.split(r"[_\W]+", slot.lower()) if w and not w.isdigit()]
     specific = [w for w in words if w not in _GENERIC]
     return [_stem(w) for w in (specific or words)]
 
