@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from trajsynth.curation.constraint_lint import lint_constraints
 from trajsynth.curation.verify import reward, verify
 from trajsynth.planning.constraints import (
@@ -28,6 +26,7 @@ from trajsynth.schemas import (
     Message,
     MessageRole,
     ObsClass,
+    ObservedField,
     Order,
     ServerKind,
     ServerSpec,
@@ -465,25 +464,20 @@ def test_an_observed_answer_is_held_to_the_read_the_gold_run_made() -> None:
     assert verify(london, answer_only, state).constraints_passed  # the hole it closes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the observed answer is read from the episode's last call of the tool, whatever "
-    "its arguments: a run that reads Tokyo, then London, and states London's time passes "
-    "(the reading would have to be taken from the call the tool_called check matched)",
-)
 def test_two_readings_the_other_one_stated_fails() -> None:
-    from trajsynth.schemas import ObservedField
-
+    """The reading is taken from the call made with the asked arguments: a run that reads
+    Tokyo, then London, and states London's time fails. Control: an observed field without
+    matchers (as stored before them) reads the last call of the tool: it passes the wrong run
+    and fails the right one."""
     gold = GoldCall(
         tool="get_current_time",
         arguments={"timezone": "Asia/Tokyo"},
         observation={"datetime": "2026-11-29T13:32:05+09:00"},
     )
-    observed = ObservedField(tool="get_current_time", path=["datetime"])
-    state = EnvState(state_hash="s", readable=False)
-    cs = derive_constraints(
-        [gold], state, CLOCK, ["2026-11-29T13:32:05+09:00"], answer_observed=observed
+    asked = ObservedField(
+        tool="get_current_time", path=["datetime"], matchers={"timezone": "Asia/Tokyo"}
     )
+    state = EnvState(state_hash="s", readable=False)
     tokyo = _clock_reading("Asia/Tokyo", "2026-11-29T14:00:00+09:00", "")
     london = _clock_reading("Europe/London", "2026-11-29T05:00:00+00:00", "")
     both = london.model_copy(
@@ -492,7 +486,16 @@ def test_two_readings_the_other_one_stated_fails() -> None:
             "final_answer": "It is 2026-11-29T05:00:00+00:00.",
         }
     )
-    assert not verify(both, cs, state).constraints_passed
+    right = both.model_copy(update={"final_answer": "It is 2026-11-29T14:00:00+09:00."})
+    for observed, wrong_passes in (
+        (asked, False),
+        (asked.model_copy(update={"matchers": {}}), True),
+    ):
+        cs = derive_constraints(
+            [gold], state, CLOCK, ["2026-11-29T13:32:05+09:00"], answer_observed=observed
+        )
+        assert verify(both, cs, state).constraints_passed is wrong_passes
+        assert verify(right, cs, state).constraints_passed is not wrong_passes
 
 
 def test_an_outside_read_is_held_to_its_arguments_when_the_answer_is_the_same_for_others() -> None:

@@ -280,7 +280,9 @@ async def test_an_answer_that_changes_between_reads_is_checked_per_episode(
     assert answer.hard
     assert answer.values == [bp.gold_run.calls[-1].observation[field]]
     if volatile:
-        assert answer.observed == ObservedField(tool="get_order", path=[field])
+        assert answer.observed == ObservedField(
+            tool="get_order", path=[field], matchers=bp.gold_run.calls[-1].arguments
+        )
     else:
         assert answer.observed is None
 

@@ -490,14 +490,17 @@ def answer_contains_value(answer: str, value: str | int | float) -> bool:
 
 
 def observed_reading(
-    calls: Sequence[ToolCallRecord], where: ObservedField
+    calls: Sequence[ToolCallRecord],
+    where: ObservedField,
+    schema: Mapping[str, Any] | None = None,
 ) -> str | int | float | bool | None:
-    """The scalar the episode's last successful call to ``where.tool`` returned at
-    ``where.path`` (docs/methods.md §4, ``answer_contains`` of a value that changes between
-    reads); ``LookupError`` when no such call returned one.
+    """The scalar the episode's last successful call to ``where.tool`` with the matched
+    arguments returned at ``where.path`` (docs/methods.md §4, ``answer_contains`` of a value
+    that changes between reads); ``LookupError`` when no such call returned one.
     """
+    pattern = CallPattern(tool=where.tool, matchers=where.matchers)
     for call in reversed(calls):
-        if call.tool != where.tool or call.obs_class == ObsClass.ERROR:
+        if not call_matches(pattern, call, schema) or call.obs_class == ObsClass.ERROR:
             continue
         try:
             value = value_at(parse_json_maybe(call.observation), where.path)
@@ -505,7 +508,8 @@ def observed_reading(
             continue
         if value is None or isinstance(value, str | int | float | bool):
             return value
-    raise LookupError(f"no successful {where.tool} call returned {_dotted(where.path)}")
+    asked = f" with {canonical_json(where.matchers)}" if where.matchers else ""
+    raise LookupError(f"no successful {where.tool} call{asked} returned {_dotted(where.path)}")
 
 
 def _dotted(path: Sequence[str | int]) -> str:
@@ -518,7 +522,7 @@ def _check_answer_contains(c: AnswerContains, ctx: VerifyContext) -> tuple[bool,
         return False, "no final assistant message"
     if c.observed is not None:
         try:
-            reading = observed_reading(ctx.calls, c.observed)
+            reading = observed_reading(ctx.calls, c.observed, ctx.schemas.get(c.observed.tool))
         except LookupError as exc:
             return False, str(exc)
         where = f"{c.observed.tool}'s {_dotted(c.observed.path)}"

@@ -354,7 +354,7 @@ async def _volatile_answer(
         except KeyError:
             pass
     log.debug("answer %s of %s changes between reads: checked per episode", where, call.tool)
-    return ObservedField(tool=call.tool, path=where)
+    return ObservedField(tool=call.tool, path=where, matchers=dict(call.arguments))
 
 
 async def _ground_truth(

@@ -95,10 +95,13 @@ class Order(_Constraint):
 
 class ObservedField(Record):
     """Where an episode reads a value that changes between reads (a clock, a fresh token): the
-    last successful call to ``tool``, at ``path`` in its JSON observation."""
+    last successful call to ``tool`` whose arguments match ``matchers`` (the gold run's read:
+    a reading for another city is not the one asked for), at ``path`` in its JSON
+    observation. Empty ``matchers`` (constraints stored before them): any call of the tool."""
 
     tool: str
     path: list[str | int] = Field(min_length=1)
+    matchers: dict[str, JsonValue] = Field(default_factory=dict)
 
 
 class AnswerContains(_Constraint):
