@@ -182,13 +182,15 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
       fails, over write tasks;
     - gold_error_rejected: gold runs rejected for a failing step (``gold_run_error``), and
       gold_error_accepted: accepted gold runs with a step whose result reads as an error;
-    - refused: the units refused as ``noop_write`` / ``unseen_write`` (their last path's
-      reason), and the paths so refused (an attempt's detail lists every path it tried);
+    - refused: the units with a path refused as ``noop_write`` / ``unseen_write``, and the
+      paths so refused: an attempt's detail lists every path it tried and refused, an
+      accepted unit's those before its blueprint (``store.summary.refused_in``);
     - pseudo_per_100: calls of the stored trajectories to a tool the cluster does not offer
       (a harness control, a made-up name) or with arguments that did not parse, per 100;
     - goals: three planned goals, to read.
     """
     from trajsynth.schemas.results import result_error
+    from trajsynth.store.summary import refused_in
 
     cols = {r[0] for r in con.execute("DESCRIBE blueprints").fetchall()}
     lints = []
@@ -230,14 +232,14 @@ def _checks(con: duckdb.DuckDBPyConnection, tools: set[str]) -> dict:
     ]
     pseudo = sum(1 for c in calls if c.get("tool") not in tools or c.get("arguments") is None)
     searched = [x for x in lints if x.get("readback_tried")]
-    attempts = con.execute(
-        "SELECT reason, coalesce(detail, '') FROM blueprint_attempts WHERE NOT accepted"
-    ).fetchall()
+    tried = [
+        refused_in(d, r, a)
+        for r, d, a in con.execute(
+            "SELECT coalesce(reason, ''), coalesce(detail, ''), accepted FROM blueprint_attempts"
+        ).fetchall()
+    ]
     refused = {
-        reason: (
-            sum(1 for r, _ in attempts if r == reason),
-            sum(d.count(f"[{reason}]") or (r == reason) for r, d in attempts),
-        )
+        reason: (sum(1 for t in tried if reason in t), sum(t.count(reason) for t in tried))
         for reason in ("noop_write", "unseen_write")
     }
     return {

@@ -176,7 +176,7 @@ def test_a_store_of_the_release_before_derived_rows_opens_and_reads_every_row(
     assert len(store.read(TrajectoryRow)) == 2
 
 
-_PLANNER_ONLY = {"words_attempts", "reads_before_write", "usage"}
+_PLANNER_ONLY = {"words_attempts", "reads_before_write", "usage", "refused_paths"}
 
 
 @pytest.mark.parametrize(

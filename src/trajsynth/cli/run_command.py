@@ -274,6 +274,13 @@ def print_summary(summary: RunSummary, *, console: Console, store_path: str) -> 
             "blueprints rejected",
             ", ".join(f"{k}: {v}" for k, v in summary.blueprints_rejected.items()),
         )
+    if summary.paths_refused:
+        inside = sum(summary.paths_refused_accepted.values())
+        table.add_row(
+            "paths refused",
+            ", ".join(f"{k}: {v}" for k, v in summary.paths_refused.items())
+            + f" ({inside} inside units that planned a task)",
+        )
     if summary.mutation_lint:
         m = summary.mutation_lint
         table.add_row(

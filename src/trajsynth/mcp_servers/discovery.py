@@ -92,6 +92,8 @@ class Discovery:
     arg_values: dict[str, dict[str, list[JsonValue]]]
     calls: int = 0
     notes: list[str] = field(default_factory=list)
+    # tools no probe call succeeded, with the last failure (an error result's text)
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,6 +167,7 @@ class _Prober:
         self.values: list[_Value] = []
         self.accepted: dict[str, dict[str, list[JsonValue]]] = {}
         self.ok_args: dict[str, dict[str, JsonValue]] = {}
+        self.errors: dict[str, str] = {}  # tool -> its last failure
         self.calls = 0
         # canonical JSON of the scalars probes sent, and of those the server returned before
         # any probe sent them (its own world: a file its listing named, an id a list answered)
@@ -205,8 +208,11 @@ class _Prober:
             result = await self.env.call_tool(tool, args)
         except MCPServerError as exc:
             log.info("probe %s(%s) failed: %s", tool, canonical_json(args)[:120], exc)
+            self.errors[tool] = str(exc)[:200]
             return None
-        if not result.is_error:
+        if result.is_error:
+            self.errors[tool] = (result.text or "error")[:200]
+        else:
             self.ok_args.setdefault(tool, dict(args))
             for param, value in args.items():
                 bucket = self.accepted.setdefault(tool, {}).setdefault(param, [])
@@ -574,6 +580,7 @@ async def discover(
         arg_values=_world_first(p),
         calls=p.calls,
         notes=notes,
+        failed={t.name: p.errors.get(t.name, "") for t in tools if t.name not in p.ok_args},
     )
 
 

@@ -499,6 +499,17 @@ def add_outside_cluster(
         raise InputError(f"cluster {name!r}: `{what}` lists no tools")
     shown, hidden = _shown(server, [tool_spec(t) for t in raw_tools])
     tools = found.tools if found is not None else shown
+    unusable = unusable_tools(raw_tools, found)
+    for tool, why in unusable.items():
+        log.warning("cluster %s: tool %s is never planned or shown: %s", name, tool, why)
+    if unusable:
+        hidden = [*hidden, *unusable]
+        tools = [t for t in tools if t.name not in unusable]
+        if found is not None:
+            found.edges = [
+                e for e in found.edges if e.source not in unusable and e.target not in unusable
+            ]
+            found.probes = [p for p in found.probes if p.tool not in unusable]
     if hidden:
         server = server.model_copy(update={"hidden_tools": sorted(set(hidden))})
         log.info("cluster %s: hidden from the model and the planner: %s", name, ", ".join(hidden))
@@ -570,6 +581,38 @@ def probe_warnings(found: Discovery, tools: Sequence[ToolSpec]) -> list[str]:
             "the tools require " + ", ".join(needed[:6]) + ": give values from the server's "
             "own data with " + " ".join(f"--arg {n}=VALUE" for n in needed[:3])
         )
+    return out
+
+
+def unusable_tools(raw_tools: Sequence[Any], found: Discovery | None) -> dict[str, str]:
+    """name -> why, for the tools no call of a run can make succeed: one the server runs only
+    as an MCP task (``execution.taskSupport: required``; this client calls tools plainly),
+    and one that reaches outside the sandbox (``openWorldHint``) whose every probe failed
+    (the sandbox has no network: server-everything's ``gzip-file-as-resource`` fetches a
+    URL). Such a tool is hidden as a harness control is: drawn into no path, shown to no
+    model."""
+    out: dict[str, str] = {}
+    failed = found.failed if found is not None else {}
+    for raw in raw_tools:
+        if isinstance(raw, Mapping):
+            name, execution = str(raw["name"]), raw.get("execution")
+        else:
+            name, execution = raw.name, getattr(raw, "execution", None)
+        if isinstance(execution, Mapping):
+            task = execution.get("taskSupport", execution.get("task_support"))
+        else:
+            task = getattr(execution, "task_support", None) or getattr(
+                execution, "taskSupport", None
+            )
+        hints = _hints(raw.get("annotations") if isinstance(raw, Mapping) else raw.annotations)
+        open_world = hints.get("openWorldHint", hints.get("open_world_hint"))
+        if task == "required":
+            out[name] = "the server runs it only as an MCP task (taskSupport: required)"
+        elif open_world is True and name in failed:
+            out[name] = (
+                "it reaches outside the sandbox (openWorldHint) and every probe failed "
+                f"({failed[name] or 'no answer'}); the sandbox has no network"
+            )
     return out
 
 

@@ -1160,6 +1160,7 @@ def sample_path(
     uses: Mapping[str, int] | None = None,
     *,
     tries: int = 8,
+    one_read: bool = False,
 ) -> PlannedPath | Rejection:
     """Draw and bind one tool path for ``cell`` (docs/methods.md §3, path sampling steps 1-6).
 
@@ -1169,6 +1170,8 @@ def sample_path(
     bound (ref, then slot from ``state``, then literal); medium and hard need >= 1 write.
     Up to ``tries`` drafts are drawn from ``rng``; the best valid one wins (closest to L, with
     the target mode realised where the path decides it). Pure: same inputs, same result.
+    ``one_read``: a single cell of an outside server is one read, as on a read-only server
+    (the planner asks for it once the unit's two-call paths were refused).
 
     >>> from trajsynth.schemas import ServerSpec, ServerKind, ToolSpec, Domain
     >>> spec = ToolSpec(name="find_user", access="read", input_schema={"type": "object",
@@ -1204,7 +1207,10 @@ def sample_path(
     # search API) could never plan them, so its medium and hard tasks are longer read paths
     need_write = cell.difficulty in (Difficulty.MEDIUM, Difficulty.HARD) and bool(writable)
     outside = cluster.source == "outside" and len(names) > 1
-    two_calls = outside and bool(writable)
+    one_read = one_read and shape is PathShape.SINGLE
+    if one_read:
+        entries = [t for t in entries if cluster.tool(t).access is ToolAccess.READ] or entries
+    two_calls = outside and bool(writable) and not one_read
     if two_calls:
         # a blueprint over a multi-tool outside cluster has >= 2 calls, since one call of a
         # server exercises none of its dependencies; a "single" cell becomes a two-call chain

@@ -73,6 +73,7 @@ from trajsynth.schemas import (
     LLMUsage,
     MutationLint,
     ObservedField,
+    PathShape,
     ProbeCall,
     ReasoningMode,
     Record,
@@ -195,7 +196,8 @@ def _attempt(
 
 
 def accepted_attempt(blueprint: Blueprint) -> BlueprintAttempt:
-    """The ``blueprint_attempt`` row of an accepted blueprint (for the validity rate, §6)."""
+    """The ``blueprint_attempt`` row of an accepted blueprint (for the validity rate, §6); its
+    detail lists the paths tried and refused before the blueprint's."""
     key = {
         "cluster_id": blueprint.cluster_id,
         "cell": blueprint.cell.model_dump(mode="json"),
@@ -209,6 +211,7 @@ def accepted_attempt(blueprint: Blueprint) -> BlueprintAttempt:
         seed=blueprint.seed,
         round=blueprint.round,
         accepted=True,
+        detail=" | ".join(blueprint.refused_paths),
         blueprint_id=blueprint.blueprint_id,
         words_source=blueprint.words_source,
         usage=blueprint.usage,
@@ -304,6 +307,32 @@ class _Failure(NamedTuple):
 # A tool refused in one path (a cart that is empty, a user who does not organize the event)
 # is usually refused again by the same initial state, so the next paths go elsewhere.
 FAILED_TOOL_PENALTY = 8
+
+
+def _tried(failures: list[_Failure], last: _Failure | None = None) -> str:
+    """Every refused path of a unit, ``[reason] detail`` joined by `` | `` (an attempt's
+    detail; the bench and the summary count the paths refused by each reason)."""
+    return " | ".join(f"[{f.reason}] {f.detail}" for f in [*failures, *([last] if last else [])])
+
+
+# refused paths of a single cell on an outside server after which it is planned as one read
+# (paths.sample_path's ``one_read``): its two-call paths were refused for their write (unseen,
+# a no-op, failing, without a value) or for a second read that asks another question
+ONE_READ_AFTER = 2
+
+
+def _one_read(cluster: ToolCluster, cell: Cell, failures: list[_Failure]) -> bool:
+    """Whether the cell's next path is one read: a single cell on an outside server whose
+    two-call paths were refused ``ONE_READ_AFTER`` times, in a mode a read can realise."""
+    writes = _write_tools(cluster)
+    blamed = [f for f in failures if f.tool in writes or f.reason == "unrelated_reads"]
+    return (
+        cluster.source == "outside"
+        and cell.path_shape is PathShape.SINGLE
+        and cell.target_mode
+        not in (ReasoningMode.VERIFY_AFTER_WRITE, ReasoningMode.EXPLORE_THEN_COMMIT)
+        and len(blamed) >= ONE_READ_AFTER
+    )
 
 
 def _avoiding(uses: Mapping[str, int] | None, failures: list[_Failure]) -> dict[str, int]:
@@ -450,13 +479,14 @@ async def plan_blueprint(
         for attempt in range(planner.gold_retries + 1):
             sampled = sample_path(
                 cluster, graph, cell, initial, rng, _avoiding(uses, failures),
-                tries=planner.path_tries,
+                tries=planner.path_tries, one_read=_one_read(cluster, cell, failures),
             )  # fmt: skip
             if isinstance(sampled, Rejection):
                 if failures:  # earlier paths failed their gold run or lint; report those
                     break
                 return _attempt(cluster, cell, seed, round, sampled.reason, sampled.detail)
             outcome = None
+            filled_failure: _Failure | None = None
             if cluster.source == "outside" and planner.use_llm and llm is not None:
                 # values only the schema describes are written by the LLM under that schema;
                 # the schema's own values run when the LLM's fail the gold run
@@ -469,9 +499,14 @@ async def plan_blueprint(
                     outcome = await _ground_truth(env, cluster, filled, initial)
                     if not isinstance(outcome, _Truth) and handle is not None:
                         log.debug("LLM-filled values failed (%s); the schema's run", outcome)
+                        filled_failure = outcome
                         await env.restore(handle)
                         outcome = None
-            if outcome is None and unfilled(sampled):
+            if outcome is None and unfilled(sampled) and filled_failure is not None:
+                # the LLM's values ran and failed, and the schema has none to try: the path
+                # failed for what the run said (a tool the client cannot call, a refused value)
+                outcome = filled_failure
+            elif outcome is None and unfilled(sampled):
                 # a value only a made-up record could give and the LLM gave none
                 missing = ", ".join(unfilled(sampled))
                 detail = f"{' -> '.join(sampled.tools)}: no value for {missing}"
@@ -489,18 +524,22 @@ async def plan_blueprint(
             await env.restore(handle)
         if truth is None:
             reason = failures[-1].reason
-            detail = " | ".join(f"[{f.reason}] {f.detail}" for f in failures)
-            return _attempt(cluster, cell, seed, round, reason, detail, fill_usage)
+            return _attempt(cluster, cell, seed, round, reason, _tried(failures), fill_usage)
+
+        def refused(reason: str, detail: str, usage: list[LLMUsage]) -> BlueprintAttempt:
+            # after the gold loop: the paths refused in it stay in the detail, this one last
+            if failures:
+                detail = _tried(failures, _Failure(reason, detail))
+            return _attempt(cluster, cell, seed, round, reason, detail, usage)
+
         linted = await _mutation_checked(planner, env, handle, cluster, truth)
         if isinstance(linted, str):
-            return _attempt(cluster, cell, seed, round, "mutation_lint", linted, fill_usage)
+            return refused("mutation_lint", linted, fill_usage)
         truth, mutation = linted
         if cell.target_mode is ReasoningMode.EXPLORE_THEN_COMMIT:
             ordered = look_first(truth.gold.run.calls, _write_tools(cluster), truth.constraints)
             if isinstance(ordered, Refusal):
-                return _attempt(
-                    cluster, cell, seed, round, ordered.reason, ordered.detail, fill_usage
-                )
+                return refused(ordered.reason, ordered.detail, fill_usage)
             truth = truth.model_copy(update={"constraints": ordered})
         path, gold, answer = truth.path, truth.gold, truth.answer
 
@@ -522,7 +561,7 @@ async def plan_blueprint(
             final_problems = check_words(words, spec)
             if final_problems:
                 detail = "; ".join(final_problems + [f"last draft: {p}" for p in problems])
-                return _attempt(cluster, cell, seed, round, "words_check", detail, usage)
+                return refused("words_check", detail, usage)
 
         extra_turns = 1 if spec.hidden_slot or spec.stale else 0
         meaning = {
@@ -556,10 +595,11 @@ async def plan_blueprint(
             reads_before_write=path.reads_before_write,
             usage=usage,
             mutation_lint=mutation,
+            refused_paths=[f"[{f.reason}] {f.detail}" for f in failures],
         )
         failed = await _self_check(env, handle, env_factory, cluster, blueprint)
         if failed:
-            return _attempt(cluster, cell, seed, round, "self_check", failed, usage)
+            return refused("self_check", failed, usage)
         return blueprint
 
 

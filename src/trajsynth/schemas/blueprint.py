@@ -136,8 +136,8 @@ class MutationLint(Record):
 
 class Blueprint(Record):
     """A planned task. Each field's description is also its column's meaning in the store
-    (``blueprints``); ``words_attempts``, ``reads_before_write`` and ``usage`` are kept in
-    memory only."""
+    (``blueprints``); ``words_attempts``, ``reads_before_write``, ``usage`` and
+    ``refused_paths`` are kept in memory only."""
 
     blueprint_id: str = Field(description="content id of the task (its blueprint)")
     cluster_id: str = Field(description="the cluster it runs against")
@@ -177,6 +177,11 @@ class Blueprint(Record):
     usage: list[LLMUsage] = Field(
         default_factory=list, description="the planner's LLM calls (stored in llm_calls)"
     )
+    # the paths the planner tried and refused before this one, each "[reason] detail" (stored
+    # as the accepted attempt's detail, ``BlueprintAttempt``)
+    refused_paths: list[str] = Field(
+        default_factory=list, description="paths tried and refused before this one"
+    )
     # the mutation lint's figures (planning.mutants); None where it did not run
     mutation_lint: MutationLint | None = Field(
         default=None,
@@ -206,7 +211,11 @@ class BlueprintAttempt(Record):
     seed: int = Field(description="the attempt's seed")
     accepted: bool = Field(description="whether a blueprint came of it")
     reason: str = Field(default="", description="why it was rejected (a short class)")
-    detail: str = Field(default="", description="the rejection's message")
+    detail: str = Field(
+        default="",
+        description="the rejection's message; every path tried and refused, each "
+        "'[reason] detail' joined by ' | ' (an accepted attempt: those before its blueprint)",
+    )
     # added by the planner: the accepted blueprint, the words' origin, the LLM calls spent
     blueprint_id: str | None = None
     words_source: Literal["llm", "template"] | None = None

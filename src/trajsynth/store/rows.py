@@ -291,7 +291,7 @@ class EdgeRow(StoredRow):
 
 
 # --- planning ------------------------------------------------------------------------------
-_PLANNER_ONLY = frozenset({"words_attempts", "reads_before_write", "usage"})
+_PLANNER_ONLY = frozenset({"words_attempts", "reads_before_write", "usage", "refused_paths"})
 
 
 @_derived(

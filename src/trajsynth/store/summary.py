@@ -2,11 +2,50 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from collections.abc import Iterable
+
 from pydantic import BaseModel, ConfigDict
 
 from trajsynth.store import Store
 
-__all__ = ["RunSummary", "summarize_run"]
+__all__ = ["RunSummary", "paths_refused", "refused_in", "summarize_run"]
+
+# a path's entry in an attempt's detail: "[reason] what was tried: why", joined by " | "
+_TRIED = re.compile(r"(?:^|\s\|\s)\[([a-z_]+)\]\s")
+
+
+def refused_in(detail: str, reason: str = "", accepted: bool = False) -> list[str]:
+    """The reasons of the paths an attempt tried and refused, one per path, read from its
+    detail (``planning.planner``); a refused attempt whose detail lists none (a store older
+    than the list, a rejection after the gold loop) counts its own reason once.
+
+    >>> refused_in("[unseen_write] toggle({}): no probe | [gold_run_error] a -> b: failed")
+    ['unseen_write', 'gold_run_error']
+    >>> refused_in("wrong variants pass: drop", "mutation_lint")
+    ['mutation_lint']
+    >>> refused_in("", "", accepted=True)
+    []
+    """
+    found = _TRIED.findall(detail or "")
+    if found or accepted or not reason:
+        return found
+    return [reason]
+
+
+def paths_refused(rows: Iterable[tuple[str, str, bool]]) -> tuple[Counter[str], Counter[str]]:
+    """Paths refused per reason over attempts ``(reason, detail, accepted)``: over all of
+    them, and over the accepted ones alone (paths refused inside a unit that then planned a
+    task)."""
+    every: Counter[str] = Counter()
+    inside: Counter[str] = Counter()
+    for reason, detail, accepted in rows:
+        found = refused_in(detail, reason, accepted)
+        every.update(found)
+        if accepted:
+            inside.update(found)
+    return every, inside
 
 
 class RunSummary(BaseModel):
@@ -47,6 +86,10 @@ class RunSummary(BaseModel):
     # the mutation lint over the run's blueprints (planning.mutants): blueprints linted, those
     # no wrong variant passes, variants replayed, caught by the planned checks, checks added
     mutation_lint: dict[str, int] = {}
+    # paths refused per reason, every path a planning unit tried (an accepted unit's refused
+    # paths too, from its attempt's detail), and those inside units that planned a task
+    paths_refused: dict[str, int] = {}
+    paths_refused_accepted: dict[str, int] = {}
 
     @property
     def judged(self) -> int:
@@ -184,6 +227,12 @@ def _summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
     failed_units, failed_errors = _failed_units(store, run_id)
     asked, budget = _asked(store, run_id)
     attempts = q("SELECT count(*) AS n FROM blueprint_attempts WHERE run_id = ?", [run_id])
+    every, inside = paths_refused(
+        (r["reason"] or "", r["detail"] or "", bool(r["accepted"]))
+        for r in q(
+            "SELECT reason, detail, accepted FROM blueprint_attempts WHERE run_id = ?", [run_id]
+        )
+    )
     lint = _mutation_lint(store, run_id)
     v = verdicts[0] if verdicts else {"n": 0, "counted": 0, "passed": 0}
     tokens = {r["role"]: int(r["tokens"] or 0) for r in usage}
@@ -213,6 +262,8 @@ def _summarize_run(store: Store, run_id: str, *, wall_s: float) -> RunSummary:
         tool_calls=int(tools[0]["n"]) if tools else 0,
         median_tool_ms=float(tools[0]["ms"]) if tools and tools[0]["ms"] is not None else None,
         mutation_lint=lint,
+        paths_refused=dict(every.most_common()),
+        paths_refused_accepted=dict(inside.most_common()),
         failed_units=failed_units,
         failed_unit_errors=failed_errors,
         constraints_passed=int(hygiene[0]["constraints_passed"] or 0) if hygiene else 0,
