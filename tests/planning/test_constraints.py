@@ -524,3 +524,35 @@ def test_an_outside_read_is_held_to_its_arguments_when_the_answer_is_the_same_fo
     bundled = derive_constraints([gold], state, CLOCK.model_copy(update={"source": "bundled"}),
                                  ["+14.0h"])  # fmt: skip
     assert not any(isinstance(c, ToolCalled) for c in bundled)  # a bundled read: as before
+
+
+ADDER = ToolCluster(
+    cluster_id="clock",
+    domain=Domain.OTHER,
+    source="outside",
+    server=ServerSpec(kind=ServerKind.STDIO, command=["adder"]),
+    tools=[tool("get-sum", R, a=NUM, b=NUM)],
+)
+
+
+def test_a_sentence_result_asks_for_the_number_it_states() -> None:
+    """server-everything's ``get-sum`` answers "The sum of 17 and 25 is 42.": the question
+    asks for 42, so a right answer in other words passes and a wrong sum fails. Control: the
+    sentence as the value (as derived before) fails the right answer in other words."""
+    sentence = "The sum of 17 and 25 is 42."
+    gold = GoldCall(tool="get-sum", arguments={"a": 17, "b": 25}, observation=sentence)
+    state = EnvState(state_hash="s", readable=False)
+    cs = derive_constraints([gold], state, ADDER, [])
+    (answer,) = [c for c in cs if isinstance(c, AnswerContains)]
+    assert answer.values == [42] and answer.hard
+
+    def run(said: str) -> Trajectory:
+        t = _reading("get-sum", {"a": 17, "b": 25}, {}, said)
+        record = t.calls[0].model_copy(update={"observation": sentence})
+        return t.model_copy(update={"calls": [record], "tools": [ADDER.tools[0].to_openai()]})
+
+    assert verify(run("17 plus 25 makes 42."), cs, state).constraints_passed
+    assert not verify(run("17 plus 25 makes 43."), cs, state).constraints_passed
+    whole = [c if not isinstance(c, AnswerContains) else c.model_copy(update={"values": [sentence]})
+             for c in cs]  # fmt: skip
+    assert not verify(run("17 plus 25 makes 42."), whole, state).constraints_passed

@@ -353,12 +353,40 @@ def _answer(
     origin = "blueprint.answer_values"
     if not values and calls:
         salient = salient_value(calls[-1].observation)
-        values = _answer_values([salient]) if salient is not None else []
+        if isinstance(salient, str):
+            salient = _result_in_sentence(salient, calls[-1].arguments) or salient
+        values = _answer_values(salient if isinstance(salient, list) else [salient])
         origin = "gold_run.last_observation"
         observed = None  # it was found for the caller's value, not this one
     if not values:
         return []
     return [AnswerContains(values=values, hard=not writes, derived_from=origin, observed=observed)]
+
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\w)")
+
+
+def _result_in_sentence(text: str, arguments: Mapping[str, Any]) -> list[str | int | float]:
+    """The numbers a one-line text result states that the call was not given: "The sum of
+    1 and 1 is 2." asks for 2, not the sentence (an answer in other words is right too).
+    Empty when it states none (then the text itself is the answer).
+
+    >>> _result_in_sentence("The sum of 17 and 25 is 42.", {"a": 17, "b": 25})
+    [42]
+    >>> _result_in_sentence("Echo: hello", {"message": "hello"})
+    []
+    """
+    if " " not in text.strip() or re.search(r"\d[-:/]\d", text):
+        return []  # a word, or a date or time: stated whole
+    given = {canonical_json(v) for v in _scalars(list(arguments.values()))}
+    given |= {canonical_json(float(v)) for v in _scalars(list(arguments.values()))
+              if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
+    out: list[str | int | float] = []
+    for token in _NUMBER.findall(text):
+        number: int | float = float(token) if "." in token else int(token)
+        if canonical_json(number) not in given and number not in out:
+            out.append(number)
+    return out
 
 
 def _answer_source(
