@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from fakes.llm import ScriptedLLM, tool_call
 
-from trajsynth.planning.argfill import FILL_TOOL, fill_slots, fillable_slots, unfilled
+from trajsynth.planning.admission import Refusal
+from trajsynth.planning.argfill import (
+    DRAWS,
+    FILL_TOOL,
+    REFUSED_REASON,
+    fill_slots,
+    fillable_slots,
+    unfilled,
+)
 from trajsynth.planning.paths import PlannedPath
 from trajsynth.schemas import (
     Difficulty,
@@ -87,26 +95,31 @@ async def test_no_fitting_value_leaves_the_path_as_it_was() -> None:
 
 async def test_a_made_up_or_wordless_value_from_the_llm_is_not_taken() -> None:
     """A small model asked for a value with no example to copy answered ``example`` (the
-    request's own word) and ``);;;;`` under the grammar: neither becomes a task's value, and a
-    slot with nothing else to fill it stays empty (the planner rejects the path)."""
+    request's own word) and ``);;;;`` under the grammar: neither becomes a task's value; the
+    slot is asked again (``DRAWS`` requests), and a slot with nothing else to fill it refuses
+    the path with the values and why (``placeholder_value``)."""
     path = PATH.model_copy(update={"slots": {**PATH.slots, "title": None}})
-    fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "example", "pages": 2})])
-    filled, _ = await fill_slots(fake.client(), NOTES, path, seed=1)
-    assert filled is not None and filled.slots["title"] is None and filled.slots["pages"] == 2
-    assert unfilled(filled) == ["title"]
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "example", "pages": 2})] * DRAWS)
+    filled, usage = await fill_slots(fake.client(), NOTES, path, seed=1)
+    fake.assert_consumed()
+    assert isinstance(filled, Refusal) and filled.reason == REFUSED_REASON == "placeholder_value"
+    assert 'put.title = "example": is a made-up record' in filled.detail and filled.tool == "put"
+    assert len(usage) == DRAWS
     asked = fake.requests[0]["messages"][-1]["content"]
     assert "the example" not in asked  # no example to copy is named
     assert [line for line in asked.splitlines() if line.startswith("- title")] == [
         "- title (put.title)"
     ]
-    fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": ");;;;", "pages": 2})])
+    # the redraws ask only the refused slot, under other seeds
+    assert set(fake.requests[1]["tools"][0]["function"]["parameters"]["properties"]) == {"title"}
+    assert len({r["seed"] for r in fake.requests}) == DRAWS
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": ");;;;", "pages": 2})] * DRAWS)
     filled, _ = await fill_slots(fake.client(), NOTES, path, seed=1)
-    assert filled is not None and unfilled(filled) == ["title"]
+    assert isinstance(filled, Refusal) and "has no word in it" in filled.detail
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"title": "Dentist on Friday", "pages": 2})])
     filled, _ = await fill_slots(fake.client(), NOTES, path, seed=1)
-    assert (
-        filled is not None and filled.slots["title"] == "Dentist on Friday" and not unfilled(filled)
-    )
+    assert isinstance(filled, PlannedPath) and filled.slots["title"] == "Dentist on Friday"
+    assert not unfilled(filled)
 
 
 FILES = ToolCluster(
@@ -167,9 +180,12 @@ async def test_a_new_file_is_named_by_the_llm_in_a_folder_the_server_lists() -> 
     asked = fake.requests[0]["messages"][-1]["content"]
     assert "- path: the name of a new file in the folder docs" in asked
     # a path it gives directly in a listed folder is kept as given
-    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "./plan.txt", "content": "Plan A"})])
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "./plan.txt", "content": "Plan A"})] * 2)
+    fake.steps.append(tool_call(FILL_TOOL, {"path": "plan.txt"}))
     filled, _ = await fill_slots(fake.client(), FILES, WRITE, seed=3)
-    assert filled is not None and filled.slots["path"] is None  # "./plan.txt" is not normal
+    fake.assert_consumed()  # "./plan.txt" is not normal: asked again, twice
+    assert isinstance(filled, PlannedPath) and filled.slots["path"] == "docs/plan.txt"
+    assert filled.slots["content"] == "Plan A"  # kept from the first answer
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "plan.txt", "content": "Plan A"})])
     filled, _ = await fill_slots(fake.client(), FILES, WRITE, seed=3)
     assert filled is not None and filled.slots["path"] == "docs/plan.txt"
@@ -180,14 +196,18 @@ async def test_a_path_outside_the_listed_folders_a_placeholder_or_a_tool_name_is
     placeholder name, and a tool's identifier (the bench's goals named ``write_file``)."""
     for made_up in ("/etc/budget.txt", "../budget.txt", "private/budget.txt", "notes.txt",
                     "write_file.txt", "docs/../budget.txt"):  # fmt: skip
-        fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": made_up, "content": "Rent 1200"})])
+        fake = ScriptedLLM(
+            [tool_call(FILL_TOOL, {"path": made_up, "content": "Rent 1200"})] * DRAWS
+        )
         filled, _ = await fill_slots(fake.client(), FILES, WRITE, seed=3)
-        assert filled is not None and unfilled(filled) == ["path"], made_up
+        assert isinstance(filled, Refusal) and "write_file.path" in filled.detail, made_up
+        assert "write_file.content" not in filled.detail  # the content was kept
     fake = ScriptedLLM(
-        [tool_call(FILL_TOOL, {"path": "rent.txt", "content": "use write_file for rent"})]
+        [tool_call(FILL_TOOL, {"path": "rent.txt", "content": "use write_file for rent"})] * DRAWS
     )
     filled, _ = await fill_slots(fake.client(), FILES, WRITE, seed=3)
-    assert filled is not None and unfilled(filled) == ["content"]
+    assert isinstance(filled, Refusal) and "write_file.content" in filled.detail
+    assert "names a tool" in filled.detail
     # with no folder listed, a path is an ordinary slot: no new file may be named
     bare = FILES.model_copy(update={"arg_values": {}})
     fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "budget.txt", "content": "Rent 1200"})])
