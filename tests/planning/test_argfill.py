@@ -214,3 +214,152 @@ async def test_a_path_outside_the_listed_folders_a_placeholder_or_a_tool_name_is
     filled, _ = await fill_slots(fake.client(), bare, WRITE, seed=3)
     asked = fake.requests[0]["messages"][-1]["content"]
     assert "- path (write_file.path)" in asked and "new file in the folder" not in asked
+
+
+_ITEM_NAME = {"type": "string", "description": "The name of the entity"}
+MEMORY = ToolCluster(
+    cluster_id="memory",
+    domain=Domain.PRODUCTIVITY,
+    description="MCP server memory",
+    server=ServerSpec(kind=ServerKind.STDIO, command=["mcp-server-memory"]),
+    source="outside",
+    tools=[
+        ToolSpec(
+            name="create_entities",
+            access="write",
+            description="Create multiple new entities in the knowledge graph",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "entities": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "name": _ITEM_NAME,
+                                "entityType": {
+                                    "type": "string",
+                                    "description": "The type of the entity",
+                                },
+                                "observations": {
+                                    "type": "array",
+                                    "items": {"type": "string"},
+                                    "description": "An array of observation contents",
+                                },
+                            },
+                            "required": ["name", "entityType", "observations"],
+                        },
+                    }
+                },
+                "required": ["entities"],
+            },
+        ),
+        ToolSpec(
+            name="create_relations",
+            access="write",
+            description="Create multiple new relations between entities in the knowledge graph",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "relations": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "from": {
+                                    "type": "string",
+                                    "description": "The name of the entity where the relation "
+                                    "starts",
+                                },
+                                "to": {
+                                    "type": "string",
+                                    "description": "The name of the entity where the relation ends",
+                                },
+                                "relationType": {
+                                    "type": "string",
+                                    "description": "The type of the relation",
+                                },
+                            },
+                            "required": ["from", "to", "relationType"],
+                        },
+                    }
+                },
+                "required": ["relations"],
+            },
+        ),
+    ],
+)
+GRAPH = PlannedPath(
+    cluster_id="memory",
+    shape=PathShape.CHAIN,
+    difficulty=Difficulty.MEDIUM,
+    steps=[
+        PlannedCall(tool="create_entities", args={"entities": SlotArg(name="entities")}),
+        PlannedCall(tool="create_relations", args={"relations": SlotArg(name="relations")}),
+    ],
+    slots={"entities": None, "relations": None},
+    slot_sources={"entities": "schema", "relations": "schema"},
+)
+ADA = {"name": "Ada Lovelace", "entityType": "person", "observations": ["Wrote the first program"]}
+BABBAGE = {"name": "Charles Babbage", "entityType": "person", "observations": ["Built engines"]}
+
+
+async def test_a_list_of_objects_is_filled_with_real_objects_whose_names_later_steps_reuse() -> (
+    None
+):
+    """server-memory's ``entities`` and ``relations``: the request shows one object of the
+    item's field names (not its JSON schema with descriptions to copy), the schema copied in
+    as a value is refused and asked again, and a relation is drawn between the entities the
+    same task created, not the names the model made up."""
+    copied = [{"entityType": "array", "name": "The name of the entity", "observations": []}]
+    made_up = [{"from": "Entity 1", "to": "Entity 2", "relationType": "works with"}]
+    fake = ScriptedLLM(
+        [
+            tool_call(FILL_TOOL, {"entities": copied, "relations": made_up}),
+            tool_call(FILL_TOOL, {"entities": [ADA, BABBAGE]}),
+        ]
+    )
+    filled, usage = await fill_slots(fake.client(), MEMORY, GRAPH, seed=5)
+    fake.assert_consumed()
+    assert isinstance(filled, PlannedPath) and len(usage) == 2
+    assert filled.slots["entities"] == [ADA, BABBAGE]
+    # the relation's ends are the entities created by the step before it
+    assert filled.slots["relations"] == [
+        {"from": "Ada Lovelace", "to": "Charles Babbage", "relationType": "works with"}
+    ]
+    assert filled.slot_sources == {"entities": "llm", "relations": "llm"}
+    first = fake.requests[0]
+    asked = first["messages"][-1]["content"]
+    assert (
+        '- entities (create_entities.entities): 1 to 2 objects, each {"name": …, '
+        '"entityType": …, "observations": […]}' in asked
+    )
+    shown = first["tools"][0]["function"]["parameters"]["properties"]["entities"]
+    assert shown["maxItems"] == 2 and shown["minItems"] == 1
+    assert "The name of the entity" not in str(shown)  # the inner descriptions are left out
+    assert shown["items"]["required"] == ["name", "entityType", "observations"]
+    # both were refused, both are asked again; the first answer's relation, read again once the
+    # entities passed, is the one kept
+    asked_again = fake.requests[1]["tools"][0]["function"]["parameters"]["properties"]
+    assert set(asked_again) == {"entities", "relations"}
+
+
+async def test_objects_that_break_the_item_schema_or_stay_blank_refuse_the_path() -> None:
+    """An object missing a required field is no value; three draws of the schema copied in
+    refuse the path with the values and why, which the planner records as the reason."""
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"entities": [{"name": "Ada Lovelace"}]})] * DRAWS)
+    path = GRAPH.model_copy(
+        update={"steps": GRAPH.steps[:1], "slots": {"entities": None},
+                "slot_sources": {"entities": "schema"}}
+    )  # fmt: skip
+    filled, _ = await fill_slots(fake.client(), MEMORY, path, seed=5)
+    assert isinstance(filled, Refusal) and "does not fit the parameter's schema" in filled.detail
+    copied = [{"entityType": "array", "name": "type_1234567890", "observations": []}]
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"entities": copied})] * DRAWS)
+    filled, usage = await fill_slots(fake.client(), MEMORY, path, seed=5)
+    fake.assert_consumed()
+    assert isinstance(filled, Refusal) and filled.reason == "placeholder_value"
+    assert filled.tool == "create_entities" and len(usage) == DRAWS
+    assert filled.detail.startswith("create_entities: no value a user would give after 3 draws")
+    assert "create_entities.entities = " in filled.detail
+    assert "entityType: is a JSON type name" in filled.detail

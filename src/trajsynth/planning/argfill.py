@@ -349,6 +349,7 @@ async def fill_slots(
     sources = dict(path.slot_sources)
     usage: list[LLMUsage] = []
     refused: dict[str, str] = {}
+    last: dict[str, Any] = {}
     asking = dict(slots)
     for draw in range(DRAWS):
         messages, tool = _request(cluster, path, asking, folders, tables)
@@ -358,7 +359,11 @@ async def fill_slots(
         )  # fmt: skip
         usage.append(result.usage)
         for name, (tool_name, param, schema) in asking.items():
-            answer = reuse_names(given.get(name), schema, created_names(slots, values, name))
+            # an answer missing now is the last one, read again: the names it had to reuse may
+            # have been given since (the entities of a relation refused before they passed)
+            raw = given.get(name, last.get(name))
+            last[name] = raw
+            answer = reuse_names(raw, schema, created_names(slots, values, name))
             value, why = _checked(answer, name, cluster, path, slots, folders, tables, world)
             if value is not None:
                 values[name], sources[name] = value, "llm"

@@ -140,12 +140,16 @@ def _generic(text: str) -> bool:
     if "lorem ipsum" in low:
         return True
     if _IDENTIFIER.match(t) and ("." in t or "_" in t):
-        # a dotted or snake identifier one of whose parts is a blank's word (``test.MCP``,
-        # ``items.description``) or with a long digit run (``type_1234567890``)
+        # a dotted path one of whose parts is a blank's word (``test.MCP``,
+        # ``items.description``), or an identifier with a long digit run (``type_1234567890``);
+        # a snake_case name (``customer_id``) is an ordinary name
         parts = [p for p in re.split(r"[._]", t) if p]
-        if any(_stem(re.sub(r"\d+$", "", p)) in GENERIC_WORDS for p in parts) or any(
-            re.fullmatch(r"\d{5,}", p) for p in parts
+        dotted = [p for p in t.split(".") if p]
+        if len(dotted) >= 2 and any(
+            _stem(w) in GENERIC_WORDS for p in dotted for w in name_tokens(re.sub(r"\d+$", "", p))
         ):
+            return True
+        if any(re.fullmatch(r"\d{5,}", p) for p in parts):
             return True
     return False
 
@@ -181,10 +185,10 @@ def _text_reason(text: str, schema: Mapping[str, Any], said: frozenset[str]) -> 
         return f"holds a template slot ({slot})"
     if text.strip().lower() in TYPE_NAMES:
         return "is a JSON type name"
-    if _generic(text):
-        return "is a generic placeholder"
     if _camel_mash(text):
         return f"is an identifier mash longer than {CAMEL_MASH_CHARS} characters"
+    if _generic(text):
+        return "is a generic placeholder"
     if not schema.get("format") and _restates(text, said):
         return "restates the description"
     return None
