@@ -11,6 +11,12 @@ only answer with values of the right shape. A value that still breaks its schema
 schema's; the planner runs the gold path with the filled values and falls back to the
 schema's when that run fails. A slot still empty after that (no LLM, or no value that fits)
 has no value a task may use: the path is rejected (``unfilled``), never run with a placeholder.
+
+Every value the LLM gives is read by ``values.placeholder_reason`` (the description restated,
+a template slot, ``value1``, the JSON schema copied in, an identifier mash): a refused value is
+asked again under another seed (``DRAWS`` requests in all), and a slot refused every time
+refuses the path (``placeholder_value``). A list of objects is shown as one object of its
+field names, and its fields that name another record take the names an earlier step created.
 """
 
 from __future__ import annotations
