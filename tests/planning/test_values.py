@@ -149,3 +149,15 @@ def test_an_enum_value_and_a_long_plain_identifier_pass() -> None:
     assert placeholder_reason("InvoiceDraft", STRING) is None
     assert placeholder_reason("customer_lifetime_value_2024", STRING) is None
     assert len("customer_lifetime_value_2024") > CAMEL_MASH_CHARS
+
+
+def test_a_name_is_no_sentence_and_no_code() -> None:
+    """A field or parameter that holds a name (``name``, ``entityName``, ``branch_name``)
+    refuses code and long text; the same text elsewhere (a file's content) is content."""
+    junk = "the_typeof_data(value) that is returned by function createdByMCP (2016-3-7 14:59"
+    entity = [{"name": junk, "entityType": "person", "observations": []}]
+    why = placeholder_reason(entity, ENTITIES, CREATE_ENTITIES)
+    assert why is not None and why.startswith("name: is no name"), why
+    assert placeholder_reason("release (final)", STRING, param="branch_name") is not None
+    assert placeholder_reason("release-2.0", STRING, param="branch_name") is None
+    assert placeholder_reason(junk, STRING, param="content") is None

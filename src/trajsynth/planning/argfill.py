@@ -466,7 +466,7 @@ def _checked(
 ) -> tuple[Any, str | None]:
     """The value a slot takes from the LLM's answer, or (None, why it is refused); (None,
     None) when the answer gave nothing for it."""
-    tool, _, schema = slots[name]
+    tool, param, schema = slots[name]
     if value in (None, "", [], {}):
         return None, None
     if name in folders or name in tables:
@@ -485,7 +485,7 @@ def _checked(
         return None, why
     if not fits_schema(value, schema) or not fits_items(value, schema):
         return None, "does not fit the parameter's schema"
-    return real_part(value, schema, _said(cluster, path, tool, schema), world)
+    return real_part(value, schema, _said(cluster, path, tool, schema), world, param)
 
 
 def world_values(cluster: ToolCluster) -> frozenset[str]:

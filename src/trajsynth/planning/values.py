@@ -28,6 +28,7 @@ from trajsynth.mcp_servers.tags import name_tokens
 
 __all__ = [
     "CAMEL_MASH_CHARS",
+    "NAME_CHARS",
     "RESTATED_SHARE",
     "placeholder_reason",
     "real_part",
@@ -37,6 +38,11 @@ __all__ = [
 # a run of identifier characters with no space longer than this, built of three or more
 # capitalised words or dotted parts, is a code base's string, not a user's
 CAMEL_MASH_CHARS = 20
+# a name (a field or parameter called ``name``, ``entityName``, ``branch_name``) is at most this
+# long and holds no code punctuation: the bench named an entity "the_typeof_data(value) that
+# is returned by function createdByMCP (2016-3-7 ..."
+NAME_CHARS = 60
+_CODE = re.compile(r"[(){};=<>\[\]]")
 # the share of a value's words that the request's own texts hold, above which the value
 # restates them
 RESTATED_SHARE = 0.75
@@ -176,10 +182,15 @@ def _schema_fragment(value: Mapping[str, Any], schema: Mapping[str, Any]) -> boo
     return bool(keys) and keys <= SCHEMA_KEYWORDS
 
 
-def _text_reason(text: str, schema: Mapping[str, Any], said: frozenset[str]) -> str | None:
+def _text_reason(
+    text: str, schema: Mapping[str, Any], said: frozenset[str], label: str = ""
+) -> str | None:
     enum = schema.get("enum")
     if isinstance(enum, list) and text in enum:
         return None
+    tokens = name_tokens(label)
+    if tokens and tokens[-1] == "name" and (len(text) > NAME_CHARS or _CODE.search(text)):
+        return "is no name (code or a sentence where a name belongs)"
     slot = _template(text)
     if slot:
         return f"holds a template slot ({slot})"
@@ -194,12 +205,14 @@ def _text_reason(text: str, schema: Mapping[str, Any], said: frozenset[str]) -> 
     return None
 
 
-def _reason(value: Any, schema: Mapping[str, Any], said: frozenset[str]) -> str | None:
+def _reason(
+    value: Any, schema: Mapping[str, Any], said: frozenset[str], label: str = ""
+) -> str | None:
     if isinstance(value, str):
         own = said | said_words(
             [str(schema.get("description") or ""), str(schema.get("title") or "")]
         )
-        return _text_reason(value, schema, own)
+        return _text_reason(value, schema, own, label)
     if isinstance(value, Mapping):
         if _schema_fragment(value, schema):
             return "is a JSON-schema fragment"
@@ -207,7 +220,7 @@ def _reason(value: Any, schema: Mapping[str, Any], said: frozenset[str]) -> str 
         props = props if isinstance(props, Mapping) else {}
         for key, item in value.items():
             sub = props.get(key)
-            why = _reason(item, sub if isinstance(sub, Mapping) else {}, said)
+            why = _reason(item, sub if isinstance(sub, Mapping) else {}, said, str(key))
             if why:
                 return f"{key}: {why}"
         return None
@@ -215,7 +228,7 @@ def _reason(value: Any, schema: Mapping[str, Any], said: frozenset[str]) -> str 
         items = schema.get("items")
         sub = items if isinstance(items, Mapping) else {}
         for item in value:
-            why = _reason(item, sub, said)
+            why = _reason(item, sub, said, label)
             if why:
                 return why
     return None
@@ -226,6 +239,7 @@ def placeholder_reason(
     schema: Mapping[str, Any],
     said: Iterable[str] = (),
     world: frozenset[str] | set[str] = frozenset(),
+    param: str = "",
 ) -> str | None:
     """Why ``value`` is a blank rather than a user's value, or None when it may be a task's.
 
@@ -244,7 +258,7 @@ def placeholder_reason(
     """
     if value is not None and canonical_json(value) in world:
         return None
-    return _reason(value, schema, said_words(said))
+    return _reason(value, schema, said_words(said), param)
 
 
 def real_part(
@@ -252,6 +266,7 @@ def real_part(
     schema: Mapping[str, Any],
     said: Iterable[str] = (),
     world: frozenset[str] | set[str] = frozenset(),
+    param: str = "",
 ) -> tuple[Any, str | None]:
     """``value`` with the items of a list that ``placeholder_reason`` refuses left out, and
     the reason of the first refused; ``(None, reason)`` when nothing of it is left."""
@@ -262,11 +277,11 @@ def real_part(
         kept, first = [], None
         for item in value:
             why = placeholder_reason(
-                item, sub, [*texts, str(schema.get("description") or "")], world
+                item, sub, [*texts, str(schema.get("description") or "")], world, param
             )
             if why is None:
                 kept.append(item)
             first = first or why
         return (kept or None), first
-    why = placeholder_reason(value, schema, texts, world)
+    why = placeholder_reason(value, schema, texts, world, param)
     return (None, why) if why else (value, None)
