@@ -374,7 +374,7 @@ async def fill_slots(
             if value is not None:
                 values[name], sources[name] = value, "llm"
                 refused.pop(name, None)
-            elif why is not None:
+            else:
                 refused[name] = f"{tool_name}.{param} = {_short(answer)}: {why}"
         # asked again: a slot whose value was refused and that has no other value yet
         asking = {
@@ -464,11 +464,10 @@ def _checked(
     tables: set[str],
     world: frozenset[str],
 ) -> tuple[Any, str | None]:
-    """The value a slot takes from the LLM's answer, or (None, why it is refused); (None,
-    None) when the answer gave nothing for it."""
+    """The value a slot takes from the LLM's answer, or (None, why it is refused)."""
     tool, param, schema = slots[name]
     if value in (None, "", [], {}):
-        return None, None
+        return None, "is empty"
     if name in folders or name in tables:
         # a file the task creates: a new name in a folder the server lists; a table: the
         # tool's statement around the names given; or nothing
