@@ -3,6 +3,7 @@ with the scripted fake LLM behind the real openai client."""
 
 from __future__ import annotations
 
+import pytest
 from fakes.llm import ScriptedLLM, tool_call
 
 from trajsynth.planning.admission import Refusal
@@ -12,9 +13,11 @@ from trajsynth.planning.argfill import (
     REFUSED_REASON,
     fill_slots,
     fillable_slots,
+    fits_items,
     unfilled,
 )
 from trajsynth.planning.paths import PlannedPath
+from trajsynth.planning.values import placeholder_reason
 from trajsynth.schemas import (
     Difficulty,
     Domain,
@@ -363,3 +366,27 @@ async def test_objects_that_break_the_item_schema_or_stay_blank_refuse_the_path(
     assert filled.detail.startswith("create_entities: no value a user would give after 3 draws")
     assert "create_entities.entities = " in filled.detail
     assert "entityType: is a JSON type name" in filled.detail
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+async def test_the_embedded_model_fills_entities_and_relations_or_the_path_is_refused() -> None:
+    """SmolLM2-135M under llama.cpp's grammar, asked for server-memory's entities and the
+    relations between them: what is kept fits the item schema, passes the value check, and
+    its relations join the entities it created; else the path is refused with the reason."""
+    from trajsynth.llm.client import open_llm_client
+    from trajsynth.schemas import LLMConfig
+
+    async with open_llm_client(LLMConfig(max_tokens=256)) as llm:
+        filled, usage = await fill_slots(llm, MEMORY, GRAPH, seed=0)
+    assert 1 <= len(usage) <= DRAWS
+    if isinstance(filled, Refusal):
+        assert filled.reason == "placeholder_value" and "create_" in filled.detail
+        return
+    assert isinstance(filled, PlannedPath)
+    entities, relations = filled.slots["entities"], filled.slots["relations"]
+    schema = MEMORY.tool("create_entities").input_schema["properties"]["entities"]
+    assert fits_items(entities, schema)
+    assert placeholder_reason(entities, schema) is None
+    names = {e["name"] for e in entities}
+    assert all(r["from"] in names and r["to"] in names for r in relations), relations
