@@ -368,6 +368,28 @@ async def test_objects_that_break_the_item_schema_or_stay_blank_refuse_the_path(
     assert "entityType: is a JSON type name" in filled.detail
 
 
+async def test_a_relation_between_records_nobody_made_is_refused() -> None:
+    """A path that draws relations without creating entities (``create_relations`` alone): on
+    an empty graph a relation from "people" to "location" names nothing the server has, so it
+    is refused; between entities the server's reads listed, it is kept."""
+    path = GRAPH.model_copy(
+        update={"steps": GRAPH.steps[1:], "slots": {"relations": None},
+                "slot_sources": {"relations": "schema"}}
+    )  # fmt: skip
+    nowhere = [{"from": "people", "to": "location", "relationType": "built"}]
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"relations": nowhere})] * DRAWS)
+    filled, _ = await fill_slots(fake.client(), MEMORY, path, seed=2)
+    assert isinstance(filled, Refusal)
+    assert "from: names a record neither the path nor the server has" in filled.detail
+    listed = MEMORY.model_copy(
+        update={"arg_values": {"open_nodes": {"names": [["Ada Lovelace", "Analytical Engine"]]}}}
+    )
+    known = [{"from": "Ada Lovelace", "to": "Analytical Engine", "relationType": "built"}]
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"relations": known})])
+    filled, _ = await fill_slots(fake.client(), listed, path, seed=2)
+    assert isinstance(filled, PlannedPath) and filled.slots["relations"] == known
+
+
 @pytest.mark.llm
 @pytest.mark.slow
 async def test_the_embedded_model_fills_entities_and_relations_or_the_path_is_refused() -> None:

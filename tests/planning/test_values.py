@@ -52,6 +52,7 @@ APPEND_INSIGHT = ["Add a business insight to the memo", "append insight", "MCP s
         ("Lorem ipsum dolor sit amet", "generic placeholder"),
         ("string", "JSON type name"),
         ("array", "JSON type name"),
+        ("get_queries.find(list({type: 'object', properties: {id: 1}}))", "JSON-schema fragment"),
         ("business.BusinessInsightBusinessExecutionResultsCustomBuildIn", "identifier mash"),
         ("add_business.BusinessInsight", "identifier mash"),
     ],
@@ -115,6 +116,7 @@ def test_the_bench_entities_are_refused_at_the_field_that_gives_them_away() -> N
         "Sales of umbrellas doubled in the rainy weeks of March",
         "<b>Bold</b> claims need sources",
         "Project Apollo",
+        "The meeting type: weekly; items: 3",
     ],
 )
 def test_a_real_value_passes(value: str) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "fill_slots",
     "created_names",
     "fits_items",
+    "known_records",
     "fillable_slots",
     "new_file_path",
     "new_file_slots",
@@ -369,8 +370,11 @@ async def fill_slots(
             # have been given since (the entities of a relation refused before they passed)
             raw = given.get(name, last.get(name))
             last[name] = raw
-            answer = reuse_names(raw, schema, created_names(slots, values, name))
+            created = created_names(slots, values, name)
+            answer = reuse_names(raw, schema, created)
             value, why = _checked(answer, name, cluster, path, slots, folders, tables, world)
+            if value is not None:
+                value, why = known_records(value, schema, {*created, *_strings(cluster)})
             if value is not None:
                 values[name], sources[name] = value, "llm"
                 refused.pop(name, None)
@@ -451,6 +455,39 @@ def reuse_names(value: Any, schema: Mapping[str, Any], names: list[str]) -> Any:
             free = [n for n in names if n not in taken] or names
             fixed[key] = free[(k + j) % len(free)] if len(free) > 1 else free[0]
         out.append(fixed)
+    return out
+
+
+def known_records(value: Any, schema: Mapping[str, Any], known: set[str]) -> tuple[Any, str | None]:
+    """``value`` (a list of objects) without the objects whose fields that name another record
+    (``from``, ``to``, ``entityName``) name one that neither an earlier step of the path created
+    nor the server's reads returned (a relation from "people" to "location" on an empty
+    graph); (None, why) when none is left."""
+    items = schema.get("items")
+    props = items.get("properties") if isinstance(items, Mapping) else None
+    if not isinstance(value, list) or not isinstance(props, Mapping):
+        return value, None
+    refs = [key for key in props if _refers_to_name(key, props[key])]
+    kept, why = [], None
+    for item in value:
+        unknown = [k for k in refs if isinstance(item, Mapping) and item.get(k) not in known]
+        if unknown:
+            why = why or f"{unknown[0]}: names a record neither the path nor the server has"
+        else:
+            kept.append(item)
+    return (kept, None) if kept else (None, why)
+
+
+def _strings(cluster: ToolCluster) -> set[str]:
+    """The strings the server's own reads returned (discovery's ``arg_values``)."""
+    out: set[str] = set()
+    for params in cluster.arg_values.values():
+        for found in params.values():
+            for v in found:
+                if isinstance(v, str):
+                    out.add(v)
+                elif isinstance(v, list):
+                    out.update(x for x in v if isinstance(x, str))
     return out
 
 

@@ -86,6 +86,10 @@ _TEMPLATE = re.compile(
     r"|\[(?:YOUR|INSERT|NAME|DATE|VALUE)[\w ]*\]",  # [YOUR NAME]
     re.I,
 )
+# schema keywords written as keys inside a text: ``{type: 'object', properties: {...}}``
+_SCHEMA_IN_TEXT = re.compile(
+    r"[\"']?\b(?:type|properties|items|required|additionalProperties|anyOf|oneOf)[\"']?\s*:"
+)
 _WORD = re.compile(r"[A-Za-z][A-Za-z]+")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w.]*$")
 _HUMP = re.compile(r"[A-Z][a-z]+")
@@ -191,6 +195,8 @@ def _text_reason(
     tokens = name_tokens(label)
     if tokens and tokens[-1] == "name" and (len(text) > NAME_CHARS or _CODE.search(text)):
         return "is no name (code or a sentence where a name belongs)"
+    if "{" in text and len(_SCHEMA_IN_TEXT.findall(text)) >= 2:
+        return "is a JSON-schema fragment"
     slot = _template(text)
     if slot:
         return f"holds a template slot ({slot})"
