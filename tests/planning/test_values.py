@@ -68,6 +68,8 @@ def test_each_kind_of_blank_is_refused_with_its_reason(value: str, kind: str) ->
         "Append Business Insights to the SQLite database",  # the tool's name and server's
         "A business insight discovered from data analysis",  # the parameter's description
         "Append business insight to the memo",
+        "Value to be added to a business insight",  # a blank's words with the description's
+        "Custom_Insight",
     ],
 )
 def test_a_value_that_restates_the_description_is_refused(value: str) -> None:
@@ -117,6 +119,7 @@ def test_the_bench_entities_are_refused_at_the_field_that_gives_them_away() -> N
         "<b>Bold</b> claims need sources",
         "Project Apollo",
         "The meeting type: weekly; items: 3",
+        "Business data shows growth",
     ],
 )
 def test_a_real_value_passes(value: str) -> None:

@@ -65,7 +65,8 @@ GENERIC_WORDS = frozenset(
      "element", "content", "my", "some", "your", "input", "output", "result", "default",
      "description", "info", "attribute", "attr", "property", "prop", "items", "entities",
      "values", "names", "types", "keys", "column", "table", "record", "row", "list", "array",
-     "relation", "observation", "label", "title", "new", "insert", "here"}
+     "relation", "observation", "label", "title", "new", "insert", "here", "custom", "generic",
+     "random", "untitled", "unknown", "something", "stuff"}
 )  # fmt: skip
 _STOP = frozenset(
     {"the", "a", "an", "of", "to", "in", "on", "for", "and", "or", "is", "are", "be", "by",
@@ -101,7 +102,12 @@ _EXAMPLE_NOTE = re.compile(
 
 def _stem(word: str) -> str:
     word = word.lower()
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
+    for end in ("ing", "ed"):
+        if len(word) > len(end) + 2 and word.endswith(end):
+            return word[: -len(end)]
+    return word
 
 
 def _words(text: str) -> list[str]:
@@ -176,7 +182,8 @@ def _restates(text: str, said: frozenset[str]) -> bool:
     words = _words(text)
     if len(words) < 2 or not said:
         return False
-    shared = sum(1 for w in words if w in said)
+    # a blank's words count with the description's: "Value to be added to a business insight"
+    shared = sum(1 for w in words if w in said or w in GENERIC_WORDS)
     return shared / len(words) >= RESTATED_SHARE
 
 
