@@ -11,6 +11,12 @@ only answer with values of the right shape. A value that still breaks its schema
 schema's; the planner runs the gold path with the filled values and falls back to the
 schema's when that run fails. A slot still empty after that (no LLM, or no value that fits)
 has no value a task may use: the path is rejected (``unfilled``), never run with a placeholder.
+
+Every value the LLM gives is read by ``values.placeholder_reason`` (the description restated,
+a template slot, ``value1``, the JSON schema copied in, an identifier mash): a refused value is
+asked again under another seed (``DRAWS`` requests in all), and a slot refused every time
+refuses the path (``placeholder_value``). A list of objects is shown as one object of its
+field names, and its fields that name another record take the names an earlier step created.
 """
 
 from __future__ import annotations
@@ -21,23 +27,33 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from trajsynth.curation.canon import canonical_json
 from trajsynth.llm.client import LLMClient
 from trajsynth.mcp_servers.arguments import fits_schema, is_placeholder, schema_kinds
 from trajsynth.mcp_servers.listings import is_path_param, listed_dirs, under_listed_dir
 from trajsynth.mcp_servers.tags import name_tokens
+from trajsynth.planning.admission import Refusal
 from trajsynth.planning.function_call import call_function
 from trajsynth.planning.paths import PlannedPath
+from trajsynth.planning.values import real_part
 from trajsynth.schemas import LLMUsage, Message, MessageRole, SlotArg, ToolAccess, ToolCluster
 
 __all__ = [
+    "DRAWS",
     "FILL_TOOL",
+    "REFUSED_REASON",
     "fill_slots",
+    "created_names",
+    "fits_items",
+    "known_records",
     "fillable_slots",
     "new_file_path",
     "new_file_slots",
     "new_table_slots",
     "new_table_sql",
+    "reuse_names",
     "unfilled",
+    "world_values",
 ]
 
 log = logging.getLogger(__name__)
@@ -193,7 +209,7 @@ def _request(
             TABLE_SCHEMA
             if name in tables
             else {
-                **schema,
+                **_shown_schema(schema),
                 "description": (
                     f"the name of a new file in the folder {folders[name]} (no folder in it)"
                     if name in folders
@@ -222,13 +238,14 @@ def _request(
             else f"- {name}: the name of a new table and the names of its columns"
             if name in tables
             else f"- {name} ({tool}.{param})"
+            + _object_form(schema)
             + (
                 f", for example {json.dumps(path.slots[name])}"
                 if path.slots.get(name) is not None
                 else ""
             )
         )
-        for name, (tool, param, _) in slots.items()
+        for name, (tool, param, schema) in slots.items()
     )
     user = (
         f"Service: {cluster.description.strip()[:300]}\nTools, called in this order:\n{tools}\n"
@@ -241,6 +258,76 @@ def _request(
     return messages, tool
 
 
+# the most objects asked for a list of objects: each is a few dozen tokens of the answer
+MAX_OBJECTS = 2
+_SHOWN_ONLY = frozenset({"description", "title", "examples", "default", "$schema"})
+
+
+def _shown_schema(schema: Mapping[str, Any], top: bool = True) -> dict[str, Any]:
+    """The slot's schema as the request shows it (and the grammar reads it): the inner
+    descriptions and titles left out, since a small model copies them as values ("The name
+    of the entity"); a list of objects asks for 1 to ``MAX_OBJECTS`` of them."""
+    out: dict[str, Any] = {}
+    for key, sub in schema.items():
+        if not top and key in _SHOWN_ONLY:
+            continue
+        if key == "properties" and isinstance(sub, Mapping):
+            out[key] = {
+                k: _shown_schema(v, False) if isinstance(v, Mapping) else v for k, v in sub.items()
+            }
+        elif key == "items" and isinstance(sub, Mapping):
+            out[key] = _shown_schema(sub, False)
+        else:
+            out[key] = sub
+    items = schema.get("items")
+    if isinstance(items, Mapping) and "object" in schema_kinds(items):
+        out.setdefault("minItems", 1)
+        out.setdefault("maxItems", MAX_OBJECTS)
+    return out
+
+
+def _object_form(schema: Mapping[str, Any]) -> str:
+    """For a list of objects: one object written with the item's field names and no values
+    (``{"name": …, "entityType": …, "observations": […]}``), the shape to fill rather than a
+    JSON schema to copy."""
+    items = schema.get("items")
+    if not isinstance(items, Mapping) or not isinstance(items.get("properties"), Mapping):
+        return ""
+    fields = []
+    for key, sub in items["properties"].items():
+        blank = "[…]" if isinstance(sub, Mapping) and "array" in schema_kinds(sub) else "…"
+        fields.append(f"{json.dumps(key)}: {blank}")
+    return (
+        f": 1 to {MAX_OBJECTS} objects, each {{{', '.join(fields)}}}, every field written "
+        "with the real things of one user (people, places, projects, facts about them)"
+    )
+
+
+# requests per path at most: a refused value is asked again under another seed
+DRAWS = 3
+REFUSED_REASON = "placeholder_value"
+
+
+def _said(
+    cluster: ToolCluster, path: PlannedPath, tool: str, schema: Mapping[str, Any]
+) -> list[str]:
+    """The texts a request shows beside a slot: its own description and title, its tool's
+    name, title and description, the server's description."""
+    spec = cluster.tool(tool)
+    return [
+        str(schema.get("description") or ""),
+        str(schema.get("title") or ""),
+        " ".join(name_tokens(tool)),
+        spec.description,
+        cluster.description,
+    ]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 async def fill_slots(
     llm: LLMClient,
     cluster: ToolCluster,
@@ -249,52 +336,246 @@ async def fill_slots(
     seed: int,
     temperature: float = 0.7,
     max_tokens: int = 256,
-) -> tuple[PlannedPath | None, list[LLMUsage]]:
+) -> tuple[PlannedPath | Refusal | None, list[LLMUsage]]:
     """``path`` with its schema-only slots written by the LLM (source ``"llm"``), or None when
-    it has none or the LLM gave no value that fits its schema; and the LLM usage."""
+    it has none or the LLM gave no value that fits its schema; and the LLM usage.
+
+    Every value is read by ``values.placeholder_reason`` (a form's blank: the description
+    restated, a template slot, ``value1``, a schema fragment ...); a list keeps the items
+    that pass. A slot whose value is refused is asked again under another seed, ``DRAWS``
+    requests in all; a slot with no other value that is still refused after them refuses the
+    path (``Refusal`` with reason ``placeholder_value``, each refused value and why in its
+    detail), so the planner records why instead of running a blank."""
     slots = fillable_slots(cluster, path)
     if not slots:
         return None, []
     folders = new_file_slots(cluster, slots, seed)
     tables = new_table_slots(cluster, slots) - set(folders)
-    messages, tool = _request(cluster, path, slots, folders, tables)
-    given, result = await call_function(
-        llm, messages, tool, seed=seed, temperature=temperature, max_tokens=max_tokens
-    )
+    world = world_values(cluster)
     values = dict(path.slots)
     sources = dict(path.slot_sources)
-    for name, (_, _, schema) in slots.items():
-        value = given.get(name)
-        if name in folders or name in tables:
-            # a file the task creates: a new name in a folder the server lists; a table: the
-            # tool's statement around the names given; or nothing
-            value = (
-                new_file_path(value, folders[name], cluster)
-                if name in folders
-                else new_table_sql(value, cluster)
-            )
-            if value is not None and fits_schema(value, schema):
+    usage: list[LLMUsage] = []
+    refused: dict[str, str] = {}
+    last: dict[str, Any] = {}
+    asking = dict(slots)
+    for draw in range(DRAWS):
+        messages, tool = _request(cluster, path, asking, folders, tables)
+        given, result = await call_function(
+            llm, messages, tool, seed=(seed + 7919 * draw) % 2**31,
+            temperature=temperature, max_tokens=max_tokens,
+        )  # fmt: skip
+        usage.append(result.usage)
+        for name, (tool_name, param, schema) in asking.items():
+            # an answer missing now is the last one, read again: the names it had to reuse may
+            # have been given since (the entities of a relation refused before they passed)
+            raw = given.get(name, last.get(name))
+            last[name] = raw
+            created = created_names(slots, values, name)
+            answer = reuse_names(raw, schema, created)
+            value, why = _checked(answer, name, cluster, path, slots, folders, tables, world)
+            if value is not None:
+                value, why = known_records(value, schema, {*created, *_strings(cluster)})
+            if value is not None:
                 values[name], sources[name] = value, "llm"
-            continue
-        if _usable(value, cluster) and fits_schema(value, schema):
-            values[name], sources[name] = value, "llm"
+                refused.pop(name, None)
+            else:
+                refused[name] = f"{tool_name}.{param} = {_short(answer)}: {why}"
+        # asked again: a slot whose value was refused and that has no other value yet
+        asking = {
+            n: s for n, s in asking.items()
+            if sources.get(n) != "llm" and n in refused and values.get(n) is None
+        }  # fmt: skip
+        if not asking:
+            break
+        log.debug("values refused (draw %d): %s", draw + 1, refused)
+    blank = [n for n in refused if values.get(n) is None]
+    if blank:
+        detail = (
+            f"{' -> '.join(path.tools)}: no value a user would give after {DRAWS} draws; "
+            + "; ".join(refused[n] for n in blank)
+        )
+        return Refusal(REFUSED_REASON, detail, slots[blank[0]][0]), usage
     if values == path.slots:
         log.debug("no LLM value fits its schema for %s", list(slots))
-        return None, [result.usage]
-    return path.model_copy(update={"slots": values, "slot_sources": sources}), [result.usage]
+        return None, usage
+    return path.model_copy(update={"slots": values, "slot_sources": sources}), usage
+
+
+_NAME_OF = re.compile(r"\bname of the\b", re.I)
+
+
+def _refers_to_name(key: str, schema: Any) -> bool:
+    """A field of an object that names a record made elsewhere (``from``/``to`` of a relation:
+    "The name of the entity where the relation starts", ``entityName``), not its own name."""
+    if key == "name" or not isinstance(schema, Mapping) or "string" not in schema_kinds(schema):
+        return False
+    tokens = name_tokens(key)
+    return bool(_NAME_OF.search(str(schema.get("description") or ""))) or (
+        len(tokens) >= 2 and tokens[-1] == "name"
+    )
+
+
+def created_names(
+    slots: Mapping[str, tuple[str, str, dict]], values: Mapping[str, Any], before: str
+) -> list[str]:
+    """The names the objects of the slots before ``before`` (in the path's order) give their
+    records (their ``name`` fields: the entities a ``create_entities`` makes)."""
+    out: list[str] = []
+    for name in slots:
+        if name == before:
+            break
+        value = values.get(name)
+        for item in value if isinstance(value, list) else []:
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+                out.append(item["name"])
+    return list(dict.fromkeys(out))
+
+
+def reuse_names(value: Any, schema: Mapping[str, Any], names: list[str]) -> Any:
+    """``value`` (a list of objects) with its fields that name another record (``from``,
+    ``to``, ``entityName``) set to the names the path created before it, when it created any:
+    a relation is drawn between entities the same task made, not between names the model
+    made up. The first name not already taken by the object is used, so ``from`` and ``to``
+    differ when two names exist."""
+    items = schema.get("items")
+    props = items.get("properties") if isinstance(items, Mapping) else None
+    if not names or not isinstance(value, list) or not isinstance(props, Mapping):
+        return value
+    out: list[Any] = []
+    for k, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            out.append(item)
+            continue
+        fixed = dict(item)
+        refs = [key for key in props if _refers_to_name(key, props[key])]
+        for j, key in enumerate(refs):
+            if fixed.get(key) in names and fixed[key] not in [fixed.get(r) for r in refs[:j]]:
+                continue
+            taken = {fixed.get(r) for r in refs[:j]}
+            free = [n for n in names if n not in taken] or names
+            fixed[key] = free[(k + j) % len(free)] if len(free) > 1 else free[0]
+        out.append(fixed)
+    return out
+
+
+def known_records(value: Any, schema: Mapping[str, Any], known: set[str]) -> tuple[Any, str | None]:
+    """``value`` (a list of objects) without the objects whose fields that name another record
+    (``from``, ``to``, ``entityName``) name one that neither an earlier step of the path created
+    nor the server's reads returned (a relation from "people" to "location" on an empty
+    graph); (None, why) when none is left."""
+    items = schema.get("items")
+    props = items.get("properties") if isinstance(items, Mapping) else None
+    if not isinstance(value, list) or not isinstance(props, Mapping):
+        return value, None
+    refs = [key for key in props if _refers_to_name(key, props[key])]
+    kept, why = [], None
+    for item in value:
+        unknown = [k for k in refs if isinstance(item, Mapping) and item.get(k) not in known]
+        if unknown:
+            why = why or f"{unknown[0]}: names a record neither the path nor the server has"
+        else:
+            kept.append(item)
+    return (kept, None) if kept else (None, why)
+
+
+def _strings(cluster: ToolCluster) -> set[str]:
+    """The strings the server's own reads returned (discovery's ``arg_values``)."""
+    out: set[str] = set()
+    for params in cluster.arg_values.values():
+        for found in params.values():
+            for v in found:
+                if isinstance(v, str):
+                    out.add(v)
+                elif isinstance(v, list):
+                    out.update(x for x in v if isinstance(x, str))
+    return out
+
+
+def _checked(
+    value: Any,
+    name: str,
+    cluster: ToolCluster,
+    path: PlannedPath,
+    slots: Mapping[str, tuple[str, str, dict]],
+    folders: Mapping[str, str],
+    tables: set[str],
+    world: frozenset[str],
+) -> tuple[Any, str | None]:
+    """The value a slot takes from the LLM's answer, or (None, why it is refused)."""
+    tool, param, schema = slots[name]
+    if value in (None, "", [], {}):
+        return None, "is empty"
+    if name in folders or name in tables:
+        # a file the task creates: a new name in a folder the server lists; a table: the
+        # tool's statement around the names given; or nothing
+        made = (
+            new_file_path(value, folders[name], cluster)
+            if name in folders
+            else new_table_sql(value, cluster)
+        )
+        if made is None or not fits_schema(made, schema):
+            return None, "no usable name"
+        return made, None
+    why = _unusable(value, cluster)
+    if why is not None:
+        return None, why
+    if not fits_schema(value, schema) or not fits_items(value, schema):
+        return None, "does not fit the parameter's schema"
+    return real_part(value, schema, _said(cluster, path, tool, schema), world, param)
+
+
+def world_values(cluster: ToolCluster) -> frozenset[str]:
+    """Canonical JSON of the values the server's own reads returned (discovery's
+    ``arg_values``) and the user's ``--arg`` values: never refused as placeholders."""
+    out: set[str] = set()
+    for params in cluster.arg_values.values():
+        for found in params.values():
+            out.update(canonical_json(v) for v in found)
+    out.update(canonical_json(v) for v in cluster.server.args.values())
+    return frozenset(out)
+
+
+def fits_items(value: Any, schema: Mapping[str, Any]) -> bool:
+    """Whether a list's items and an object's declared fields fit their own schemas (the
+    required fields present): ``fits_schema`` reads only the top level."""
+    if isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            return all(fits_schema(v, items) and fits_items(v, items) for v in value)
+        return True
+    if isinstance(value, Mapping):
+        props = schema.get("properties")
+        props = props if isinstance(props, Mapping) else {}
+        required = schema.get("required")
+        if isinstance(required, list) and any(r not in value for r in required):
+            return False
+        for key, item in value.items():
+            sub = props.get(key)
+            if isinstance(sub, Mapping) and not (fits_schema(item, sub) and fits_items(item, sub)):
+                return False
+    return True
 
 
 def _usable(value: Any, cluster: ToolCluster | None = None) -> bool:
-    """A value a task may take: not empty, not a made-up record copied from the request
-    (``example``), every text in it has a word in it (a small model's grammar-bound
-    answer can be ``");;;;"``), and none names one of the cluster's tools (the request lists
-    them: a model copied ``write_file`` into a file's content, and the goal then named it)."""
-    if value in (None, "", [], {}) or is_placeholder(value):
-        return False
+    """A value a task may take: ``_unusable`` finds nothing wrong with it."""
+    return _unusable(value, cluster) is None
+
+
+def _unusable(value: Any, cluster: ToolCluster | None = None) -> str | None:
+    """Why a value is no task's (empty, a made-up record copied from the request such as
+    ``example``, a text with no word in it: a small model's grammar-bound answer can be
+    ``");;;;"``, or a text naming one of the cluster's tools: the request lists them, a model
+    copied ``write_file`` into a file's content, and the goal then named it); None if none."""
+    if value in (None, "", [], {}):
+        return "is empty"
+    if is_placeholder(value):
+        return "is a made-up record"
     texts = _texts(value)
     if cluster is not None and any(_names_tool(t, cluster) for t in texts):
-        return False
-    return all(re.search(r"[A-Za-z0-9]{2}", t) for t in texts)
+        return "names a tool"
+    if not all(re.search(r"[A-Za-z0-9]{2}", t) for t in texts):
+        return "has no word in it"
+    return None
 
 
 def _names_tool(text: str, cluster: ToolCluster) -> bool:

@@ -495,7 +495,9 @@ async def plan_blueprint(
                     temperature=planner.temperature, max_tokens=planner.max_tokens,
                 )  # fmt: skip
                 fill_usage += used
-                if filled is not None:
+                if isinstance(filled, Refusal):  # every value drawn was a blank
+                    outcome = _Failure(*filled)
+                elif filled is not None:
                     outcome = await _ground_truth(env, cluster, filled, initial)
                     if not isinstance(outcome, _Truth) and handle is not None:
                         log.debug("LLM-filled values failed (%s); the schema's run", outcome)
