@@ -69,3 +69,43 @@ async def test_a_write_that_changes_nothing_is_refused_and_the_next_value_is_tri
     assert isinstance(moved, GoldResult), moved
     assert moved.slots["seat"] == free and moved.run.calls[0].arguments["seat"] == free
     assert moved.run.final_state.state_hash != initial.state_hash
+
+
+def test_a_demonstration_states_the_reading_its_own_call_returned() -> None:
+    """A clock's answer is the episode's own reading, taken from the call made with the gold
+    read's arguments: the demonstration must see the call's arguments (with none, the stored
+    gold reading was stated and the planner's self-check failed a clock task)."""
+    from trajsynth.planning.gold import answer_values
+    from trajsynth.schemas import (
+        AnswerContains,
+        Blueprint,
+        FunctionCall,
+        Message,
+        MessageRole,
+        ObservedField,
+        ToolCall,
+    )
+
+    observed = ObservedField(
+        tool="get_current_time", path=["datetime"], matchers={"timezone": "Asia/Tokyo"}
+    )
+    check = AnswerContains(values=["2026-11-29T14:41:15+09:00"], observed=observed)
+    blueprint = Blueprint.model_construct(constraints=[check])  # only its checks are read
+    messages = []
+    for i, (zone, stamp) in enumerate(
+        [("Asia/Tokyo", "2026-11-29T14:41:24+09:00"), ("Europe/London", "2026-11-29T05:41:25Z")]
+    ):
+        call = ToolCall(
+            id=f"c{i}",
+            function=FunctionCall(name="get_current_time", arguments=f'{{"timezone": "{zone}"}}'),
+        )
+        messages += [
+            Message(role=MessageRole.ASSISTANT, tool_calls=[call]),
+            Message(
+                role=MessageRole.TOOL,
+                tool_call_id=f"c{i}",
+                name="get_current_time",
+                content=f'{{"datetime": "{stamp}"}}',
+            ),
+        ]
+    assert answer_values(blueprint, messages) == ["2026-11-29T14:41:24+09:00"]

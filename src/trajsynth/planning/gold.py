@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from pydantic import Field
 
+from trajsynth.curation.canon import parse_json_maybe
 from trajsynth.curation.verify import observed_reading
 from trajsynth.llm.client import ChatResult, LLMClient
 from trajsynth.schemas import (
@@ -382,24 +383,31 @@ def _chat(message: Message, role: AgentRole, model: str) -> ChatResult:
 
 
 def _readings(messages: Sequence[Message]) -> list[ToolCallRecord]:
-    """The tool results of an episode so far, as the verifier reads them."""
-    names = {
-        call.id: call.function.name
+    """The tool calls of an episode so far with their results, as the verifier reads them (a
+    reading that changes between reads is matched on the call's arguments)."""
+    calls = {
+        call.id: call.function
         for m in messages
         if m.role == MessageRole.ASSISTANT
         for call in m.tool_calls or []
     }
-    return [
-        ToolCallRecord(
-            call_id=m.tool_call_id or "",
-            tool=m.name or names.get(m.tool_call_id or "", ""),
-            raw_arguments="{}",
-            arguments={},
-            observation=m.content or "",
+    records = []
+    for m in messages:
+        if m.role != MessageRole.TOOL:
+            continue
+        function = calls.get(m.tool_call_id or "")
+        raw = function.arguments if function is not None else "{}"
+        arguments = parse_json_maybe(raw)
+        records.append(
+            ToolCallRecord(
+                call_id=m.tool_call_id or "",
+                tool=m.name or (function.name if function is not None else ""),
+                raw_arguments=raw,
+                arguments=arguments if isinstance(arguments, dict) else None,
+                observation=m.content or "",
+            )
         )
-        for m in messages
-        if m.role == MessageRole.TOOL
-    ]
+    return records
 
 
 def answer_values(blueprint: Blueprint, messages: Sequence[Message] = ()) -> list[str]:
