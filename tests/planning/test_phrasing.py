@@ -322,3 +322,22 @@ def test_a_zone_the_first_call_gives_is_named_by_its_field() -> None:
         "the datetime in the source timezone?"
     )
     assert check_words(words, spec) == []
+
+
+def test_a_question_whose_value_is_held_back_says_whose_it_is() -> None:
+    """A clock read in clarify mode: the zone is the user's to give when asked, so the
+    question names it as theirs, and the words check takes it (four words were too short)."""
+    cluster = _cluster(_tool("get_current_time", "timezone", description="Get the time."))
+    values = {"timezone": "Asia/Tokyo"}
+    call = GoldCall(
+        tool="get_current_time", arguments=values, observation={"datetime": "2026-11-29T14:41"}
+    )
+    steps = [_slots("get_current_time", **values)]
+    answer = Answer(field="datetime", value="2026-11-29T14:41")
+    held = words_spec(cluster, ReasoningMode.CLARIFY_FIRST, steps, values, [call], answer)
+    words = template_words(held)
+    assert words.goal == "What is the datetime in my timezone?"
+    assert words.hidden_info == {"timezone": "Asia/Tokyo"}
+    assert check_words(words, held) == []
+    said = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, values, [call], answer)
+    assert template_words(said).goal == "What is the datetime in Asia/Tokyo?"

@@ -369,7 +369,19 @@ class _Render:
         return " ".join(w for w in [clause.verb, obj + where, *tail] if w)
 
     def question(self, clause: Clause, field: str) -> str:
-        """The question a read-only task asks about its last call."""
+        """The question a read-only task asks about its last call; one whose value the user
+        holds back says whose it is ("What is the datetime in my timezone?")."""
+        asked = self._question(clause, field)
+        if len(re.findall(r"[\w'/-]+", asked)) >= 5:
+            return asked
+        held = [p for p in clause.parts if self.value(p) is None and p.ref is None]
+        if not held:
+            return asked
+        part = held[0]
+        prep = {"source": "from", "target": "to", "place": "in", "time": "at"}.get(part.role, "for")
+        return f"{asked[:-1]} {prep} my {_words(part.param)}?"
+
+    def _question(self, clause: Clause, field: str) -> str:
         if clause.verb and clause.verb not in _LOOKUPS:
             what = (
                 f"How many {field[len('number of ') :]} do I get"
