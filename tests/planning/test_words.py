@@ -439,6 +439,11 @@ def test_the_outside_check_refuses_each_kind_of_goal_no_person_writes() -> None:
     joined = 'What is in it for path: docs/a.txt and content: "hi there"?'
     assert _kinds(joined, spec) == ["label_list"]
     assert _kinds("mcp-eval", _outside_spec(slots={})) == ["too_short"]
+    # a prompt about the user (a bench draft of SmolLM2's), not the user speaking
+    about = 'Your user wants "hi there" in docs/a.txt. Here is how you can respond: save it.'
+    assert _kinds(about, spec) == ["not_the_users_voice"]
+    assert _kinds('The user wants "hi there" saved in docs/a.txt.', spec) == ["not_the_users_voice"]
+    assert _kinds('Please save "hi there" in docs/a.txt for the user group.', spec) == []
     # a value's own words and colons are the user's: a file's text may quote a description
     quoting = _outside_spec(
         slots={"path": "docs/a.txt", "content": "Note: create a new file or completely overwrite"}

@@ -852,7 +852,8 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
     """A goal no person would write (outside servers, whose descriptions are written for a
     model): fewer than five words ("mcp-eval"), a tool's description restated (six words in a
     row of one, or most of its first sentence's word trigrams, the values the goal states
-    left out), a list of ``label: value`` pieces, a tool's name written as code.
+    left out), a list of ``label: value`` pieces, a tool's name written as code, words about
+    the user or to the assistant ("Your user wants ...", "Here is how you can respond").
 
     >>> s = WordsSpec(domain="other", mode="direct_execute", slots={}, tool_names=["mv"],
     ...     steps=["This tool belongs to the Gorilla file system. It moves a file."],
@@ -863,6 +864,8 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
     'restates_description'
     >>> _not_a_request("Please move the file a.txt into the folder old.", s)
     []
+    >>> _not_a_request("Your user wants to know the temperature in Chicago.", s)
+    ["not_the_users_voice: 'Your user'"]
     """
     issues: list[str] = []
     words = re.findall(r"[\w'-]+", goal)
@@ -872,7 +875,19 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
     if spec.outside:
         own = _without_values(goal, spec)  # a value's own colons are no labels
         issues += _restated(goal, spec) + label_runs(own) + _code_names(goal, spec.tool_names)
+        if spoken := _ABOUT_THE_USER.search(own):
+            issues.append(f"not_the_users_voice: {spoken.group(0)!r}")
     return issues
+
+
+# a draft that speaks of the user or coaches the assistant is a prompt, not the user's request
+# ("find the user with the email ..." names a record, and stays)
+_ABOUT_THE_USER = re.compile(
+    r"\byour (?:user|customer)\b"
+    r"|\b(?:the|a|this) (?:user|customer) (?:wants|needs|would like|asks|is asking|requests)\b"
+    r"|\bthe assistant\b|\byou can respond\b|\bhere is how\b",
+    re.IGNORECASE,
+)
 
 
 # ---------------------------------------------------------------------------------------------
