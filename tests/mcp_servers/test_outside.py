@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -331,6 +332,24 @@ def _install(tmp_path: Path, name: str) -> list[str]:
     return [str(venv / "bin" / package), *args]
 
 
+def _world(tmp_path: Path, name: str) -> list[str]:
+    """The flags that give a server the data a user's would have: the sqlite server opens a
+    copy of a small expenses database (an empty one has nothing a task could be about)."""
+    if name != "sqlite":
+        return []
+    db = tmp_path / "expenses.db"
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "CREATE TABLE expenses (id INTEGER PRIMARY KEY, item TEXT, category TEXT, amount REAL)"
+        )
+        con.executemany(
+            "INSERT INTO expenses (item, category, amount) VALUES (?, ?, ?)",
+            [("Train to Lyon", "travel", 84.5), ("Team lunch", "meals", 126.0),
+             ("Printer paper", "office", 23.9), ("Hotel Lyon", "travel", 212.0)],
+        )  # fmt: skip
+    return ["--copy", f"{db}:test.db", "--reset", "snapshot"]
+
+
 @pytest.mark.slow
 @pytest.mark.llm
 def test_two_registry_servers_join_and_yield_trajectories(
@@ -348,7 +367,8 @@ def test_two_registry_servers_join_and_yield_trajectories(
         for name, install in installs.items():
             cmd = install.result()
             added = subprocess.run(
-                [sys.executable, "-m", "trajsynth.cli", "clusters", "add", name, "--", *cmd],
+                [sys.executable, "-m", "trajsynth.cli", "clusters", "add", name,
+                 *_world(tmp_path, name), "--", *cmd],
                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
             )  # fmt: skip
             assert added.returncode == 0, added.stderr[-2000:]

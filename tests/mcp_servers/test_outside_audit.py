@@ -253,8 +253,10 @@ async def _audit(
     row.gold.append(verdict.passed)
     row.lines.append(f"gold {bp.goal!r}: {'passes' if verdict.passed else _why(verdict)}")
     passing = [] if verdict.passed else [f"gold fails: {_why(verdict)}"]
+    gold_acted = (trajectory, state)
     for what, (calls, edit) in wrong.items():
-        trajectory, state = await _act(cluster, bp, calls)
+        # the gold calls with other words or results: edited from the gold's own rollout
+        trajectory, state = gold_acted if calls == gold else await _act(cluster, bp, calls)
         if edit is not None:
             trajectory = edit(trajectory)
         verdict = verify(trajectory, bp.constraints, state)
