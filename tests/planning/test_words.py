@@ -9,6 +9,7 @@ from fakes.inprocess_env import InProcessEnvironment
 from fakes.llm import ScriptedLLM, tool_call
 
 from trajsynth.mcp_servers.registry import get_cluster
+from trajsynth.planning.phrasing import Clause
 from trajsynth.planning.planner import Planner, plan_blueprint
 from trajsynth.planning.words import (
     Answer,
@@ -454,6 +455,24 @@ def test_the_outside_check_refuses_each_kind_of_goal_no_person_writes() -> None:
         )
         == []
     )
+
+
+def test_an_outside_goal_on_another_subject_is_refused() -> None:
+    """A draft that names nothing the calls do or are about, and none of the user's values,
+    is off topic (a bench draft of SmolLM2's for append_insight); a paraphrase naming the
+    insight, or one stating the value, is not."""
+    clause = Clause(step=0, verb="append", noun="insight", words="append insight",
+                    access=ToolAccess.WRITE)  # fmt: skip
+    spec = _outside_spec(slots={"insight": "Travel costs doubled"}, clauses=[clause])
+    nonsense = (
+        "This is an unexpected and unhelpful piece of code that can be easily prevented with a "
+        "few simple adjustments to the SQL syntax."
+    )
+    no_values = _outside_spec(slots={}, clauses=[clause])  # nothing else to miss
+    assert _kinds(nonsense, no_values) == ["off_topic"]
+    assert _kinds("Please add an insight about our travel costs to the memo.", no_values) == []
+    assert _kinds('Please add the insight "Travel costs doubled" to the memo.', spec) == []
+    assert _kinds('Please note down for me: "Travel costs doubled", thanks a lot.', spec) == []
 
 
 def test_the_bundled_clusters_keep_their_phrasing() -> None:

@@ -877,7 +877,26 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
         issues += _restated(goal, spec) + label_runs(own) + _code_names(goal, spec.tool_names)
         if spoken := _ABOUT_THE_USER.search(own):
             issues.append(f"not_the_users_voice: {spoken.group(0)!r}")
+        issues += _off_topic(goal, spec)
     return issues
+
+
+def _stems(text: str) -> set[str]:
+    return {w[:5] for w in re.findall(r"[a-z]{3,}", text.casefold())}
+
+
+def _off_topic(goal: str, spec: WordsSpec) -> list[str]:
+    """A goal that names none of what its calls do or are about (their verbs and nouns, the
+    answer's field) and none of the user's values: words on another subject ("This is an
+    unexpected and unhelpful piece of code ...", a bench draft of SmolLM2's)."""
+    if not spec.clauses:
+        return []
+    topic = set().union(*(_stems(f"{c.verb} {c.noun} {c.words}") for c in spec.clauses))
+    if spec.answer is not None:
+        topic |= _stems(spec.answer.field.replace("_", " "))
+    if _stems(goal) & topic or any(_states(goal, v) for v in _flat(spec.slots.values())):
+        return []
+    return ["off_topic: names nothing the task's calls do or are about"]
 
 
 # a draft that speaks of the user or coaches the assistant is a prompt, not the user's request
