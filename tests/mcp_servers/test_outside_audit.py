@@ -9,8 +9,9 @@ after it has drawn and bound a path: the gold run and its refusals, the derived 
 the probe search for a write no probe sees, and the mutation lint (``_ground_truth``,
 ``_seen_or_refused``, ``_mutation_checked``). The path is given rather than sampled so that
 each server gets a task a stranger can write wrong trajectories for; server-everything's
-sampled tasks are all refused (its writes are toggles no read sees), so its tasks here are
-reads (``get-sum``, ``echo``) planned the same way.
+writes are toggles no read sees, so its tasks here are reads (``get-sum``, ``echo``) planned
+the same way. Its module fixture also holds the join's own checks on that server: the tools
+no run can call are hidden, and a sampled single cell plans one read after refused toggles.
 
 Each trajectory, the gold one and the wrong ones alike, is acted out through the rollout loop
 (``gold_demonstration``: the scripted policy makes the calls, the template user, the template
@@ -52,8 +53,12 @@ from trajsynth.planning.planner import (
     _mutation_checked,
     _seen_or_refused,
     _Truth,
+    accepted_attempt,
+    environment_factory,
+    plan_blueprint,
 )
 from trajsynth.schemas import (
+    AnswerContains,
     Blueprint,
     Cell,
     Difficulty,
@@ -63,6 +68,7 @@ from trajsynth.schemas import (
     PathShape,
     PlannedCall,
     ReasoningMode,
+    SandboxKind,
     ToolAccess,
     ToolCluster,
     Trajectory,
@@ -528,14 +534,51 @@ async def test_filesystem(npm_bin: Path, tmp_path_factory: pytest.TempPathFactor
     assert not bad, bad
 
 
-async def test_everything(npm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """server-everything: its sampled tasks are all refused (the toggles no read sees), so
-    two reads are planned here the same way: a sum and an echo."""
-    bad: list[str] = []
-    cluster = _join(
+@pytest.fixture(scope="module")
+def everything_cluster(npm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> ToolCluster:
+    return _join(
         tmp_path_factory.mktemp("everything"), "everything",
         ["node", str(npm_bin / "mcp-server-everything")],
     )  # fmt: skip
+
+
+def test_everything_hides_the_tools_no_run_can_call(everything_cluster: ToolCluster) -> None:
+    """``simulate-research-query`` runs only as an MCP task (``taskSupport: required``) and
+    ``gzip-file-as-resource`` fetches a URL (``openWorldHint``; the sandbox has no network):
+    both are hidden at join with the reason, never drawn; the toggles and reads are kept."""
+    names = set(everything_cluster.tool_names)
+    hidden = set(everything_cluster.server.hidden_tools)
+    assert {"simulate-research-query", "gzip-file-as-resource"} <= hidden, hidden
+    assert not names & hidden
+    assert {"get-sum", "echo", "toggle-simulated-logging"} <= names, names  # control: kept
+
+
+async def test_everything_plans_one_read_after_refused_toggles(
+    everything_cluster: ToolCluster,
+) -> None:
+    """A single cell's read-then-toggle paths are refused (``unseen_write``: nothing a read
+    shows changes), so the unit plans one read (``planner._one_read``) whose answer is
+    checked; the accepted attempt's detail lists the refused paths. The words are the
+    template's (no LLM)."""
+    cell = Cell(
+        cluster_id="everything",
+        path_shape=PathShape.SINGLE,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty.EASY,
+    )
+    factory = environment_factory(everything_cluster, sandbox_kind=SandboxKind.LOCAL)
+    bp = await plan_blueprint(Planner(use_llm=False), None, factory, everything_cluster, cell, 0)
+    assert isinstance(bp, Blueprint), getattr(bp, "detail", bp)
+    assert len(bp.tool_path) == 1 and bp.n_writes == 0, bp.tool_path
+    assert any(isinstance(c, AnswerContains) for c in bp.constraints), bp.constraints
+    assert bp.mutation_lint is not None and not bp.mutation_lint.survived
+    assert accepted_attempt(bp).detail.count("[") >= 2, accepted_attempt(bp).detail
+
+
+async def test_everything(everything_cluster: ToolCluster) -> None:
+    """server-everything: two reads planned here the same way, a sum and an echo."""
+    bad: list[str] = []
+    cluster = everything_cluster
     add = [("get-sum", {"a": 17, "b": 25})]
     bp = await _plan(cluster, add, "What is 17 plus 25?")
     bad += await _audit("everything", cluster, bp, add, {
