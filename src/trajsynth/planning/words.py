@@ -32,6 +32,7 @@ from trajsynth.mcp_servers.graph import singular
 from trajsynth.mcp_servers.tags import READ_VERBS, WRITE_VERBS, name_tokens
 from trajsynth.planning.gold import resolve_field
 from trajsynth.planning.phrasing import Clause, clauses, relevant_steps, request
+from trajsynth.planning.values import said_words
 from trajsynth.schemas import (
     Domain,
     EnvState,
@@ -881,20 +882,18 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
     return issues
 
 
-def _stems(text: str) -> set[str]:
-    return {w[:5] for w in re.findall(r"[a-z]{3,}", text.casefold())}
-
-
 def _off_topic(goal: str, spec: WordsSpec) -> list[str]:
     """A goal that names none of what its calls do or are about (their verbs and nouns, the
     answer's field) and none of the user's values: words on another subject ("This is an
     unexpected and unhelpful piece of code ...", a bench draft of SmolLM2's)."""
     if not spec.clauses:
         return []
-    topic = set().union(*(_stems(f"{c.verb} {c.noun} {c.words}") for c in spec.clauses))
+    named = [f"{c.verb} {c.noun} {c.words}" for c in spec.clauses]
     if spec.answer is not None:
-        topic |= _stems(spec.answer.field.replace("_", " "))
-    if _stems(goal) & topic or any(_states(goal, v) for v in _flat(spec.slots.values())):
+        named.append(spec.answer.field.replace("_", " "))
+    if said_words([goal]) & said_words(named) or any(
+        _states(goal, v) for v in _flat(spec.slots.values())
+    ):
         return []
     return ["off_topic: names nothing the task's calls do or are about"]
 
