@@ -40,22 +40,26 @@ TIERS_ALONE := $(TIERS) and (llm or alone)
 TIERS_SHARED := $(TIERS) and not (llm or alone)
 TIERS_PARALLEL ?= -n 2 --dist loadgroup
 
-# JUNIT_DIR (CI): each part writes its JUnit XML there. Every part runs; any failing fails.
+# JUNIT_DIR (CI): each part writes its JUnit XML there (by default under .venv). Every part
+# runs; any failing fails. A CI log may keep only its tail, which is the last part's output, so
+# tests/parts_summary.py prints every part's exit, counts and failures last.
 # Bytecode for every source first: a bundled server imports modules the test process never
 # does, inside a sandbox whose source mount is read-only, and would compile them at each start.
-# The type check runs too ([tool.pyright] names the packages held at zero errors); all three
-# run, and any failing fails.
+# The type check runs too ([tool.pyright] names the packages held at zero errors).
+REPORTS = $(or $(JUNIT_DIR),$(VENV)/test-reports)
 test: setup
 	@$(BIN)/python -m compileall -q -j 0 src >/dev/null
-	@status=0; \
+	@mkdir -p $(REPORTS) && rm -f $(REPORTS)/junit-fast.xml $(REPORTS)/junit-tiers-shared.xml $(REPORTS)/junit-tiers-alone.xml
+	@fast=0; shared=0; alone=0; types=0; \
 	$(BIN)/python -m pytest $(PARALLEL) -m "$(FAST_TIER)" $(PYTEST_ARGS) \
-	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-fast.xml) || status=$$?; \
+	  --junitxml=$(REPORTS)/junit-fast.xml || fast=$$?; \
 	$(BIN)/python -m pytest $(TIERS_PARALLEL) -m "$(TIERS_SHARED)" $(PYTEST_ARGS) \
-	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-tiers-shared.xml) || status=$$?; \
+	  --junitxml=$(REPORTS)/junit-tiers-shared.xml || shared=$$?; \
 	$(BIN)/python -m pytest -m "$(TIERS_ALONE)" $(PYTEST_ARGS) \
-	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/junit-tiers-alone.xml) || status=$$?; \
-	$(BIN)/pyright --pythonpath $(BIN)/python || status=$$?; \
-	exit $$status
+	  --junitxml=$(REPORTS)/junit-tiers-alone.xml || alone=$$?; \
+	$(BIN)/pyright --pythonpath $(BIN)/python || types=$$?; \
+	$(BIN)/python tests/parts_summary.py $(REPORTS) fast=$$fast shared=$$shared alone=$$alone pyright=$$types; \
+	[ $$fast = 0 ] && [ $$shared = 0 ] && [ $$alone = 0 ] && [ $$types = 0 ]
 
 test-fast: $(STAMPS)/deps
 	@$(BIN)/python -m compileall -q -j 0 src >/dev/null
