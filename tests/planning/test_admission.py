@@ -10,6 +10,7 @@ from trajsynth.planning.admission import (
     first_of_many,
     look_first,
     noop_write,
+    repeated_call,
     review_blueprint,
     two_users,
     unrelated_reads,
@@ -85,6 +86,24 @@ def test_a_path_that_acts_as_two_users_is_refused() -> None:
     refused = two_users(calls)
     assert refused is not None and "acts as 2 users (daniel, hannah)" in refused.detail
     assert two_users(calls[:1]) is None
+
+
+def test_a_read_made_twice_with_the_same_values_is_refused() -> None:
+    """server-everything's planner once kept 'get the sum of 1 and 1, then get the sum of 1
+    and 1'."""
+    calls = [_call("get-sum", "3", a=1, b=2), _call("get-sum", "3", a=1, b=2)]
+    refused = repeated_call(calls, set())
+    assert refused is not None and refused.reason == "repeated_call"
+    assert refused.tool == "get-sum" and '{"a": 1, "b": 2}' in refused.detail
+    assert repeated_call([calls[0], _call("get-sum", "4", a=2, b=2)], set()) is None
+
+
+def test_a_read_made_again_after_a_write_is_a_read_back() -> None:
+    read = _call("read_file", "milk", path="docs/groceries.txt")
+    write = _call("write_file", "ok", path="docs/groceries.txt", content="eggs")
+    assert repeated_call([read, write, read], {"write_file"}) is None
+    refused = repeated_call([read, write, write], {"write_file"})
+    assert refused is not None and refused.tool == "write_file"
 
 
 CONVERT = PlannedCall(

@@ -10,6 +10,9 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
 
 - ``two_users``: the calls act as more than one user (``ACTOR_PARAM``); one request has one
   requester, and words written for two read as nobody's request.
+- ``repeated_call``: a call made again with the same arguments and no write between the two
+  (``get-sum(a=1, b=1)`` twice): the second asks what the first already answered, and the
+  words would ask it twice. A read made again after a write is a read-back and stays.
 - ``unrelated_reads``: a read-only path whose last read takes nothing from the reads before it
   (``get_current_time`` after ``convert_time``): the question is asked of the last read, and the
   words would state both questions.
@@ -67,6 +70,7 @@ __all__ = [
     "empty_read",
     "look_first",
     "noop_write",
+    "repeated_call",
     "review_blueprint",
     "two_users",
     "unrelated_reads",
@@ -108,6 +112,19 @@ def two_users(calls: Sequence[GoldCall]) -> Refusal | None:
         return None
     detail = f"{_route(calls)}: the path acts as {len(users)} users ({', '.join(sorted(users))})"
     return Refusal("two_users", detail, calls[-1].tool)
+
+
+def repeated_call(calls: Sequence[GoldCall], write_tools: Collection[str]) -> Refusal | None:
+    """Refused when a call repeats an earlier one (same tool, same arguments) with no write
+    between them."""
+    since_write: list[GoldCall] = []
+    for call in calls:
+        if any(c.tool == call.tool and c.arguments == call.arguments for c in since_write):
+            arguments = json.dumps(call.arguments, sort_keys=True, default=str)
+            detail = f"{_route(calls)}: {call.tool}({arguments}) twice, nothing written between"
+            return Refusal("repeated_call", detail, call.tool)
+        since_write = [call] if call.tool in write_tools else [*since_write, call]
+    return None
 
 
 def unrelated_reads(
@@ -471,6 +488,7 @@ def review_blueprint(
     ambiguous = ambiguous_labels(blueprint.goal)
     refused = (
         two_users(calls)
+        or repeated_call(calls, write_tools)
         or unrelated_reads(blueprint.tool_path, blueprint.n_writes, calls, blueprint.slots)
         or noop_write(calls, write_tools, initial_rows)
         or copy_over(calls, write_tools, initial_rows)

@@ -35,6 +35,7 @@ from trajsynth.planning.admission import (
     empty_read,
     look_first,
     noop_write,
+    repeated_call,
     two_users,
     unrelated_reads,
     unseen_write,
@@ -402,6 +403,7 @@ async def _ground_truth(
     rows = [row for table in initial.tables.values() for row in table]
     refused = (
         two_users(calls)
+        or repeated_call(calls, write_tools)
         or noop_write(calls, write_tools, rows)
         or copy_over(calls, write_tools, rows)
     )
@@ -459,7 +461,8 @@ async def plan_blueprint(
     run restores the environment and samples again, ``gold_retries`` times), derive the
     constraints and lint them against the initial state, then write the words. Rejections:
     ``unbindable_param``, ``no_write``, ``path_too_short``, ``shape_unsupported``,
-    ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``two_users``, ``unrelated_reads``,
+    ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``two_users``, ``repeated_call``,
+    ``unrelated_reads``,
     ``constraint_lint`` (the last of the paths tried; the detail lists every try),
     ``noop_write`` and ``unseen_write`` (an outside write whose effect no probe and no read
     the probe search tried shows: ``admission.unseen_write``),
