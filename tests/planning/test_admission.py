@@ -12,6 +12,7 @@ from trajsynth.planning.admission import (
     noop_write,
     repeated_call,
     review_blueprint,
+    same_ends,
     two_users,
     unrelated_reads,
 )
@@ -104,6 +105,29 @@ def test_a_read_made_again_after_a_write_is_a_read_back() -> None:
     assert repeated_call([read, write, read], {"write_file"}) is None
     refused = repeated_call([read, write, write], {"write_file"})
     assert refused is not None and refused.tool == "write_file"
+
+
+def test_a_conversion_to_its_own_zone_or_a_flight_to_its_own_airport_is_refused() -> None:
+    convert = _call(
+        "convert_time",
+        {},
+        source_timezone="America/New_York",
+        time="09:16",
+        target_timezone="America/New_York",
+    )
+    refused = same_ends([convert])
+    assert refused is not None and refused.reason == "same_ends"
+    assert "source_timezone and target_timezone are both 'America/New_York'" in refused.detail
+    flight = _call("search_flights", [], origin="SFO", destination="SFO", date="2025-06-02")
+    assert same_ends([flight]) is not None
+    other = _call("convert_time", {}, source_timezone="Asia/Tokyo", target_timezone="UTC")
+    assert same_ends([other]) is None
+
+
+def test_a_range_that_starts_and_ends_on_one_day_is_kept() -> None:
+    day = _call("list_events", [], from_date="2025-06-02", to_date="2025-06-02")
+    rows = _call("read_rows", [], from_row=3, to_row=3)
+    assert same_ends([day, rows]) is None
 
 
 CONVERT = PlannedCall(

@@ -13,6 +13,9 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
 - ``repeated_call``: a call made again with the same arguments and no write between the two
   (``get-sum(a=1, b=1)`` twice): the second asks what the first already answered, and the
   words would ask it twice. A read made again after a write is a read-back and stays.
+- ``same_ends``: a call whose two ends of one thing take the same value (``convert_time``
+  from America/New_York to America/New_York, a file moved onto itself): the request asks
+  for nothing, whatever the server answers.
 - ``unrelated_reads``: a read-only path whose last read takes nothing from the reads before it
   (``get_current_time`` after ``convert_time``): the question is asked of the last read, and the
   words would state both questions.
@@ -48,6 +51,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from trajsynth.curation.canon import parse_json_maybe
+from trajsynth.mcp_servers.tags import name_tokens
 from trajsynth.planning.words import ambiguous_labels
 from trajsynth.schemas import (
     Blueprint,
@@ -72,6 +76,7 @@ __all__ = [
     "noop_write",
     "repeated_call",
     "review_blueprint",
+    "same_ends",
     "two_users",
     "unrelated_reads",
     "unseen_write",
@@ -124,6 +129,42 @@ def repeated_call(calls: Sequence[GoldCall], write_tools: Collection[str]) -> Re
             detail = f"{_route(calls)}: {call.tool}({arguments}) twice, nothing written between"
             return Refusal("repeated_call", detail, call.tool)
         since_write = [call] if call.tool in write_tools else [*since_write, call]
+    return None
+
+
+# words that name one end of a move, a copy or a conversion; the rest of the name says of what
+_ENDS = frozenset(
+    {"source", "src", "from", "origin", "old", "target", "destination", "dest", "dst", "to", "new"}
+)
+
+
+# a range of dates or times may start and end at one value (a single day's events)
+_RANGES = frozenset({"date", "day", "time", "datetime", "timestamp", "row", "line", "page"})
+
+
+def _end(param: str) -> tuple[str, tuple[str, ...]] | None:
+    """(the end word, the rest of the name) when ``param`` names one end of something other
+    than a range."""
+    tokens = name_tokens(param)
+    ends = [t for t in tokens if t in _ENDS]
+    rest = tuple(t for t in tokens if t not in _ENDS)
+    if len(ends) != 1 or _RANGES & set(rest):
+        return None
+    return ends[0], rest
+
+
+def same_ends(calls: Sequence[GoldCall]) -> Refusal | None:
+    """Refused when a call gives both ends of one thing (``source_timezone`` and
+    ``target_timezone``, ``source`` and ``destination``) the same value."""
+    for call in calls:
+        ends = {p: e for p in call.arguments if (e := _end(p)) is not None}
+        for first, (word, rest) in ends.items():
+            for second, (other, other_rest) in ends.items():
+                if first < second and word != other and rest == other_rest:
+                    value = call.arguments[first]
+                    if value == call.arguments[second] and value not in (None, ""):
+                        detail = f"{call.tool}: {first} and {second} are both {value!r}"
+                        return Refusal("same_ends", detail, call.tool)
     return None
 
 
@@ -482,7 +523,10 @@ def review_blueprint(
     them (the audit set does): ``noop_write`` and ``copy_over`` read them as the planner reads
     the whole initial state. Checks that need an environment (the gold run itself, the
     mutation lint, the self-check of the gold demonstration) are not repeated here; the
-    precision bench reads the last from the audit set's own gold items.
+    precision bench reads the last from the audit set's own gold items. Nor are the checks of
+    the values the planner drew (``placeholder_value``, ``same_ends``): the audit set labels
+    trajectories of the tasks it was given: five of its time tasks convert a zone to itself,
+    and it accepts five trajectories of them as degenerate but well-formed.
     """
     calls = blueprint.gold_run.calls
     ambiguous = ambiguous_labels(blueprint.goal)

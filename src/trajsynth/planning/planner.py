@@ -36,6 +36,7 @@ from trajsynth.planning.admission import (
     look_first,
     noop_write,
     repeated_call,
+    same_ends,
     two_users,
     unrelated_reads,
     unseen_write,
@@ -404,6 +405,7 @@ async def _ground_truth(
     refused = (
         two_users(calls)
         or repeated_call(calls, write_tools)
+        or same_ends(calls)
         or noop_write(calls, write_tools, rows)
         or copy_over(calls, write_tools, rows)
     )
@@ -462,7 +464,7 @@ async def plan_blueprint(
     constraints and lint them against the initial state, then write the words. Rejections:
     ``unbindable_param``, ``no_write``, ``path_too_short``, ``shape_unsupported``,
     ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``two_users``, ``repeated_call``,
-    ``unrelated_reads``,
+    ``same_ends``, ``unrelated_reads``,
     ``constraint_lint`` (the last of the paths tried; the detail lists every try),
     ``noop_write`` and ``unseen_write`` (an outside write whose effect no probe and no read
     the probe search tried shows: ``admission.unseen_write``),
