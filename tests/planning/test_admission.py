@@ -317,6 +317,55 @@ def test_a_copy_to_a_new_file_or_an_edit_of_the_file_read_is_kept() -> None:
     assert copy_over(short, CODE_WRITES) is None  # a short text is no copied file
 
 
+MEETING = "Meeting at 10am with Sam about the budget.\n"
+FS_WRITES = {"write_file", "edit_file", "move_file", "create_directory"}
+
+
+def _copy_meeting_to(target: str, *before: GoldCall) -> list[GoldCall]:
+    return [
+        *before,
+        _call("read_text_file", {"content": MEETING}, path="docs/meeting.txt"),
+        _call("write_file", {"content": f"Successfully wrote to {target}"},
+              path=target, content=MEETING),
+    ]  # fmt: skip
+
+
+def test_a_file_a_search_or_its_folder_listed_is_not_copied_over() -> None:
+    """server-filesystem: a search answers absolute paths, a folder listing bare names, and
+    either shows the file the write replaces."""
+    search = _call(
+        "search_files",
+        {"content": "/work/docs/groceries.txt\n/work/docs/meeting.txt"},
+        path="docs",
+        pattern="*.txt",
+    )
+    refused = copy_over(_copy_meeting_to("docs/groceries.txt", search), FS_WRITES)
+    assert refused is not None and "write_file(path=docs/groceries.txt)" in refused.detail
+    probe = {
+        "arguments": '{"path":"docs"}',
+        "is_error": False,
+        "result": {"content": "[FILE] groceries.txt\n[FILE] meeting.txt"},
+    }
+    assert copy_over(_copy_meeting_to("docs/groceries.txt"), FS_WRITES, [probe]) is not None
+
+
+def test_a_copy_to_a_file_no_listing_shows_is_kept() -> None:
+    """Controls: a new name in a listed folder, and a probe that failed to read the target."""
+    listed = {
+        "arguments": '{"path":"docs"}',
+        "is_error": False,
+        "result": {"content": "[FILE] groceries.txt\n[FILE] meeting.txt"},
+    }
+    failed = {
+        "arguments": '{"path":"docs/notes.txt"}',
+        "is_error": True,
+        "result": {"content": "Error: ENOENT: no such file or directory"},
+    }
+    calls = _copy_meeting_to("docs/notes.txt")
+    assert copy_over(calls, FS_WRITES, [listed, failed]) is None
+    assert copy_over(_copy_meeting_to("docs/groceries-copy.txt"), FS_WRITES, [listed]) is None
+
+
 def test_a_booking_is_not_the_fare_row_it_shares_a_flight_with() -> None:
     """The initial state's fare row shares ``flight_id`` with the new booking, not
     ``booking_id``: another kind of record, so booking that fare is no no-op."""

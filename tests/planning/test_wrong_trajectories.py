@@ -301,6 +301,11 @@ async def test_the_injected_value_replaces_what_the_model_sends() -> None:
         ('[{"error": "disk full", "ts": 1}]', False),  # log entries are data
         ('{"errors": []}', False),
         ("Created branch 'x'", False),
+        # one outcome per item (server-filesystem's read_multiple_files): failed when all did
+        (".: Error - EISDIR: illegal operation on a directory, read", True),
+        ("a.txt: Error - ENOENT: no such file\nb.txt: Error - ENOENT: no such file", True),
+        ("a.txt:\nmilk\n\n---\nb.txt: Error - ENOENT: no such file", False),
+        ("error.log: 3 lines", False),
     ],
 )
 def test_result_error_reads_the_top_level_only(text: str, error: bool) -> None:

@@ -47,6 +47,7 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -317,6 +318,48 @@ def _holds_text(observation: Any, text: str) -> bool:
     )
 
 
+def _is_path(value: str) -> bool:
+    return "/" in value.strip("/") or bool(re.search(r"[A-Za-z0-9]\.[A-Za-z0-9]{1,5}$", value))
+
+
+def _mentions(text: str, path: str) -> bool:
+    """``text`` names ``path`` whole: after a start, a space, a slash or a quote, and before an
+    end, a space or a quote (``/work/docs/a.txt`` names ``docs/a.txt``)."""
+    edge = r"\s\"'\\\[\](),"
+    return re.search(rf"(?:^|[{edge}/]){re.escape(path)}(?=$|[{edge}])", text) is not None
+
+
+def _listed_in_parent(path: str, arguments: Any, result: Any) -> bool:
+    """A listing of ``path``'s folder (a call or probe whose argument is that folder) shows
+    its last part (``list_directory(docs)`` answering ``[FILE] a.txt`` shows ``docs/a.txt``)."""
+    parent, _, base = path.rstrip("/").rpartition("/")
+    if not parent or not base:
+        return False
+    named = _values(parse_json_maybe(arguments))
+    return parent in named and _mentions(json.dumps(result, default=str), base)
+
+
+def _path_seen(
+    path: str, calls: Sequence[GoldCall], initial_rows: Sequence[dict[str, Any]]
+) -> bool:
+    """A path-like name shown existing before the write: named by an earlier result, by the
+    arguments of an earlier read that succeeded, by an initial probe that succeeded, or
+    listed in its folder by either (a search listing ``/work/docs/a.txt``;
+    ``read_file(docs/a.txt)`` answered; ``list_directory(docs)`` showing ``a.txt``)."""
+    if not _is_path(path):
+        return False
+    done = [c for c in calls if not c.is_error]
+    rows = [r for r in initial_rows if isinstance(r, Mapping) and not r.get("is_error")]
+    shown = [json.dumps(c.observation, default=str) for c in done]
+    shown += [json.dumps(c.arguments, default=str) for c in done]
+    shown += [json.dumps(row, default=str) for row in rows]
+    return (
+        any(_mentions(text, path) for text in shown)
+        or any(_listed_in_parent(path, c.arguments, c.observation) for c in done)
+        or any(_listed_in_parent(path, r.get("arguments"), r.get("result")) for r in rows)
+    )
+
+
 def copy_over(
     calls: Sequence[GoldCall],
     write_tools: Collection[str],
@@ -351,7 +394,9 @@ def copy_over(
                 for key in names:
                     target = _scalar(call.arguments[key])
                     seen = [c.observation for c in calls[:i]] + [list(initial_rows)]
-                    if any(target in _values(parse_json_maybe(o)) for o in seen):
+                    if any(target in _values(parse_json_maybe(o)) for o in seen) or (
+                        target is not None and _path_seen(target, calls[:i], initial_rows)
+                    ):
                         detail = (
                             f"{_route(calls)}: {call.tool}({key}={call.arguments[key]}) "
                             f"overwrites it with the {text_arg} {read.tool} read from "

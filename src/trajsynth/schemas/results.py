@@ -12,6 +12,14 @@ below every layer that needs it.
 ('Error: repository not found', None)
 >>> result_error("Database error: no such table: notes"), result_error("no error: all fine")
 ('Database error: no such table: notes', None)
+
+A result that lists one outcome per item fails when every item failed (server-filesystem's
+``read_multiple_files``), and succeeds when any item was read:
+
+>>> result_error(".: Error - EISDIR: illegal operation on a directory, read")
+'.: Error - EISDIR: illegal operation on a directory, read'
+>>> result_error("a.txt: hello world") is None, result_error("a.txt: Error - ENOENT") is None
+(True, False)
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ __all__ = ["result_error"]
 
 # what a failing call's text starts with, in the wording servers use for their own errors
 _ERROR_TEXT = re.compile(
-    r"^\s*(?:error\b|failed\b|failure\b|exception\b|traceback \(most recent call last\)|"
+    r"^\s*(?:(?:error|failed|failure|exception)\b(?!\.\w)|traceback \(most recent call last\)|"
     r"error executing tool|"
     # a qualified error with its colon: "Database error: no such table", "Validation error:"
     r"(?!no\b|not\b|without\b)(?:[\w-]+\s+){1,2}error\s*:)",
     re.IGNORECASE,
 )
+# one item's failure in a result that lists an outcome per item: "docs: Error - EISDIR: ..."
+_ITEM_ERROR = re.compile(r"^\S[^\n]{0,300}?:\s+Error\s*[-:]\s")
 # only the word for the call itself failing: an order whose status is "failed" is data
 _ERROR_STATUS = frozenset({"error"})
 _FALSE_FLAGS = ("success", "ok", "succeeded")
@@ -98,5 +108,8 @@ def result_error(text: Any, structured: Any = None) -> str | None:
     if parsed is not None:
         return _object_error(parsed)
     if _ERROR_TEXT.match(body):
+        return body.strip()[:500]
+    items = [line for line in body.splitlines() if line.strip()]
+    if items and all(_ITEM_ERROR.match(line) for line in items):
         return body.strip()[:500]
     return None
