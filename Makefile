@@ -58,7 +58,7 @@ test: setup
 	$(BIN)/python -m pytest -m "$(TIERS_ALONE)" $(PYTEST_ARGS) \
 	  --junitxml=$(REPORTS)/junit-tiers-alone.xml || alone=$$?; \
 	$(BIN)/pyright --pythonpath $(BIN)/python || types=$$?; \
-	$(BIN)/python tests/parts_summary.py $(REPORTS) fast=$$fast shared=$$shared alone=$$alone pyright=$$types; \
+	$(BIN)/python tests/parts_summary.py $(REPORTS) fast=$$fast tiers-shared=$$shared tiers-alone=$$alone pyright=$$types; \
 	[ $$fast = 0 ] && [ $$shared = 0 ] && [ $$alone = 0 ] && [ $$types = 0 ]
 
 test-fast: $(STAMPS)/deps

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 MESSAGE_LINES = 6
+LINE_CHARS = 300  # a Hypothesis failure's first line holds its whole case
 
 
 class Failure(BaseModel):
@@ -55,7 +56,9 @@ def read_part(path: Path) -> PartReport:
                 for element in case.findall(outcome):
                     test = f"{case.get('classname', '')}::{case.get('name', '')}"
                     text = (element.get("message") or "") + "\n" + (element.text or "")
-                    lines = [line for line in text.strip().splitlines() if line.strip()]
+                    lines = [
+                        line[:LINE_CHARS] for line in text.strip().splitlines() if line.strip()
+                    ]
                     report.failed.append(
                         Failure(test=test, kind=outcome, message="\n".join(lines[:MESSAGE_LINES]))
                     )
@@ -63,19 +66,22 @@ def read_part(path: Path) -> PartReport:
 
 
 def summary(directory: Path, exits: dict[str, str]) -> str:
+    """One line per part, in the order the parts ran: its exit (where given), its counts and
+    time, then each of its failures; then the exits of parts without a report (pyright)."""
     lines = ["", "== make test: every part =="]
-    for name, code in exits.items():
-        lines.append(f"{name}: exit {code}")
-    for path in sorted(directory.glob("junit-*.xml")):
+    reports = sorted(directory.glob("junit-*.xml"), key=lambda path: path.stat().st_mtime)
+    for path in reports:
         part = read_part(path)
         passed = part.tests - part.failures - part.errors - part.skipped
+        code = f"exit {exits.pop(part.name)}: " if part.name in exits else ""
         lines.append(
-            f"{part.name}: {passed} passed, {part.failures} failed, {part.errors} errors, "
+            f"{part.name}: {code}{passed} passed, {part.failures} failed, {part.errors} errors, "
             f"{part.skipped} skipped in {part.seconds:.1f} s"
         )
         for failure in part.failed:
             lines.append(f"  {failure.kind.upper()} {failure.test}")
             lines.extend(f"    {line}" for line in failure.message.splitlines())
+    lines.extend(f"{name}: exit {code}" for name, code in exits.items())
     return "\n".join(lines)
 
 

@@ -36,11 +36,11 @@ def test_a_failure_in_an_early_part_is_named_with_its_message(
     )
     _junit(pytester, reports, "tiers-alone", "def test_fine():\n    pass\n")
 
-    text = summary(reports, {"fast": "1", "alone": "0"})
+    text = summary(reports, {"fast": "1", "tiers-alone": "0", "pyright": "0"})
 
-    assert "fast: exit 1" in text
-    assert "fast: 1 passed, 1 failed, 0 errors, 0 skipped" in text
-    assert "tiers-alone: 1 passed, 0 failed" in text
+    assert "fast: exit 1: 1 passed, 1 failed, 0 errors, 0 skipped" in text
+    assert "tiers-alone: exit 0: 1 passed, 0 failed" in text
+    assert text.index("fast:") < text.index("tiers-alone:") < text.index("pyright: exit 0")
     assert "FAILURE test_fast::test_wrong" in text
     assert "arithmetic moved" in text
 
