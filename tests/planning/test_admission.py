@@ -5,6 +5,7 @@ from __future__ import annotations
 from trajsynth.planning.admission import (
     LOOK_FIRST_SOURCE,
     Refusal,
+    copied_status,
     copy_over,
     empty_read,
     first_of_many,
@@ -364,6 +365,28 @@ def test_a_copy_to_a_file_no_listing_shows_is_kept() -> None:
     calls = _copy_meeting_to("docs/notes.txt")
     assert copy_over(calls, FS_WRITES, [listed, failed]) is None
     assert copy_over(_copy_meeting_to("docs/groceries-copy.txt"), FS_WRITES, [listed]) is None
+
+
+def test_a_write_s_confirmation_is_no_value_to_write() -> None:
+    """server-filesystem's planner once wrote "Successfully created directory ." into a note."""
+    made = _call("create_directory", {"content": "Successfully created directory ."}, path=".")
+    echo = _call(
+        "write_file",
+        {"content": "Successfully wrote to docs/meeting.txt"},
+        path="docs/meeting.txt",
+        content="Successfully created directory .",
+    )
+    refused = copied_status([made, echo], FS_WRITES)
+    assert refused is not None and refused.reason == "copied_status"
+    assert "is what create_directory answered" in refused.detail
+    # controls: a field of the record a write returned is the next call's value honestly;
+    # a read's text copied is copy_over's to judge
+    event = {"event_id": "EV1011", "title": "Quarterly budget review"}
+    made_event = _call("create_event", event, title="Quarterly budget review")
+    invite = _call("send_message", {}, to_email="a@acme.io", subject="Quarterly budget review")
+    assert copied_status([made_event, invite], {"create_event", "send_message"}) is None
+    read = _call("read_file", {"content": "Successfully created directory ."}, path="a.txt")
+    assert copied_status([read, echo], FS_WRITES) is None
 
 
 def test_a_booking_is_not_the_fare_row_it_shares_a_flight_with() -> None:

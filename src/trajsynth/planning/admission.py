@@ -16,6 +16,9 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
 - ``same_ends``: a call whose two ends of one thing take the same value (``convert_time``
   from America/New_York to America/New_York, a file moved onto itself): the request asks
   for nothing, whatever the server answers.
+- ``copied_status``: a call whose argument is, whole, what an earlier write answered
+  (``write_file`` of "Successfully created directory ." into a note): a confirmation is no
+  value a user gives.
 - ``unrelated_reads``: a read-only path whose last read takes nothing from the reads before it
   (``get_current_time`` after ``convert_time``): the question is asked of the last read, and the
   words would state both questions.
@@ -70,6 +73,7 @@ from trajsynth.schemas import (
 __all__ = [
     "ACTOR_PARAM",
     "Refusal",
+    "copied_status",
     "copy_over",
     "first_of_many",
     "empty_read",
@@ -406,6 +410,34 @@ def copy_over(
     return None
 
 
+_STATUS_MIN_CHARS = 8  # a shorter answer ("ok", an id) may honestly be the next call's value
+
+
+def _answer_text(observation: Any) -> str | None:
+    """A result that is one text (a confirmation), not a record: the text, else None."""
+    value = parse_json_maybe(observation)
+    if isinstance(value, dict) and len(value) == 1:
+        value = next(iter(value.values()))
+    return value.strip() if isinstance(value, str) else None
+
+
+def copied_status(calls: Sequence[GoldCall], write_tools: Collection[str]) -> Refusal | None:
+    """Refused when a call's text argument is, whole, an earlier write's answer in words (a
+    record's field, a new id or a title, is the next call's value honestly)."""
+    for i, call in enumerate(calls):
+        for key, value in call.arguments.items():
+            if not isinstance(value, str) or len(value.strip()) < _STATUS_MIN_CHARS:
+                continue
+            for write in calls[:i]:
+                if write.tool in write_tools and _answer_text(write.observation) == value.strip():
+                    detail = (
+                        f"{_route(calls)}: {call.tool}({key}={value.strip()[:80]!r}) is what "
+                        f"{write.tool} answered"
+                    )
+                    return Refusal("copied_status", detail, call.tool)
+    return None
+
+
 def _found_nothing(value: Any) -> bool:
     """A result with no records: empty, or an object whose every list or object is empty
     (``{"entities": [], "relations": []}``; the query it echoes does not count)."""
@@ -581,6 +613,7 @@ def review_blueprint(
         or unrelated_reads(blueprint.tool_path, blueprint.n_writes, calls, blueprint.slots)
         or noop_write(calls, write_tools, initial_rows)
         or copy_over(calls, write_tools, initial_rows)
+        or copied_status(calls, write_tools)
         or empty_read(calls, write_tools)
         or first_of_many(blueprint)
         or (Refusal("words_check", "; ".join(ambiguous)) if ambiguous else None)

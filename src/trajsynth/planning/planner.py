@@ -31,6 +31,7 @@ from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.graph import dependency_graph
 from trajsynth.planning.admission import (
     Refusal,
+    copied_status,
     copy_over,
     empty_read,
     look_first,
@@ -408,6 +409,7 @@ async def _ground_truth(
         or same_ends(calls)
         or noop_write(calls, write_tools, rows)
         or copy_over(calls, write_tools, rows)
+        or copied_status(calls, write_tools)
     )
     if refused:
         return _Failure(*refused)
@@ -466,6 +468,7 @@ async def plan_blueprint(
     ``no_entry_tool`` (from path sampling), ``gold_run_error``, ``two_users``, ``repeated_call``,
     ``same_ends``, ``unrelated_reads``,
     ``constraint_lint`` (the last of the paths tried; the detail lists every try),
+    ``copy_over``, ``copied_status``,
     ``noop_write`` and ``unseen_write`` (an outside write whose effect no probe and no read
     the probe search tried shows: ``admission.unseen_write``),
     ``mutation_lint``, ``mode_unrealised`` (explore_then_commit on a path that reads nothing
