@@ -341,3 +341,17 @@ def test_a_question_whose_value_is_held_back_says_whose_it_is() -> None:
     assert check_words(words, held) == []
     said = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, values, [call], answer)
     assert template_words(said).goal == "What is the datetime in Asia/Tokyo?"
+
+
+def test_a_read_with_no_answer_to_ask_is_requested_once() -> None:
+    """A one-read task whose result names no field to ask for is a request, said once
+    (server-everything's get-sum was asked as "..., then get the sum ... " twice)."""
+    cluster = _cluster(_tool("get-sum", "a", "b", description="Returns the sum of two numbers."))
+    values = {"a": "17", "b": "25"}
+    call = GoldCall(tool="get-sum", arguments=values, observation="The sum of 17 and 25 is 42.")
+    spec = words_spec(
+        cluster, ReasoningMode.DIRECT_EXECUTE, [_slots("get-sum", **values)], values, [call], None
+    )
+    goal = template_words(spec).goal
+    assert goal.count("sum") == 1 and ", then " not in goal, goal
+    _reads_as_a_request(goal, cluster, ["17", "25"])

@@ -434,10 +434,14 @@ def request(
         asked = render.question(clauses[-1], question)
         before = _lead(render, clauses[:-1])
         return f"After you {_and(before)}, {asked[0].lower()}{asked[1:]}" if before else asked
-    actions = [render.action(c) for c in (writes or clauses[-1:])]
+    acted = writes or clauses[-1:]
+    actions = [render.action(c) for c in acted]
     # a read the writes take a value from, not yet named as where that value comes from,
-    # whose own values the user states ("search the folder docs matching *.txt")
-    before = _lead(render, [c for c in clauses if c.access is not ToolAccess.WRITE])
+    # whose own values the user states ("search the folder docs matching *.txt"); never the
+    # read that is itself the action (a one-read task said it twice)
+    steps = {c.step for c in acted}
+    reads = [c for c in clauses if c.access is not ToolAccess.WRITE and c.step not in steps]
+    before = _lead(render, reads)
     said = ", then ".join([*before, *actions])
     if len(re.findall(r"[\w'-]+", said)) < 4:  # "Please toggle the logging." reads curt
         return f"I would like you to {said}."
