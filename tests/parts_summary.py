@@ -69,6 +69,7 @@ def summary(directory: Path, exits: dict[str, str]) -> str:
     """One line per part, in the order the parts ran: its exit (where given), its counts and
     time, then each of its failures; then the exits of parts without a report (pyright)."""
     lines = ["", "== make test: every part =="]
+    exits = dict(exits)  # the caller's stays as given; a part printed here is taken out
     reports = sorted(directory.glob("junit-*.xml"), key=lambda path: path.stat().st_mtime)
     for path in reports:
         part = read_part(path)
