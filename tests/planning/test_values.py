@@ -166,3 +166,36 @@ def test_a_name_is_no_sentence_and_no_code() -> None:
     assert placeholder_reason("release (final)", STRING, param="branch_name") is not None
     assert placeholder_reason("release-2.0", STRING, param="branch_name") is None
     assert placeholder_reason(junk, STRING, param="content") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        # written into docs/meeting.txt by the filesystem bench
+        ("123", "is no text a person writes (under 2 words)"),
+        ("./*.json", "is a path or a pattern where text belongs"),
+        ("docs/groceries.txt", "is a path or a pattern where text belongs"),
+        ("ok", "is no text a person writes (under 2 words)"),
+        ("10 20", "is no text a person writes (under 2 words)"),
+    ],
+)
+def test_text_a_person_writes_is_words_not_a_number_or_a_pattern(value: str, why: str) -> None:
+    assert placeholder_reason(value, STRING, param="content") == why
+    # the same value where no text is asked for is a value like any other
+    assert placeholder_reason(value, STRING, param="path") is None
+
+
+@pytest.mark.parametrize(
+    "value", ["Buy milk and eggs", "Meet Ann at 10/12", "Rent 1200", "Plan A", "Café au lait"]
+)
+def test_a_short_note_passes_as_text(value: str) -> None:
+    assert placeholder_reason(value, STRING, param="content") is None
+    assert placeholder_reason(value, INSIGHT, APPEND_INSIGHT, param="insight") is None
+
+
+def test_an_observation_list_keeps_its_sentences() -> None:
+    schema = {"type": "array", "items": {"type": "string"}}
+    assert real_part(["person", "Lives in Paris"], schema, param="contents") == (
+        ["Lives in Paris"],
+        "is no text a person writes (under 2 words)",
+    )

@@ -7,8 +7,11 @@ description ("The name of the entity"), the JSON schema around it (``"entityType
 ``business.BusinessInsightBusinessExecutionResultsCustomBuildIn``). Each of those ran as a
 gold call and became a task's words. ``placeholder_reason`` names what is wrong with such a
 value, or returns None for a value a person could have typed: a name, a sentence of content, an
-ISO date, an id, an SQL statement over real tables. ``real_part`` keeps the items of a list
-that pass, so one good entity of two is not lost with the other.
+ISO date, an id, an SQL statement over real tables. A parameter that holds text a person
+writes (``PROSE_PARAMS``: a note's content, a comment, an observation) also refuses a number,
+a path or a glob pattern, and a single word (``123`` and ``./*.json`` were written into a
+note). ``real_part`` keeps the items of a list that pass, so one good entity of two is not
+lost with the other.
 
 The checks read the value against its own schema (and, for an object's fields, each field's
 schema) and the texts the request showed beside it (``said``: descriptions and titles of the
@@ -29,6 +32,8 @@ from trajsynth.mcp_servers.tags import name_tokens
 __all__ = [
     "CAMEL_MASH_CHARS",
     "NAME_CHARS",
+    "PROSE_PARAMS",
+    "PROSE_WORDS",
     "RESTATED_SHARE",
     "placeholder_reason",
     "real_part",
@@ -43,6 +48,18 @@ CAMEL_MASH_CHARS = 20
 # is returned by function createdByMCP (2016-3-7 ..."
 NAME_CHARS = 60
 _CODE = re.compile(r"[(){};=<>\[\]]")
+# parameters whose value is text a person writes (a note's content, a comment, an
+# observation): the bench wrote "123" and the glob "./*.json" into a note
+PROSE_PARAMS = frozenset(
+    {"content", "contents", "text", "body", "message", "note", "notes", "comment", "observation",
+     "observations", "description", "summary", "insight", "memo", "post", "tweet", "reply",
+     "caption", "bio"}
+)  # fmt: skip
+# the fewest words (runs of letters or digits) such a text holds, one of them of letters
+PROSE_WORDS = 2
+_TOKEN = re.compile(r"[^\W_]+")
+_LETTERS = re.compile(r"[^\W\d_]")
+_PATH_OR_PATTERN = re.compile(r"[*?/\\]")
 # the share of a value's words that the request's own texts hold, above which the value
 # restates them
 RESTATED_SHARE = 0.75
@@ -215,6 +232,20 @@ def _text_reason(
         return "is a generic placeholder"
     if not schema.get("format") and _restates(text, said):
         return "restates the description"
+    if tokens and tokens[-1] in PROSE_PARAMS and not schema.get("format"):
+        return _prose_reason(text)
+    return None
+
+
+def _prose_reason(text: str) -> str | None:
+    """Why ``text`` is not what a person writes as a note, a comment or a message: a pattern
+    or a path (``./*.json``), fewer than ``PROSE_WORDS`` words (``ok``) or no letter at all
+    (``123``); "Rent 1200" is a note."""
+    t = text.strip()
+    if " " not in t and _PATH_OR_PATTERN.search(t):
+        return "is a path or a pattern where text belongs"
+    if len(_TOKEN.findall(t)) < PROSE_WORDS or not _LETTERS.search(t):
+        return f"is no text a person writes (under {PROSE_WORDS} words)"
     return None
 
 
