@@ -368,6 +368,23 @@ async def test_objects_that_break_the_item_schema_or_stay_blank_refuse_the_path(
     assert "entityType: is a JSON type name" in filled.detail
 
 
+async def test_a_list_keeps_its_usable_items_and_drops_a_made_up_one() -> None:
+    """An entity named with a placeholder (``example``) or a tool's name beside a real one:
+    the real one is kept, not the whole answer refused; a list of nothing else is refused."""
+    path = GRAPH.model_copy(
+        update={"steps": GRAPH.steps[:1], "slots": {"entities": None},
+                "slot_sources": {"entities": "schema"}}
+    )  # fmt: skip
+    made_up = {"name": "example", "entityType": "person", "observations": ["Lives in Paris"]}
+    tool = {"name": "create_entities", "entityType": "person", "observations": ["Is a tool"]}
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"entities": [ADA, made_up, tool]})])
+    filled, _ = await fill_slots(fake.client(), MEMORY, path, seed=5)
+    assert isinstance(filled, PlannedPath) and filled.slots["entities"] == [ADA]
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"entities": [made_up, tool]})] * DRAWS)
+    filled, _ = await fill_slots(fake.client(), MEMORY, path, seed=5)
+    assert isinstance(filled, Refusal) and "is a made-up record" in filled.detail
+
+
 async def test_a_relation_between_records_nobody_made_is_refused() -> None:
     """A path that draws relations without creating entities (``create_relations`` alone): on
     an empty graph a relation from "people" to "location" names nothing the server has, so it

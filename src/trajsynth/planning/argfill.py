@@ -516,12 +516,27 @@ def _checked(
         if made is None or not fits_schema(made, schema):
             return None, "no usable name"
         return made, None
-    why = _unusable(value, cluster)
-    if why is not None:
+    value, why = _usable_items(value, schema, cluster)
+    if value is None:
         return None, why
     if not fits_schema(value, schema) or not fits_items(value, schema):
         return None, "does not fit the parameter's schema"
     return real_part(value, schema, _said(cluster, path, tool, schema), world, param)
+
+
+def _usable_items(
+    value: Any, schema: Mapping[str, Any], cluster: ToolCluster
+) -> tuple[Any, str | None]:
+    """``value`` with the items of a list that ``_unusable`` refuses left out (an entity
+    named John kept, the one beside it named ``example`` dropped), and the first reason;
+    ``(None, why)`` when nothing usable is left."""
+    if isinstance(value, list) and "array" in schema_kinds(schema):
+        reasons = [_unusable(item, cluster) for item in value]
+        kept = [item for item, why in zip(value, reasons, strict=True) if why is None]
+        first = next((why for why in reasons if why is not None), None)
+        return (kept, first) if kept else (None, first or "is empty")
+    why = _unusable(value, cluster)
+    return (None, why) if why else (value, None)
 
 
 def world_values(cluster: ToolCluster) -> frozenset[str]:
