@@ -219,10 +219,36 @@ RAMBLE = "That is a lovely story about the shop, tell me more about the weather 
 async def test_a_user_that_never_stops_rambles_to_the_turn_budget(
     read_task: Blueprint, tmp_path: Path
 ) -> None:
-    # the control for stop_when_met: a small user model that never writes the marker
+    # the control for stop_when_met: a small user model that never writes the marker, and an
+    # assistant that answers the ramble by asking the tool again
     fake = ScriptedLLM([_gold_call(read_task), say(_answer(read_task)), say(RAMBLE)] * 2)
     result = await _run(read_task, fake, tmp_path, max_turns=4)
-    assert result.trajectory.termination is Termination.MAX_TURNS
+    fake.steps.pop()  # the last answer used the turn budget: no user turn was drawn after it
+    fake.assert_consumed()
+    traj = result.trajectory
+    assert traj.termination is Termination.MAX_TURNS and traj.messages[-1].role.value == "assistant"
+    verdict = verify(traj, read_task.constraints, result.final_state)
+    assert not verdict.passed
+    assert [h.check for h in verdict.hygiene if not h.passed] == [
+        "no_redundant_call", "unique_call_ids"
+    ]  # fmt: skip
+
+
+async def test_an_answer_on_the_last_turn_ends_the_dialogue_without_a_user_draw(
+    read_task: Blueprint, tmp_path: Path
+) -> None:
+    """A user turn after the last answer the budget allows could never be answered: it is not
+    drawn, and the dialogue is judged on the assistant's words (formerly it ended on the
+    user's turn, unanswered, and failed whatever the answer was)."""
+    fake = ScriptedLLM([_gold_call(read_task), say(_answer(read_task))])
+    result = await _run(read_task, fake, tmp_path, max_turns=2)
+    fake.assert_consumed()
+    traj = result.trajectory
+    assert traj.termination is Termination.MAX_TURNS and traj.messages[-1].role.value == "assistant"
+    assert verify(traj, read_task.constraints, result.final_state).passed
+    # the control: a wrong last answer is judged as wrong
+    fake = ScriptedLLM([_gold_call(read_task), say("I could not find anything, sorry.")])
+    result = await _run(read_task, fake, tmp_path, max_turns=2)
     assert not verify(result.trajectory, read_task.constraints, result.final_state).passed
 
 

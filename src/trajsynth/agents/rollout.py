@@ -279,6 +279,14 @@ async def act(
                 path.end(Termination.ENVIRONMENT_BROKEN, FailureClass.MODEL, record.observation)
                 break
     else:
+        # a user turn drawn after the last answer the budgets allow could never be answered:
+        # the dialogue ends on the assistant's words, and the verdict reads those
+        if len(path.turns) >= budgets.max_turns:
+            path.end(Termination.MAX_TURNS)
+            return turn
+        if path.generated >= budgets.max_tokens:
+            path.end(Termination.TOKEN_BUDGET)
+            return turn
         checked = await _user_turn(episode, path, turn, reply.content or "", user_seed, user_room)
         if checked is None:
             return turn
