@@ -7,6 +7,7 @@ from trajsynth.planning.admission import (
     Refusal,
     copied_status,
     copy_over,
+    creates_existing,
     empty_read,
     first_of_many,
     look_first,
@@ -387,6 +388,37 @@ def test_a_write_s_confirmation_is_no_value_to_write() -> None:
     assert copied_status([made_event, invite], {"create_event", "send_message"}) is None
     read = _call("read_file", {"content": "Successfully created directory ."}, path="a.txt")
     assert copied_status([read, echo], FS_WRITES) is None
+
+
+def test_creating_a_folder_the_path_showed_existing_is_a_noop() -> None:
+    """server-filesystem's ``create_directory(.)`` answers "Successfully created directory ."
+    and changes nothing; so does creating ``docs`` once a listing of the work dir showed it,
+    or once ``list_directory(docs)`` answered."""
+    made = "Successfully created directory {}"
+    for path in (".", "./", "/"):
+        refused = creates_existing([_call("create_directory", made.format(path), path=path)],
+                                   FS_WRITES)  # fmt: skip
+        assert refused is not None and refused.reason == "noop_write", path
+        assert "create_directory(path=" in refused.detail
+    listed = _call("list_directory", "[DIR] docs\n[FILE] todo.txt", path=".")
+    again = _call("create_directory", made.format("docs"), path="docs")
+    assert creates_existing([listed, again], FS_WRITES) is not None
+    opened = _call("list_directory", "[FILE] a.txt", path="docs")
+    assert creates_existing([opened, again], FS_WRITES) is not None
+    probe = {"arguments": {"path": "."}, "result": {"content": "[DIR] docs"}, "is_error": False}
+    assert creates_existing([again], FS_WRITES, [probe]) is not None
+    # controls: a new folder, a folder whose listing failed, a name that only starts like one
+    # listed, and a tool that creates something else at a path it is given
+    new = _call("create_directory", made.format("docs/2027"), path="docs/2027")
+    assert creates_existing([opened, new], FS_WRITES) is None
+    failed = GoldCall(tool="list_directory", arguments={"path": "docs"},
+                      observation="ENOENT", is_error=True)  # fmt: skip
+    assert creates_existing([failed, again], FS_WRITES) is None
+    reports = _call("list_directory", "[FILE] reports_2024.txt", path="docs")
+    assert creates_existing([reports, _call("create_directory", "ok", path="docs/reports")],
+                            FS_WRITES) is None  # fmt: skip
+    branch = _call("git_create_branch", "Created branch 'fix'", repo_path=".", branch_name="fix")
+    assert creates_existing([branch], {"git_create_branch"}) is None
 
 
 def test_a_booking_is_not_the_fare_row_it_shares_a_flight_with() -> None:

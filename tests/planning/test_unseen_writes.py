@@ -201,7 +201,12 @@ async def test_the_planner_refuses_the_folder_that_exists() -> None:
     assert not _with_writes(planned), planned
     for attempt in planned:
         assert isinstance(attempt, BlueprintAttempt), attempt
-        assert '[noop_write] create_directory({"path": "/srv/docs"})' in attempt.detail, attempt
+        # refused by the create of a path shown existing (``admission.creates_existing``)
+        # before the probes are compared
+        assert "[noop_write] create_directory -> " in attempt.detail, attempt
+        assert "create_directory(path='/srv/docs') creates what was shown existing" in (
+            attempt.detail
+        )
 
 
 async def test_a_write_a_read_sees_is_accepted_with_a_state_check_that_fails_a_wrong_run() -> None:

@@ -33,6 +33,10 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
   it, while a read that names what the write named (``list_directory(docs)`` for
   ``create_directory(docs)``) answered the same before and after, or discovery saw a read
   change with that tool: the thing is visible and the write left it as it was.
+- ``noop_write`` (a create): a write that creates a folder or a file (``create_directory``,
+  ``mkdir``) at a path the path showed existing before it: the work dir ``.``, a folder an
+  earlier call listed or took as its path, a name a listing of its folder showed. The server
+  answers "Successfully created directory ." and nothing changes.
 - ``unseen_write``: the same, with no read naming what the write named and no read ever seen
   to change with the tool (a toggle of server-everything's logging): a write whose effect
   no read can see cannot carry a final-state check, so it is no task's target.
@@ -55,6 +59,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from trajsynth.curation.canon import parse_json_maybe
+from trajsynth.mcp_servers.listings import is_path_param
 from trajsynth.mcp_servers.tags import name_tokens
 from trajsynth.planning.words import ambiguous_labels
 from trajsynth.schemas import (
@@ -75,6 +80,7 @@ __all__ = [
     "Refusal",
     "copied_status",
     "copy_over",
+    "creates_existing",
     "first_of_many",
     "empty_read",
     "look_first",
@@ -364,6 +370,73 @@ def _path_seen(
     )
 
 
+_CREATE_WORDS = frozenset({"create", "make", "mkdir", "new"})
+_CREATED_KINDS = frozenset({"directory", "dir", "folder", "file", "mkdir"})
+
+
+def _creates_a_path(tool: str) -> bool:
+    """A tool that creates a folder or a file (``create_directory``, ``mkdir``), not one that
+    creates something else at a path it is given (``git_create_branch(repo_path)``)."""
+    tokens = set(name_tokens(tool))
+    return bool(tokens & _CREATE_WORDS) and bool(tokens & _CREATED_KINDS)
+
+
+def _plain_path(value: str) -> str:
+    path = value.strip()
+    while path.startswith("./"):
+        path = path[2:]
+    return path.rstrip("/") or ("/" if value.strip().startswith("/") else ".")
+
+
+def _exists_before(
+    path: str, calls: Sequence[GoldCall], initial_rows: Sequence[dict[str, Any]]
+) -> bool:
+    """``path`` was shown existing: the work dir itself, an earlier successful call or initial
+    probe took it as an argument (``list_directory(docs)`` answered), a listing of its folder
+    named it, or ``_path_seen`` finds it."""
+    target = _plain_path(path)
+    if target in (".", "/"):
+        return True
+    done = [(c.arguments, c.observation) for c in calls if not c.is_error]
+    done += [
+        (r.get("arguments"), r.get("result"))
+        for r in initial_rows
+        if isinstance(r, Mapping) and not r.get("is_error")
+    ]
+    for arguments, result in done:
+        given = parse_json_maybe(arguments)
+        named = given.values() if isinstance(given, dict) else []
+        if any(isinstance(v, str) and _plain_path(v) == target for v in named):
+            return True
+        parent = target.rpartition("/")[0] or "."
+        if any(isinstance(v, str) and _plain_path(v) == parent for v in named) and _mentions(
+            json.dumps(result, default=str), target.rpartition("/")[2]
+        ):
+            return True
+    return _path_seen(target, calls, initial_rows)
+
+
+def creates_existing(
+    calls: Sequence[GoldCall],
+    write_tools: Collection[str],
+    initial_rows: Sequence[dict[str, Any]] = (),
+) -> Refusal | None:
+    """Refused (as ``noop_write``) when a write that creates a folder or a file names a path
+    the calls or the initial state showed existing before it."""
+    for i, call in enumerate(calls):
+        if call.tool not in write_tools or call.is_error or not _creates_a_path(call.tool):
+            continue
+        for key, value in call.arguments.items():
+            if is_path_param(key) and isinstance(value, str):
+                if _exists_before(value, calls[:i], initial_rows):
+                    detail = (
+                        f"{_route(calls)}: {call.tool}({key}={value!r}) creates what was "
+                        "shown existing before it"
+                    )
+                    return Refusal("noop_write", detail, call.tool)
+    return None
+
+
 def copy_over(
     calls: Sequence[GoldCall],
     write_tools: Collection[str],
@@ -612,6 +685,7 @@ def review_blueprint(
         or repeated_call(calls, write_tools)
         or unrelated_reads(blueprint.tool_path, blueprint.n_writes, calls, blueprint.slots)
         or noop_write(calls, write_tools, initial_rows)
+        or creates_existing(calls, write_tools, initial_rows)
         or copy_over(calls, write_tools, initial_rows)
         or copied_status(calls, write_tools)
         or empty_read(calls, write_tools)

@@ -33,6 +33,7 @@ from trajsynth.planning.admission import (
     Refusal,
     copied_status,
     copy_over,
+    creates_existing,
     empty_read,
     look_first,
     noop_write,
@@ -408,6 +409,7 @@ async def _ground_truth(
         or repeated_call(calls, write_tools)
         or same_ends(calls)
         or noop_write(calls, write_tools, rows)
+        or creates_existing(calls, write_tools, rows)
         or copy_over(calls, write_tools, rows)
         or copied_status(calls, write_tools)
     )
