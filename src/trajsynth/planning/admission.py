@@ -427,13 +427,17 @@ def creates_existing(
         if call.tool not in write_tools or call.is_error or not _creates_a_path(call.tool):
             continue
         for key, value in call.arguments.items():
-            if is_path_param(key) and isinstance(value, str):
-                if _exists_before(value, calls[:i], initial_rows):
-                    detail = (
-                        f"{_route(calls)}: {call.tool}({key}={value!r}) creates what was "
-                        "shown existing before it"
-                    )
-                    return Refusal("noop_write", detail, call.tool)
+            shown = (
+                is_path_param(key)
+                and isinstance(value, str)
+                and _exists_before(value, calls[:i], initial_rows)
+            )
+            if shown:
+                detail = (
+                    f"{_route(calls)}: {call.tool}({key}={value!r}) creates what was "
+                    "shown existing before it"
+                )
+                return Refusal("noop_write", detail, call.tool)
     return None
 
 
