@@ -98,3 +98,32 @@ def test_each_resample_draws_with_another_seed_and_a_higher_temperature() -> Non
     assert len({seed for seed, _ in draws}) == 4
     temps = [t for _, t in draws]
     assert temps == sorted(temps) and temps[-1] == 1.0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # the 135M user model after an answer, on the outside-server bench
+        "I hope you're doing well!\nHello, I'm Alex. What can I do for you today?",
+        "I'm ready to help. What's your request?",
+        "Sure! How can I assist you further?",
+        "Is there anything else I can help with?",
+    ],
+)
+def test_a_user_who_offers_help_speaks_as_the_assistant(reply: str) -> None:
+    checked = check_user_reply(reply, None, "It is 09:15 in Tokyo.", set())
+    assert checked.role_break == "offered help (spoke as the assistant)"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Can you help me move the meeting to Friday?",
+        "I need help with my order, it is 1042.",
+        "Thanks, that is all I needed. ###STOP###",
+        "What can I do if the flight is cancelled?",
+    ],
+)
+def test_a_user_asking_for_help_stays_in_role(reply: str) -> None:
+    checked = check_user_reply(reply, None, "It is 09:15 in Tokyo.", set())
+    assert checked.role_break is None

@@ -48,6 +48,15 @@ _ROLE_BREAK = re.compile(
     r"^\s*(assistant\s*:|as an ai\b|i am an ai\b|<tool_call>|\{\s*\"name\"\s*:)|functions\.",
     re.IGNORECASE,
 )
+# the assistant's lines said by the user: a small user model answers an answer by offering
+# help ("Hello, I'm Alex. What can I do for you today?"), so nobody is asking anything
+_OFFERS_HELP = re.compile(
+    r"\b(how (can|may|could) i (help|assist)|what can i (do|help) (for|with) you"
+    r"|(i'?m|i am) (ready|here|happy|glad) to (help|assist)"
+    r"|what'?s your (request|question)|what is your (request|question)"
+    r"|how can i be of (help|assistance)|is there anything (else )?i can (do|help))",
+    re.IGNORECASE,
+)
 _DONE_PHRASES = re.compile(
     r"\b(thanks?|thank you|that'?s all|that is all|perfect|great,? that|bye)\b", re.IGNORECASE
 )
@@ -142,7 +151,7 @@ class UserSimulator(BaseModel):
 
 
 def check_user_reply(
-    text: str, blueprint: Blueprint, last_assistant: str, revealed: set[str]
+    text: str, blueprint: Blueprint | None, last_assistant: str, revealed: set[str]
 ) -> UserReply:
     """Classify a simulator reply: stop, in role, or out of role (and why).
 
@@ -157,6 +166,8 @@ def check_user_reply(
         return UserReply(clean, False, "empty reply")
     if _ROLE_BREAK.search(clean):
         return UserReply(clean, stop, "spoke as the assistant or emitted a tool call")
+    if _OFFERS_HELP.search(clean):
+        return UserReply(clean, stop, "offered help (spoke as the assistant)")
     if _overlap(clean, last_assistant) >= ECHO_THRESHOLD:
         return UserReply(clean, stop, "echoed the assistant's message (spoke as the assistant)")
     if blueprint is not None:
