@@ -311,12 +311,31 @@ def test_a_copy_to_a_new_file_or_an_edit_of_the_file_read_is_kept() -> None:
     assert copy_over(new, CODE_WRITES) is None
     edit = [read, _call("write_file", {"path": "README.md"}, path="README.md", content=README)]
     assert copy_over(edit, CODE_WRITES) is None
-    short = [
+    # a short value (a status, a name) copied between records is no copied file
+    status = [
         _call("list_files", LISTING),
-        _call("read_file", {"path": "README.md", "content": "ok"}, path="README.md"),
-        _call("write_file", {}, path="data/sales.csv", content="ok"),
+        _call("read_file", {"path": "README.md", "status": "draft"}, path="README.md"),
+        _call("write_file", {}, path="data/sales.csv", status="draft"),
     ]
-    assert copy_over(short, CODE_WRITES) is None  # a short text is no copied file
+    assert copy_over(status, CODE_WRITES) is None
+
+
+def test_a_short_file_copied_over_another_is_refused() -> None:
+    """A file's content is a body of text however short: server-filesystem's planner wrote
+    the grocery list (17 characters) over the meeting notes, under the floor for names."""
+    groceries = "milk\neggs\nbread\n"
+    calls = [
+        _call("list_directory", {"content": "[FILE] groceries.txt\n[FILE] meeting.txt"},
+              path="docs"),
+        _call("read_file", {"content": groceries}, path="docs/groceries.txt"),
+        _call("write_file", {"content": "Successfully wrote to docs/meeting.txt"},
+              path="docs/meeting.txt", content=groceries),
+    ]  # fmt: skip
+    refused = copy_over(calls, {"write_file"})
+    assert refused is not None and "write_file(path=docs/meeting.txt)" in refused.detail
+    # the control: the same copy to a new file
+    calls[-1] = _call("write_file", {}, path="docs/shopping.txt", content=groceries)
+    assert copy_over(calls, {"write_file"}) is None
 
 
 MEETING = "Meeting at 10am with Sam about the budget.\n"

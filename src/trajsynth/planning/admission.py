@@ -61,6 +61,7 @@ from typing import Any, NamedTuple
 from trajsynth.curation.canon import parse_json_maybe
 from trajsynth.mcp_servers.listings import is_path_param
 from trajsynth.mcp_servers.tags import name_tokens
+from trajsynth.planning.values import PROSE_PARAMS
 from trajsynth.planning.words import ambiguous_labels
 from trajsynth.schemas import (
     Blueprint,
@@ -317,6 +318,14 @@ def unseen_write(
 _COPIED_MIN_CHARS = 20  # shorter text (a name, a status) is copied between records honestly
 
 
+def _copied_min_chars(param: str) -> int:
+    """The shortest text that counts as copied over: any text at all for a parameter that
+    holds a body of text (a file's ``content``: a three-line grocery list written over the
+    meeting notes), else ``_COPIED_MIN_CHARS``."""
+    tokens = name_tokens(param)
+    return 1 if tokens and tokens[-1] in PROSE_PARAMS else _COPIED_MIN_CHARS
+
+
 def _holds_text(observation: Any, text: str) -> bool:
     """``observation`` holds ``text`` whole as one of its values."""
     want = text.strip()
@@ -459,7 +468,7 @@ def copy_over(
             continue
         texts = [
             (k, v) for k, v in call.arguments.items()
-            if isinstance(v, str) and len(v.strip()) >= _COPIED_MIN_CHARS
+            if isinstance(v, str) and len(v.strip()) >= _copied_min_chars(k)
         ]  # fmt: skip
         for text_arg, text in texts:
             for read in calls[:i]:
