@@ -52,15 +52,67 @@ def _seed_docs() -> Path:
     return docs
 
 
-def servers(venvs: Path, npm: Path) -> dict[str, tuple[list[str], list[str]]]:
-    """name -> (command, extra `clusters add` options)."""
+# a user's small shop database: the sqlite server gets a copy (``--copy``), so its reads
+# return the user's tables and rows, as a database a user connects would
+_SHOP_SQL = """
+CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL);
+CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers,
+                     item TEXT NOT NULL, amount REAL NOT NULL, ordered_on TEXT NOT NULL);
+INSERT INTO customers VALUES (1, 'Ada Lovelace', 'London'), (2, 'Grace Hopper', 'New York'),
+                             (3, 'Alan Turing', 'Manchester');
+INSERT INTO orders VALUES (1, 1, 'notebook', 12.5, '2026-11-02'), (2, 2, 'keyboard', 49.0,
+  '2026-11-03'), (3, 1, 'fountain pen', 30.0, '2026-11-10'), (4, 3, 'chess set', 75.0,
+  '2026-11-12');
+"""
+# a user's small knowledge graph: the memory server reads it from its file (a copy)
+_GRAPH = [
+    {"type": "entity", "name": "Ada Lovelace", "entityType": "person",
+     "observations": ["Wrote the first program for the Analytical Engine"]},
+    {"type": "entity", "name": "Charles Babbage", "entityType": "person",
+     "observations": ["Designed the Analytical Engine"]},
+    {"type": "entity", "name": "Analytical Engine", "entityType": "machine",
+     "observations": ["A mechanical general-purpose computer"]},
+    {"type": "relation", "from": "Ada Lovelace", "to": "Analytical Engine",
+     "relationType": "programmed"},
+    {"type": "relation", "from": "Charles Babbage", "to": "Analytical Engine",
+     "relationType": "designed"},
+]  # fmt: skip
+# where the memory server keeps its graph in the sandbox (its work dir, where --copy lands)
+MEMORY_FILE = "/work/memory.jsonl"
+
+
+def _seed_database() -> Path:
+    """The shop database the sqlite server gets a copy of."""
+    import sqlite3
+
+    path = Path(tempfile.mkdtemp(prefix="outside-bench-db-")) / "bench.db"
+    with sqlite3.connect(path) as con:
+        con.executescript(_SHOP_SQL)
+    return path
+
+
+def _seed_graph() -> Path:
+    """The knowledge graph the memory server gets a copy of (one JSON record a line)."""
+    path = Path(tempfile.mkdtemp(prefix="outside-bench-graph-")) / "memory.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in _GRAPH))
+    return path
+
+
+def servers(venvs: Path, npm: Path, empty: bool = False) -> dict[str, tuple[list[str], list[str]]]:
+    """name -> (command, extra `clusters add` options). ``empty``: sqlite and memory start
+    with nothing, as before they were given a user's data."""
     bin_ = npm / "node_modules" / ".bin"
+    database = [] if empty else ["--copy", f"{_seed_database()}:bench.db"]
+    graph = [] if empty else ["--copy", f"{_seed_graph()}:memory.jsonl"]
     return {
         "time": ([str(venvs / "time/bin/mcp-server-time")], []),
-        "sqlite": ([str(venvs / "sqlite/bin/mcp-server-sqlite"), "--db-path", "bench.db"], []),
+        "sqlite": (
+            [str(venvs / "sqlite/bin/mcp-server-sqlite"), "--db-path", "bench.db"],
+            database,
+        ),
         "memory": (
             ["node", str(bin_ / "mcp-server-memory")],
-            ["--env", "MEMORY_FILE_PATH=/tmp/memory.jsonl"],
+            ["--env", f"MEMORY_FILE_PATH={MEMORY_FILE}", *graph],
         ),
         "filesystem": (
             ["node", str(bin_ / "mcp-server-filesystem"), "."],
@@ -71,7 +123,7 @@ def servers(venvs: Path, npm: Path) -> dict[str, tuple[list[str], list[str]]]:
 
 
 def synth(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "MEMORY_FILE_PATH": "/tmp/memory.jsonl"}
+    env = {**os.environ, "COLUMNS": "200", "MEMORY_FILE_PATH": MEMORY_FILE}
     return subprocess.run(
         [sys.executable, "-m", "trajsynth.cli", *args],
         cwd=cwd,
@@ -89,7 +141,7 @@ async def tag_agreement(name: str, clusters_dir: Path) -> tuple[int, int]:
     annotated = [t for t in cluster.tools if t.access_source == "annotation"]
     if not annotated:
         return 0, 0
-    os.environ.setdefault("MEMORY_FILE_PATH", "/tmp/memory.jsonl")
+    os.environ.setdefault("MEMORY_FILE_PATH", MEMORY_FILE)
     async with open_environment(cluster) as env:
         blind = [tool_spec({"name": t.name, "inputSchema": t.input_schema}) for t in cluster.tools]
         found = await discover(env, blind, fixed=cluster.server.args)
@@ -292,8 +344,13 @@ def main() -> None:
         action="store_true",
         help="[run] user_stop_when_met: the user thanks and stops once the goal's checks hold",
     )
+    parser.add_argument(
+        "--empty-worlds",
+        action="store_true",
+        help="sqlite and memory start empty, not with a user's shop database and graph",
+    )
     args = parser.parse_args()
-    chosen = servers(args.venvs, args.npm)
+    chosen = servers(args.venvs, args.npm, args.empty_worlds)
     if args.only:
         chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
     rows = [
