@@ -310,6 +310,21 @@ def test_a_successful_call_repeated_with_nothing_written_between_fails() -> None
     assert failed(run(polled)) == []
 
 
+def test_a_clock_read_again_is_redundant() -> None:
+    """mcp-server-time's ``get_current_time`` called three times for one question, the user
+    having said only "That's a beautiful date." between: the results differ in the seconds
+    alone. A result whose words changed (a job that finished) is still a poll."""
+    now = '{"timezone": "Asia/Tokyo", "datetime": "2026-11-29T19:47:%s+09:00"}'
+    zone = {"timezone": "Asia/Tokyo"}
+    clock = [_call(0, "get_current_time", zone, now % "06"),
+             _call(1, "get_current_time", zone, now % "19")]  # fmt: skip
+    assert "no_redundant_call" in failed(run(clock, answer="It is 19:47:19 in Tokyo."))
+    job = {"job": "j1"}
+    polled = [_call(0, "job_status", job, '{"state": "running", "done": 40}'),
+              _call(1, "job_status", job, '{"state": "finished", "done": 100}')]  # fmt: skip
+    assert "no_redundant_call" not in failed(run(polled, answer="The job j1 is finished."))
+
+
 def test_an_answer_that_only_echoes_the_request_fails() -> None:
     done = [_call(0, "delete_file", DEL, '{"path": "README.md", "deleted": true}')]
     assert failed(run(done, answer="Here is what I found: README.md.")) == ["answer_informs"]

@@ -10,7 +10,9 @@ Four registered hygiene checks (``curation.hygiene``), model-free, for any tool 
 - ``outcome_consistent``: the answer does not say that nothing happened ("did not go
   through", "nothing was changed") when a write succeeded and no failure was left standing.
 - ``no_redundant_call``: no successful call is repeated with the same arguments and the same
-  result while no write ran in between; the repeat learned nothing.
+  result while no write ran in between; the repeat learned nothing. Results that differ only
+  in their numbers count as the same: a clock read again tells the time again, and a task
+  asks it once.
 - ``answer_informs``: after the tools ran, the answer tells the user something they did not
   say themselves: an outcome ("deleted", "done", "could not"), or a value or word from a tool
   result. An answer that only echoes the request states no outcome.
@@ -266,11 +268,16 @@ def _outcome_consistent(ctx: HygieneContext) -> tuple[bool, str]:
     return True, f"the answer reports a failure ({claim.group()!r}) and the calls agree"
 
 
+_DIGITS = re.compile(r"\d+")
+
+
 def _same_call(a: ToolCallRecord, b: ToolCallRecord) -> bool:
+    """The same tool, arguments and result; a result that differs only in its numbers (a
+    clock read again: ``19:47:06`` then ``19:47:19``) is the same answer."""
     return (
         a.tool == b.tool
         and canonical_json(a.arguments) == canonical_json(b.arguments)
-        and a.observation.strip() == b.observation.strip()
+        and _DIGITS.sub("#", a.observation.strip()) == _DIGITS.sub("#", b.observation.strip())
     )
 
 
