@@ -158,10 +158,14 @@ def one(
     samples: int,
     rollout: str,
     llm_edges: bool = False,
-    user_stop_when_met: bool = False,
+    user_stop_when_met: str = "default",
 ) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"outside-bench-{name}-"))
-    run_section = "[run]\nuser_stop_when_met = true\n" if user_stop_when_met else ""
+    run_section = (
+        f"[run]\nuser_stop_when_met = {'true' if user_stop_when_met == 'on' else 'false'}\n"
+        if user_stop_when_met != "default"
+        else ""
+    )
     (work / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n" + run_section)
     started = time.perf_counter()
     row: dict = {"server": name, "joined": False}
@@ -341,8 +345,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--user-stop-when-met",
-        action="store_true",
-        help="[run] user_stop_when_met: the user thanks and stops once the goal's checks hold",
+        choices=["default", "on", "off"],
+        default="default",
+        help="[run] user_stop_when_met: the user thanks and stops once the goal's checks hold "
+        "(default: on for the embedded model; off: the control, a user who never stops)",
     )
     parser.add_argument(
         "--empty-worlds",
@@ -361,7 +367,7 @@ def main() -> None:
     ]
     print(
         f"\noutside servers, --tasks {args.tasks} --samples {args.samples} --rollout "
-        f"{args.rollout}{' --user-stop-when-met' if args.user_stop_when_met else ''} "
+        f"{args.rollout} --user-stop-when-met {args.user_stop_when_met} "
         "(targets in [])"
     )
     header = (

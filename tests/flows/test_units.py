@@ -17,6 +17,7 @@ from trajsynth.flows.units import (
     rollout_unit_id,
     unit_failure_row,
     unit_token_budget,
+    user_for,
 )
 from trajsynth.schemas import (
     Budgets,
@@ -134,3 +135,16 @@ async def test_a_unit_whose_rollout_outgrew_the_context_is_done_not_failed(tmp_p
             await grow_unit(
                 config=run, llm=run.llm, run_id="run_c", blueprint=blueprint, cluster=SHOP
             )
+
+
+def test_the_embedded_user_stops_when_served_unless_told_otherwise() -> None:
+    """The 135M user never writes the stop marker, so by default it stops once the goal's
+    checks hold; an endpoint's model ends the dialogue itself; the setting wins either way."""
+    assert user_for(RunConfig()).stop_when_met
+    endpoint = LLMConfig(base_url="http://localhost:8000/v1")
+    assert not user_for(RunConfig(llm=endpoint)).stop_when_met
+    assert not user_for(RunConfig(user_stop_when_met=False)).stop_when_met
+    assert user_for(RunConfig(llm=endpoint, user_stop_when_met=True)).stop_when_met
+    # the default keeps the run ids of before; a setting given is part of the id
+    ids = {RunConfig(user_stop_when_met=v).config_hash() for v in (None, False, True)}
+    assert len(ids) == 3

@@ -263,7 +263,8 @@ planner_retries = 1          # LLM drafts of the words after the first; then a t
 user_resamples = 3           # draws of a user turn that failed the simulator checks (echo,
                              # role break, leak); then it is written from the blueprint
 # user_stop_when_met = true  # the user thanks and stops once the goal's checks hold after an
-                             # answer (a small user model rarely writes the stop marker)
+                             # answer; unset: on for the embedded SmolLM2 (it never writes
+                             # the stop marker), off with --base-url
 # assistant_tool_choice = "auto"   # after a user message: auto | required; unset: required for
                                    # the embedded SmolLM2 (it rarely calls tools under auto)
 # assistant_tool_choice_after_tool = "auto"   # after tool results: auto | none; unset: none

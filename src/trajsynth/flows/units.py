@@ -126,6 +126,18 @@ def assistant_for(config: RunConfig) -> Assistant:
     return Assistant(tool_choice_after_user=after_user, tool_choice_after_tool=after_tool)
 
 
+def user_for(config: RunConfig) -> UserSimulator:
+    """The simulated user of a run. The embedded 135M model never writes the stop marker: left
+    to it, every dialogue runs to the turn budget on small talk, and the assistant answers it
+    by calling its tools again. So unless ``[run] user_stop_when_met`` says otherwise, the
+    embedded user thanks and stops once the goal's mid-dialogue checks hold; an endpoint's
+    model ends the dialogue itself."""
+    stop = config.user_stop_when_met
+    if stop is None:
+        stop = config.llm.base_url is None
+    return UserSimulator(resamples=config.user_resamples, stop_when_met=stop)
+
+
 @contextlib.asynccontextmanager
 async def _client(
     llm: LLMConfig,
@@ -476,9 +488,7 @@ async def grow_unit(
         ):
             client = TurnReporter(client, blueprint.blueprint_id)  # a line that moves every turn
             assistant = assistant_for(config)
-            user_sim = UserSimulator(
-                resamples=config.user_resamples, stop_when_met=config.user_stop_when_met
-            )
+            user_sim = user_for(config)
             budget = unit_token_budget(config)
             shown = shown_tools(
                 blueprint,

@@ -199,13 +199,14 @@ class RunConfig(Record):
             "written from the blueprint"
         ),
     )
-    user_stop_when_met: bool = Field(
-        default=False,
+    user_stop_when_met: bool | None = Field(
+        default=None,
         description=(
             "the simulated user thanks and stops, without a draw, once the goal's "
             "mid-dialogue checks hold after an answer in words (a person leaves when served; "
             "a small user model rarely writes the stop marker); the judge still verifies the "
-            "whole trajectory, end state included"
+            "whole trajectory, end state included. None: on for the embedded SmolLM2 user (it "
+            "never writes the marker), off for an endpoint's model"
         ),
     )
     assistant_tool_choice: Literal["auto", "required"] | None = Field(
@@ -257,6 +258,6 @@ class RunConfig(Record):
             del dump["judge"]
         if dump["plan_attempts"] is None:  # and before redraws had a configurable budget
             del dump["plan_attempts"]
-        if not dump["user_stop_when_met"]:  # and before a user could stop when served
+        if dump["user_stop_when_met"] is None:  # and before a user could stop when served
             del dump["user_stop_when_met"]
         return stable_hash(dump, length=16)
