@@ -418,6 +418,21 @@ def test_a_request_in_the_users_voice_passes_the_outside_check() -> None:
     assert _kinds('Please write "hi there" to the file docs/a.txt.', spec) == []
 
 
+def test_an_outside_goal_that_asks_for_nothing_is_refused() -> None:
+    """A SmolLM2 draft on the sqlite bench stated the insight it was to append and asked for
+    nothing; a question, a please, a want or an order opening the goal is a request."""
+    spec = _outside_spec(slots={"path": "docs/a.txt", "content": "The budget is due Friday"})
+    stated = "The budget is due Friday, as docs/a.txt says in the shared folder."
+    assert _kinds(stated, spec) == ["not_a_request"]
+    for asked in (
+        'Write "The budget is due Friday" to docs/a.txt.',
+        'Could you save "The budget is due Friday" in docs/a.txt?',
+        'I need "The budget is due Friday" saved in docs/a.txt.',
+        'Please save "The budget is due Friday" in docs/a.txt.',
+    ):
+        assert _kinds(asked, spec) == [], asked
+
+
 def test_the_outside_check_refuses_each_kind_of_goal_no_person_writes() -> None:
     spec = _outside_spec()
     restated = (

@@ -35,7 +35,7 @@ from trajsynth.mcp_servers.tags import name_tokens
 from trajsynth.planning.admission import Refusal
 from trajsynth.planning.function_call import call_function
 from trajsynth.planning.paths import PlannedPath
-from trajsynth.planning.values import real_part
+from trajsynth.planning.values import camel_mash, real_part
 from trajsynth.schemas import LLMUsage, Message, MessageRole, SlotArg, ToolAccess, ToolCluster
 
 __all__ = [
@@ -170,6 +170,8 @@ def _sql_name(value: Any, cluster: ToolCluster) -> str | None:
     text = value.strip()
     if not _IDENT.match(text) or not _usable(text, cluster):
         return None
+    if camel_mash(text):
+        return None  # a code base's class name (``DbClientCachingSessionImpl``)
     words = {re.sub(r"\d+$", "", t) for t in name_tokens(text)} - {""}
     if not words or words <= _SQL_WORDS | _SQL_TYPES | _SCHEMA_BLANKS:
         return None  # an SQL word or type, or a blank of the form (``TableName``, ``int``)

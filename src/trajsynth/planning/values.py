@@ -35,6 +35,7 @@ __all__ = [
     "PROSE_PARAMS",
     "PROSE_WORDS",
     "RESTATED_SHARE",
+    "camel_mash",
     "placeholder_reason",
     "real_part",
     "said_words",
@@ -187,7 +188,9 @@ def _generic(text: str) -> bool:
     return False
 
 
-def _camel_mash(text: str) -> bool:
+def camel_mash(text: str) -> bool:
+    """An identifier longer than ``CAMEL_MASH_CHARS`` built of three or more capitalised
+    words or dotted parts: a code base's name (``DbClientCachingSessionImpl``), not a user's."""
     t = text.strip()
     if len(t) <= CAMEL_MASH_CHARS or not _IDENTIFIER.match(t):
         return False
@@ -226,7 +229,7 @@ def _text_reason(
         return f"holds a template slot ({slot})"
     if text.strip().lower() in TYPE_NAMES:
         return "is a JSON type name"
-    if _camel_mash(text):
+    if camel_mash(text):
         return f"is an identifier mash longer than {CAMEL_MASH_CHARS} characters"
     if _generic(text):
         return "is a generic placeholder"

@@ -704,7 +704,9 @@ def check_words(words: Words, spec: WordsSpec) -> list[str]:
       goal or missing from hidden_info; recover_after_error: the stale value is not given);
     - ``ambiguous``: two values under one label;
     - ``too_short``, and on outside clusters ``restates_description``, ``label_list`` and a
-      one-word ``tool_name`` written as code (``_not_a_request``).
+      one-word ``tool_name`` written as code (``_not_a_request``);
+    - on outside clusters, when nothing else is wrong, ``not_a_request``: the goal asks for
+      nothing (``_asks_nothing``).
     """
     text = f"{words.goal}\n{words.persona}"
     issues: list[str] = []
@@ -736,7 +738,10 @@ def check_words(words: Words, spec: WordsSpec) -> list[str]:
             issues.append(f"mode: recover_after_error, but the goal lacks the stale {name}")
         if name not in words.hidden_info:
             issues.append(f"unsolvable: the correct {name} is not in hidden_info")
-    return issues + ambiguous_labels(words.goal) + _not_a_request(words.goal, spec)
+    issues += ambiguous_labels(words.goal) + _not_a_request(words.goal, spec)
+    if spec.outside and not issues:  # the last resort, for a goal the checks let through
+        issues = _asks_nothing(words.goal, spec)
+    return issues
 
 
 # a value stated under a label, as the template and most drafts write it ("path: README.md"):
@@ -880,6 +885,42 @@ def _not_a_request(goal: str, spec: WordsSpec) -> list[str]:
             issues.append(f"not_the_users_voice: {spoken.group(0)!r}")
         issues += _off_topic(goal, spec)
     return issues
+
+
+# what a request sounds like: a question, a polite ask, a want, or an order
+_ASKS = re.compile(
+    r"\?|\b(?:please|pls|could you|can you|would you|will you|i(?:'d| would) like|i want"
+    r"|i need|i'm looking|help me|let me know|tell me|show me|make sure)\b",
+    re.IGNORECASE,
+)
+# verbs a request may open with, ordering the assistant; the task's own verbs count too
+_ORDERS = frozenset(
+    {"add", "append", "book", "cancel", "change", "check", "convert", "copy", "create",
+     "delete", "find", "get", "give", "list", "look", "make", "move", "open", "put", "read",
+     "record", "remove", "rename", "save", "search", "send", "set", "show", "store", "tell",
+     "update", "write"}
+)  # fmt: skip
+
+
+def _asks_nothing(goal: str, spec: WordsSpec) -> list[str]:
+    """A goal that asks for nothing: no question, no please, no want, and no order to open it
+    ("The Business Insights from the MCP server database are available at ...", a SmolLM2
+    draft that restated the value it was given).
+
+    >>> s = WordsSpec(domain="other", mode="direct_execute", slots={}, tool_names=[],
+    ...     steps=[], outside=True)
+    >>> _asks_nothing("The insights of the database are available at mcp.sqlite.", s)
+    ['not_a_request: the goal states something and asks for nothing']
+    >>> _asks_nothing("Append the insight that orders doubled in March.", s)
+    []
+    """
+    if _ASKS.search(goal):
+        return []
+    first = re.findall(r"[A-Za-z']+", goal.lower())[:1]
+    verbs = _ORDERS | {c.verb.split()[0].lower() for c in spec.clauses if c.verb.strip()}
+    if first and first[0] in verbs:
+        return []
+    return ["not_a_request: the goal states something and asks for nothing"]
 
 
 def _off_topic(goal: str, spec: WordsSpec) -> list[str]:
