@@ -296,7 +296,8 @@ def test_an_sql_type_or_a_blank_of_the_form_is_no_name() -> None:
     # a code base's class name (the sqlite bench created ``DbClientCachingSessionImpl``)
     mash = {"table": "DbClientCachingSessionImpl", "columns": ["type"]}
     assert new_table_sql(mash, cluster) is None
-    assert new_table_sql({"table": "expenses", "columns": ["ItemPriceCurrencyValue"]}, cluster) is None
+    columns = {"table": "expenses", "columns": ["ItemPriceCurrencyValue"]}
+    assert new_table_sql(columns, cluster) is None
 
 
 async def test_a_write_a_read_sees_is_drawn_more_often_than_one_no_read_sees() -> None:
