@@ -219,6 +219,27 @@ async def test_a_path_outside_the_listed_folders_a_placeholder_or_a_tool_name_is
     assert "- path (write_file.path)" in asked and "new file in the folder" not in asked
 
 
+async def test_another_tool_s_description_is_no_content() -> None:
+    """The request lists every tool of the path with its description; a model wrote
+    ``list_allowed_directories``'s into a note. Control: the same words for a path without
+    that tool are the user's text."""
+    lister = ToolSpec(
+        name="list_allowed_directories",
+        access="read",
+        description="The list of directories that this server is allowed to access.",
+    )
+    cluster = FILES.model_copy(update={"tools": [*FILES.tools, lister]})
+    listed = PlannedCall(tool="list_allowed_directories", args={})
+    path = WRITE.model_copy(update={"steps": [listed, *WRITE.steps]})
+    copied = "The list of directories that this server is allowed to access."
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "plan.txt", "content": copied})] * DRAWS)
+    filled, _ = await fill_slots(fake.client(), cluster, path, seed=3)
+    assert isinstance(filled, Refusal) and "restates the description" in filled.detail
+    fake = ScriptedLLM([tool_call(FILL_TOOL, {"path": "plan.txt", "content": copied})])
+    filled, _ = await fill_slots(fake.client(), cluster, WRITE, seed=3)
+    assert isinstance(filled, PlannedPath) and filled.slots["content"] == copied
+
+
 _ITEM_NAME = {"type": "string", "description": "The name of the entity"}
 MEMORY = ToolCluster(
     cluster_id="memory",

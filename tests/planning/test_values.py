@@ -175,6 +175,7 @@ def test_a_name_is_no_sentence_and_no_code() -> None:
         ("123", "is no text a person writes (under 2 words)"),
         ("./*.json", "is a path or a pattern where text belongs"),
         ("docs/groceries.txt", "is a path or a pattern where text belongs"),
+        ("file1.txt", "is a path or a pattern where text belongs"),
         ("ok", "is no text a person writes (under 2 words)"),
         ("10 20", "is no text a person writes (under 2 words)"),
     ],

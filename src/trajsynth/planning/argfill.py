@@ -314,13 +314,17 @@ def _said(
     cluster: ToolCluster, path: PlannedPath, tool: str, schema: Mapping[str, Any]
 ) -> list[str]:
     """The texts a request shows beside a slot: its own description and title, its tool's
-    name, title and description, the server's description."""
+    name, title and description, the other tools of the path (the request lists each with
+    its description: a model wrote ``list_allowed_directories``'s into a note), the server's
+    description."""
     spec = cluster.tool(tool)
+    others = [cluster.tool(name).description for name in dict.fromkeys(path.tools) if name != tool]
     return [
         str(schema.get("description") or ""),
         str(schema.get("title") or ""),
         " ".join(name_tokens(tool)),
         spec.description,
+        *others,
         cluster.description,
     ]
 

@@ -61,6 +61,7 @@ PROSE_WORDS = 2
 _TOKEN = re.compile(r"[^\W_]+")
 _LETTERS = re.compile(r"[^\W\d_]")
 _PATH_OR_PATTERN = re.compile(r"[*?/\\]")
+_FILE_NAME = re.compile(r"^[\w.-]+\.[A-Za-z0-9]{1,5}$")
 # the share of a value's words that the request's own texts hold, above which the value
 # restates them
 RESTATED_SHARE = 0.75
@@ -245,7 +246,7 @@ def _prose_reason(text: str) -> str | None:
     or a path (``./*.json``), fewer than ``PROSE_WORDS`` words (``ok``) or no letter at all
     (``123``); "Rent 1200" is a note."""
     t = text.strip()
-    if " " not in t and _PATH_OR_PATTERN.search(t):
+    if " " not in t and (_PATH_OR_PATTERN.search(t) or _FILE_NAME.match(t)):
         return "is a path or a pattern where text belongs"
     if len(_TOKEN.findall(t)) < PROSE_WORDS or not _LETTERS.search(t):
         return f"is no text a person writes (under {PROSE_WORDS} words)"
