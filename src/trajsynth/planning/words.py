@@ -286,7 +286,26 @@ def pick_answer(
     assert _scalar(answer)  # _informative keeps scalar fields only
     if key in _LABELS:
         subject = None  # the question asks for the name itself
-    return Answer(field=key, value=answer, subject=subject)
+    return Answer(field=key, value=_without_echo(answer, given), subject=subject)
+
+
+def _without_echo(value: str | int | float, given: set[str]) -> str | int | float:
+    r"""A text answer without a header that echoes the request's own value (server-filesystem's
+    ``read_multiple_files`` answers ``docs/groceries.txt:\nmilk ...``): the user asked for the
+    content, and an answer that states it without the file's name answers them.
+
+    >>> _without_echo("docs/a.txt:\nmilk\neggs\n", {"docs/a.txt"})
+    'milk\neggs'
+    >>> _without_echo("Paris: 12 degrees", {"london"})
+    'Paris: 12 degrees'
+    """
+    if not isinstance(value, str):
+        return value
+    for echoed in sorted(given, key=len, reverse=True):
+        head, rest = value[: len(echoed)], value[len(echoed) :].lstrip(" \t")
+        if echoed and head.casefold() == echoed and rest.startswith(":") and rest[1:].strip():
+            return rest[1:].strip()
+    return value
 
 
 def _first_clause(description: str) -> str:
