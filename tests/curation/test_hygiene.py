@@ -325,6 +325,19 @@ def test_a_clock_read_again_is_redundant() -> None:
     assert "no_redundant_call" not in failed(run(polled, answer="The job j1 is finished."))
 
 
+def test_an_answer_that_explains_the_tool_instead_of_the_outcome_fails() -> None:
+    """server-memory's bench: the entity was deleted and the 135M model answered with what the
+    tool does in general; its words "empty" and "no such" read as outcomes before."""
+    done = [_call(0, "delete_file", DEL, "Entities deleted successfully")]
+    explained = (
+        "This is a function that will delete all the entities in the given list.\n"
+        "The function returns an empty list if no such entity exists."
+    )
+    assert failed(run(done, answer=explained)) == ["answer_informs"]
+    told = "README.md is deleted; the tool returned a confirmation."
+    assert failed(run(done, answer=told)) == []
+
+
 def test_an_answer_that_only_echoes_the_request_fails() -> None:
     done = [_call(0, "delete_file", DEL, '{"path": "README.md", "deleted": true}')]
     assert failed(run(done, answer="Here is what I found: README.md.")) == ["answer_informs"]

@@ -15,7 +15,9 @@ Four registered hygiene checks (``curation.hygiene``), model-free, for any tool 
   asks it once.
 - ``answer_informs``: after the tools ran, the answer tells the user something they did not
   say themselves: an outcome ("deleted", "done", "could not"), or a value or word from a tool
-  result. An answer that only echoes the request states no outcome.
+  result. An answer that only echoes the request states no outcome, and one whose every
+  sentence explains a tool in general ("This is a function that will delete ...") tells
+  nothing of what happened, whatever outcome words its explanation holds.
 
 Decisions:
 
@@ -303,6 +305,30 @@ def _no_redundant_call(ctx: HygieneContext) -> tuple[bool, str]:
     return True, "no call repeated without cause"
 
 
+# a sentence that explains a tool in general ("This is a function that will delete all the
+# entities in the given list."), the 135M model's answer after a write, instead of its outcome
+_DESCRIBES_TOOL = re.compile(
+    r"^\s*(?:this|it) is an? (?:\w+ )?(?:function|tool|method)\b"
+    r"|\b(?:this|the|a) (?:function|tool|method) (?:will|would|can|returns?|takes|accepts|is used"
+    r"|allows|lets)\b",
+    re.IGNORECASE,
+)
+_SENTENCE = re.compile(r"[^.!?\n]+")
+
+
+def describes_tool(answer: str) -> bool:
+    """Every sentence of the answer explains a tool in general, none says what happened.
+
+    >>> describes_tool("This is a function that will delete all the entities in the list. "
+    ...                "The function returns an empty list if no such entity exists.")
+    True
+    >>> describes_tool("Ada Lovelace is deleted: the tool returned a confirmation.")
+    False
+    """
+    sentences = [s for s in _SENTENCE.findall(answer) if s.strip()]
+    return bool(sentences) and all(_DESCRIBES_TOOL.search(s) for s in sentences)
+
+
 @hygiene_check("answer_informs")
 def _answer_informs(ctx: HygieneContext) -> tuple[bool, str]:
     calls = ctx.calls
@@ -311,6 +337,8 @@ def _answer_informs(ctx: HygieneContext) -> tuple[bool, str]:
         return True, "no answer to read (``answered`` says so)"
     if not any(succeeded(c) for c in calls):
         return True, "no tool result to report"
+    if describes_tool(answer):
+        return False, "the answer explains the tool in general, not what happened"
     outcome = _OUTCOME.search(answer)
     if outcome:
         return True, f"the answer states an outcome ({outcome.group()!r})"
