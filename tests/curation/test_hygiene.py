@@ -336,6 +336,20 @@ def test_an_answer_that_explains_the_tool_instead_of_the_outcome_fails() -> None
     assert failed(run(done, answer=explained)) == ["answer_informs"]
     told = "README.md is deleted; the tool returned a confirmation."
     assert failed(run(done, answer=told)) == []
+    # the outcome, then a lecture on the tool (the time bench: "This function returns the
+    # current date and time in UTC (UTC+08) by default ...")
+    lecture = "README.md is deleted. This function returns nothing when the file is missing."
+    assert failed(run(done, answer=lecture)) == ["answer_informs"]
+
+
+def test_a_tool_s_output_pasted_as_the_answer_is_no_answer() -> None:
+    """The time bench: ``get_current_time:`` and the JSON it returned, as the last turn."""
+    done = [_call(0, "delete_file", DEL, '{"path": "README.md", "deleted": true}')]
+    pasted = 'delete_file:\n{\n  "path": "README.md",\n  "deleted": true\n}'
+    assert "answered" in failed(run(done, answer=pasted))
+    # a label of the user's own words before a list is an answer
+    listed = 'Deleted: {"path": "README.md"} is gone.'
+    assert "answered" not in failed(run(done, answer=listed))
 
 
 def test_an_answer_that_only_echoes_the_request_fails() -> None:

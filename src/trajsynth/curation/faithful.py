@@ -15,9 +15,10 @@ Four registered hygiene checks (``curation.hygiene``), model-free, for any tool 
   asks it once.
 - ``answer_informs``: after the tools ran, the answer tells the user something they did not
   say themselves: an outcome ("deleted", "done", "could not"), or a value or word from a tool
-  result. An answer that only echoes the request states no outcome, and one whose every
-  sentence explains a tool in general ("This is a function that will delete ...") tells
-  nothing of what happened, whatever outcome words its explanation holds.
+  result. An answer that only echoes the request states no outcome, and one with a sentence
+  that explains a tool in general ("This is a function that will delete ...", "This function
+  returns the time in UTC by default") lectures instead of telling what happened, whatever
+  outcome words the lecture holds.
 
 Decisions:
 
@@ -317,16 +318,18 @@ _SENTENCE = re.compile(r"[^.!?\n]+")
 
 
 def describes_tool(answer: str) -> bool:
-    """Every sentence of the answer explains a tool in general, none says what happened.
+    """A sentence of the answer explains a tool in general ("This function returns the current
+    date and time in UTC by default ..."): the user asked for an outcome, and an example that
+    teaches a model to lecture on its tools, often wrongly, is no example to train on.
 
-    >>> describes_tool("This is a function that will delete all the entities in the list. "
-    ...                "The function returns an empty list if no such entity exists.")
+    >>> describes_tool("This is a function that will delete all the entities in the list.")
+    True
+    >>> describes_tool("It is 20:24 in Tokyo. This function returns the time in UTC (UTC+08).")
     True
     >>> describes_tool("Ada Lovelace is deleted: the tool returned a confirmation.")
     False
     """
-    sentences = [s for s in _SENTENCE.findall(answer) if s.strip()]
-    return bool(sentences) and all(_DESCRIBES_TOOL.search(s) for s in sentences)
+    return any(_DESCRIBES_TOOL.search(s) for s in _SENTENCE.findall(answer))
 
 
 @hygiene_check("answer_informs")
@@ -338,7 +341,7 @@ def _answer_informs(ctx: HygieneContext) -> tuple[bool, str]:
     if not any(succeeded(c) for c in calls):
         return True, "no tool result to report"
     if describes_tool(answer):
-        return False, "the answer explains the tool in general, not what happened"
+        return False, "the answer explains a tool in general instead of telling what happened"
     outcome = _OUTCOME.search(answer)
     if outcome:
         return True, f"the answer states an outcome ({outcome.group()!r})"

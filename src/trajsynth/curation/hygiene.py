@@ -251,6 +251,11 @@ _TOOL_SYNTAX = re.compile(
 )
 
 
+# a tool's name, a colon and a JSON object or list: the result pasted as the answer
+# ("get_current_time:\n{\"timezone\": ...}"), the 135M model's answer on the time bench
+_TOOL_DUMP = re.compile(r"\s*([\w.-]+)(?:\s+returned)?\s*:\s*[\[{]")
+
+
 @hygiene_check("answered")
 def _answered(ctx: HygieneContext) -> tuple[bool, str]:
     messages = list(ctx.trajectory.messages)
@@ -274,6 +279,9 @@ def _answered(ctx: HygieneContext) -> tuple[bool, str]:
         return False, "the last assistant turn is empty"
     if _TOOL_SYNTAX.search(text):
         return False, "the last assistant turn writes tool-call syntax instead of words"
+    dumped = _TOOL_DUMP.match(text)
+    if dumped and dumped.group(1) in {*ctx.schemas, *(c.tool for c in ctx.calls)}:
+        return False, f"the last assistant turn pastes {dumped.group(1)}'s output, not words"
     return True, f"ends with the assistant's answer ({len(text)} characters)"
 
 
