@@ -178,6 +178,10 @@ def test_a_name_is_no_sentence_and_no_code() -> None:
         ("file1.txt", "is a path or a pattern where text belongs"),
         ("ok", "is no text a person writes (under 2 words)"),
         ("10 20", "is no text a person writes (under 2 words)"),
+        (
+            "The Business Insights are available at: 17d9526e-cab8-4f0a-bcd-febeafeeefdceadc",
+            "holds an id nobody gave (17d9526e-cab8-4f0a-bcd-febeafeeefdceadc)",
+        ),
     ],
 )
 def test_text_a_person_writes_is_words_not_a_number_or_a_pattern(value: str, why: str) -> None:
@@ -187,7 +191,16 @@ def test_text_a_person_writes_is_words_not_a_number_or_a_pattern(value: str, why
 
 
 @pytest.mark.parametrize(
-    "value", ["Buy milk and eggs", "Meet Ann at 10/12", "Rent 1200", "Plan A", "Café au lait"]
+    "value",
+    [
+        "Buy milk and eggs",
+        "Meet Ann at 10/12",
+        "Rent 1200",
+        "Plan A",
+        "Café au lait",
+        "Order 20261102 shipped late",
+        "Deadbeef cafe opens at 9",
+    ],
 )
 def test_a_short_note_passes_as_text(value: str) -> None:
     assert placeholder_reason(value, STRING, param="content") is None

@@ -61,6 +61,11 @@ PROSE_WORDS = 2
 _TOKEN = re.compile(r"[^\W_]+")
 _LETTERS = re.compile(r"[^\W\d_]")
 _PATH_OR_PATTERN = re.compile(r"[*?/\\]")
+# a UUID or a long run of hex digits inside a text: an id no read returned (the sqlite bench
+# appended an "insight" holding 17d9526e-cab8-4f0a-bcd-febeafeeefdceadc)
+_HEX_ID = re.compile(
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{4,}|\b(?=[0-9a-f]*\d)[0-9a-f]{16,}\b", re.I
+)
 _FILE_NAME = re.compile(r"^[\w.-]+\.[A-Za-z0-9]{1,5}$")
 # the share of a value's words that the request's own texts hold, above which the value
 # restates them
@@ -243,13 +248,17 @@ def _text_reason(
 
 def _prose_reason(text: str) -> str | None:
     """Why ``text`` is not what a person writes as a note, a comment or a message: a pattern
-    or a path (``./*.json``), fewer than ``PROSE_WORDS`` words (``ok``) or no letter at all
-    (``123``); "Rent 1200" is a note."""
+    or a path (``./*.json``), fewer than ``PROSE_WORDS`` words (``ok``), no letter at all
+    (``123``), or an id nobody gave (a UUID; a value the server returned is never refused);
+    "Rent 1200" is a note."""
     t = text.strip()
     if " " not in t and (_PATH_OR_PATTERN.search(t) or _FILE_NAME.match(t)):
         return "is a path or a pattern where text belongs"
     if len(_TOKEN.findall(t)) < PROSE_WORDS or not _LETTERS.search(t):
         return f"is no text a person writes (under {PROSE_WORDS} words)"
+    made_up = _HEX_ID.search(t)
+    if made_up:
+        return f"holds an id nobody gave ({made_up.group(0)})"
     return None
 
 
