@@ -148,3 +148,41 @@ def test_the_embedded_user_stops_when_served_unless_told_otherwise() -> None:
     # the default keeps the run ids of before; a setting given is part of the id
     ids = {RunConfig(user_stop_when_met=v).config_hash() for v in (None, False, True)}
     assert len(ids) == 3
+
+
+async def test_the_same_request_over_another_path_is_a_duplicate(tmp_path) -> None:
+    """server-memory planned "Please delete the entity "Ada Lovelace"." three times, over
+    ``read_graph`` and over ``open_nodes``: one request to the person asking, kept once.
+    Controls: the same words holding back another fact, and other words, are other tasks."""
+    from trajsynth.flows.units import UnitRows, _attempt_row, _blueprint_row, without_duplicate
+    from trajsynth.planning.planner import accepted_attempt
+
+    first = await plan_shop_task(tmp_path)
+    calls = first.gold_run.calls
+    other_path = first.model_copy(
+        update={
+            "blueprint_id": "bp_other_path",
+            "goal": "  " + first.goal.upper() + " ",
+            "gold_run": first.gold_run.model_copy(update={"calls": [*calls, calls[-1]]}),
+        }
+    )
+
+    def unit(bp) -> UnitRows:
+        return UnitRows(
+            unit_id="plan:0:1",
+            kind="plan",
+            rows={
+                "blueprints": [_blueprint_row(bp, "run_a")],
+                "blueprint_attempts": [_attempt_row(accepted_attempt(bp), "run_a")],
+            },
+            summary={"blueprint_id": bp.blueprint_id},
+        )
+
+    kept = [_blueprint_row(first, "run_a")]
+    done = without_duplicate(unit(other_path), kept)
+    assert done.rows["blueprints"] == [] and done.summary["reason"] == "duplicate"
+    assert "the same request as" in done.rows["blueprint_attempts"][0].detail
+    held = other_path.model_copy(update={"hidden_info": {"note": "another fact"}})
+    assert without_duplicate(unit(held), kept).rows["blueprints"]
+    reworded = other_path.model_copy(update={"goal": first.goal + " Thanks."})
+    assert without_duplicate(unit(reworded), kept).rows["blueprints"]

@@ -83,6 +83,7 @@ __all__ = [
     "UnitRows",
     "assistant_for",
     "blueprint_key",
+    "request_key",
     "failure_class_of",
     "grow_unit",
     "plan_seed",
@@ -261,17 +262,37 @@ def blueprint_key(row: Row | Mapping[str, Any]) -> str:
     return stable_hash([row.get("cluster_id"), calls])
 
 
+def request_key(row: Row | Mapping[str, Any]) -> str:
+    """What makes two blueprints the same request to the user: the cluster, the goal's words
+    (case and spacing aside) and what the user holds back. Two gold paths to one outcome
+    ("Please delete the entity "Ada Lovelace"." planned over ``read_graph`` and over
+    ``open_nodes``) are one task to the person asking."""
+    if isinstance(row, Row):
+        row = row.model_dump(include={"cluster_id", "goal", "hidden_info"})
+    hidden = row.get("hidden_info") or {}
+    if isinstance(hidden, str):
+        hidden = json.loads(hidden)
+    goal = " ".join(str(row.get("goal") or "").casefold().split())
+    return stable_hash([row.get("cluster_id"), goal, hidden])
+
+
 def without_duplicate(unit: UnitRows, kept: Iterable[BlueprintRow]) -> UnitRows:
-    """A plan unit whose blueprint repeats one of ``kept`` (``blueprint_key``) as a rejected
-    attempt (reason ``duplicate``): the blueprint is not stored and the slot is redrawn."""
+    """A plan unit whose blueprint repeats one of ``kept`` (``blueprint_key``: the same calls
+    and values; ``request_key``: the same words and held-back facts) as a rejected attempt
+    (reason ``duplicate``): the blueprint is not stored and the slot is redrawn."""
     rows = unit.rows.get("blueprints") or []
     if unit.kind != "plan" or not rows:
         return unit
-    key = blueprint_key(rows[0])
+    key, request = blueprint_key(rows[0]), request_key(rows[0])
+    kept = list(kept)
     twin = next((k for k in kept if blueprint_key(k) == key), None)
-    if twin is None:
-        return unit
-    detail = f"the same tool path and values as {twin.blueprint_id}"
+    if twin is not None:
+        detail = f"the same tool path and values as {twin.blueprint_id}"
+    else:
+        twin = next((k for k in kept if request_key(k) == request), None)
+        if twin is None:
+            return unit
+        detail = f"the same request as {twin.blueprint_id} (its words and held-back facts)"
     attempts = [
         a.model_copy(update={"accepted": False, "reason": "duplicate", "detail": detail})
         for a in unit.rows.get("blueprint_attempts") or []
