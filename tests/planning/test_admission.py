@@ -438,6 +438,9 @@ def test_creating_a_folder_the_path_showed_existing_is_a_noop() -> None:
                             FS_WRITES) is None  # fmt: skip
     branch = _call("git_create_branch", "Created branch 'fix'", repo_path=".", branch_name="fix")
     assert creates_existing([branch], {"git_create_branch"}) is None
+    # a file created where one was listed is overwritten (or refused), not left as it was
+    made = _call("create_file", "Created docs/a.txt", path="docs/a.txt", content="Buy milk")
+    assert creates_existing([opened, made], {"create_file"}) is None
 
 
 def test_a_booking_is_not_the_fare_row_it_shares_a_flight_with() -> None:

@@ -33,8 +33,8 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
   it, while a read that names what the write named (``list_directory(docs)`` for
   ``create_directory(docs)``) answered the same before and after, or discovery saw a read
   change with that tool: the thing is visible and the write left it as it was.
-- ``noop_write`` (a create): a write that creates a folder or a file (``create_directory``,
-  ``mkdir``) at a path the path showed existing before it: the work dir ``.``, a folder an
+- ``noop_write`` (a create): a write that creates a folder (``create_directory``, ``mkdir``)
+  at a path the path showed existing before it: the work dir ``.``, a folder an
   earlier call listed or took as its path, a name a listing of its folder showed. The server
   answers "Successfully created directory ." and nothing changes.
 - ``unseen_write``: the same, with no read naming what the write named and no read ever seen
@@ -380,12 +380,13 @@ def _path_seen(
 
 
 _CREATE_WORDS = frozenset({"create", "make", "mkdir", "new"})
-_CREATED_KINDS = frozenset({"directory", "dir", "folder", "file", "mkdir"})
+_CREATED_KINDS = frozenset({"directory", "dir", "folder", "mkdir"})
 
 
 def _creates_a_path(tool: str) -> bool:
-    """A tool that creates a folder or a file (``create_directory``, ``mkdir``), not one that
-    creates something else at a path it is given (``git_create_branch(repo_path)``)."""
+    """A tool that creates a folder (``create_directory``, ``mkdir``), not one that creates
+    something else at a path it is given (``git_create_branch(repo_path)``). A file created
+    where one exists is overwritten or refused, not left as it was."""
     tokens = set(name_tokens(tool))
     return bool(tokens & _CREATE_WORDS) and bool(tokens & _CREATED_KINDS)
 
@@ -430,8 +431,8 @@ def creates_existing(
     write_tools: Collection[str],
     initial_rows: Sequence[dict[str, Any]] = (),
 ) -> Refusal | None:
-    """Refused (as ``noop_write``) when a write that creates a folder or a file names a path
-    the calls or the initial state showed existing before it."""
+    """Refused (as ``noop_write``) when a write that creates a folder names a path the calls
+    or the initial state showed existing before it."""
     for i, call in enumerate(calls):
         if call.tool not in write_tools or call.is_error or not _creates_a_path(call.tool):
             continue
