@@ -342,6 +342,15 @@ def test_an_answer_that_explains_the_tool_instead_of_the_outcome_fails() -> None
     assert failed(run(done, answer=lecture)) == ["answer_informs"]
 
 
+def test_a_null_printed_as_the_answer_is_no_answer() -> None:
+    """The sqlite bench: a table created, then the answer "None.", which passed: "none"
+    reads as an outcome. Control: "None of the files was deleted." is words."""
+    done = [_call(0, "delete_file", DEL, '{"path": "README.md", "deleted": true}')]
+    for null in ("None.", "null", " NONE "):
+        assert "answered" in failed(run(done, answer=null)), null
+    assert "answered" not in failed(run(done, answer="None of it is left: README.md is deleted."))
+
+
 def test_a_tool_s_output_pasted_as_the_answer_is_no_answer() -> None:
     """The time bench: ``get_current_time:`` and the JSON it returned, as the last turn."""
     done = [_call(0, "delete_file", DEL, '{"path": "README.md", "deleted": true}')]

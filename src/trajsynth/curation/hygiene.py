@@ -251,6 +251,9 @@ _TOOL_SYNTAX = re.compile(
 )
 
 
+# a language's null printed as the answer ("None.", the 135M model after a write): read as
+# the word "none" it passed for an outcome
+_NULL_WORDS = frozenset({"none", "null", "nil", "undefined", "nan"})
 # a tool's name, a colon and a JSON object or list: the result pasted as the answer
 # ("get_current_time:\n{\"timezone\": ...}"), the 135M model's answer on the time bench
 _TOOL_DUMP = re.compile(r"\s*([\w.-]+)(?:\s+returned)?\s*:\s*[\[{]")
@@ -277,6 +280,8 @@ def _answered(ctx: HygieneContext) -> tuple[bool, str]:
     text = (last.content or "").strip()
     if not text:
         return False, "the last assistant turn is empty"
+    if re.sub(r"[\W_]+", "", text).casefold() in _NULL_WORDS:
+        return False, f"the last assistant turn says only {text!r}, a null value, not words"
     if _TOOL_SYNTAX.search(text):
         return False, "the last assistant turn writes tool-call syntax instead of words"
     dumped = _TOOL_DUMP.match(text)
