@@ -310,8 +310,8 @@ def _no_redundant_call(ctx: HygieneContext) -> tuple[bool, str]:
 # entities in the given list."), the 135M model's answer after a write, instead of its outcome
 _DESCRIBES_TOOL = re.compile(
     r"^\s*(?:this|it) is an? (?:\w+ )?(?:function|tool|method)\b"
-    r"|\b(?:this|the|a) (?:function|tool|method) (?:will|would|can|returns?|takes|accepts|is used"
-    r"|allows|lets)\b",
+    r"|\b(?:this|the|a) (?:function|tool|method)(?: [\"'`][^\"'`]{1,60}[\"'`])?"
+    r" (?:will|would|can|returns?|is returning|takes|accepts|is used|allows|lets)\b",
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"[^.!?\n]+")
@@ -325,6 +325,8 @@ def describes_tool(answer: str) -> bool:
     >>> describes_tool("This is a function that will delete all the entities in the list.")
     True
     >>> describes_tool("It is 20:24 in Tokyo. This function returns the time in UTC (UTC+08).")
+    True
+    >>> describes_tool('The function "create_table" is returning a table with that name.')
     True
     >>> describes_tool("Ada Lovelace is deleted: the tool returned a confirmation.")
     False
