@@ -281,11 +281,8 @@ async def act(
     else:
         # a user turn drawn after the last answer the budgets allow could never be answered:
         # the dialogue ends on the assistant's words, and the verdict reads those
-        if len(path.turns) >= budgets.max_turns:
-            path.end(Termination.MAX_TURNS)
-            return turn
-        if path.generated >= budgets.max_tokens:
-            path.end(Termination.TOKEN_BUDGET)
+        if (spent := _budget_spent(path, budgets)) is not None:
+            path.end(spent)
             return turn
         checked = await _user_turn(episode, path, turn, reply.content or "", user_seed, user_room)
         if checked is None:
@@ -299,11 +296,18 @@ async def act(
             return turn
         path.messages.append(user_msg)
         turn.messages.append(user_msg)
-    if not path.done and path.generated >= budgets.max_tokens:
-        path.end(Termination.TOKEN_BUDGET)
-    if not path.done and len(path.turns) >= budgets.max_turns:
-        path.end(Termination.MAX_TURNS)
+    if not path.done and (spent := _budget_spent(path, budgets)) is not None:
+        path.end(spent)
     return turn
+
+
+def _budget_spent(path: PathState, budgets: Budgets) -> Termination | None:
+    """The budget the path has used up (tokens before turns), or None."""
+    if path.generated >= budgets.max_tokens:
+        return Termination.TOKEN_BUDGET
+    if len(path.turns) >= budgets.max_turns:
+        return Termination.MAX_TURNS
+    return None
 
 
 async def _user_turn(

@@ -54,6 +54,7 @@ The checks, each named by the reason a ``BlueprintAttempt`` records (docs/planni
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -392,10 +393,7 @@ def _creates_a_path(tool: str) -> bool:
 
 
 def _plain_path(value: str) -> str:
-    path = value.strip()
-    while path.startswith("./"):
-        path = path[2:]
-    return path.rstrip("/") or ("/" if value.strip().startswith("/") else ".")
+    return posixpath.normpath(value.strip() or ".")
 
 
 def _exists_before(
