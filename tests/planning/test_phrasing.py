@@ -128,6 +128,19 @@ def test_a_write_with_a_path_and_content_names_the_file_and_what_goes_in_it() ->
     assert template_words(verify).goal.endswith("Please confirm that it went through.")
 
 
+def test_a_held_back_thing_takes_its_article() -> None:
+    """server-memory's delete_entities, its names held back: "delete an entity"."""
+    tool = _tool("delete_entities", "entityNames", write=True, description="Delete entities.")
+    cluster = _cluster(tool)
+    values: dict[str, JsonValue] = {"entityNames": ["Ada Lovelace"]}
+    call = GoldCall(tool="delete_entities", arguments=values, observation="Entities deleted")
+    steps = [_slots("delete_entities", **values)]
+    held = words_spec(cluster, ReasoningMode.CLARIFY_FIRST, steps, values, [call], None)
+    asked = template_words(held)
+    assert asked.goal == "I would like you to delete an entity.", asked.goal
+    assert asked.hidden_info == {"entityNames": ["Ada Lovelace"]}
+
+
 def test_a_value_the_first_call_gives_is_not_the_users_to_say() -> None:
     """find_user(email) then send_message(user_id from the result, text): the user says
     whose address and what to send; the id is the assistant's to find."""

@@ -50,6 +50,7 @@ APPEND_INSIGHT = ["Add a business insight to the memo", "append insight", "MCP s
         ("items.description", "generic placeholder"),
         ("test.MCP", "generic placeholder"),
         ("Lorem ipsum dolor sit amet", "generic placeholder"),
+        ("text in JSON", "generic placeholder"),
         ("string", "JSON type name"),
         ("array", "JSON type name"),
         ("get_queries.find(list({type: 'object', properties: {id: 1}}))", "JSON-schema fragment"),
@@ -182,6 +183,11 @@ def test_a_name_is_no_sentence_and_no_code() -> None:
             "The Business Insights are available at: 17d9526e-cab8-4f0a-bcd-febeafeeefdceadc",
             "holds an id nobody gave (17d9526e-cab8-4f0a-bcd-febeafeeefdceadc)",
         ),
+        (
+            "true, 10.0, file_path: `/Users/myapp/Desktop/example-image.png`, \n",
+            "holds a code field's label (file_path:)",
+        ),
+        ('Saved "entityType": person', 'holds a code field\'s label ("entityType":)'),
     ],
 )
 def test_text_a_person_writes_is_words_not_a_number_or_a_pattern(value: str, why: str) -> None:
@@ -200,6 +206,8 @@ def test_text_a_person_writes_is_words_not_a_number_or_a_pattern(value: str, why
         "Café au lait",
         "Order 20261102 shipped late",
         "Deadbeef cafe opens at 9",
+        "Agenda: budget, hiring",
+        "Notes from https://example.org: read later",
     ],
 )
 def test_a_short_note_passes_as_text(value: str) -> None:

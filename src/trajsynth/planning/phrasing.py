@@ -255,7 +255,7 @@ def _thing(part: Part, clause: Clause, value: JsonValue | None) -> str:
             noun = "file" if re.search(r"\.\w{1,5}$", str(sample)) else "folder"
     noun = noun or _words(part.param)
     if value is None:
-        return f"a {noun}"
+        return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
     return f"the {_plural(value, noun)} {_value(value)}"
 
 

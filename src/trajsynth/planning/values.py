@@ -67,6 +67,9 @@ _HEX_ID = re.compile(
     r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{4,}|\b(?=[0-9a-f]*\d)[0-9a-f]{16,}\b", re.I
 )
 _FILE_NAME = re.compile(r"^[\w.-]+\.[A-Za-z0-9]{1,5}$")
+# a code field's label inside a text (``file_path:``, ``"userId":``): a model copying a form's
+# fields, not a person writing a note
+_CODE_LABEL = re.compile(r"[\"'`]?\b(?:[a-z]+_[a-z_]+|[a-z]+[A-Z]\w*)[\"'`]?\s*:(?!//)")
 # the share of a value's words that the request's own texts hold, above which the value
 # restates them
 RESTATED_SHARE = 0.75
@@ -175,7 +178,9 @@ def _generic(text: str) -> bool:
         return True
     tokens = name_tokens(t)
     words = [_stem(re.sub(r"\d+$", "", tok)) for tok in tokens if not tok.isdigit()]
-    if words and all(w in GENERIC_WORDS | _STOP for w in words):
+    # a phrase of type names counts too (``text in JSON``); a file name does not (``data.json``)
+    blank = GENERIC_WORDS | _STOP | (TYPE_NAMES if " " in t else frozenset())
+    if words and all(w in blank for w in words):
         return True  # ``my_value``, ``data.value1``, ``Name of entity2`` (stop words aside)
     if "lorem ipsum" in low:
         return True
@@ -249,8 +254,8 @@ def _text_reason(
 def _prose_reason(text: str) -> str | None:
     """Why ``text`` is not what a person writes as a note, a comment or a message: a pattern
     or a path (``./*.json``), fewer than ``PROSE_WORDS`` words (``ok``), no letter at all
-    (``123``), or an id nobody gave (a UUID; a value the server returned is never refused);
-    "Rent 1200" is a note."""
+    (``123``), an id nobody gave (a UUID; a value the server returned is never refused), a
+    code field's label (``file_path:``); "Rent 1200" and "Agenda: budget" are notes."""
     t = text.strip()
     if " " not in t and (_PATH_OR_PATTERN.search(t) or _FILE_NAME.match(t)):
         return "is a path or a pattern where text belongs"
@@ -259,6 +264,9 @@ def _prose_reason(text: str) -> str | None:
     made_up = _HEX_ID.search(t)
     if made_up:
         return f"holds an id nobody gave ({made_up.group(0)})"
+    label = _CODE_LABEL.search(t)
+    if label:
+        return f"holds a code field's label ({label.group(0).strip()})"
     return None
 
 
