@@ -340,6 +340,14 @@ def test_order_uses_first_successful_matching_call() -> None:
         ("3 items in stock", 3, True),
         ("item i3 is in stock", 3, False),
         ("a balance of -5.50", -5.5, True),
+        # a file's lines, stated whole or as a list in their order; a line missing, out of
+        # order, or only part of a word does not state the file
+        ("The file says: milk eggs bread", "milk\neggs\nbread\n", True),
+        ("It lists milk, eggs and bread.", "milk\neggs\nbread\n", True),
+        ("- milk\n- eggs\n- bread", "milk\neggs\nbread\n", True),
+        ("It lists milk and bread.", "milk\neggs\nbread\n", False),
+        ("It lists bread, eggs and milk.", "milk\neggs\nbread\n", False),
+        ("It lists milky eggs and breadcrumbs.", "milk\neggs\nbread\n", False),
     ],
 )
 def test_answer_contains_value(answer: str, value, expected: bool) -> None:

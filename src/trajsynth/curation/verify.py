@@ -476,17 +476,38 @@ def answer_contains_value(answer: str, value: str | int | float) -> bool:
     True
     >>> answer_contains_value("Order W12", "W1")
     False
+    >>> answer_contains_value("It lists milk, eggs and bread.", "milk\\neggs\\nbread\\n")
+    True
     """
     number = _as_number(value)
     if number is not None:
         return any(_numbers_close(number, n) for n in extract_numbers(answer))
-    needle = " ".join(str(value).casefold().split())
-    if not needle:
-        return True
     hay = " ".join(answer.casefold().split())
+    if _phrase_at(hay, str(value), 0) is not None:
+        return True
+    # a text of several lines (a file's content) stated as a list ("milk, eggs and bread")
+    # still states each line, in its order
+    lines = [line for line in str(value).splitlines() if line.strip()]
+    if len(lines) < 2:
+        return False
+    at: int | None = 0
+    for line in lines:
+        at = _phrase_at(hay, line, at or 0)
+        if at is None:
+            return False
+    return True
+
+
+def _phrase_at(hay: str, text: str, start: int) -> int | None:
+    """Where ``text`` (case and spacing aside, whole words) ends in ``hay`` from ``start``;
+    None when it is not there. An empty text is everywhere."""
+    needle = " ".join(text.casefold().split())
+    if not needle:
+        return start
     left = r"(?<!\w)" if re.match(r"\w", needle[0]) else ""
     right = r"(?!\w)" if re.match(r"\w", needle[-1]) else ""
-    return re.search(left + re.escape(needle) + right, hay) is not None
+    found = re.compile(left + re.escape(needle) + right).search(hay, start)
+    return found.end() if found else None
 
 
 def observed_reading(
