@@ -52,6 +52,7 @@ __all__ = [
     "notebook",
     "repo",
     "retail",
+    "shelf",
     "sized_files",
     "stranger_cluster",
     "tables",
@@ -283,6 +284,42 @@ def sized_files() -> tuple[MCPServer, State]:
         """Create or overwrite a file."""
         state["files"][path] = content
         return {"result": f"Successfully wrote to {path}"}
+
+    return server, state
+
+
+def shelf() -> tuple[MCPServer, State]:
+    """Like server-filesystem: two reads of a file's text (one of several files at once), and
+    reads that name the file without its text. A missing file answers ``Error: ENOENT``."""
+    state: State = {
+        "files": {"docs/groceries.txt": "milk\neggs\nbread\n", "docs/meeting.txt": "At 10am."}
+    }
+    server = MCPServer("shelf")
+
+    def missing(path: str) -> str:
+        return f"Error: ENOENT: no such file or directory, open '{path}'"
+
+    @server.tool()
+    def read_multiple_files(paths: list[str]) -> str:
+        """Read the contents of several files at once."""
+        return "\n---\n".join(f"{p}:\n{state['files'].get(p) or missing(p)}" for p in paths)
+
+    @server.tool()
+    def read_text_file(path: str) -> str:
+        """Read the complete contents of a file as text."""
+        return state["files"].get(path) or missing(path)
+
+    @server.tool()
+    def get_file_info(path: str) -> str:
+        """Size and name of a file."""
+        if path not in state["files"]:
+            return missing(path)
+        return f"name: {path.rsplit('/', 1)[-1]}\nsize: {len(state['files'][path])}"
+
+    @server.tool()
+    def list_directory(path: str) -> str:
+        """List the files in a folder."""
+        return "\n".join(f"[FILE] {p}" for p in sorted(state["files"]) if p.startswith(path))
 
     return server, state
 

@@ -73,7 +73,9 @@ def do_nothing_trajectory(tools: Sequence[ToolSpec] = ()) -> Trajectory:
 
 
 def _patterns(c: Any) -> list[CallPattern]:
-    if isinstance(c, ToolCalled | ToolNotCalled):
+    if isinstance(c, ToolCalled):
+        return c.patterns
+    if isinstance(c, ToolNotCalled):
         return [c.call]
     if isinstance(c, Order):
         return [c.first, c.then]
@@ -151,7 +153,11 @@ def _sanity(
         if not (c.hard and isinstance(c, ToolNotCalled)):
             continue
         for j, other in enumerate(constraints):
-            if other.hard and isinstance(other, ToolCalled) and _contradicts(other.call, c.call):
+            if (
+                other.hard
+                and isinstance(other, ToolCalled)
+                and all(_contradicts(p, c.call) for p in other.patterns)
+            ):
                 issues.append(
                     f"constraint {i} (tool_not_called) forbids what constraint {j} requires"
                 )

@@ -425,13 +425,19 @@ def _check_final_state(c: FinalState, ctx: VerifyContext) -> tuple[bool, str]:
 @checker("tool_called")
 def _check_tool_called(c: ToolCalled, ctx: VerifyContext) -> tuple[bool, str]:
     hits = [
-        i for i, call in enumerate(ctx.calls) if ctx.succeeded(call) and ctx.matches(c.call, call)
+        i
+        for i, call in enumerate(ctx.calls)
+        if ctx.succeeded(call) and any(ctx.matches(p, call) for p in c.patterns)
     ]
+    shown = " or ".join(_show(p) for p in c.patterns)
+    # the nearest miss is told of a pattern whose tool the episode did call, if any
+    called = {call.tool for call in ctx.calls}
+    nearest = next((p for p in c.patterns if p.tool in called), c.call)
     if len(hits) >= c.min_count:
-        return True, f"{_show(c.call)}: {len(hits)} successful matching call(s) {hits}"
+        return True, f"{shown}: {len(hits)} successful matching call(s) {hits}"
     return False, (
-        f"{_show(c.call)}: {len(hits)} successful matching call(s), need {c.min_count}; "
-        + _closest(c.call, ctx.calls, ctx)
+        f"{shown}: {len(hits)} successful matching call(s), need {c.min_count}; "
+        + _closest(nearest, ctx.calls, ctx)
     )
 
 

@@ -45,6 +45,7 @@ from trajsynth.planning.admission import (
 )
 from trajsynth.planning.argfill import fill_slots, unfilled
 from trajsynth.planning.constraints import derive_constraints
+from trajsynth.planning.equivalent_reads import with_equivalent_reads
 from trajsynth.planning.gold import (
     GoldFailure,
     GoldResult,
@@ -548,6 +549,11 @@ async def plan_blueprint(
         if isinstance(linted, str):
             return refused("mutation_lint", linted, fill_usage)
         truth, mutation = linted
+        if handle is not None and _lint_wanted(planner, cluster):
+            read_by_any = await with_equivalent_reads(
+                env, handle, cluster, truth.gold.run.calls, list(truth.constraints)
+            )
+            truth = truth.model_copy(update={"constraints": read_by_any})
         if cell.target_mode is ReasoningMode.EXPLORE_THEN_COMMIT:
             ordered = look_first(truth.gold.run.calls, _write_tools(cluster), truth.constraints)
             if isinstance(ordered, Refusal):

@@ -75,9 +75,20 @@ def readback_hash(
 
 
 class ToolCalled(_Constraint):
+    """At least ``min_count`` successful calls match ``call`` or one of ``alternatives``.
+
+    ``alternatives``: other reads the planner found to answer the same question with the same
+    values (``planning.equivalent_reads``: ``read_text_file(path=p)`` for
+    ``read_multiple_files(paths=[p])``); empty for writes, which the gold run's tool decides."""
+
     kind: Literal["tool_called"] = "tool_called"
     call: CallPattern
     min_count: int = Field(default=1, ge=1)
+    alternatives: list[CallPattern] = Field(default_factory=list)
+
+    @property
+    def patterns(self) -> list[CallPattern]:
+        return [self.call, *self.alternatives]
 
 
 class ToolNotCalled(_Constraint):

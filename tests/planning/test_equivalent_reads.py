@@ -1,0 +1,149 @@
+"""A read task accepts another read of the same thing (``planning.equivalent_reads``).
+
+The filesystem bench planned "What is the content of the file docs/groceries.txt?" from a gold
+run of ``read_multiple_files(paths=[...])``; a rollout that read the file with ``read_file`` and
+stated its lines failed the check that pinned the gold run's tool. The planner now tries the
+cluster's other reads with the gold read's values and keeps, as alternatives, those whose answer
+holds what the task asks; a read of another file, or none, still fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fakes.strangers import StrangerEnvironment, shelf, stranger_cluster
+
+from trajsynth.curation.verify import verify
+from trajsynth.planning.constraints import derive_constraints
+from trajsynth.planning.equivalent_reads import mapped_arguments, with_equivalent_reads
+from trajsynth.planning.gold import GoldFailure, run_gold_path
+from trajsynth.schemas import (
+    CallPattern,
+    Constraint,
+    GoldCall,
+    LiteralArg,
+    Message,
+    MessageRole,
+    PlannedCall,
+    ToolCalled,
+    ToolCallRecord,
+    ToolCluster,
+    ToolSpec,
+    Trajectory,
+    canonical_json,
+)
+from trajsynth.schemas.rollout import ObsClass, Termination
+
+GROCERIES = "docs/groceries.txt"
+LINES = "milk\neggs\nbread"
+
+
+async def _read_task(cluster: ToolCluster) -> tuple[list[Constraint], list[Constraint]]:
+    """The read task's checks as derived from its gold run, and with the equivalent reads."""
+    env = StrangerEnvironment(shelf, cluster)
+    initial = await env.state()
+    handle = await env.snapshot()
+    steps = [PlannedCall(tool="read_multiple_files", args={"paths": LiteralArg(value=[GROCERIES])})]
+    outcome = await run_gold_path(env, cluster, steps, {}, initial)
+    assert not isinstance(outcome, GoldFailure), outcome
+    derived = derive_constraints(
+        outcome.run.calls, outcome.run.final_state, cluster, [LINES], initial_state=initial
+    )
+    widened = await with_equivalent_reads(env, handle, cluster, outcome.run.calls, list(derived))
+    return derived, widened
+
+
+async def _passes(
+    cluster: ToolCluster, constraints: list[Constraint], answer: str, *calls: tuple[str, dict]
+) -> tuple[bool, list[str]]:
+    env = StrangerEnvironment(shelf, cluster)
+    records = []
+    for i, (tool, arguments) in enumerate(calls):
+        result = await env.call_tool(tool, arguments)
+        records.append(
+            ToolCallRecord(
+                call_id=f"c{i}",
+                tool=tool,
+                raw_arguments=canonical_json(arguments),
+                arguments=arguments,
+                observation=result.text,
+                obs_class=ObsClass.ERROR if result.is_error else ObsClass.OK,
+            )
+        )
+    trajectory = Trajectory(
+        trajectory_id="t",
+        run_id="r",
+        blueprint_id="bp",
+        tree_id="t",
+        leaf_node_id="l",
+        cluster_id=cluster.cluster_id,
+        messages=[
+            Message(role=MessageRole.USER, content="What is in docs/groceries.txt?"),
+            Message(role=MessageRole.ASSISTANT, content=answer),
+        ],
+        tools=[t.to_openai() for t in cluster.tools],
+        calls=records,
+        final_answer=answer,
+        termination=Termination.ASSISTANT_DONE,
+    )
+    verdict = verify(trajectory, constraints, await env.state())
+    return verdict.passed, [r.detail for r in verdict.results if r.hard and not r.passed]
+
+
+def _reading(constraints: list[Constraint]) -> ToolCalled:
+    [check] = [c for c in constraints if isinstance(c, ToolCalled)]
+    return check
+
+
+async def test_another_read_of_the_same_file_is_an_alternative_and_a_read_of_another_is_not() -> (
+    None
+):
+    cluster = await stranger_cluster("shelf", shelf)
+    derived, widened = await _read_task(cluster)
+    assert _reading(derived).alternatives == []
+    # read_text_file answers with the lines; get_file_info and list_directory name the file
+    # without them, so they answer another question
+    assert _reading(widened).alternatives == [
+        CallPattern(tool="read_text_file", matchers={"path": GROCERIES})
+    ]
+    right = "The file docs/groceries.txt lists milk, eggs and bread."
+    read_text = ("read_text_file", {"path": GROCERIES})
+    passed, why = await _passes(cluster, derived, right, read_text)
+    assert not passed and any("read_multiple_files" in w for w in why), why  # the control
+    passed, why = await _passes(cluster, widened, right, read_text)
+    assert passed, why
+    passed, why = await _passes(
+        cluster, widened, right, ("read_multiple_files", {"paths": [GROCERIES]})
+    )
+    assert passed, why
+    # another file read, the answer stated anyway: the read does not match
+    passed, why = await _passes(
+        cluster, widened, right, ("read_text_file", {"path": "docs/meeting.txt"})
+    )
+    assert not passed and any(
+        "closest: call #0 read_text_file differs on path" in w for w in why
+    ), why
+    # no read at all, and a read of the right file with a wrong answer
+    assert not (await _passes(cluster, widened, right))[0]
+    assert not (await _passes(cluster, widened, "It lists milk and tea.", read_text))[0]
+
+
+def _spec(name: str, props: dict[str, Any], required: list[str]) -> ToolSpec:
+    schema = {"type": "object", "properties": props, "required": required}
+    return ToolSpec(name=name, description=f"{name}.", input_schema=schema)
+
+
+def test_a_read_must_take_every_value_the_gold_read_was_given_and_need_no_other() -> None:
+    gold = GoldCall(tool="read_file", arguments={"path": "a.txt", "head": 3}, observation="x")
+    only_path = _spec("read_text_file", {"path": {"type": "string"}}, ["path"])
+    assert mapped_arguments(gold, only_path) is None  # would drop "head"
+    wants_more = _spec(
+        "search_files", {"path": {"type": "string"}, "head": {"type": "integer"},
+                         "pattern": {"type": "string"}}, ["path", "pattern"],
+    )  # fmt: skip
+    assert mapped_arguments(gold, wants_more) is None  # would guess a pattern
+    many = GoldCall(tool="read_multiple_files", arguments={"paths": ["a", "b"]}, observation="x")
+    assert mapped_arguments(many, only_path) is None  # two files are not one
+    listed = _spec("read_multiple_files", {"paths": {"type": "array"}}, ["paths"])
+    one = GoldCall(tool="read_text_file", arguments={"path": "a.txt"}, observation="x")
+    assert mapped_arguments(one, listed) == {"paths": ["a.txt"]}
