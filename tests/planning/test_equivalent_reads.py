@@ -147,3 +147,24 @@ def test_a_read_must_take_every_value_the_gold_read_was_given_and_need_no_other(
     listed = _spec("read_multiple_files", {"paths": {"type": "array"}}, ["paths"])
     one = GoldCall(tool="read_text_file", arguments={"path": "a.txt"}, observation="x")
     assert mapped_arguments(one, listed) == {"paths": ["a.txt"]}
+
+
+async def test_an_answer_the_arguments_state_gets_no_alternative() -> None:
+    """The control for an echo: asked what ``read_text_file`` says when its path is the answer,
+    any read that repeats the path (``list_directory``) would answer the same; none is taken."""
+    cluster = await stranger_cluster("shelf", shelf)
+    env = StrangerEnvironment(shelf, cluster)
+    initial = await env.state()
+    handle = await env.snapshot()
+    steps = [PlannedCall(tool="get_file_info", args={"path": LiteralArg(value=GROCERIES)})]
+    outcome = await run_gold_path(env, cluster, steps, {}, initial)
+    assert not isinstance(outcome, GoldFailure), outcome
+    derived = derive_constraints(
+        outcome.run.calls,
+        outcome.run.final_state,
+        cluster,
+        ["groceries.txt"],
+        initial_state=initial,
+    )
+    widened = await with_equivalent_reads(env, handle, cluster, outcome.run.calls, list(derived))
+    assert _reading(widened).alternatives == []

@@ -15,7 +15,8 @@ error, and its answer holds every value the task's answer check asks for. Each e
 on the ``tool_called`` check as an alternative (``ToolCalled.alternatives``), matched on the
 values it was given; a read of other inputs still fails, and so does an episode that reads
 nothing. An answer that changes between reads (``AnswerContains.observed``: a clock) ties the
-task to the read it is taken from, so such a task gets no alternatives.
+task to the read it is taken from, and an answer the read's own arguments state (``echo``)
+would be held by any read that repeats its input, so such tasks get no alternatives.
 """
 
 from __future__ import annotations
@@ -94,6 +95,13 @@ def mapped_arguments(gold: GoldCall, spec: ToolSpec) -> dict[str, JsonValue] | N
     return out
 
 
+def _echoes(gold: GoldCall, values: Sequence[Any]) -> bool:
+    """Whether the read's own arguments state every answer value (``echo(message)``): any
+    read that repeats its input would answer the same, so none stands for it."""
+    given = " ".join(_text(v) for v in gold.arguments.values() if v is not None)
+    return all(answer_contains_value(given, v) for v in values)
+
+
 def _text(observation: Any) -> str:
     return observation if isinstance(observation, str) else canonical_json(observation)
 
@@ -147,7 +155,7 @@ async def with_equivalent_reads(
             out.append(c)
             continue
         i = int(index.group(1))
-        if i >= len(gold) or gold[i].tool != c.call.tool:
+        if i >= len(gold) or gold[i].tool != c.call.tool or _echoes(gold[i], values):
             out.append(c)
             continue
         fixed = set(cluster.server.args)
