@@ -150,8 +150,9 @@ def test_a_read_must_take_every_value_the_gold_read_was_given_and_need_no_other(
 
 
 async def test_an_answer_the_arguments_state_gets_no_alternative() -> None:
-    """The control for an echo: asked what ``read_text_file`` says when its path is the answer,
-    any read that repeats the path (``list_directory``) would answer the same; none is taken."""
+    """The control for an echo: asked for the file name ``get_file_info`` gives, which its own
+    path states, any read that repeats the path (``list_directory``) would answer the same;
+    none is taken."""
     cluster = await stranger_cluster("shelf", shelf)
     env = StrangerEnvironment(shelf, cluster)
     initial = await env.state()
