@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from fakes.strangers import StrangerEnvironment, shelf, stranger_cluster
+from fakes.trajectories import call, make_trajectory
 
 from trajsynth.curation.verify import verify
 from trajsynth.planning.constraints import derive_constraints
@@ -22,17 +23,11 @@ from trajsynth.schemas import (
     Constraint,
     GoldCall,
     LiteralArg,
-    Message,
-    MessageRole,
     PlannedCall,
     ToolCalled,
-    ToolCallRecord,
     ToolCluster,
     ToolSpec,
-    Trajectory,
-    canonical_json,
 )
-from trajsynth.schemas.rollout import ObsClass, Termination
 
 GROCERIES = "docs/groceries.txt"
 LINES = "milk\neggs\nbread"
@@ -56,36 +51,15 @@ async def _read_task(cluster: ToolCluster) -> tuple[list[Constraint], list[Const
 async def _passes(
     cluster: ToolCluster, constraints: list[Constraint], answer: str, *calls: tuple[str, dict]
 ) -> tuple[bool, list[str]]:
+    """A hand-made episode, each call answered by the server, verified against ``constraints``."""
     env = StrangerEnvironment(shelf, cluster)
-    records = []
-    for i, (tool, arguments) in enumerate(calls):
+    made = []
+    for tool, arguments in calls:
         result = await env.call_tool(tool, arguments)
-        records.append(
-            ToolCallRecord(
-                call_id=f"c{i}",
-                tool=tool,
-                raw_arguments=canonical_json(arguments),
-                arguments=arguments,
-                observation=result.text,
-                obs_class=ObsClass.ERROR if result.is_error else ObsClass.OK,
-            )
-        )
-    trajectory = Trajectory(
-        trajectory_id="t",
-        run_id="r",
-        blueprint_id="bp",
-        tree_id="t",
-        leaf_node_id="l",
-        cluster_id=cluster.cluster_id,
-        messages=[
-            Message(role=MessageRole.USER, content="What is in docs/groceries.txt?"),
-            Message(role=MessageRole.ASSISTANT, content=answer),
-        ],
-        tools=[t.to_openai() for t in cluster.tools],
-        calls=records,
-        final_answer=answer,
-        termination=Termination.ASSISTANT_DONE,
-    )
+        made.append(call(tool, arguments, result.text, error="tool" if result.is_error else None))
+    trajectory = make_trajectory(
+        "t", [made] if made else [], final=answer, opening="What is in docs/groceries.txt?"
+    ).model_copy(update={"tools": [t.to_openai() for t in cluster.tools]})
     verdict = verify(trajectory, constraints, await env.state())
     return verdict.passed, [r.detail for r in verdict.results if r.hard and not r.passed]
 
