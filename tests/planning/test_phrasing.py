@@ -368,3 +368,23 @@ def test_a_read_with_no_answer_to_ask_is_requested_once() -> None:
     goal = template_words(spec).goal
     assert goal.count("sum") == 1 and ", then " not in goal, goal
     _reads_as_a_request(goal, cluster, ["17", "25"])
+
+
+def test_the_top_folder_is_named_in_words() -> None:
+    """The filesystem bench asked "What is the content of the directory .?"."""
+    tool = _tool("list_directory", "path", description="List the files in a folder.")
+    cluster = _cluster(tool)
+    values: dict[str, JsonValue] = {"path": "."}
+    call = GoldCall(tool="list_directory", arguments=values, observation={"content": "docs"})
+    steps = [_slots("list_directory", **values)]
+    spec = words_spec(
+        cluster,
+        ReasoningMode.DIRECT_EXECUTE,
+        steps,
+        values,
+        [call],
+        Answer(field="content", value="docs"),
+    )
+    words = template_words(spec)
+    assert "top directory (.)" in words.goal or "top folder (.)" in words.goal, words.goal
+    assert check_words(words, spec) == []

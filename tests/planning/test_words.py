@@ -216,6 +216,33 @@ def test_pick_answer_prefers_the_matching_item_and_telling_fields() -> None:
     assert pick_answer([ids_only], {}) is None
 
 
+def test_a_text_answer_is_what_was_asked_without_the_tools_markup() -> None:
+    """server-filesystem's answers: the file's lines without the header naming the file, a
+    folder's entries without the listing's ``[DIR]``/``[FILE]`` tags (the filesystem bench
+    asked a user to be told "[DIR] docs"); a tag inside a line is the line's own text."""
+    read = GoldCall(
+        tool="read_multiple_files",
+        arguments={"paths": ["docs/groceries.txt"]},
+        observation={"content": "docs/groceries.txt:\nmilk\neggs\nbread\n\n"},
+    )
+    answer = pick_answer([read], {"paths": ["docs/groceries.txt"]}, ["paths"])
+    assert answer is not None and answer.value == "milk\neggs\nbread"
+    listing = GoldCall(
+        tool="list_directory",
+        arguments={"path": "."},
+        observation={"content": "[DIR] docs\n[FILE] notes.txt"},
+    )
+    answer = pick_answer([listing], {"path": "."}, ["path"])
+    assert answer is not None and answer.value == "docs\nnotes.txt"
+    note = GoldCall(
+        tool="read_text_file",
+        arguments={"path": "a.txt"},
+        observation={"content": "see [TODO] list"},
+    )
+    answer = pick_answer([note], {"path": "a.txt"}, ["path"])
+    assert answer is not None and answer.value == "see [TODO] list"
+
+
 def test_clarify_first_holds_back_a_value_no_other_slot_repeats() -> None:
     """mcp-server-time: the timezone converted from and to are one value; holding back one
     of them while the goal states the other could never pass the check, so a slot with a

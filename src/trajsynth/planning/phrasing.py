@@ -256,6 +256,8 @@ def _thing(part: Part, clause: Clause, value: JsonValue | None) -> str:
     noun = noun or _words(part.param)
     if value is None:
         return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+    if value in (".", "./"):  # "the directory ." reads as a typo
+        return f"the top {noun} ({value})"
     return f"the {_plural(value, noun)} {_value(value)}"
 
 

@@ -289,13 +289,20 @@ def pick_answer(
     return Answer(field=key, value=_without_echo(answer, given), subject=subject)
 
 
+# a listing's type tag at the start of a line (server-filesystem's ``[DIR] docs``)
+_LINE_TAG = re.compile(r"(?m)^[ \t]*\[[A-Z]{2,10}\][ \t]*(?=\S)")
+
+
 def _without_echo(value: str | int | float, given: set[str]) -> str | int | float:
     r"""A text answer without a header that echoes the request's own value (server-filesystem's
-    ``read_multiple_files`` answers ``docs/groceries.txt:\nmilk ...``): the user asked for the
-    content, and an answer that states it without the file's name answers them.
+    ``read_multiple_files`` answers ``docs/groceries.txt:\nmilk ...``) and without a listing's
+    type tags (``[DIR] docs``): the user asked for the content, and an answer that states it
+    without the file's name or the tool's markup answers them.
 
     >>> _without_echo("docs/a.txt:\nmilk\neggs\n", {"docs/a.txt"})
     'milk\neggs'
+    >>> _without_echo("[DIR] docs\n[FILE] notes.txt", set())
+    'docs\nnotes.txt'
     >>> _without_echo("Paris: 12 degrees", {"london"})
     'Paris: 12 degrees'
     """
@@ -304,8 +311,9 @@ def _without_echo(value: str | int | float, given: set[str]) -> str | int | floa
     for echoed in sorted(given, key=len, reverse=True):
         head, rest = value[: len(echoed)], value[len(echoed) :].lstrip(" \t")
         if echoed and head.casefold() == echoed and rest.startswith(":") and rest[1:].strip():
-            return rest[1:].strip()
-    return value
+            value = rest[1:].strip()
+            break
+    return _LINE_TAG.sub("", value)
 
 
 def _first_clause(description: str) -> str:
