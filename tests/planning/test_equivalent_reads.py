@@ -11,19 +11,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from fakes.llm import ScriptedLLM, slot_filler
 from fakes.strangers import StrangerEnvironment, shelf, stranger_cluster
 from fakes.trajectories import call, make_trajectory
 
 from trajsynth.curation.verify import verify
+from trajsynth.planning.argfill import FILL_TOOL
 from trajsynth.planning.constraints import derive_constraints
 from trajsynth.planning.equivalent_reads import mapped_arguments, with_equivalent_reads
 from trajsynth.planning.gold import GoldFailure, run_gold_path
+from trajsynth.planning.planner import Planner, plan_blueprint
 from trajsynth.schemas import (
+    Blueprint,
     CallPattern,
+    Cell,
     Constraint,
+    Difficulty,
     GoldCall,
     LiteralArg,
+    PathShape,
     PlannedCall,
+    ReasoningMode,
     ToolCalled,
     ToolCluster,
     ToolSpec,
@@ -143,3 +151,32 @@ async def test_an_answer_the_arguments_state_gets_no_alternative() -> None:
     )
     widened = await with_equivalent_reads(env, handle, cluster, outcome.run.calls, list(derived))
     assert _reading(widened).alternatives == []
+
+
+async def test_the_planner_puts_the_equivalent_read_on_an_outside_read_task() -> None:
+    cluster = await stranger_cluster("shelf", shelf)
+    cell = Cell(
+        cluster_id="shelf",
+        path_shape=PathShape.SINGLE,
+        target_mode=ReasoningMode.DIRECT_EXECUTE,
+        difficulty=Difficulty.EASY,
+    )
+    values = {"path": GROCERIES, "paths": [GROCERIES]}
+    fake = ScriptedLLM([slot_filler(values, FILL_TOOL)] * 40)
+    texts = {"read_text_file", "read_multiple_files"}
+    seen = set()
+    for seed in range(3):
+        bp = await plan_blueprint(
+            Planner(use_llm=True),
+            fake.client(),
+            lambda: StrangerEnvironment(shelf, cluster),
+            cluster,
+            cell,
+            seed,
+        )
+        assert isinstance(bp, Blueprint), bp
+        check = _reading(bp.constraints)
+        assert check.call.tool in texts, check
+        assert [p.tool for p in check.alternatives] == sorted(texts - {check.call.tool})
+        seen.add(check.call.tool)
+    assert seen == texts  # both reads were the gold one once
