@@ -17,6 +17,7 @@ from trajsynth.mcp_servers.listings import listed_dirs
 from trajsynth.planning.admission import unseen_write
 from trajsynth.planning.argfill import FILL_TOOL, fill_slots, unfilled
 from trajsynth.planning.constraints import derive_constraints
+from trajsynth.planning.equivalent_reads import with_equivalent_reads
 from trajsynth.planning.gold import GoldFailure, run_gold_path
 from trajsynth.planning.mutants import find_readback, lint_by_mutation
 from trajsynth.planning.paths import PlannedPath
@@ -27,6 +28,7 @@ from trajsynth.schemas import (
     PathShape,
     PlannedCall,
     SlotArg,
+    ToolCalled,
     ToolCluster,
 )
 
@@ -106,3 +108,34 @@ async def test_a_folder_that_exists_is_a_noop_write(cluster: ToolCluster) -> Non
     assert refusal.reason == "noop_write", (refusal, search)
     derived, search, _ = found["docs/reports"]
     assert any(isinstance(c, FinalState) for c in derived) or search.check is not None
+
+
+async def test_the_real_servers_other_reads_of_a_file_are_alternatives(
+    cluster: ToolCluster,
+) -> None:
+    """A read task planned from ``read_multiple_files`` accepts the server's own single-file
+    reads of the same file (``read_file``, ``read_text_file``), and not the reads that name the
+    file without its text (``get_file_info``, ``list_directory``)."""
+    read = [
+        PlannedCall(
+            tool="read_multiple_files", args={"paths": LiteralArg(value=["docs/groceries.txt"])}
+        )
+    ]
+    async with open_environment(cluster, sandbox_kind="local") as env:
+        initial = await env.state()
+        handle = await env.snapshot()
+        outcome = await run_gold_path(env, cluster, read, {}, initial)
+        assert not isinstance(outcome, GoldFailure), outcome
+        derived = derive_constraints(
+            outcome.run.calls,
+            outcome.run.final_state,
+            cluster,
+            ["milk\neggs\nbread"],
+            initial_state=initial,
+        )
+        widened = await with_equivalent_reads(env, handle, cluster, outcome.run.calls, derived)
+    [check] = [c for c in widened if isinstance(c, ToolCalled)]
+    found = {p.tool: p.matchers for p in check.alternatives}
+    singles = {"read_file", "read_text_file"} & {t.name for t in cluster.tools}
+    assert singles and set(found) == singles, found
+    assert all(m == {"path": "docs/groceries.txt"} for m in found.values()), found

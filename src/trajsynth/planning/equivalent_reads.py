@@ -11,7 +11,8 @@ gold calls before it replayed from the initial snapshot), each given the gold re
 under the same names (``paths=["docs/a.txt"]`` gives ``path="docs/a.txt"``; a one-item list
 and its item stand for each other). A read is an **equivalent** when it takes every value the
 gold read was given and nothing more (no required parameter left to guess), answers without an
-error, and its answer holds every value the task's answer check asks for. Each equivalent goes
+error, and its answer holds every value the task's answer check asks for (``MAX_TRIED``
+reads at most, those named most like the gold read first). Each equivalent goes
 on the ``tool_called`` check as an alternative (``ToolCalled.alternatives``), matched on the
 values it was given; a read of other inputs still fails, and so does an episode that reads
 nothing. An answer that changes between reads (``AnswerContains.observed``: a clock) ties the
@@ -52,7 +53,7 @@ __all__ = ["MAX_TRIED", "mapped_arguments", "with_equivalent_reads"]
 
 log = logging.getLogger(__name__)
 
-MAX_TRIED = 6  # reads tried per reading check
+MAX_TRIED = 6  # reads tried per reading check, those named most like the gold read first
 _READING = re.compile(r"^gold_run\.calls\[(\d+)\]\.arguments$")
 
 
@@ -159,11 +160,16 @@ async def with_equivalent_reads(
             out.append(c)
             continue
         fixed = set(cluster.server.args)
-        candidates = [
-            (spec.name, args)
-            for spec in reads
-            if spec.name != c.call.tool and (args := mapped_arguments(gold[i], spec)) is not None
-        ][:MAX_TRIED]
+        own = set(_words(c.call.tool))
+        candidates = sorted(
+            (
+                (spec.name, args)
+                for spec in reads
+                if spec.name != c.call.tool
+                and (args := mapped_arguments(gold[i], spec)) is not None
+            ),
+            key=lambda named: -len(own & set(_words(named[0]))),  # a read named alike first
+        )[:MAX_TRIED]
         found: list[CallPattern] = []
         for tool, args in candidates:
             tried_any = True
