@@ -216,6 +216,31 @@ def test_pick_answer_prefers_the_matching_item_and_telling_fields() -> None:
     assert pick_answer([ids_only], {}) is None
 
 
+def test_of_several_lists_the_answer_comes_from_the_record_the_user_named() -> None:
+    """server-memory's ``open_nodes`` answers with the entities and the relations between
+    them; asked about Ada Lovelace, the answer is her record's, not nothing (the memory bench
+    refused ``open_nodes`` tasks: "checks no outcome")."""
+    graph = {
+        "entities": [
+            {"type": "entity", "name": "Ada Lovelace", "entityType": "person",
+             "observations": ["Wrote the first program"]},
+            {"type": "entity", "name": "Analytical Engine", "entityType": "machine",
+             "observations": []},
+        ],
+        "relations": [
+            {"type": "relation", "from": "Ada Lovelace", "to": "Analytical Engine",
+             "relationType": "programmed"},
+        ],
+    }  # fmt: skip
+    read = GoldCall(tool="open_nodes", arguments={"names": ["Ada Lovelace"]}, observation=graph)
+    assert pick_answer([read], {"names": ["Ada Lovelace"]}, ["names"]) == Answer(
+        field="entityType", value="person", subject="Ada Lovelace"
+    )
+    # nothing named: a whole graph singles out no record
+    everything = GoldCall(tool="read_graph", arguments={}, observation=graph)
+    assert pick_answer([everything], {}) is None
+
+
 def test_a_text_answer_is_what_was_asked_without_the_tools_markup() -> None:
     """server-filesystem's answers: the file's lines without the header naming the file, a
     folder's entries without the listing's ``[DIR]``/``[FILE]`` tags (the filesystem bench

@@ -183,6 +183,20 @@ def _informative(
     ]
 
 
+def _without_kind(record: Mapping[str, JsonValue], key: str) -> Mapping[str, JsonValue]:
+    """A record without the field that only says what kind of record it is (``"type":
+    "entity"`` in a list called ``entities``)."""
+    kinds = {key.casefold(), singular(key.casefold())}
+    return {k: v for k, v in record.items() if not (isinstance(v, str) and v.casefold() in kinds)}
+
+
+def _names_given(item: JsonValue, given: set[str]) -> bool:
+    """Whether a record's name (a label field) is a value the user gave."""
+    return isinstance(item, Mapping) and any(
+        isinstance(item.get(k), str) and str(item[k]).casefold() in given for k in _LABELS
+    )
+
+
 def _salient_key(key: str) -> int | None:
     name = "_".join(name_tokens(key))
     for rank, word in enumerate(_SALIENT):
@@ -242,9 +256,17 @@ def pick_answer(
     entity: Mapping[str, JsonValue] | None = None
     items: list[Mapping[str, JsonValue]] | None = None
     if isinstance(value, Mapping):
-        lists = [v for v in value.values() if isinstance(v, list) and v and isinstance(v[0], dict)]
-        if len(lists) == 1 and not _informative(value, given, names):
-            items = [v for v in lists[0] if isinstance(v, Mapping)]
+        lists = {
+            str(k): v
+            for k, v in value.items()
+            if isinstance(v, list) and v and isinstance(v[0], dict)
+        }
+        named = [k for k, rows in lists.items() if any(_names_given(r, given) for r in rows)]
+        # one list of records; or of several (server-memory's entities and relations), the
+        # one holding the record the user named
+        key = next(iter(lists)) if len(lists) == 1 else named[0] if len(named) == 1 else None
+        if key is not None and not _informative(value, given, names):
+            items = [_without_kind(v, key) for v in lists[key] if isinstance(v, Mapping)]
         else:
             entity = value
     elif isinstance(value, list):
