@@ -47,6 +47,7 @@ from trajsynth.schemas import (
     ToolSpec,
     canonical_json,
 )
+from trajsynth.schemas.failures import MCPServerError
 from trajsynth.schemas.results import result_error
 
 __all__ = ["MAX_TRIED", "mapped_arguments", "with_equivalent_reads"]
@@ -113,7 +114,7 @@ async def _answers(
     """Whether the read succeeds and its answer holds every value."""
     try:
         result = await env.call_tool(tool, dict(arguments))
-    except Exception as exc:  # a read the server cannot make is no equivalent
+    except MCPServerError as exc:  # a read that takes the server down is no equivalent
         log.debug("equivalent read %s failed: %s", tool, exc)
         return False
     observation = observation_value(result)
