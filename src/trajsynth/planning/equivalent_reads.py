@@ -172,9 +172,10 @@ async def with_equivalent_reads(
             key=lambda named: -len(own & set(_words(named[0]))),  # a read named alike first
         )[:MAX_TRIED]
         found: list[CallPattern] = []
-        for tool, args in candidates:
+        if candidates:  # reads change nothing: one replay serves them all
             tried_any = True
             await _replayed(env, handle, gold[:i])
+        for tool, args in candidates:
             if await _answers(env, tool, args, values):
                 matchers = {k: v for k, v in args.items() if k not in fixed}
                 found.append(CallPattern(tool=tool, matchers=matchers))
