@@ -342,6 +342,21 @@ def test_an_answer_that_explains_the_tool_instead_of_the_outcome_fails() -> None
     assert failed(run(done, answer=lecture)) == ["answer_informs"]
 
 
+def test_an_answer_that_speaks_of_the_tool_by_its_name_fails() -> None:
+    """The sqlite bench's one pass at f363a60: 'The table "TableTypeInfo" has been
+    successfully created. The function "create_table" returned a result set with the requested
+    data type as specified by the query.' The tool said "Table created successfully"; the
+    second sentence is about the function, and wrong. Control: the first sentence alone (a
+    tool named by a plain word, "add", is a word: ``named_tool``'s doctest)."""
+    done = [_call(0, "delete_file", DEL, "File deleted successfully")]
+    spoke = 'README.md is deleted. The function "delete_file" returned a result set.'
+    assert failed(run(done, answer=spoke)) == ["answer_informs"]
+    assert failed(run(done, answer="README.md is deleted. I called delete_file for it.")) == [
+        "answer_informs"
+    ]
+    assert failed(run(done, answer="README.md is deleted.")) == []
+
+
 def test_a_null_printed_as_the_answer_is_no_answer() -> None:
     """The sqlite bench: a table created, then the answer "None.", which passed: "none"
     reads as an outcome. Control: "None of the files was deleted." is words."""

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -334,6 +334,30 @@ def describes_tool(answer: str) -> bool:
     return any(_DESCRIBES_TOOL.search(s) for s in _SENTENCE.findall(answer))
 
 
+def named_tool(answer: str, tools: Iterable[str]) -> str | None:
+    """A tool the answer names by its identifier (``create_table``, ``get-sum``,
+    ``readGraph``, or any name in quotes or backticks): an answer in plain words tells the user
+    what happened, and one that speaks of the function tends to say what it does, often
+    wrongly ('The function "create_table" returned a result set with the requested data
+    type'). A name that is a plain word outside quotes ("echo", "add") is a word.
+
+    >>> named_tool('The table exists. The function "create_table" returned a result set.',
+    ...            ["create_table", "read_query"])
+    'create_table'
+    >>> named_tool("I will add it: the sum is 42.", ["add", "get-sum"]) is None
+    True
+    """
+    for name in tools:
+        plain = re.escape(name)
+        if re.search(rf"[\"'`]{plain}[\"'`]", answer):
+            return name
+        if re.search(r"[_-]|[a-z][A-Z]", name) and re.search(
+            rf"(?<![\w-]){plain}(?![\w-])", answer
+        ):
+            return name
+    return None
+
+
 @hygiene_check("answer_informs")
 def _answer_informs(ctx: HygieneContext) -> tuple[bool, str]:
     calls = ctx.calls
@@ -344,6 +368,9 @@ def _answer_informs(ctx: HygieneContext) -> tuple[bool, str]:
         return True, "no tool result to report"
     if describes_tool(answer):
         return False, "the answer explains a tool in general instead of telling what happened"
+    tool = named_tool(answer, ctx.schemas)
+    if tool is not None:
+        return False, f"the answer speaks of the tool {tool!r} instead of what happened"
     outcome = _OUTCOME.search(answer)
     if outcome:
         return True, f"the answer states an outcome ({outcome.group()!r})"
