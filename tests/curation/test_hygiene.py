@@ -390,6 +390,18 @@ def test_an_answer_that_only_echoes_the_request_fails() -> None:
     ]
 
 
+def test_a_proper_name_the_episode_never_said_is_made_up() -> None:
+    """A time bench pass: the right datetime, then "This value represents the current date and
+    time in Japan's Eastern Standard Calendar (Yon)." Every answer of the stored outside
+    benches that names such a thing made it up (five of them); a name the user or a result
+    gave, with ``_`` read as a space, is grounded."""
+    read = [_call(0, "list_files", {}, '{"timezone": "America/New_York", "owner": "Ann Lee"}')]
+    made_up = "The owner is Ann Lee, in the Eastern Standard Calendar."
+    assert "grounded_answer" in failed(run(read, answer=made_up))
+    told = "The owner is Ann Lee, and the folder keeps New York time."
+    assert "grounded_answer" not in failed(run(read, answer=told))
+
+
 def test_grounding_reads_values_as_a_reviewer_would() -> None:
     """Prose that only looks like a value, list numbering, clock times told in 12 hours and a
     rounded amount are not made up."""

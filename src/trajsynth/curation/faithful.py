@@ -174,8 +174,8 @@ class Corpus:
         """Whether ``token`` appears verbatim, or (holding digits) every number in it does."""
         text = self.result_text if tools_only else self.text
         numbers = self.result_numbers if tools_only else self.numbers
-        if token.casefold() in text:
-            return True
+        if token.casefold() in text or token.casefold() in text.replace("_", " "):
+            return True  # "New York" is said by "America/New_York"
         values = numbers_in(token)
         return bool(values) and all(_has_number(numbers, v) for v in values)
 
@@ -233,9 +233,25 @@ def _writes(ctx: HygieneContext) -> list[int]:
 # --- the checks ------------------------------------------------------------------------------
 
 
+# a name of several capitalised words inside a sentence ("... in Japan's Eastern Standard
+# Calendar (Yon)", a time bench answer): a proper name the episode has to have said
+_NAME_RUN = re.compile(r"(?<=[a-z,;:(] )[A-Z][a-z]+(?: (?:of |de |the )?[A-Z][a-z]+)+")
+
+
+def names_stated(answer: str) -> list[str]:
+    """The proper names of several words that an answer states inside its sentences.
+
+    >>> names_stated("It is 10:15. This is the time in Japan's Eastern Standard Calendar.")
+    ['Eastern Standard Calendar']
+    >>> names_stated("Ada Lovelace is deleted. The owner is Hannah Weber.")
+    ['Hannah Weber']
+    """
+    return _NAME_RUN.findall(answer)
+
+
 @hygiene_check("grounded_answer")
 def _grounded_answer(ctx: HygieneContext) -> tuple[bool, str]:
-    values = answer_values(ctx.answer, ctx.asked_values)
+    values = answer_values(ctx.answer, ctx.asked_values) + names_stated(ctx.answer)
     if not values:
         return True, "the answer states no value to ground"
     corpus = Corpus(ctx)
