@@ -159,6 +159,7 @@ def one(
     rollout: str,
     llm_edges: bool = False,
     user_stop_when_met: str = "default",
+    distractors: int | None = None,
 ) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"outside-bench-{name}-"))
     run_section = (
@@ -166,7 +167,8 @@ def one(
         if user_stop_when_met != "default"
         else ""
     )
-    (work / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n" + run_section)
+    shown = f"distractors = {distractors}\n" if distractors is not None else ""
+    (work / "synth.toml").write_text("[llm]\nembedded_ctx = 8192\n" + shown + run_section)
     started = time.perf_counter()
     row: dict = {"server": name, "joined": False}
     flags = ["--llm-edges"] if llm_edges else []
@@ -351,6 +353,13 @@ def main() -> None:
         "(default: on for the embedded model; off: the control, a user who never stops)",
     )
     parser.add_argument(
+        "--distractors",
+        type=int,
+        default=None,
+        help="[llm] distractors: show the model the tools a task needs plus N nearest "
+        "(default: every tool that fits the context)",
+    )
+    parser.add_argument(
         "--empty-worlds",
         action="store_true",
         help="sqlite and memory start empty, not with a user's shop database and graph",
@@ -361,13 +370,22 @@ def main() -> None:
         chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
     rows = [
         one(
-            n, c, e, args.tasks, args.samples, args.rollout, args.llm_edges, args.user_stop_when_met
+            n,
+            c,
+            e,
+            args.tasks,
+            args.samples,
+            args.rollout,
+            args.llm_edges,
+            args.user_stop_when_met,
+            args.distractors,
         )
         for n, (c, e) in chosen.items()
     ]
     print(
         f"\noutside servers, --tasks {args.tasks} --samples {args.samples} --rollout "
         f"{args.rollout} --user-stop-when-met {args.user_stop_when_met} "
+        f"--distractors {'default' if args.distractors is None else args.distractors} "
         "(targets in [])"
     )
     header = (
