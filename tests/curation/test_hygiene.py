@@ -402,6 +402,18 @@ def test_a_proper_name_the_episode_never_said_is_made_up() -> None:
     assert "grounded_answer" not in failed(run(read, answer=told))
 
 
+def test_a_unit_the_result_never_gave_is_a_guess() -> None:
+    """server-everything's weather (``{"temperature": 33, ...}``): six stored passes said
+    "33 degrees Celsius" or "33°C". The number is the result's; the unit nobody gave. Control:
+    the bare number, and a result that states its unit."""
+    bare = [_call(0, "list_files", {}, '{"temperature": 33, "humidity": 82}')]
+    assert "grounded_answer" in failed(run(bare, answer="It is 33°C there."))
+    assert "grounded_answer" in failed(run(bare, answer="It is 33 degrees Celsius there."))
+    assert "grounded_answer" not in failed(run(bare, answer="The temperature is 33."))
+    stated = [_call(0, "list_files", {}, '{"temperature": 33, "unit": "celsius"}')]
+    assert "grounded_answer" not in failed(run(stated, answer="It is 33°C there."))
+
+
 def test_grounding_reads_values_as_a_reviewer_would() -> None:
     """Prose that only looks like a value, list numbering, clock times told in 12 hours and a
     rounded amount are not made up."""

@@ -249,13 +249,40 @@ def names_stated(answer: str) -> list[str]:
     return _NAME_RUN.findall(answer)
 
 
+# a unit of measure right after a number, and the words that say it: a reading the result
+# gave as a bare number ({"temperature": 33}) stated in degrees Celsius is a guess
+_UNITS = {
+    "degrees Celsius": (r"°\s?C\b|degrees? (?:C\b|celsius)|celsius", ("°c", "celsius")),
+    "degrees Fahrenheit": (r"°\s?F\b|degrees? (?:F\b|fahrenheit)|fahrenheit", ("°f", "fahrenheit")),
+    "kelvin": (r"kelvins?", ("kelvin",)),
+    "kilometres": (r"km\b|kilomet(?:er|re)s?", ("km", "kilomet")),
+    "miles": (r"mi\b|miles?|mph", ("mile", "mph")),
+    "kilograms": (r"kg\b|kilograms?", ("kg", "kilogram")),
+}
+_UNIT_AFTER = {
+    unit: re.compile(rf"\d\s?(?:{pattern})(?!\w)", re.IGNORECASE)
+    for unit, (pattern, _) in _UNITS.items()
+}
+
+
+def units_stated(answer: str) -> list[str]:
+    """The units of measure an answer puts after a number.
+
+    >>> units_stated("It is 33°C, or 91 degrees Fahrenheit; 82% humid.")
+    ['degrees Celsius', 'degrees Fahrenheit']
+    """
+    return [unit for unit, pattern in _UNIT_AFTER.items() if pattern.search(answer)]
+
+
 @hygiene_check("grounded_answer")
 def _grounded_answer(ctx: HygieneContext) -> tuple[bool, str]:
     values = answer_values(ctx.answer, ctx.asked_values) + names_stated(ctx.answer)
-    if not values:
+    units = units_stated(ctx.answer)
+    if not values and not units:
         return True, "the answer states no value to ground"
     corpus = Corpus(ctx)
     loose = list(dict.fromkeys(v for v in values if not corpus.holds(v)))
+    loose += [u for u in units if not any(word in corpus.text for word in _UNITS[u][1])]
     if loose:
         return False, f"the answer states value(s) nothing in the episode returned: {loose[:4]}"
     # a value the task asked to be told is information only a tool can give: the user's own
