@@ -388,3 +388,23 @@ def test_the_top_folder_is_named_in_words() -> None:
     words = template_words(spec)
     assert "top directory (.)" in words.goal or "top folder (.)" in words.goal, words.goal
     assert check_words(words, spec) == []
+
+
+def test_a_tools_word_for_its_output_is_no_thing_of_the_users() -> None:
+    """server-everything's ``get-structured-content`` (weather for a location): the bench
+    asked "What is the temperature of the structured content in Chicago?"."""
+    tool = _tool(
+        "get-structured-content",
+        "location",
+        description="Returns structured content along with an output schema.",
+    )
+    cluster = _cluster(tool)
+    values: dict[str, JsonValue] = {"location": "Chicago"}
+    observation = {"temperature": 36, "conditions": "Light rain", "humidity": 82}
+    call = GoldCall(tool="get-structured-content", arguments=values, observation=observation)
+    steps = [_slots("get-structured-content", **values)]
+    answer = Answer(field="temperature", value=36)
+    spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, values, [call], answer)
+    words = template_words(spec)
+    assert words.goal == "What is the temperature in Chicago?", words.goal
+    assert check_words(words, spec) == []

@@ -120,10 +120,17 @@ def _verb(spec: ToolSpec) -> str:
     return ""
 
 
+# words a tool's name uses for its own output, not for a thing of the user's: server-everything's
+# get-structured-content gave "the temperature of the structured content in Chicago"
+_OUTPUT_WORDS = frozenset(
+    {"structured", "content", "data", "result", "output", "response", "payload", "raw", "json"}
+)
+
+
 def _noun(spec: ToolSpec) -> str:
     verbs = READ_VERBS | WRITE_VERBS | set(_VERB_WORDS)
     tokens = [t for t in name_tokens(spec.name) if t not in verbs and t not in _STOP]
-    if not tokens:
+    if not tokens or set(tokens) <= _OUTPUT_WORDS:
         return ""
     return " ".join([*tokens[:-1], singular(tokens[-1])])
 
