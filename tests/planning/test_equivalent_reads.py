@@ -41,16 +41,23 @@ GROCERIES = "docs/groceries.txt"
 LINES = "milk\neggs\nbread"
 
 
-async def _read_task(cluster: ToolCluster) -> tuple[list[Constraint], list[Constraint]]:
-    """The read task's checks as derived from its gold run, and with the equivalent reads."""
+async def _read_task(
+    cluster: ToolCluster,
+    tool: str = "read_multiple_files",
+    arguments: dict[str, Any] | None = None,
+    answer: str = LINES,
+) -> tuple[list[Constraint], list[Constraint]]:
+    """A read task's checks as derived from its gold run (one call of ``tool``, the answer
+    ``answer``), and with the equivalent reads."""
     env = StrangerEnvironment(shelf, cluster)
     initial = await env.state()
     handle = await env.snapshot()
-    steps = [PlannedCall(tool="read_multiple_files", args={"paths": LiteralArg(value=[GROCERIES])})]
+    given = arguments if arguments is not None else {"paths": [GROCERIES]}
+    steps = [PlannedCall(tool=tool, args={k: LiteralArg(value=v) for k, v in given.items()})]
     outcome = await run_gold_path(env, cluster, steps, {}, initial)
     assert not isinstance(outcome, GoldFailure), outcome
     derived = derive_constraints(
-        outcome.run.calls, outcome.run.final_state, cluster, [LINES], initial_state=initial
+        outcome.run.calls, outcome.run.final_state, cluster, [answer], initial_state=initial
     )
     widened = await with_equivalent_reads(env, handle, cluster, outcome.run.calls, list(derived))
     return derived, widened
@@ -136,20 +143,7 @@ async def test_an_answer_the_arguments_state_gets_no_alternative() -> None:
     path states, any read that repeats the path (``list_directory``) would answer the same;
     none is taken."""
     cluster = await stranger_cluster("shelf", shelf)
-    env = StrangerEnvironment(shelf, cluster)
-    initial = await env.state()
-    handle = await env.snapshot()
-    steps = [PlannedCall(tool="get_file_info", args={"path": LiteralArg(value=GROCERIES)})]
-    outcome = await run_gold_path(env, cluster, steps, {}, initial)
-    assert not isinstance(outcome, GoldFailure), outcome
-    derived = derive_constraints(
-        outcome.run.calls,
-        outcome.run.final_state,
-        cluster,
-        ["groceries.txt"],
-        initial_state=initial,
-    )
-    widened = await with_equivalent_reads(env, handle, cluster, outcome.run.calls, list(derived))
+    _, widened = await _read_task(cluster, "get_file_info", {"path": GROCERIES}, "groceries.txt")
     assert _reading(widened).alternatives == []
 
 
