@@ -408,3 +408,20 @@ def test_a_tools_word_for_its_output_is_no_thing_of_the_users() -> None:
     words = template_words(spec)
     assert words.goal == "What is the temperature in Chicago?", words.goal
     assert check_words(words, spec) == []
+
+
+def test_values_of_parameters_whose_names_say_nothing_are_stated_as_operands() -> None:
+    """server-everything's ``get-sum(a, b)``: the bench asked "Please get the sum with the a 1
+    with the b 1."."""
+    tool = _tool("get-sum", "a", "b", description="Returns the sum of two numbers.")
+    cluster = _cluster(tool)
+    values: dict[str, JsonValue] = {"a": 3, "b": 4}
+    call = GoldCall(tool="get-sum", arguments=values, observation="The sum of 3 and 4 is 7.")
+    steps = [_slots("get-sum", **values)]
+    spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, values, [call], None)
+    words = template_words(spec)
+    assert words.goal == "Please get the sum of 3 and 4.", words.goal
+    assert check_words(words, spec) == []
+    asked = Answer(field="sum", value=7)
+    spec = words_spec(cluster, ReasoningMode.DIRECT_EXECUTE, steps, values, [call], asked)
+    assert template_words(spec).goal == "What is the sum of 3 and 4?"

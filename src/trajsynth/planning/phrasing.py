@@ -300,6 +300,7 @@ class _Render:
 
     def modifiers(self, clause: Clause, skip: set[str]) -> list[str]:
         out: list[str] = []
+        operands: list[str] = []  # values of parameters whose names say nothing (a, b, x)
         for part in clause.parts:
             value = self.value(part)
             if part.param in skip or (part.role in {"object", "name"} and value is None):
@@ -327,8 +328,12 @@ class _Render:
                 out.append(f"for {_thing(part, clause, value)}")
             elif isinstance(value, bool):
                 out.append(f"with {_words(part.param)} {'on' if value else 'off'}")
+            elif len(part.param) <= 2:  # server-everything's get-sum(a, b): "the sum of 1 and 1"
+                operands.append(shown)
             else:
                 out.append(f"with the {_words(part.param)} {shown}")
+        if operands:
+            out.insert(0, f"of {_and(operands)}")
         return out
 
     def action(self, clause: Clause) -> str:
