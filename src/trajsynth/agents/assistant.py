@@ -35,7 +35,10 @@ class Assistant(BaseModel):
     )
 
     def system_message(self, cluster: ToolCluster) -> Message:
-        text = self.system_prompt.format(
-            service=cluster.cluster_id, description=cluster.description.strip()
-        )
+        description = cluster.description.strip()
+        if description and description[-1] not in ".!?":
+            # an outside server's name and version ("MCP server memory-server 0.6.3") ran into
+            # the next sentence of every system prompt
+            description += "."
+        text = self.system_prompt.format(service=cluster.cluster_id, description=description)
         return Message(role=MessageRole.SYSTEM, content=" ".join(text.split()))
