@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from trajsynth.curation.faithful import named_tool
 from trajsynth.curation.verify import verify
 from trajsynth.mcp_servers.environment import open_environment
 from trajsynth.mcp_servers.registry import get_cluster
@@ -16,12 +17,14 @@ from trajsynth.planning.planner import Planner, environment_factory, plan_bluepr
 from trajsynth.schemas import (
     AnswerContains,
     Blueprint,
+    CallPattern,
     FunctionCall,
     Message,
     MessageRole,
     ObservedField,
     SandboxKind,
     ToolCall,
+    ToolCalled,
 )
 
 
@@ -100,3 +103,13 @@ def test_a_replay_states_its_own_reading_of_a_value_that_changes() -> None:
     # before any reading (or with none that has the field) the gold run's value stands
     assert template_answer(bp) == "Here is what I found: 2026-11-26T09:47:50-05:00."
     assert template_answer(bp, messages[:1]).endswith("09:47:50-05:00.")
+
+
+def test_the_template_answer_names_what_was_done_in_words_not_by_the_tool() -> None:
+    """server-everything's ``get-sum``: "Done: get-sum went through." names the tool by its
+    identifier, which ``answer_informs`` fails, so every such task failed its self-check."""
+    done = ToolCalled(call=CallPattern(tool="get-sum", matchers={"a": 3, "b": 4}))
+    bp = Blueprint.model_construct(constraints=[done])
+    answer = template_answer(bp)
+    assert "get-sum" not in answer and "get sum" in answer, answer
+    assert named_tool(answer, ["get-sum"]) is None

@@ -20,6 +20,7 @@ from pydantic import Field
 from trajsynth.curation.canon import parse_json_maybe
 from trajsynth.curation.verify import observed_reading
 from trajsynth.llm.client import ChatResult, LLMClient
+from trajsynth.mcp_servers.tags import name_tokens
 from trajsynth.schemas import (
     AgentRole,
     AnswerContains,
@@ -467,7 +468,7 @@ def template_answer(blueprint: Blueprint, messages: Sequence[Message] = ()) -> s
     values = answer_values(blueprint, messages)
     done = list(
         dict.fromkeys(
-            c.call.tool.replace("_", " ")
+            " ".join(name_tokens(c.call.tool))  # "get sum", never the identifier "get-sum"
             for c in getattr(blueprint, "constraints", [])
             if isinstance(c, ToolCalled) and c.hard
         )
