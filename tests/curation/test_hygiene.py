@@ -357,6 +357,19 @@ def test_an_answer_that_speaks_of_the_tool_by_its_name_fails() -> None:
     assert failed(run(done, answer="README.md is deleted.")) == []
 
 
+def test_an_answer_that_talks_of_functions_the_user_never_asked_about_fails() -> None:
+    """sqlite's two passes with no user's database (5bd051c, ``--empty-worlds``): "The function
+    has been added to the memo. The memo is a list of functions, where each function returns a
+    new instance ..." and "... The function returned an instance of the "Insight" class".
+    Control: the same words where the user asked about code, and a plain outcome."""
+    done = [_call(0, "delete_file", DEL, "File deleted successfully")]
+    talk = "README.md is deleted. The function returned an instance of the File class."
+    assert failed(run(done, answer=talk)) == ["answer_informs"]
+    asked = "Please delete README.md; which function did that?"
+    assert failed(run(done, answer=talk, user=asked)) == []
+    assert failed(run(done, answer="README.md is deleted.")) == []
+
+
 def test_a_null_printed_as_the_answer_is_no_answer() -> None:
     """The sqlite bench: a table created, then the answer "None.", which passed: "none"
     reads as an outcome. Control: "None of the files was deleted." is words."""

@@ -358,6 +358,14 @@ _DESCRIBES_TOOL = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"[^.!?\n]+")
+# code talk: "the function", "each function", "functions", "the method"; an answer speaks of
+# functions only when the user did (a coding task), else it is the 135M model's lecture ("The
+# memo is a list of functions, where each function returns a new instance ...")
+_FUNCTION_TALK = re.compile(
+    r"\b(?:the|this|that|each|every|a|an) (?:\w+ )?(?:function|method)s?\b|\bfunctions\b",
+    re.IGNORECASE,
+)
+_USER_CODE_WORDS = re.compile(r"\b(?:function|method|code)s?\b", re.IGNORECASE)
 
 
 def describes_tool(answer: str) -> bool:
@@ -411,13 +419,16 @@ def _answer_informs(ctx: HygieneContext) -> tuple[bool, str]:
         return True, "no tool result to report"
     if describes_tool(answer):
         return False, "the answer explains a tool in general instead of telling what happened"
+    corpus = Corpus(ctx)
+    talk = _FUNCTION_TALK.search(answer)
+    if talk and not _USER_CODE_WORDS.search(corpus.user_text):
+        return False, f"the answer speaks of code ({talk.group()!r}) the user never asked about"
     tool = named_tool(answer, ctx.schemas)
     if tool is not None:
         return False, f"the answer speaks of the tool {tool!r} instead of what happened"
     outcome = _OUTCOME.search(answer)
     if outcome:
         return True, f"the answer states an outcome ({outcome.group()!r})"
-    corpus = Corpus(ctx)
     for value in answer_values(answer, ctx.asked_values):
         if value.casefold() not in corpus.user_text and corpus.holds(value, tools_only=True):
             return True, f"the answer reports {value!r} from a tool result"
