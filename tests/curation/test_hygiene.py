@@ -368,6 +368,10 @@ def test_an_answer_that_talks_of_functions_the_user_never_asked_about_fails() ->
     asked = "Please delete README.md; which function did that?"
     assert failed(run(done, answer=talk, user=asked)) == []
     assert failed(run(done, answer="README.md is deleted.")) == []
+    # a coding episode (a tool runs code) speaks of functions whatever the user said
+    coding = run(done, answer=talk, user="Make the tests in test_slug.py pass.")
+    runner = {"type": "function", "function": {"name": "run_tests", "parameters": {}}}
+    assert failed(coding.model_copy(update={"tools": [*coding.tools, runner]})) == []
 
 
 def test_a_null_printed_as_the_answer_is_no_answer() -> None:

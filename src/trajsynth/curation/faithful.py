@@ -359,13 +359,22 @@ _DESCRIBES_TOOL = re.compile(
 )
 _SENTENCE = re.compile(r"[^.!?\n]+")
 # code talk: "the function", "each function", "functions", "the method"; an answer speaks of
-# functions only when the user did (a coding task), else it is the 135M model's lecture ("The
-# memo is a list of functions, where each function returns a new instance ...")
+# functions only in a coding episode (the user spoke of code, or a tool runs it), else it is
+# the 135M model's lecture ("The memo is a list of functions, where each function returns ...")
 _FUNCTION_TALK = re.compile(
     r"\b(?:the|this|that|each|every|a|an) (?:\w+ )?(?:function|method)s?\b|\bfunctions\b",
     re.IGNORECASE,
 )
-_USER_CODE_WORDS = re.compile(r"\b(?:function|method|code)s?\b", re.IGNORECASE)
+_USER_CODE_WORDS = re.compile(r"\b(?:function|method|code|class|script)s?\b", re.IGNORECASE)
+_CODE_TOOL_WORDS = frozenset({"python", "code", "tests", "test", "script", "exec", "shell", "bash"})
+_NAME_PARTS = re.compile(r"[_\-.\s]+|(?<=[a-z])(?=[A-Z])")
+
+
+def _coding(ctx: HygieneContext, user_text: str) -> bool:
+    """Whether the episode is about code: the user spoke of it, or an offered tool runs it."""
+    return bool(_USER_CODE_WORDS.search(user_text)) or any(
+        _CODE_TOOL_WORDS & {w.lower() for w in _NAME_PARTS.split(name)} for name in ctx.schemas
+    )
 
 
 def describes_tool(answer: str) -> bool:
@@ -421,7 +430,7 @@ def _answer_informs(ctx: HygieneContext) -> tuple[bool, str]:
         return False, "the answer explains a tool in general instead of telling what happened"
     corpus = Corpus(ctx)
     talk = _FUNCTION_TALK.search(answer)
-    if talk and not _USER_CODE_WORDS.search(corpus.user_text):
+    if talk and not _coding(ctx, corpus.user_text):
         return False, f"the answer speaks of code ({talk.group()!r}) the user never asked about"
     tool = named_tool(answer, ctx.schemas)
     if tool is not None:
