@@ -163,8 +163,11 @@ class Corpus:
         schemas.append(" ".join(ctx.schemas))  # the tools' names
         self.given = self.user + system + arguments + schemas
         self.text = "\n".join(self.results + self.given).casefold()
+        # "New York" is said by "America/New_York"
+        self.spaced_text = self.text.replace("_", " ")
         self.numbers = corpus_numbers(self.results + self.given, self.results)
         self.result_text = "\n".join(self.results).casefold()
+        self.spaced_result_text = self.result_text.replace("_", " ")
         self.result_numbers = corpus_numbers(self.results, self.results)
         self.user_text = "\n".join(self.user).casefold()
         self.user_words = set(_WORD.findall(self.user_text))
@@ -174,8 +177,9 @@ class Corpus:
         """Whether ``token`` appears verbatim, or (holding digits) every number in it does."""
         text = self.result_text if tools_only else self.text
         numbers = self.result_numbers if tools_only else self.numbers
-        if token.casefold() in text or token.casefold() in text.replace("_", " "):
-            return True  # "New York" is said by "America/New_York"
+        spaced = self.spaced_result_text if tools_only else self.spaced_text
+        if token.casefold() in text or token.casefold() in spaced:
+            return True
         values = numbers_in(token)
         return bool(values) and all(_has_number(numbers, v) for v in values)
 

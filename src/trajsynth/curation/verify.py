@@ -430,11 +430,11 @@ def _check_tool_called(c: ToolCalled, ctx: VerifyContext) -> tuple[bool, str]:
         if ctx.succeeded(call) and any(ctx.matches(p, call) for p in c.patterns)
     ]
     shown = " or ".join(_show(p) for p in c.patterns)
+    if len(hits) >= c.min_count:
+        return True, f"{shown}: {len(hits)} successful matching call(s) {hits}"
     # the nearest miss is told of a pattern whose tool the episode did call, if any
     called = {call.tool for call in ctx.calls}
     nearest = next((p for p in c.patterns if p.tool in called), c.call)
-    if len(hits) >= c.min_count:
-        return True, f"{shown}: {len(hits)} successful matching call(s) {hits}"
     return False, (
         f"{shown}: {len(hits)} successful matching call(s), need {c.min_count}; "
         + _closest(nearest, ctx.calls, ctx)

@@ -29,10 +29,8 @@ from typing import Any
 
 from trajsynth.curation.verify import answer_contains_value
 from trajsynth.mcp_servers.arguments import schema_kinds
-from trajsynth.mcp_servers.graph import singular
-from trajsynth.mcp_servers.tags import name_tokens
 from trajsynth.planning.gold import observation_value
-from trajsynth.planning.mutants import LintEnvironment
+from trajsynth.planning.mutants import LintEnvironment, name_words, observation_text
 from trajsynth.planning.paths import declared_properties
 from trajsynth.schemas import (
     AnswerContains,
@@ -45,7 +43,6 @@ from trajsynth.schemas import (
     ToolCalled,
     ToolCluster,
     ToolSpec,
-    canonical_json,
 )
 from trajsynth.schemas.failures import MCPServerError
 from trajsynth.schemas.results import result_error
@@ -56,10 +53,6 @@ log = logging.getLogger(__name__)
 
 MAX_TRIED = 6  # reads tried per reading check, those named most like the gold read first
 _READING = re.compile(r"^gold_run\.calls\[(\d+)\]\.arguments$")
-
-
-def _words(name: str) -> tuple[str, ...]:
-    return tuple(singular(t) for t in name_tokens(name))
 
 
 def mapped_arguments(gold: GoldCall, spec: ToolSpec) -> dict[str, JsonValue] | None:
@@ -79,7 +72,7 @@ def mapped_arguments(gold: GoldCall, spec: ToolSpec) -> dict[str, JsonValue] | N
     out: dict[str, JsonValue] = {}
     for name, given_value in given.items():
         value: JsonValue = given_value
-        param = next((p for p in props if _words(p) == _words(name)), None)
+        param = next((p for p in props if name_words(p) == name_words(name)), None)
         if param is None or param in out:
             return None
         sub = props[param]
@@ -100,12 +93,8 @@ def mapped_arguments(gold: GoldCall, spec: ToolSpec) -> dict[str, JsonValue] | N
 def _echoes(gold: GoldCall, values: Sequence[Any]) -> bool:
     """Whether the read's own arguments state every answer value (``echo(message)``): any
     read that repeats its input would answer the same, so none stands for it."""
-    given = " ".join(_text(v) for v in gold.arguments.values() if v is not None)
+    given = " ".join(observation_text(v) for v in gold.arguments.values() if v is not None)
     return all(answer_contains_value(given, v) for v in values)
-
-
-def _text(observation: Any) -> str:
-    return observation if isinstance(observation, str) else canonical_json(observation)
 
 
 async def _answers(
@@ -121,7 +110,7 @@ async def _answers(
     if getattr(result, "is_error", False) or result_error(observation) is not None:
         return False
     # the text as the model reads it, and the structured result as JSON
-    texts = [str(getattr(result, "text", "") or ""), _text(observation)]
+    texts = [str(getattr(result, "text", "") or ""), observation_text(observation)]
     return all(any(answer_contains_value(t, v) for t in texts) for v in values)
 
 
@@ -161,7 +150,7 @@ async def with_equivalent_reads(
             out.append(c)
             continue
         fixed = set(cluster.server.args)
-        own = set(_words(c.call.tool))
+        own = name_words(c.call.tool)
         candidates = sorted(
             (
                 (spec.name, args)
@@ -169,7 +158,7 @@ async def with_equivalent_reads(
                 if spec.name != c.call.tool
                 and (args := mapped_arguments(gold[i], spec)) is not None
             ),
-            key=lambda named: -len(own & set(_words(named[0]))),  # a read named alike first
+            key=lambda named: -len(own & name_words(named[0])),  # a read named alike first
         )[:MAX_TRIED]
         found: list[CallPattern] = []
         if candidates:  # reads change nothing: one replay serves them all

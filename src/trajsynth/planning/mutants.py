@@ -76,7 +76,9 @@ __all__ = [
     "Variant",
     "find_readback",
     "lint_by_mutation",
+    "name_words",
     "near_miss",
+    "observation_text",
     "variants",
 ]
 
@@ -284,7 +286,8 @@ def _trajectory(
     )
 
 
-def _text(observation: Any) -> str:
+def observation_text(observation: Any) -> str:
+    """An observation as the text a model reads: text as it is, anything else as JSON."""
     return observation if isinstance(observation, str) else canonical_json(observation)
 
 
@@ -303,7 +306,7 @@ async def _replay(
             text, obs_class = _ERROR_TEXT, ObsClass.OK
         else:
             result = await env.call_tool(call.tool, dict(call.arguments))
-            text = _text(observation_value(result))
+            text = observation_text(observation_value(result))
             obs_class = ObsClass.ERROR if getattr(result, "is_error", False) else ObsClass.OK
         records.append(
             ToolCallRecord(
@@ -331,7 +334,8 @@ def _scalars(value: Any, key: str = "", depth: int = 0) -> list[tuple[str, JsonV
     return []
 
 
-def _words(name: str) -> set[str]:
+def name_words(name: str) -> set[str]:
+    """The words of a name, each singular: ``paths`` and ``path`` are one word."""
     return {singular(t) for t in name_tokens(name)}
 
 
@@ -378,7 +382,7 @@ def _read_candidates(cluster: ToolCluster, gold: Sequence[GoldCall]) -> list[Pro
             sub = props.get(param)
             kinds = schema_kinds(sub if isinstance(sub, Mapping) else {})
             value = next(
-                (v for k, v in named if _words(k) and _words(k) == _words(param)
+                (v for k, v in named if name_words(k) and name_words(k) == name_words(param)
                  and (type(v) is not str or "string" in kinds or "array" in kinds or not kinds)),
                 None,
             )  # fmt: skip
